@@ -1,0 +1,216 @@
+"""The cost model: default weights, list sizes, per-coordinate overrides and static limits."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from quotaql.errors import ConfigError
+
+if TYPE_CHECKING:
+    from os import PathLike
+
+__all__ = ["CostLimits", "CostModel", "FieldCost", "OperationType"]
+
+OperationType = Literal["query", "mutation", "subscription"]
+
+DEFAULT_OPERATION_WEIGHTS: Mapping[str, float] = {"query": 0.0, "mutation": 10.0, "subscription": 0.0}
+
+
+class FrozenMap(Mapping[str, "float | FieldCost"]):
+    """An immutable, hashable mapping, so that a :class:`CostModel` can key a cache."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[str, float | FieldCost]) -> None:
+        self._data = dict(data)
+        self._hash = hash(frozenset(self._data.items()))
+
+    def __getitem__(self, key: str) -> float | FieldCost:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenMap):
+            return self._hash == other._hash and self._data == other._data
+        return isinstance(other, Mapping) and self._data == dict(other)
+
+    def __repr__(self) -> str:
+        return f"{self._data!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldCost:
+    """Overrides for one field coordinate, the TOML form of ``@cost`` + ``@listSize``.
+
+    Every attribute left at ``None`` keeps what the schema says.
+
+    Attributes:
+        weight: the field's own weight (replaces ``@cost`` and the type weight).
+        assumed_size: list size used when no slicing argument gives one.
+        slicing_arguments: arguments whose value is the list size.
+        sized_fields: child fields the size applies to (Relay ``edges`` / ``nodes``).
+        require_one_slicing_argument: reject operations that give none (or several).
+    """
+
+    weight: float | None = None
+    assumed_size: int | None = None
+    slicing_arguments: tuple[str, ...] | None = None
+    sized_fields: tuple[str, ...] | None = None
+    require_one_slicing_argument: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.weight is not None:
+            _check_number("weight", self.weight)
+        if self.assumed_size is not None and (
+            isinstance(self.assumed_size, bool)
+            or not isinstance(self.assumed_size, int)
+            or self.assumed_size < 0
+        ):
+            raise ConfigError(f"assumed_size must be an integer >= 0, got {self.assumed_size!r}")
+        for name in ("slicing_arguments", "sized_fields"):
+            value = getattr(self, name)
+            if value is not None:
+                if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                    raise ConfigError(f"{name} must be a list of names, got {value!r}")
+                object.__setattr__(self, name, tuple(value))
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Weights and defaults that price an operation (IBM cost directives, Apollo weights).
+
+    A model is immutable and hashable; the analyzer compiles it once per schema.
+
+    Example:
+        >>> model = CostModel(default_list_size=20, weights={"Post": 2, "Query.search": 5})
+        >>> model.operation_weights["mutation"]
+        10.0
+
+    Attributes:
+        default_list_size: size of a list field that no argument or ``@listSize`` sizes.
+        slicing_arguments: argument names that size a list field without ``@listSize``
+            (an ``Int`` argument called ``first``, ``last`` or ``limit``); ``()`` turns
+            the convention off.
+        operation_weights: added once per operation, by operation type.
+        introspection: ``"free"`` prices ``__schema`` / ``__type`` at 0 (they still count
+            for depth); ``"counted"`` prices them like any other field.
+        weights: overrides by schema coordinate: ``"Type"`` (type weight),
+            ``"Type.field"`` (a number, or a :class:`FieldCost`), ``"Type.field(arg:)"``
+            (argument weight).
+        source: the file the model was read from (for error messages only).
+        locations: line of each ``weights`` key in ``source`` (for error messages only).
+    """
+
+    default_list_size: int = 10
+    slicing_arguments: tuple[str, ...] = ("first", "last", "limit")
+    operation_weights: Mapping[str, float] = field(
+        default_factory=lambda: dict(DEFAULT_OPERATION_WEIGHTS)
+    )
+    introspection: Literal["free", "counted"] = "free"
+    weights: Mapping[str, float | FieldCost] = field(default_factory=dict)
+    source: str | None = field(default=None, compare=False, repr=False)
+    locations: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        size = self.default_list_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ConfigError(f"default_list_size must be an integer >= 0, got {size!r}")
+        if isinstance(self.slicing_arguments, str) or not all(
+            isinstance(name, str) for name in self.slicing_arguments
+        ):
+            raise ConfigError(
+                f"slicing_arguments must be a list of names, got {self.slicing_arguments!r}"
+            )
+        object.__setattr__(self, "slicing_arguments", tuple(self.slicing_arguments))
+        if self.introspection not in ("free", "counted"):
+            raise ConfigError(
+                f"introspection must be 'free' or 'counted', got {self.introspection!r}"
+            )
+        operation_weights = dict(DEFAULT_OPERATION_WEIGHTS)
+        for name, value in self.operation_weights.items():
+            if name not in DEFAULT_OPERATION_WEIGHTS:
+                raise ConfigError(
+                    f"operation_weights has no operation type {name!r}"
+                    " (expected query, mutation or subscription)"
+                )
+            operation_weights[name] = float(_check_number(f"operation_weights.{name}", value))
+        object.__setattr__(self, "operation_weights", FrozenMap(operation_weights))  # type: ignore[arg-type]
+        weights: dict[str, float | FieldCost] = {}
+        for coordinate, value in self.weights.items():
+            if not isinstance(value, FieldCost):
+                value = float(_check_number(f"weights[{coordinate!r}]", value))
+            weights[coordinate] = value
+        object.__setattr__(self, "weights", FrozenMap(weights))
+        object.__setattr__(self, "locations", dict(self.locations))
+
+    @classmethod
+    def from_toml(cls, path: str | PathLike[str]) -> CostModel:
+        """Read the ``[cost]`` table of a ``quotaql.toml`` file.
+
+        Raises:
+            ConfigError: the file is missing or malformed; names the file, line and key.
+        """
+        from quotaql.config import load_cost_config  # noqa: PLC0415  (config imports this module)
+
+        return load_cost_config(path).model
+
+
+@dataclass(frozen=True, slots=True)
+class CostLimits:
+    """Static limits checked before any resolver runs; ``None`` turns a limit off.
+
+    Attributes:
+        max_cost: highest accepted operation cost.
+        max_depth: deepest accepted field nesting (root fields are at depth 1).
+        max_aliases: most aliases in the operation, counted with fragments expanded.
+        max_root_fields: most fields in the root selection set, fragments expanded.
+        max_tokens: most lexical tokens the parser reads before giving up.
+        max_length: most characters in a document the parser accepts.
+    """
+
+    max_cost: float | None = None
+    max_depth: int | None = None
+    max_aliases: int | None = None
+    max_root_fields: int | None = None
+    max_tokens: int | None = None
+    max_length: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            integral = name != "max_cost"
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or (integral and not isinstance(value, int))
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                kind = "an integer" if integral else "a number"
+                raise ConfigError(f"{name} must be {kind} >= 0, got {value!r}")
+
+    @classmethod
+    def from_toml(cls, path: str | PathLike[str]) -> CostLimits:
+        """Read the limits (``max_cost``, ``max_depth``, ...) of the ``[cost]`` table."""
+        from quotaql.config import load_cost_config  # noqa: PLC0415
+
+        return load_cost_config(path).limits
+
+
+def _check_number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    return value

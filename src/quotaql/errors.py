@@ -1,0 +1,209 @@
+"""The quotaql error hierarchy: every error a caller can get carries a stable ``code``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "CostAnalysisError",
+    "FragmentCycle",
+    "InvalidArgument",
+    "InvalidQuery",
+    "InvalidVariables",
+    "LimitExceeded",
+    "OperationResolutionError",
+    "QuerySyntaxError",
+    "QueryTooComplex",
+    "QueryTooDeep",
+    "QueryTooLarge",
+    "QuotaqlError",
+    "SlicingArgumentRequired",
+    "TooManyAliases",
+    "TooManyRootFields",
+]
+
+
+class QuotaqlError(Exception):
+    """Base class of every error raised by quotaql."""
+
+    code: str = "QUOTAQL_ERROR"
+
+
+class ConfigError(QuotaqlError, ValueError):
+    """A configuration value is invalid.
+
+    Attributes:
+        reason: what is wrong, in words.
+        file: the configuration file, when the value came from one.
+        key: the dotted key of the offending value (``cost.weights."Query.users"``).
+        line: the 1-based line of the key in ``file``, when known.
+    """
+
+    code = "CONFIG_ERROR"
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        file: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.reason = reason
+        self.file = file
+        self.key = key
+        self.line = line
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = ""
+        if self.file is not None:
+            where = self.file + (f":{self.line}" if self.line is not None else "")
+        if self.key is not None:
+            where = f"{where}: {self.key}" if where else self.key
+        return f"{where}: {self.reason}" if where else self.reason
+
+
+class CostAnalysisError(QuotaqlError):
+    """An operation cannot be priced, or its price breaks a static limit.
+
+    Attributes:
+        message: a sentence a client developer understands.
+        locations: ``(line, column)`` pairs in the document that the error is about.
+    """
+
+    code = "COST_ANALYSIS_FAILED"
+
+    def __init__(self, message: str, *, locations: tuple[tuple[int, int], ...] = ()) -> None:
+        self.message = message
+        self.locations = locations
+        super().__init__(message)
+
+    @property
+    def extensions(self) -> dict[str, Any]:
+        """The ``extensions`` of the GraphQL error a server answers with."""
+        return {"code": self.code}
+
+
+class QuerySyntaxError(CostAnalysisError):
+    """The document is not valid GraphQL syntax (``locations`` holds line and column)."""
+
+    code = "GRAPHQL_PARSE_FAILED"
+
+
+class InvalidQuery(CostAnalysisError):
+    """The document does not fit the schema (unknown field, fragment or type)."""
+
+    code = "GRAPHQL_VALIDATION_FAILED"
+
+
+class OperationResolutionError(CostAnalysisError):
+    """The operation to price cannot be chosen: unknown name, or several and no name."""
+
+    code = "OPERATION_RESOLUTION_FAILURE"
+
+
+class InvalidVariables(CostAnalysisError):
+    """The request's variables do not match the operation's variable definitions."""
+
+    code = "BAD_USER_INPUT"
+
+
+class InvalidArgument(CostAnalysisError):
+    """An argument that sizes a list has a value that cannot be used (wrong type, negative)."""
+
+    code = "BAD_USER_INPUT"
+
+
+class SlicingArgumentRequired(CostAnalysisError):
+    """A ``@listSize(requireOneSlicingArgument: true)`` field got no or several slicing arguments."""
+
+    code = "SLICING_ARGUMENT_REQUIRED"
+
+
+class FragmentCycle(CostAnalysisError):
+    """A fragment spreads itself, directly or through other fragments."""
+
+    code = "FRAGMENT_CYCLE"
+
+
+class LimitExceeded(CostAnalysisError):
+    """A static limit was crossed; the analysis stopped there.
+
+    Attributes:
+        value: the measured value. When the analysis stopped early this is what had been
+            counted so far, so the full operation measures at least this much.
+        limit: the configured maximum.
+    """
+
+    code = "LIMIT_EXCEEDED"
+    subject = "Value"
+
+    def __init__(
+        self,
+        value: float,
+        limit: float,
+        *,
+        message: str | None = None,
+        locations: tuple[tuple[int, int], ...] = (),
+    ) -> None:
+        self.value = value
+        self.limit = limit
+        super().__init__(
+            message or f"{self.subject} {_number(value)} exceeds the maximum of {_number(limit)}",
+            locations=locations,
+        )
+
+    @property
+    def extensions(self) -> dict[str, Any]:
+        return {"code": self.code, "value": self.value, "limit": self.limit}
+
+
+class QueryTooComplex(LimitExceeded):
+    """The operation's cost is above ``max_cost``."""
+
+    code = "QUERY_TOO_COMPLEX"
+    subject = "Query cost"
+
+    @property
+    def extensions(self) -> dict[str, Any]:
+        return {"code": self.code, "cost": self.value, "limit": self.limit}
+
+
+class QueryTooDeep(LimitExceeded):
+    """The operation nests fields deeper than ``max_depth``."""
+
+    code = "QUERY_TOO_DEEP"
+    subject = "Query depth"
+
+
+class TooManyAliases(LimitExceeded):
+    """The operation uses more aliases than ``max_aliases``."""
+
+    code = "TOO_MANY_ALIASES"
+    subject = "Number of aliases"
+
+
+class TooManyRootFields(LimitExceeded):
+    """The operation selects more root fields than ``max_root_fields``."""
+
+    code = "TOO_MANY_ROOT_FIELDS"
+    subject = "Number of root fields"
+
+
+class QueryTooLarge(LimitExceeded):
+    """The document has more tokens or characters than the parser accepts."""
+
+    code = "QUERY_TOO_LARGE"
+    subject = "Document size"
+
+
+def _number(value: float) -> str:
+    """Render a measured value without a spurious ``.0`` (``5230``, ``2.5``, ``1.2e+30``)."""
+    if isinstance(value, int):
+        return str(value)
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.6g}"
