@@ -118,7 +118,7 @@ class InvalidArgument(CostAnalysisError):
 
 
 class SlicingArgumentRequired(CostAnalysisError):
-    """A ``@listSize(requireOneSlicingArgument: true)`` field got no or several slicing arguments."""
+    """A ``@listSize(requireOneSlicingArgument: true)`` field got none or several."""
 
     code = "SLICING_ARGUMENT_REQUIRED"
 

@@ -16,7 +16,11 @@ __all__ = ["CostLimits", "CostModel", "FieldCost", "OperationType"]
 
 OperationType = Literal["query", "mutation", "subscription"]
 
-DEFAULT_OPERATION_WEIGHTS: Mapping[str, float] = {"query": 0.0, "mutation": 10.0, "subscription": 0.0}
+DEFAULT_OPERATION_WEIGHTS: Mapping[str, float] = {
+    "query": 0.0,
+    "mutation": 10.0,
+    "subscription": 0.0,
+}
 
 
 class FrozenMap(Mapping[str, "float | FieldCost"]):
@@ -126,7 +130,8 @@ class CostModel:
         size = self.default_list_size
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ConfigError(f"default_list_size must be an integer >= 0, got {size!r}")
-        if isinstance(self.slicing_arguments, str) or not all(
+        names: object = self.slicing_arguments
+        if isinstance(names, str) or not all(
             isinstance(name, str) for name in self.slicing_arguments
         ):
             raise ConfigError(
@@ -145,12 +150,14 @@ class CostModel:
                     " (expected query, mutation or subscription)"
                 )
             operation_weights[name] = float(_check_number(f"operation_weights.{name}", value))
-        object.__setattr__(self, "operation_weights", FrozenMap(operation_weights))  # type: ignore[arg-type]
+        object.__setattr__(self, "operation_weights", FrozenMap(operation_weights))
         weights: dict[str, float | FieldCost] = {}
-        for coordinate, value in self.weights.items():
-            if not isinstance(value, FieldCost):
-                value = float(_check_number(f"weights[{coordinate!r}]", value))
-            weights[coordinate] = value
+        for coordinate, weight in self.weights.items():
+            weights[coordinate] = (
+                weight
+                if isinstance(weight, FieldCost)
+                else float(_check_number(f"weights[{coordinate!r}]", weight))
+            )
         object.__setattr__(self, "weights", FrozenMap(weights))
         object.__setattr__(self, "locations", dict(self.locations))
 
