@@ -75,7 +75,7 @@ class FieldCost:
 
     def __post_init__(self) -> None:
         if self.weight is not None:
-            _check_number("weight", self.weight)
+            object.__setattr__(self, "weight", float(_check_number("weight", self.weight)))
         if self.assumed_size is not None and (
             isinstance(self.assumed_size, bool)
             or not isinstance(self.assumed_size, int)
