@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import strawberry
+from strawberry import UNSET
 from strawberry.schema_directive import Location
 
 __all__ = ["Cost", "ListSize"]
@@ -37,8 +38,19 @@ class Cost:
 class ListSize:
     """``@listSize``: ``strawberry.field(directives=[ListSize(slicing_arguments=["first"])])``."""
 
-    assumed_size: int | None = None
-    slicing_arguments: list[str] | None = None
-    sized_fields: list[str] | None = None
-    require_one_slicing_argument: bool = True
+    # UNSET keeps an argument out of the printed SDL (None would print as `null`).
+    assumed_size: int | None = UNSET
+    slicing_arguments: list[str] | None = UNSET
+    sized_fields: list[str] | None = UNSET
+    require_one_slicing_argument: bool | None = True
     __quotaql_directive__: ClassVar[str] = "listSize"
+
+    def arguments(self) -> dict[str, Any]:
+        """The directive's arguments by their GraphQL names, unset ones left out."""
+        values = {
+            "assumedSize": self.assumed_size,
+            "slicingArguments": self.slicing_arguments,
+            "sizedFields": self.sized_fields,
+            "requireOneSlicingArgument": self.require_one_slicing_argument,
+        }
+        return {name: value for name, value in values.items() if value is not UNSET}

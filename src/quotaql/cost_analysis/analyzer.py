@@ -445,18 +445,15 @@ class _Pricer:
                 price = self._walk(
                     selection.selection_set, condition, depth, level + 1, scale, sized, None
                 )
-                fragment_fields = price[2]
             else:
                 spread = cast("FragmentSpreadNode", selection)
                 found = self._spread(spread, depth, level, scale, sized)
                 if found is None:
                     continue
                 price, condition = found
-                fragment_fields = price[2]
-            if max_fields is not None:
-                count += fragment_fields
-                if count > max_fields:
-                    raise TooManyRootFields(count, max_fields, locations=_locations(selection))
+            count += price[2]
+            if max_fields is not None and count > max_fields:
+                raise TooManyRootFields(count, max_fields, locations=_locations(selection))
             base, cond = _merge(base, cond, parent, condition, price[0], price[1])
             if cost_limit is not None and base * scale > cost_limit:
                 raise QueryTooComplex(base * scale, cost_limit, locations=_locations(selection))

@@ -158,12 +158,7 @@ def read_list_size(field: Any, where: str) -> ListSizeValues | None:
     for directive in _ast_directives(field, "listSize"):
         values = _arguments(directive)
     for strawberry_directive in _strawberry_directives(field, "listSize"):
-        values = {
-            "assumedSize": strawberry_directive.assumed_size,
-            "slicingArguments": strawberry_directive.slicing_arguments,
-            "sizedFields": strawberry_directive.sized_fields,
-            "requireOneSlicingArgument": strawberry_directive.require_one_slicing_argument,
-        }
+        values = strawberry_directive.arguments()
     if values is None:
         return None
     assumed = values.get("assumedSize")
