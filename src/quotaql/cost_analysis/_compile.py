@@ -49,6 +49,7 @@ class CompiledField:
         "child",
         "coordinate",
         "fixed_size",
+        "int_arguments",
         "is_list",
         "leaf_cost",
         "own",
@@ -69,6 +70,8 @@ class CompiledField:
         # The largest schema default among the slicing arguments, if any has one.
         self.slicing_defaults: float | None = None
         self.arg_types: dict[str, GraphQLInputType] = {}
+        # The slicing arguments of type Int (32-bit), whose literals are range-checked.
+        self.int_arguments: frozenset[str] = frozenset()
         self.require_one = False
         # The size used when no slicing argument gives one (assumedSize or the default).
         self.fixed_size = 1.0
@@ -297,6 +300,9 @@ class _Compiler:
         compiled.slicing = slicing
         compiled.require_one = bool(slicing) and require_one
         compiled.arg_types = {name: field.args[name].type for name in slicing}
+        compiled.int_arguments = frozenset(
+            name for name in slicing if get_named_type(field.args[name].type) is GraphQLInt
+        )
         defaults = [
             value
             for name in slicing
@@ -396,7 +402,3 @@ def list_size_value(value: Any) -> float | None:
     if isinstance(value, list | tuple):
         return float(len(value))
     return None
-
-
-# GraphQL `Int` is 32-bit; a literal outside fails coercion, we say why.
-INT_RANGE = (-(2**31), 2**31 - 1)

@@ -13,23 +13,21 @@ from graphql import (
     FieldNode,
     FragmentDefinitionNode,
     FragmentSpreadNode,
-    GraphQLInt,
     GraphQLSchema,
     GraphQLSyntaxError,
     InlineFragmentNode,
+    IntValueNode,
     OperationDefinitionNode,
     SelectionSetNode,
     Undefined,
     VariableNode,
     coerce_input_literal,
-    get_named_type,
     get_variable_values,
     parse,
     value_from_ast_untyped,
 )
 
 from quotaql.cost_analysis._compile import (
-    INT_RANGE,
     CompiledField,
     CompiledSchema,
     CompiledType,
@@ -66,6 +64,8 @@ MAX_NESTING = 256
 
 _DEFAULT_MODEL = CostModel()
 _NO_LIMITS = CostLimits()
+# GraphQL `Int` is 32-bit: a larger literal for an Int argument fails coercion.
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _TOO_MANY_TOKENS = re.compile(r"more than (\d+) (tokens|code points)")
 
 
@@ -620,20 +620,22 @@ class _Pricer:
         self, compiled_field: CompiledField, name: str, value_node: ValueNode
     ) -> float | None:
         """A slicing argument's value as a size; None when it is null or unknown."""
-        arg_type = compiled_field.arg_types[name]
-        if isinstance(value_node, VariableNode):
-            value = self.variables.get(value_node.name.value)
-        elif value_node.kind == "int_value":
-            value = int(cast("Any", value_node).value)
-            if get_named_type(arg_type) is GraphQLInt and not (
-                INT_RANGE[0] <= value <= INT_RANGE[1]
-            ):
+        value: Any
+        node_class = value_node.__class__
+        if node_class is IntValueNode:
+            value = int(cast("IntValueNode", value_node).value)
+            if 0 <= value <= _INT_MAX:
+                return float(value)  # the common case, checked once
+            if name in compiled_field.int_arguments and not _INT_MIN <= value <= _INT_MAX:
                 raise InvalidArgument(
                     f"Argument '{name}' of '{compiled_field.coordinate}' has an invalid value"
                     f" {value}: Int cannot represent non 32-bit signed integer value.",
                     locations=_locations(value_node),
                 )
+        elif node_class is VariableNode:
+            value = self.variables.get(cast("VariableNode", value_node).name.value)
         else:
+            arg_type = compiled_field.arg_types[name]
             value = coerce_input_literal(value_node, arg_type, self.variable_values)
             if value is Undefined:
                 if self.static:
