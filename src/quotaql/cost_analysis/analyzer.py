@@ -647,7 +647,7 @@ class _Pricer:
         if value is None:
             return None
         size = list_size_value(value)
-        if size is None or math.isnan(size):
+        if size is None or not math.isfinite(size):
             raise InvalidArgument(
                 f"Argument '{name}' of '{compiled_field.coordinate}' sizes a list,"
                 f" but {value!r} is not a number.",
