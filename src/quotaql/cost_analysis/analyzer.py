@@ -432,11 +432,44 @@ class _Pricer:
                     continue
                 leaf = compiled_field.leaf_cost
                 if leaf is not None and sized is None:
-                    base += leaf
-                    continue
-                base += self._field(compiled_field, selection, depth, level, scale, sized)
-                if cost_limit is not None and base * scale > cost_limit:
-                    raise QueryTooComplex(base * scale, cost_limit, locations=_locations(selection))
+                    cost = leaf
+                else:
+                    # Inlined rather than a method: one Python frame less per level of
+                    # nesting keeps deep documents cheap.
+                    if sized is not None and name in sized[0]:
+                        multiplier = sized[1]
+                    elif compiled_field.is_list:
+                        multiplier = self._list_size(compiled_field, selection)
+                    else:
+                        multiplier = 1.0
+                    selections = 0.0
+                    child = compiled_field.child
+                    if child is not None:
+                        child_sized: _Sized = None
+                        if compiled_field.sized_fields is not None:
+                            child_sized = (
+                                compiled_field.sized_fields,
+                                self._list_size(compiled_field, selection),
+                            )
+                        child_base, child_cond, _ = self._walk(
+                            selection.selection_set,
+                            child,
+                            depth + 1,
+                            level + 1,
+                            scale * multiplier,
+                            child_sized,
+                            None,
+                        )
+                        selections = child_base + (max(child_cond.values()) if child_cond else 0)
+                    cost = multiplier * (compiled_field.own + selections)
+                    if compiled_field.arg_weights:
+                        cost += self._argument_cost(compiled_field, selection)
+                if cost > 0.0:
+                    base += cost
+                    if cost_limit is not None and base * scale > cost_limit:
+                        raise QueryTooComplex(
+                            base * scale, cost_limit, locations=_locations(selection)
+                        )
                 continue
             if isinstance(selection, InlineFragmentNode):
                 condition = self._condition(selection, parent)
@@ -458,41 +491,6 @@ class _Pricer:
             if cost_limit is not None and base * scale > cost_limit:
                 raise QueryTooComplex(base * scale, cost_limit, locations=_locations(selection))
         return base, cond, count
-
-    def _field(
-        self,
-        compiled_field: CompiledField,
-        node: FieldNode,
-        depth: int,
-        level: int,
-        scale: float,
-        sized: _Sized,
-    ) -> float:
-        if sized is not None and node.name.value in sized[0]:
-            multiplier = sized[1]
-        elif compiled_field.is_list:
-            multiplier = self._list_size(compiled_field, node)
-        else:
-            multiplier = 1.0
-        child_sized: _Sized = None
-        if compiled_field.sized_fields is not None:
-            child_sized = (compiled_field.sized_fields, self._list_size(compiled_field, node))
-        args = self._argument_cost(compiled_field, node) if compiled_field.arg_weights else 0.0
-        child = compiled_field.child
-        selections = 0.0
-        if child is not None:
-            base, cond, _ = self._walk(
-                node.selection_set,
-                child,
-                depth + 1,
-                level + 1,
-                scale * multiplier,
-                child_sized,
-                None,
-            )
-            selections = base + (max(cond.values()) if cond else 0.0)
-        cost = args + multiplier * (compiled_field.own + selections)
-        return cost if cost > 0.0 else 0.0
 
     def _spread(
         self, spread: FragmentSpreadNode, depth: int, level: int, scale: float, sized: _Sized

@@ -1,0 +1,322 @@
+"""Shared timing, target and table helpers for the benchmarks (no pytest-benchmark)."""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import platform
+import signal
+import statistics
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+
+__all__ = [
+    "SAMPLES",
+    "Measurement",
+    "Target",
+    "environment",
+    "fmt_int",
+    "fmt_ratio",
+    "fmt_us",
+    "measure",
+    "measure_interleaved",
+    "print_table",
+    "print_targets",
+    "ratio",
+    "remaining_budget",
+]
+
+K = TypeVar("K")
+
+SAMPLES = 7
+# Calibration grows the loop count until a sample takes MIN_SAMPLE_S, then aims at TARGET_SAMPLE_S:
+# long enough to dwarf timer resolution and loop overhead, short enough to take several samples
+# between the noise bursts of a shared 2-core machine.
+MIN_SAMPLE_S = 0.020
+TARGET_SAMPLE_S = 0.030
+# A measurement that needs more than this (calibration + samples) is cut short: a pathological case,
+# e.g. an analyzer that expands fragment bombs, must not stall the whole run.
+MEASUREMENT_TIME_LIMIT_S = 10.0
+# Slow operations (one call longer than a sample) take fewer samples, down to MIN_SAMPLES.
+SOFT_MEASUREMENT_S = 2.0
+MIN_SAMPLES = 3
+# The whole run (`make bench`) must finish in under 3 minutes; measurements share this budget.
+RUN_BUDGET_S = 150.0
+
+_started = time.monotonic()
+
+
+def remaining_budget() -> float:
+    """Seconds left of the run's time budget (counted from the harness import)."""
+    return RUN_BUDGET_S - (time.monotonic() - _started)
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """The timing of one operation: median and minimum µs per call over the samples.
+
+    ``median_us`` is ``None`` when there is no figure; ``note`` then says why.
+    ``result`` is what the operation returned on its first (untimed) call.
+    """
+
+    median_us: float | None
+    min_us: float | None = None
+    loops: int = 0
+    samples: int = 0
+    result: Any = None
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.median_us is not None
+
+
+class _MeasurementTimeoutError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A calibrated operation: loops per sample, that sample's seconds, its first result."""
+
+    fn: Callable[[], object]
+    loops: int
+    sample_s: float
+    result: Any
+
+    def sample_us(self) -> float:
+        """One sample, in µs per call."""
+        return _sample(self.fn, self.loops) / self.loops * 1e6
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise _MeasurementTimeoutError in the timed code after ``seconds`` (POSIX main thread)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
+    ):
+        yield
+        return
+
+    def on_alarm(_signum: int, _frame: object) -> None:
+        raise _MeasurementTimeoutError
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _sample(fn: Callable[[], object], loops: int) -> float:
+    """Seconds for ``loops`` calls of ``fn``, after a full collection.
+
+    The collector stays enabled while timing (unlike timeit): the garbage an operation creates is
+    part of what it costs a server.
+    """
+    gc.collect()
+    timer = time.perf_counter
+    iterations = range(loops)
+    start = timer()
+    for _ in iterations:
+        fn()
+    return timer() - start
+
+
+def _calibrate(fn: Callable[[], object]) -> tuple[int, float]:
+    """Loops per sample so that a sample takes about TARGET_SAMPLE_S, and that sample's seconds."""
+    loops = 1
+    while True:
+        elapsed = _sample(fn, loops)
+        if elapsed >= MIN_SAMPLE_S:
+            scaled = max(1, round(loops * TARGET_SAMPLE_S / elapsed))
+            return scaled, elapsed * scaled / loops
+        # Jump straight to the right order of magnitude, but by at most 10x per step so that a
+        # first call made slow by cold caches does not overshoot.
+        factor = 10 if elapsed <= 0 else min(10, max(2, math.ceil(MIN_SAMPLE_S / elapsed)))
+        loops *= factor
+
+
+def measure(fn: Callable[[], object], *, samples: int = SAMPLES) -> Measurement:
+    """Time ``fn``: calibrate, warm up, take ``samples`` samples and keep the median µs per call.
+
+    Never raises for a slow operation: past MEASUREMENT_TIME_LIMIT_S (or the run's remaining
+    budget) the measurement stops and comes back without a figure. Errors from ``fn`` propagate.
+    """
+    return measure_interleaved({"": fn}, samples=samples)[""]
+
+
+def measure_interleaved(
+    fns: Mapping[K, Callable[[], object]], *, samples: int = SAMPLES
+) -> dict[K, Measurement]:
+    """Time several operations as :func:`measure` does, taking their samples in turns.
+
+    Each operation is calibrated and warmed up on its own, then the samples go round-robin
+    (a, b, c, a, b, c, ...): a burst of noise from the machine's neighbours lands on one round of
+    every operation rather than on all the samples of one, so the ratios between them are steadier.
+    """
+    results: dict[K, Measurement] = {}
+    plans: dict[K, _Plan] = {}
+    for name, fn in fns.items():
+        limit = min(MEASUREMENT_TIME_LIMIT_S, remaining_budget())
+        if limit <= 0:
+            results[name] = Measurement(None, note="skipped: run time budget spent")
+            continue
+        try:
+            with _time_limit(limit):
+                result = fn()
+                loops, sample_s = _calibrate(fn)
+                _sample(fn, loops)  # warm-up: let the specializing interpreter settle
+        except _MeasurementTimeoutError:
+            results[name] = Measurement(None, note=f"timed out after {limit:g} s")
+            continue
+        plans[name] = _Plan(fn, loops, sample_s, result)
+
+    if plans:
+        round_s = sum(plan.sample_s for plan in plans.values())
+        count = max(MIN_SAMPLES, min(samples, int(SOFT_MEASUREMENT_S * len(plans) / round_s)))
+        per_call_us: dict[K, list[float]] = {name: [] for name in plans}
+        limit = min(MEASUREMENT_TIME_LIMIT_S * len(plans), remaining_budget())
+        if limit > 0:
+            try:
+                with _time_limit(limit):
+                    for _ in range(count):
+                        for name, plan in plans.items():
+                            per_call_us[name].append(plan.sample_us())
+            except _MeasurementTimeoutError:
+                pass  # keep the samples already taken
+        for name, plan in plans.items():
+            taken = per_call_us[name]
+            results[name] = (
+                Measurement(
+                    median_us=statistics.median(taken),
+                    min_us=min(taken),
+                    loops=plan.loops,
+                    samples=len(taken),
+                    result=plan.result,
+                )
+                if taken
+                else Measurement(None, result=plan.result, note="no sample within the time limit")
+            )
+    return {name: results[name] for name in fns}
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator, or None when either figure is missing."""
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A figure and the bound it should meet. A report, not an assertion: missing one fails no run.
+
+    ``value`` None means no figure: SKIP when ``skip_reason`` says why (node absent), else FAIL.
+    """
+
+    name: str
+    value: float | None
+    limit: float
+    op: Literal["<=", "<"] = "<="
+    skip_reason: str = ""
+
+    @property
+    def status(self) -> Literal["PASS", "FAIL", "SKIP"]:
+        if self.value is None:
+            return "SKIP" if self.skip_reason else "FAIL"
+        met = self.value <= self.limit if self.op == "<=" else self.value < self.limit
+        return "PASS" if met else "FAIL"
+
+    @property
+    def verdict(self) -> str:
+        """The status, with the reason for a SKIP."""
+        return f"{self.status} ({self.skip_reason})" if self.status == "SKIP" else self.status
+
+    @property
+    def bound(self) -> str:
+        return f"{self.op} {self.limit:g}"
+
+
+def fmt_us(value: float | None) -> str:
+    """Microseconds with a precision that suits the magnitude; '-' for no figure."""
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    """A ratio: three significant digits below 1, two decimals above (4.00, not 4); '-' if none."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if value < 1 else f"{value:.2f}"
+
+
+def fmt_int(value: object) -> str:
+    """An integral number (costs may be floats) with thousands separators."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, title: str = "", left: int = 1
+) -> None:
+    """Print a fixed-width table: the first ``left`` columns align left, the others right."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.ljust(w) if i < left else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    if title:
+        print(title)
+    print(line(headers))
+    print(line(["-" * w for w in widths]))
+    for row in rows:
+        print(line(row))
+    print()
+
+
+def print_targets(targets: Sequence[Target], *, title: str = "Targets") -> None:
+    """Print targets as a table, one line each with value, bound and PASS/FAIL/SKIP."""
+    rows = [[t.name, fmt_ratio(t.value), t.bound, t.verdict] for t in targets]
+    print_table(["target", "value", "bound", "status"], rows, title=title, left=1)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for entry in cpuinfo:
+                if entry.startswith("model name"):
+                    return entry.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> str:
+    """One line naming the interpreter, CPU count and CPU model, for the figures' context."""
+    return (
+        f"{platform.python_implementation()} {platform.python_version()} on {platform.system()}, "
+        f"{os.cpu_count()} CPUs ({_cpu_model()})"
+    )

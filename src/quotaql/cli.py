@@ -1,0 +1,466 @@
+"""The ``quotaql`` command: price an operation, check a cost configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+from graphql import (
+    DirectiveDefinitionNode,
+    DocumentNode,
+    GraphQLError,
+    GraphQLSchema,
+    Source,
+    build_ast_schema,
+    parse,
+    validate_schema,
+)
+from graphql.validation.validate import validate_sdl
+
+from quotaql import __version__
+from quotaql.config import load_cost_config
+from quotaql.cost_analysis import CostLimits, CostModel, analyze
+from quotaql.cost_analysis._compile import compiled_schema, graphql_schema
+from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
+from quotaql.errors import ConfigError, CostAnalysisError
+
+try:
+    import click
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+except ModuleNotFoundError as exc:  # the optional 'cli' extra is not installed
+    if (exc.name or "").partition(".")[0] not in {"click", "rich"}:
+        raise
+    # Raised while the entry point imports `main`: Python prints the message and exits 1.
+    raise SystemExit(
+        "the quotaql command needs the 'cli' extra: pip install 'quotaql[cli]'"
+    ) from None
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import ModuleType
+
+    from quotaql.cost_analysis import CostReport
+
+__all__ = ["app", "load_schema", "load_variables", "main"]
+
+SDL_SUFFIXES = (".graphql", ".graphqls", ".gql")
+DEFAULT_TOP = 15
+
+_COST_DIRECTIVES = parse(COST_DIRECTIVES_SDL)
+_JSON_KINDS = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+# --- loading a schema --------------------------------------------------------------------
+
+
+class SchemaSpecError(Exception):
+    """A ``--schema`` value that does not lead to a schema (reported as a usage error)."""
+
+
+def load_schema(spec: str) -> GraphQLSchema:
+    """The schema named by ``spec``: an SDL file, or ``MODULE:ATTR`` in an importable module.
+
+    ``ATTR`` may be a dotted path (``pkg.app:api.schema``); it names a
+    ``graphql.GraphQLSchema``, a ``strawberry.Schema``, or a function without arguments
+    that returns one. The working directory is importable, as with ``python -m``.
+
+    Raises:
+        SchemaSpecError: the file or module cannot be read, or does not hold a valid schema.
+    """
+    if spec.endswith(SDL_SUFFIXES):
+        schema = _schema_from_sdl(Path(spec))
+    elif ":" in spec:
+        schema = _schema_from_object(spec)
+    else:
+        raise SchemaSpecError(
+            f"{spec!r} is neither MODULE:ATTR nor a schema file ({', '.join(SDL_SUFFIXES)})"
+        )
+    errors = validate_schema(schema)
+    if errors:
+        raise SchemaSpecError(f"{spec}: invalid schema: {_join(e.message for e in errors)}")
+    return schema
+
+
+def _schema_from_sdl(path: Path) -> GraphQLSchema:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise SchemaSpecError(f"cannot read {path}: {reason}") from exc
+    try:
+        document = _with_cost_directives(parse(Source(text, str(path))))
+    except GraphQLError as exc:
+        raise SchemaSpecError(_located(path, exc)) from exc
+    errors = validate_sdl(document)
+    if errors:
+        raise SchemaSpecError(_join(_located(path, error) for error in errors))
+    return build_ast_schema(document, assume_valid_sdl=True)
+
+
+def _with_cost_directives(document: DocumentNode) -> DocumentNode:
+    """Declare ``@cost`` and ``@listSize`` unless the SDL does, keeping its line numbers."""
+    declared = _directive_names(document)
+    missing = [
+        definition
+        for definition in _COST_DIRECTIVES.definitions
+        if isinstance(definition, DirectiveDefinitionNode) and definition.name.value not in declared
+    ]
+    return DocumentNode(definitions=(*missing, *document.definitions), loc=document.loc)
+
+
+def _directive_names(document: DocumentNode) -> set[str]:
+    return {
+        definition.name.value
+        for definition in document.definitions
+        if isinstance(definition, DirectiveDefinitionNode)
+    }
+
+
+def _located(path: Path, error: GraphQLError) -> str:
+    where = "".join(f":{loc.line}:{loc.column}" for loc in (error.locations or ())[:1])
+    return f"{path}{where}: {error.message}"
+
+
+def _schema_from_object(spec: str) -> GraphQLSchema:
+    module_name, _, attribute = spec.partition(":")
+    if not _is_dotted_name(module_name) or not _is_dotted_name(attribute):
+        raise SchemaSpecError(f"{spec!r} is not MODULE:ATTR (like 'myapp.schema:schema')")
+    target: Any = _import(module_name, spec)
+    owner = f"module {module_name!r}"
+    for name in attribute.split("."):
+        try:
+            target = getattr(target, name)
+        except AttributeError:
+            raise SchemaSpecError(f"{spec}: {owner} has no attribute {name!r}") from None
+        owner = repr(name)
+    if not _is_schema(target) and callable(target):
+        target = target()
+    if not _is_schema(target):
+        raise SchemaSpecError(
+            f"{spec} is of type {type(target).__name__!r}, not a graphql.GraphQLSchema or a"
+            " strawberry.Schema (or a function returning one)"
+        )
+    return graphql_schema(target)
+
+
+def _import(module_name: str, spec: str) -> ModuleType:
+    # Like `python -m` and uvicorn: modules in the working directory are importable.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only the module named by the spec (or a parent package) is the user's mistake;
+        # a missing import inside their module keeps its traceback.
+        if exc.name is None or not f"{module_name}.".startswith(f"{exc.name}."):
+            raise
+        raise SchemaSpecError(f"{spec}: no module named {exc.name!r}") from None
+
+
+def _is_dotted_name(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+def _is_schema(value: object) -> bool:
+    try:
+        graphql_schema(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _join(messages: Iterable[str]) -> str:
+    return "; ".join(messages)
+
+
+# --- option callbacks: convert a value or fail as a usage error (exit 2) --------------------
+
+
+def _schema_option(ctx: click.Context, param: click.Parameter, value: str) -> GraphQLSchema:
+    try:
+        return load_schema(value)
+    except SchemaSpecError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+
+
+def _variables_option(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        return load_variables(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+
+
+def load_variables(value: str) -> dict[str, Any]:
+    """The JSON object in ``value``, or in the file ``@path``.
+
+    Raises:
+        ValueError: the file cannot be read, or does not hold a JSON object.
+    """
+    text, where = value, ""
+    if value.startswith("@"):
+        path = value[1:]
+        where = f"{path}: "
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"cannot read {path}: {exc}") from exc
+    try:
+        variables = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}not JSON: {exc}") from exc
+    if not isinstance(variables, dict):
+        kind = _JSON_KINDS.get(type(variables), type(variables).__name__)
+        raise ValueError(f"{where}expected a JSON object, got {kind}")
+    return variables
+
+
+# --- the commands ------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="quotaql")
+def app() -> None:
+    """Price GraphQL operations by cost, and check cost configuration."""
+
+
+@app.command("cost")
+@click.option(
+    "--schema",
+    metavar="SPEC",
+    required=True,
+    callback=_schema_option,
+    help="MODULE:ATTR of a GraphQLSchema or strawberry.Schema (or a function returning one),"
+    " or an SDL file (.graphql, .graphqls, .gql).",
+)
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="quotaql.toml whose [cost] table gives the weights and the limits to enforce.",
+)
+@click.option(
+    "--variables",
+    metavar="JSON|@FILE",
+    callback=_variables_option,
+    help="Variables: a JSON object, or @FILE holding one.",
+)
+@click.option("--operation", "operation_name", metavar="NAME", help="Operation to price.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=DEFAULT_TOP,
+    show_default=True,
+    help="Rows in the table of largest contributions (human output).",
+)
+@click.argument("query_file", metavar="QUERY_FILE|-", type=click.File("r", encoding="utf-8"))
+def cost(
+    schema: GraphQLSchema,
+    config: Path | None,
+    variables: dict[str, Any] | None,
+    operation_name: str | None,
+    as_json: bool,
+    top: int,
+    query_file: TextIO,
+) -> None:
+    """Price the operation in QUERY_FILE (- reads stdin) before it runs.
+
+    Exits 1 when the operation cannot be priced or crosses a limit of --config,
+    2 on a usage error (schema, configuration, variables).
+    """
+    model, limits = _cost_config(config)
+    query = _read_query(query_file)
+    try:
+        report = analyze(schema, query, variables, operation_name, model, limits)
+    except CostAnalysisError as error:
+        _analysis_failed(error, query_file.name, as_json)
+    except ConfigError as error:  # the model names a coordinate the schema does not have
+        _fail(f"error: {error}", 2)
+    if as_json:
+        click.echo(json.dumps(_report_json(report), indent=2))
+    else:
+        _print_report(report, top)
+
+
+@app.command("check-config")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--schema",
+    metavar="SPEC",
+    required=True,
+    callback=_schema_option,
+    help="As for `quotaql cost`.",
+)
+def check_config(config: Path, schema: GraphQLSchema) -> None:
+    """Check CONFIG (quotaql.toml) and that each of its weights names a schema coordinate."""
+    try:
+        cost_config = load_cost_config(config)
+        compiled_schema(schema, cost_config.model)
+    except ConfigError as error:
+        _fail(f"error: {error}", 1)
+    weights = len(cost_config.model.weights)
+    click.echo(
+        f"OK: {config}: {weights} weight{'' if weights == 1 else 's'},"
+        f" limits: {_describe_limits(cost_config.limits)}"
+    )
+
+
+def main() -> None:
+    """Run the ``quotaql`` command (the console-script entry point)."""
+    app(prog_name="quotaql")
+
+
+# --- helpers of the commands -------------------------------------------------------------
+
+
+def _fail(message: str, exit_code: int) -> NoReturn:
+    click.echo(message, err=True)
+    raise click.exceptions.Exit(exit_code)
+
+
+def _cost_config(path: Path | None) -> tuple[CostModel, CostLimits | None]:
+    if path is None:
+        return CostModel(), None
+    try:
+        config = load_cost_config(path)
+    except ConfigError as error:
+        _fail(f"error: {error}", 2)
+    return config.model, config.limits
+
+
+def _read_query(stream: TextIO) -> str:
+    try:
+        return stream.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"error: cannot read {stream.name}: {exc}", 2)
+
+
+def _analysis_failed(error: CostAnalysisError, source: str, as_json: bool) -> NoReturn:
+    if as_json:
+        click.echo(json.dumps({"error": _error_json(error)}, indent=2))
+    else:
+        click.echo(f"error [{error.code}]: {error.message}", err=True)
+        for line, column in error.locations:
+            click.echo(f"  --> {source}:{line}:{column}", err=True)
+    raise click.exceptions.Exit(1)
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+
+def _report_json(report: CostReport) -> dict[str, Any]:
+    """The ``--json`` form of a report (camelCase keys, as GraphQL extensions use)."""
+    return {
+        "cost": _plain(report.cost),
+        "depth": report.depth,
+        "aliases": report.aliases,
+        "rootFields": report.root_fields,
+        "operationType": report.operation_type,
+        "operationName": report.operation_name,
+        "byCoordinate": {name: _plain(value) for name, value in report.by_coordinate.items()},
+    }
+
+
+def _error_json(error: CostAnalysisError) -> dict[str, Any]:
+    """The ``--json`` form of an error: a GraphQL error's fields with its extensions inlined."""
+    body: dict[str, Any] = {
+        "code": error.code,
+        "message": error.message,
+        "locations": [{"line": line, "column": column} for line, column in error.locations],
+    }
+    for key, value in error.extensions.items():
+        body.setdefault(key, _plain(value))
+    return body
+
+
+def _describe_limits(limits: CostLimits) -> str:
+    """``max_cost=1000, max_depth=12``, or ``none``."""
+    shown = [
+        f"{field.name}={_number(value)}"
+        for field in dataclasses.fields(limits)
+        if (value := getattr(limits, field.name)) is not None
+    ]
+    return ", ".join(shown) or "none"
+
+
+def _print_report(report: CostReport, top: int) -> None:
+    console = Console(highlight=False)
+    console.print(_summary(report))
+    contributions = report.by_coordinate
+    if top and contributions:
+        console.print()
+        console.print(_contributions(contributions, report.cost, top))
+
+
+def _summary(report: CostReport) -> Text:
+    rows = (
+        ("Operation", f"{report.operation_type} {report.operation_name or '(anonymous)'}"),
+        ("Cost", _number(report.cost)),
+        ("Depth", str(report.depth)),
+        ("Aliases", str(report.aliases)),
+        ("Root fields", str(report.root_fields)),
+    )
+    return Text("\n").join(Text.assemble((f"{label:<13}", "bold"), value) for label, value in rows)
+
+
+def _contributions(contributions: dict[str, float], total: float, top: int) -> Table:
+    hidden = len(contributions) - top
+    table = Table(
+        title="Largest contributions",
+        title_justify="left",
+        caption=f"{hidden} more not shown (--top)" if hidden > 0 else None,
+        caption_justify="left",
+    )
+    table.add_column("Coordinate")
+    table.add_column("Cost", justify="right")
+    table.add_column("Share", justify="right")
+    for coordinate, value in list(contributions.items())[:top]:
+        table.add_row(coordinate, _number(value), _share(value, total))
+    return table
+
+
+def _share(value: float, total: float) -> str:
+    return f"{100 * value / total:.1f}%" if 0 < total < math.inf else "-"
+
+
+def _number(value: float) -> str:
+    """``18``, ``2.5``: no spurious ``.0`` for whole numbers."""
+    plain = _plain(value)
+    return f"{plain:.10g}" if isinstance(plain, float) else str(plain)
+
+
+def _plain(value: Any) -> Any:
+    """A float as JSON has it: whole as an int (``18``, not ``18.0``), infinite as a string.
+
+    Sizes taken from huge slicing arguments can overflow a float; JSON has no infinity.
+    """
+    if not isinstance(value, float):
+        return value
+    if not math.isfinite(value):
+        return str(value).replace("inf", "Infinity")
+    return int(value) if value.is_integer() and abs(value) < 2**53 else value
+
+
+if __name__ == "__main__":
+    main()
