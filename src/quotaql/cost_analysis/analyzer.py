@@ -199,6 +199,8 @@ def parse_document(source: str, limits: CostLimits = _NO_LIMITS) -> DocumentNode
             )
         if "nested too deeply" in message:
             depth = _brace_depth(source)
+            if limits.max_depth is not None and depth > limits.max_depth:
+                return _raise(QueryTooDeep(depth, limits.max_depth, locations=locations))
             return _raise(
                 QueryTooDeep(
                     depth,
