@@ -25,8 +25,8 @@ from graphql.validation.validate import validate_sdl
 
 from quotaql import __version__
 from quotaql.config import load_cost_config
-from quotaql.cost_analysis import CostLimits, CostModel, analyze
-from quotaql.cost_analysis._compile import compiled_schema, graphql_schema
+from quotaql.cost_analysis import CostLimits, CostModel, analyze, check_model
+from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
 from quotaql.errors import ConfigError, CostAnalysisError
 
@@ -316,7 +316,7 @@ def check_config(config: Path, schema: GraphQLSchema) -> None:
     """Check CONFIG (quotaql.toml) and that each of its weights names a schema coordinate."""
     try:
         cost_config = load_cost_config(config)
-        compiled_schema(schema, cost_config.model)
+        check_model(schema, cost_config.model)
     except ConfigError as error:
         _fail(f"error: {error}", 1)
     weights = len(cost_config.model.weights)

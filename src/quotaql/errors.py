@@ -133,9 +133,10 @@ class LimitExceeded(CostAnalysisError):
     """A static limit was crossed; the analysis stopped there.
 
     Attributes:
-        value: the measured value. When the analysis stopped early this is what had been
-            counted so far, so the full operation measures at least this much.
+        value: the measured value: the count at which the limit was crossed.
         limit: the configured maximum.
+        partial: the analysis stopped before the end, so the whole operation measures
+            at least ``value`` (the message then says "at least").
     """
 
     code = "LIMIT_EXCEEDED"
@@ -146,13 +147,16 @@ class LimitExceeded(CostAnalysisError):
         value: float,
         limit: float,
         *,
+        partial: bool = False,
         message: str | None = None,
         locations: tuple[tuple[int, int], ...] = (),
     ) -> None:
         self.value = value
         self.limit = limit
+        self.partial = partial
+        measured = f"of at least {_number(value)}" if partial else _number(value)
         super().__init__(
-            message or f"{self.subject} {_number(value)} exceeds the maximum of {_number(limit)}",
+            message or f"{self.subject} {measured} exceeds the maximum of {_number(limit)}",
             locations=locations,
         )
 

@@ -325,8 +325,11 @@ def test_cost_limit_stops_the_walk_early_on_a_wide_query(worked_schema):
     query = "{ " + " ".join(f"u{i}: users(first: 100) {{ id }}" for i in range(1000)) + " }"
     with pytest.raises(QueryTooComplex) as raised:
         analyze(worked_schema, query, limits=CostLimits(max_cost=5000))
-    # It stopped at the first field that pushed the total over, not after all 1000.
+    # It stopped at the first field that pushed the total over, not after all 1000,
+    # and says the value is a lower bound.
     assert raised.value.value == 5100
+    assert raised.value.partial
+    assert str(raised.value) == "Query cost of at least 5100 exceeds the maximum of 5000"
 
 
 def test_error_locations_point_at_the_offending_node(worked_schema):

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from quotaql.cost_analysis.analyzer import CostReport, analyze
+from quotaql.cost_analysis.analyzer import CostReport, analyze, check_model
 from quotaql.cost_analysis.model import CostLimits, CostModel, FieldCost
 
-__all__ = ["CostLimits", "CostModel", "CostReport", "FieldCost", "analyze"]
+__all__ = ["CostLimits", "CostModel", "CostReport", "FieldCost", "analyze", "check_model"]

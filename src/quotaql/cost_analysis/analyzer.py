@@ -18,6 +18,7 @@ from graphql import (
     InlineFragmentNode,
     IntValueNode,
     OperationDefinitionNode,
+    SelectionNode,
     SelectionSetNode,
     Undefined,
     VariableNode,
@@ -56,7 +57,14 @@ if TYPE_CHECKING:
     from graphql.execution.values import VariableValues
     from graphql.language import DirectiveNode, ValueNode
 
-__all__ = ["MAX_NESTING", "CostReport", "analyze", "parse_document", "select_operation"]
+__all__ = [
+    "MAX_NESTING",
+    "CostReport",
+    "analyze",
+    "check_model",
+    "parse_document",
+    "select_operation",
+]
 
 # Selection sets nested deeper than this (fields, inline fragments and fragment spreads
 # together) are refused whatever the limits say: the walk recurses once per level.
@@ -150,6 +158,19 @@ def analyze(
     variable_values = _coerce_variables(graphql, operation, variables)
     pricer = _Pricer(compiled, fragments, variable_values, limits)
     return pricer.price(operation)
+
+
+def check_model(schema: Any, model: CostModel) -> None:
+    """Check ``model`` against ``schema`` now rather than on the first request.
+
+    Compiles (and caches) the weights of every field, so a server can refuse to start
+    with a config that does not fit its schema.
+
+    Raises:
+        ConfigError: a weight names a type, field or argument the schema does not have
+            (with the closest real coordinates), or a directive has an invalid value.
+    """
+    compiled_schema(graphql_schema(schema), model)
 
 
 def price_operation(
@@ -469,9 +490,7 @@ class _Pricer:
                 if cost > 0.0:
                     base += cost
                     if cost_limit is not None and base * scale > cost_limit:
-                        raise QueryTooComplex(
-                            base * scale, cost_limit, locations=_locations(selection)
-                        )
+                        self._stop_early(base * scale, cost_limit, selection, selection_set, level)
                 continue
             if isinstance(selection, InlineFragmentNode):
                 condition = self._condition(selection, parent)
@@ -491,8 +510,25 @@ class _Pricer:
                 raise TooManyRootFields(count, max_fields, locations=_locations(selection))
             base, cond = _merge(base, cond, parent, condition, price[0], price[1])
             if cost_limit is not None and base * scale > cost_limit:
-                raise QueryTooComplex(base * scale, cost_limit, locations=_locations(selection))
+                self._stop_early(base * scale, cost_limit, selection, selection_set, level)
         return base, cond, count
+
+    def _stop_early(
+        self,
+        counted: float,
+        cost_limit: float,
+        selection: SelectionNode,
+        selection_set: SelectionSetNode,
+        level: int,
+    ) -> None:
+        """Stop: the cost counted so far is over the limit, so the whole operation is too.
+
+        After the last root selection nothing is left to count: the final check in
+        :meth:`price` then reports the exact cost instead of a lower bound.
+        """
+        if level == 1 and selection is selection_set.selections[-1]:
+            return
+        raise QueryTooComplex(counted, cost_limit, partial=True, locations=_locations(selection))
 
     def _spread(
         self, spread: FragmentSpreadNode, depth: int, level: int, scale: float, sized: _Sized
