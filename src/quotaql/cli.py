@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -441,7 +440,7 @@ def _contributions(contributions: dict[str, float], total: float, top: int) -> T
 
 
 def _share(value: float, total: float) -> str:
-    return f"{100 * value / total:.1f}%" if 0 < total < math.inf else "-"
+    return f"{100 * value / total:.1f}%" if total > 0 else "-"
 
 
 def _number(value: float) -> str:
@@ -451,14 +450,9 @@ def _number(value: float) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """A float as JSON has it: whole as an int (``18``, not ``18.0``), infinite as a string.
-
-    Sizes taken from huge slicing arguments can overflow a float; JSON has no infinity.
-    """
+    """A float as JSON has it: whole as an int (``18``, not ``18.0``)."""
     if not isinstance(value, float):
         return value
-    if not math.isfinite(value):
-        return str(value).replace("inf", "Infinity")
     return int(value) if value.is_integer() and abs(value) < 2**53 else value
 
 

@@ -151,6 +151,7 @@ class _Compiler:
 
     def compile(self) -> CompiledSchema:
         self._check_coordinates()
+        self.result.has_negative = any(w < 0 for w in self.model.operation_weights.values())
         schema = self.schema
         types = self.result.types
         for named in schema.type_map.values():

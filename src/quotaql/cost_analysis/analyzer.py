@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -27,6 +28,7 @@ from graphql import (
     parse,
     value_from_ast_untyped,
 )
+from graphql.language import parser as graphql_parser
 
 from quotaql.cost_analysis._compile import (
     CompiledField,
@@ -74,7 +76,11 @@ _DEFAULT_MODEL = CostModel()
 _NO_LIMITS = CostLimits()
 # GraphQL `Int` is 32-bit: a larger literal for an Int argument fails coercion.
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_MAX_COST = sys.float_info.max
 _TOO_MANY_TOKENS = re.compile(r"more than (\d+) (tokens|code points)")
+_BRACES_STRINGS_COMMENTS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|[{}]')
+# How deep graphql-core's parser follows selection sets (it refuses deeper documents).
+_PARSER_NESTING = int(getattr(graphql_parser, "MAX_NESTING_DEPTH", MAX_NESTING))
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,9 +231,9 @@ def parse_document(source: str, limits: CostLimits = _NO_LIMITS) -> DocumentNode
             return _raise(
                 QueryTooDeep(
                     depth,
-                    MAX_NESTING,
-                    message=f"The document nests selections {depth} levels deep,"
-                    " deeper than the parser follows",
+                    _PARSER_NESTING,
+                    message=f"The document nests selections {depth} levels deep; the parser"
+                    f" follows at most {_PARSER_NESTING}",
                     locations=locations,
                 )
             )
@@ -239,16 +245,19 @@ def _raise(error: CostAnalysisError) -> DocumentNode:
 
 
 def _brace_depth(source: str) -> int:
-    """The deepest ``{`` nesting of ``source``, ignoring strings and comments (error path only)."""
+    """The deepest ``{`` nesting of ``source``, ignoring strings and comments (error path only).
+
+    One pass of a regular expression whose alternatives never overlap, so it is linear
+    even on hostile text (an unterminated string ends at its line's end).
+    """
     depth = deepest = 0
-    for line in source.splitlines():
-        code = re.sub(r'"(?:[^"\\]|\\.)*"', "", line.split("#", 1)[0])
-        for char in code:
-            if char == "{":
-                depth += 1
-                deepest = max(deepest, depth)
-            elif char == "}":
-                depth -= 1
+    for token in _BRACES_STRINGS_COMMENTS.finditer(source):
+        char = token.group()
+        if char == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == "}":
+            depth -= 1
     return deepest
 
 
@@ -377,8 +386,7 @@ class _Pricer:
         base, cond, root_fields = self._walk(
             operation.selection_set, root, 1, 1, 1.0, None, self.limits.max_root_fields
         )
-        cost = weight + base + (max(cond.values()) if cond else 0.0)
-        cost = max(cost, 0.0)
+        cost = _finite(weight + base + (max(cond.values()) if cond else 0.0))
         max_cost = self.limits.max_cost
         if max_cost is not None and not cost <= max_cost:
             raise QueryTooComplex(cost, max_cost, locations=_locations(operation))
@@ -528,7 +536,9 @@ class _Pricer:
         """
         if level == 1 and selection is selection_set.selections[-1]:
             return
-        raise QueryTooComplex(counted, cost_limit, partial=True, locations=_locations(selection))
+        raise QueryTooComplex(
+            _finite(counted), cost_limit, partial=True, locations=_locations(selection)
+        )
 
     def _spread(
         self, spread: FragmentSpreadNode, depth: int, level: int, scale: float, sized: _Sized
@@ -658,11 +668,11 @@ class _Pricer:
         """A slicing argument's value as a size; None when it is null or unknown."""
         value: Any
         node_class = value_node.__class__
-        if node_class is IntValueNode:
+        if node_class is IntValueNode and name in compiled_field.int_arguments:
             value = int(cast("IntValueNode", value_node).value)
             if 0 <= value <= _INT_MAX:
                 return float(value)  # the common case, checked once
-            if name in compiled_field.int_arguments and not _INT_MIN <= value <= _INT_MAX:
+            if not _INT_MIN <= value <= _INT_MAX:
                 raise InvalidArgument(
                     f"Argument '{name}' of '{compiled_field.coordinate}' has an invalid value"
                     f" {value}: Int cannot represent non 32-bit signed integer value.",
@@ -713,7 +723,7 @@ class _Pricer:
         )
         if cond and cond_coords:
             _add_scaled(coords, cond_coords[_argmax(cond)], 1.0)
-        return {coordinate: cost for coordinate, cost in coords.items() if cost}
+        return {coordinate: _finite(cost) for coordinate, cost in coords.items() if cost}
 
     def _explain(
         self,
@@ -822,7 +832,7 @@ class _Pricer:
                     child_coords = dict(child_coords)
                     _add_scaled(child_coords, cond_coords[winner], 1.0)
         cost = args + multiplier * (compiled_field.own + selections)
-        if cost <= 0.0:
+        if not cost > 0.0:  # also NaN (0 × inf): the fast walk counts it as 0 too
             return 0.0
         own_share = args + multiplier * compiled_field.own
         if own_share:
@@ -870,6 +880,18 @@ def _merge(
         extra = part_cond.get(type_name, 0.0) if part_cond else 0.0
         cond[type_name] = cond.get(type_name, 0.0) + part_base + extra
     return base, cond
+
+
+def _finite(cost: float) -> float:
+    """A cost as a finite, non-negative float (JSON has no infinity).
+
+    Costs overflow to ``inf`` only for absurd list sizes; ``NaN`` only from ``0 × inf``
+    with negative weights around. Either way the operation is priced as the most
+    expensive one there can be.
+    """
+    if math.isnan(cost) or cost > _MAX_COST:
+        return _MAX_COST
+    return cost if cost > 0.0 else 0.0
 
 
 def _argmax(values: dict[str, float]) -> str:
