@@ -8,18 +8,32 @@ from quotaql.errors import (
     QueryTooComplex,
     QueryTooDeep,
     QuotaqlError,
+    StorageError,
     TooManyAliases,
     TooManyRootFields,
 )
+from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter
+from quotaql.policy import Decision, Quota, QuotaStatus
+from quotaql.storage import AsyncRedisStorage, MemoryStorage, RedisStorage
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncLimiter",
+    "AsyncRedisStorage",
+    "CircuitBreaker",
     "ConfigError",
     "CostAnalysisError",
+    "Decision",
+    "Limiter",
+    "MemoryStorage",
     "QueryTooComplex",
     "QueryTooDeep",
+    "Quota",
+    "QuotaStatus",
     "QuotaqlError",
+    "RedisStorage",
+    "StorageError",
     "TooManyAliases",
     "TooManyRootFields",
     "__version__",

@@ -20,6 +20,8 @@ __all__ = [
     "QueryTooLarge",
     "QuotaqlError",
     "SlicingArgumentRequired",
+    "StorageError",
+    "StorageTimeout",
     "TooManyAliases",
     "TooManyRootFields",
 ]
@@ -64,6 +66,16 @@ class ConfigError(QuotaqlError, ValueError):
         if self.key is not None:
             where = f"{where}: {self.key}" if where else self.key
         return f"{where}: {self.reason}" if where else self.reason
+
+
+class StorageError(QuotaqlError):
+    """The storage (Redis) failed; the limiter answers with its fail mode instead."""
+
+    code = "RATE_LIMITER_UNAVAILABLE"
+
+
+class StorageTimeout(StorageError):
+    """The storage did not answer within its timeout."""
 
 
 class CostAnalysisError(QuotaqlError):

@@ -1,0 +1,488 @@
+"""The limiter: several quotas per key, shared quotas, fail modes and a circuit breaker.
+
+:class:`Limiter` and :class:`AsyncLimiter` share one implementation: each operation is a
+generator that yields the storage calls it needs and receives their results, and a small
+driver runs it with plain calls (sync) or awaits (async).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+
+from quotaql.errors import ConfigError, StorageError, StorageTimeout
+from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
+from quotaql.storage.memory import MemoryStorage
+
+if TYPE_CHECKING:
+    from quotaql.storage.base import AsyncStorage, Storage
+
+__all__ = [
+    "AsyncLimiter",
+    "BackendErrorMode",
+    "CircuitBreaker",
+    "Limiter",
+    "NullRecorder",
+    "Recorder",
+]
+
+BackendErrorMode = Literal["open", "closed", "local"]
+_MODES = ("open", "closed", "local")
+
+# One storage call a flow asks for: (method, key, amount, quotas, now).
+_Call = tuple[str, str | None, float, Sequence[Quota], int | None]
+_Flow = Generator[_Call, Any, Decision | None]
+
+
+class Recorder(Protocol):
+    """Receives what the limiter does, for metrics and logs (see ``quotaql.instrumentation``)."""
+
+    def decision(self, decision: Decision, seconds: float) -> None:
+        """A decision was made in ``seconds`` (including storage round trips)."""
+
+    def backend_error(self, backend: str, error: BaseException) -> None:
+        """A storage call failed (the decision then came from the fail mode)."""
+
+    def circuit(self, backend: str, is_open: bool) -> None:
+        """The circuit breaker opened (``True``) or closed again (``False``)."""
+
+
+class NullRecorder:
+    """Records nothing: the default."""
+
+    def decision(self, decision: Decision, seconds: float) -> None:
+        """Ignore the decision."""
+
+    def backend_error(self, backend: str, error: BaseException) -> None:
+        """Ignore the error."""
+
+    def circuit(self, backend: str, is_open: bool) -> None:
+        """Ignore the change."""
+
+
+class CircuitBreaker:
+    """Stops calling a failing storage for a while, then lets one probe through.
+
+    Closed: every call goes to the storage. After ``failure_threshold`` failures in a row
+    (or one timeout: a hung server costs a full timeout per call) it opens: no call goes
+    to the storage for ``reset_timeout`` seconds. Then one probe call is let through
+    (half-open); its success closes the breaker, its failure opens it again.
+    """
+
+    def __init__(
+        self,
+        failure_threshold: int = 3,
+        reset_timeout: float = 5.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(failure_threshold, bool) or not isinstance(failure_threshold, int):
+            raise ConfigError(f"failure_threshold must be an integer, got {failure_threshold!r}")
+        if failure_threshold < 1:
+            raise ConfigError(f"failure_threshold must be at least 1, got {failure_threshold}")
+        if not isinstance(reset_timeout, int | float) or not reset_timeout > 0:
+            raise ConfigError(f"reset_timeout must be seconds > 0, got {reset_timeout!r}")
+        self.failure_threshold = failure_threshold
+        self.reset_timeout = float(reset_timeout)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._opened_at: float | None = None
+        self._probing = False
+
+    @property
+    def is_open(self) -> bool:
+        """True while calls are kept away from the storage (open or half-open)."""
+        return self._opened_at is not None
+
+    def retry_after(self) -> float:
+        """Seconds until the next probe is allowed (0 when closed)."""
+        opened_at = self._opened_at
+        if opened_at is None:
+            return 0.0
+        return max(0.0, opened_at + self.reset_timeout - self._clock())
+
+    def allow(self) -> bool:
+        """May this call go to the storage?"""
+        with self._lock:
+            if self._opened_at is None:
+                return True
+            if self._probing or self._clock() < self._opened_at + self.reset_timeout:
+                return False
+            self._probing = True  # half-open: this caller is the probe
+            return True
+
+    def success(self) -> bool:
+        """Record a successful call; True when this closed an open breaker."""
+        with self._lock:
+            was_open = self._opened_at is not None
+            self._failures = 0
+            self._opened_at = None
+            self._probing = False
+            return was_open
+
+    def failure(self, *, timeout: bool = False) -> bool:
+        """Record a failed call; True when this opened the breaker."""
+        with self._lock:
+            self._failures += 1
+            was_open = self._opened_at is not None
+            if was_open or timeout or self._failures >= self.failure_threshold:
+                self._opened_at = self._clock()
+                self._probing = False
+                return not was_open
+            return False
+
+
+class _Core:
+    """What the sync and async limiters share: validation, flows, fail modes."""
+
+    def __init__(
+        self,
+        storage: Any,
+        *,
+        on_backend_error: BackendErrorMode,
+        breaker: CircuitBreaker | None,
+        fallback: MemoryStorage | None,
+        recorder: Recorder | None,
+    ) -> None:
+        if on_backend_error not in _MODES:
+            raise ConfigError(
+                f"on_backend_error must be one of {', '.join(_MODES)}, got {on_backend_error!r}"
+            )
+        self.storage = storage
+        self.on_backend_error: BackendErrorMode = on_backend_error
+        self.breaker = breaker or CircuitBreaker()
+        self.fallback = fallback or MemoryStorage(source="fallback")
+        self.recorder: Recorder = recorder or NullRecorder()
+        self.backend: str = getattr(storage, "name", type(storage).__name__)
+        # The memory storage cannot fail: no breaker, no fail mode.
+        self.infallible = isinstance(storage, MemoryStorage)
+
+    # -- flows: the storage calls each operation needs -----------------------------------
+
+    @staticmethod
+    def acquire_flow(key: str, cost: float, quotas: Sequence[Quota], now: int | None) -> _Flow:
+        own = [quota for quota in quotas if not quota.shared]
+        shared = [quota for quota in quotas if quota.shared]
+        decision: Decision = yield ("acquire", key, cost, own, now)
+        if not shared or not decision.allowed:
+            return decision
+        # Shared quotas live on their own slot: a second call, undone if it refuses.
+        shared_decision: Decision = yield ("acquire", None, cost, shared, now)
+        if not shared_decision.allowed:
+            yield ("refund", key, cost, own, now)
+        return _merge(decision, shared_decision, own_first=bool(own))
+
+    @staticmethod
+    def refund_flow(key: str, amount: float, quotas: Sequence[Quota], now: int | None) -> _Flow:
+        own = [quota for quota in quotas if not quota.shared]
+        shared = [quota for quota in quotas if quota.shared]
+        if own:
+            yield ("refund", key, amount, own, now)
+        if shared:
+            yield ("refund", None, amount, shared, now)
+        return None
+
+    @staticmethod
+    def peek_flow(key: str, quotas: Sequence[Quota], now: int | None) -> _Flow:
+        own = [quota for quota in quotas if not quota.shared]
+        shared = [quota for quota in quotas if quota.shared]
+        decision: Decision = yield ("peek", key, 0.0, own, now)
+        if not shared:
+            return decision
+        shared_decision: Decision = yield ("peek", None, 0.0, shared, now)
+        return _merge(decision, shared_decision, own_first=bool(own))
+
+    # -- failure handling ----------------------------------------------------------------
+
+    def failed(self, error: StorageError) -> None:
+        self.recorder.backend_error(self.backend, error)
+        if self.breaker.failure(timeout=isinstance(error, StorageTimeout)):
+            self.recorder.circuit(self.backend, True)
+
+    def succeeded(self) -> None:
+        if self.breaker.is_open and self.breaker.success():
+            self.recorder.circuit(self.backend, False)
+
+    def substitute(
+        self, flow_factory: Callable[[], _Flow], cost: float, quotas: Sequence[Quota]
+    ) -> Decision | None:
+        """The fail mode's answer while the storage cannot be used."""
+        if self.on_backend_error == "local":
+            return _run(flow_factory(), self.fallback)
+        if self.on_backend_error == "open":
+            return _assumed(cost, quotas, "fail_open", allowed=True)
+        retry = max(self.breaker.retry_after(), 1.0)
+        return _assumed(cost, quotas, "fail_closed", allowed=False, retry_after=retry)
+
+
+def _check_request(key: object, cost: float, quotas: Sequence[Quota]) -> None:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"key must be a non-empty string, got {key!r}")
+    if isinstance(cost, bool) or not isinstance(cost, int | float):
+        raise TypeError(f"cost must be a number, got {type(cost).__name__}")
+    if not math.isfinite(cost) or cost < 0:
+        raise ValueError(f"cost must be a finite number >= 0, got {cost!r}")
+    names = set()
+    for quota in quotas:
+        if not isinstance(quota, Quota):
+            raise TypeError(f"quotas must be Quota objects, got {type(quota).__name__}")
+        if quota.name in names:
+            raise ValueError(f"quota {quota.name!r} is given twice")
+        names.add(quota.name)
+
+
+def _merge(first: Decision, second: Decision, *, own_first: bool) -> Decision:
+    """One decision from the tenant's and the shared quotas' decisions."""
+    if not own_first:
+        return second
+    statuses = first.quotas + second.quotas
+    if not second.allowed:
+        return Decision(
+            False, second.cost, second.remaining, second.limit, second.retry_after,
+            second.reset_after, second.limited_by, second.source, second.reason, statuses,
+        )  # fmt: skip
+    tightest = first if first.remaining <= second.remaining else second
+    return Decision(
+        True, first.cost, tightest.remaining, tightest.limit, 0.0, tightest.reset_after,
+        None, first.source, None, statuses,
+    )  # fmt: skip
+
+
+def _assumed(
+    cost: float,
+    quotas: Sequence[Quota],
+    source: Source,
+    *,
+    allowed: bool,
+    retry_after: float = 0.0,
+) -> Decision:
+    """A decision made without the storage (fail open or closed)."""
+    limit = min((quota.maximum for quota in quotas), default=math.inf)
+    statuses = tuple(
+        QuotaStatus(quota.name, quota.maximum, quota.maximum if allowed else 0.0, 0.0,
+                    0.0 if allowed else retry_after, allowed)
+        for quota in quotas
+    )  # fmt: skip
+    return Decision(
+        allowed,
+        cost,
+        limit if allowed else 0.0,
+        limit,
+        0.0 if allowed else retry_after,
+        0.0,
+        None,
+        source,
+        None if allowed else "backend_unavailable",
+        statuses,
+    )
+
+
+def _run(flow: _Flow, storage: Any) -> Decision | None:
+    """Drive ``flow`` with plain calls on ``storage``."""
+    result: Any = None
+    try:
+        while True:
+            method, *args = flow.send(result)
+            result = getattr(storage, method)(*args)
+    except StopIteration as stop:
+        value: Decision | None = stop.value
+        return value
+
+
+async def _run_async(flow: _Flow, storage: Any) -> Decision | None:
+    """Drive ``flow`` with awaited calls on ``storage``."""
+    result: Any = None
+    try:
+        while True:
+            method, *args = flow.send(result)
+            result = await getattr(storage, method)(*args)
+    except StopIteration as stop:
+        value: Decision | None = stop.value
+        return value
+
+
+class Limiter:
+    """Debits a key's quotas by the cost of each request; answers even when Redis is down.
+
+    Example:
+        >>> limiter = Limiter(MemoryStorage())
+        >>> tenant = Quota("tenant", capacity=100, refill_per_second=10)
+        >>> limiter.acquire("acme", cost=60, quotas=[tenant]).allowed
+        True
+        >>> decision = limiter.acquire("acme", cost=60, quotas=[tenant])
+        >>> decision.allowed, decision.limited_by, decision.retry_after
+        (False, 'tenant', 2.0)
+
+    Args:
+        storage: :class:`~quotaql.storage.memory.MemoryStorage` (default) or
+            :class:`~quotaql.storage.redis.RedisStorage`.
+        on_backend_error: when the storage fails: ``"open"`` allows, ``"closed"`` refuses
+            (``reason="backend_unavailable"``), ``"local"`` decides with an in-process
+            :class:`MemoryStorage` until the storage is back.
+        breaker: the circuit breaker in front of the storage.
+        fallback: the storage ``"local"`` uses.
+        recorder: receives decisions, backend errors and breaker changes (metrics).
+    """
+
+    def __init__(
+        self,
+        storage: Storage | None = None,
+        *,
+        on_backend_error: BackendErrorMode = "local",
+        breaker: CircuitBreaker | None = None,
+        fallback: MemoryStorage | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self._core = _Core(
+            storage if storage is not None else MemoryStorage(),
+            on_backend_error=on_backend_error,
+            breaker=breaker,
+            fallback=fallback,
+            recorder=recorder,
+        )
+
+    @property
+    def storage(self) -> Storage:
+        """The storage decisions are made in."""
+        storage: Storage = self._core.storage
+        return storage
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The circuit breaker in front of the storage."""
+        return self._core.breaker
+
+    def acquire(
+        self, key: str, cost: float, quotas: Sequence[Quota], *, now: int | None = None
+    ) -> Decision:
+        """Debit ``cost`` from every quota of ``key``, all of them or none.
+
+        Args:
+            key: the tenant.
+            cost: what the request costs (>= 0).
+            quotas: the quotas that apply; shared ones are one budget for all keys.
+            now: the time in ms (tests); by default the storage's clock.
+        """
+        _check_request(key, cost, quotas)
+        started = time.perf_counter()
+        decision = cast(
+            "Decision",
+            self._execute(lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas),
+        )
+        self._core.recorder.decision(decision, time.perf_counter() - started)
+        return decision
+
+    def refund(
+        self, key: str, amount: float, quotas: Sequence[Quota], *, now: int | None = None
+    ) -> None:
+        """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``."""
+        _check_request(key, amount, quotas)
+        if amount > 0:
+            self._execute(lambda: _Core.refund_flow(key, amount, quotas, now), amount, quotas)
+
+    def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
+        """The state of ``key``'s quotas, without debiting anything."""
+        _check_request(key, 0.0, quotas)
+        return cast(
+            "Decision", self._execute(lambda: _Core.peek_flow(key, quotas, now), 0.0, quotas)
+        )
+
+    def _execute(
+        self, flow_factory: Callable[[], _Flow], cost: float, quotas: Sequence[Quota]
+    ) -> Decision | None:
+        core = self._core
+        if core.infallible:
+            return _run(flow_factory(), core.storage)
+        if core.breaker.allow():
+            try:
+                result = _run(flow_factory(), core.storage)
+            except StorageError as error:
+                core.failed(error)
+            else:
+                core.succeeded()
+                return result
+        return core.substitute(flow_factory, cost, quotas)
+
+
+class AsyncLimiter:
+    """:class:`Limiter` for asyncio, over :class:`~quotaql.storage.redis.AsyncRedisStorage`.
+
+    A :class:`MemoryStorage` works too (its calls do not block).
+    """
+
+    def __init__(
+        self,
+        storage: AsyncStorage | MemoryStorage | None = None,
+        *,
+        on_backend_error: BackendErrorMode = "local",
+        breaker: CircuitBreaker | None = None,
+        fallback: MemoryStorage | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self._core = _Core(
+            storage if storage is not None else MemoryStorage(),
+            on_backend_error=on_backend_error,
+            breaker=breaker,
+            fallback=fallback,
+            recorder=recorder,
+        )
+
+    @property
+    def storage(self) -> AsyncStorage | MemoryStorage:
+        """The storage decisions are made in."""
+        storage: AsyncStorage | MemoryStorage = self._core.storage
+        return storage
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The circuit breaker in front of the storage."""
+        return self._core.breaker
+
+    async def acquire(
+        self, key: str, cost: float, quotas: Sequence[Quota], *, now: int | None = None
+    ) -> Decision:
+        """Debit ``cost`` from every quota of ``key``, all of them or none."""
+        _check_request(key, cost, quotas)
+        started = time.perf_counter()
+        decision = cast(
+            "Decision",
+            await self._execute(lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas),
+        )
+        self._core.recorder.decision(decision, time.perf_counter() - started)
+        return decision
+
+    async def refund(
+        self, key: str, amount: float, quotas: Sequence[Quota], *, now: int | None = None
+    ) -> None:
+        """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``."""
+        _check_request(key, amount, quotas)
+        if amount > 0:
+            await self._execute(lambda: _Core.refund_flow(key, amount, quotas, now), amount, quotas)
+
+    async def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
+        """The state of ``key``'s quotas, without debiting anything."""
+        _check_request(key, 0.0, quotas)
+        return cast(
+            "Decision",
+            await self._execute(lambda: _Core.peek_flow(key, quotas, now), 0.0, quotas),
+        )
+
+    async def _execute(
+        self, flow_factory: Callable[[], _Flow], cost: float, quotas: Sequence[Quota]
+    ) -> Decision | None:
+        core = self._core
+        if core.infallible:
+            return _run(flow_factory(), core.storage)
+        if core.breaker.allow():
+            try:
+                result = await _run_async(flow_factory(), core.storage)
+            except StorageError as error:
+                core.failed(error)
+            else:
+                core.succeeded()
+                return result
+        return core.substitute(flow_factory, cost, quotas)

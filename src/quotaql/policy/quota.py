@@ -1,0 +1,212 @@
+"""Quotas (what a budget allows) and decisions (what the limiter answered)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, get_args
+
+from quotaql.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from quotaql.policy.algorithms import Check
+
+__all__ = ["Algorithm", "Decision", "Quota", "QuotaStatus", "Reason", "Source", "combine"]
+
+Algorithm = Literal["token_bucket", "gcra", "sliding_log", "sliding_counter", "fixed_window"]
+Source = Literal["memory", "redis", "fallback", "fail_open", "fail_closed"]
+Reason = Literal["rate_limited", "exceeds_capacity", "backend_unavailable"]
+
+ALGORITHM_NAMES: tuple[str, ...] = get_args(Algorithm)
+_BUCKETS = ("token_bucket", "gcra")
+# Quota names become part of storage keys: printable, no spaces, no braces (hash tags).
+_NAME = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,128}")
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One budget: a bucket (capacity, refill rate) or a window (limit, window length).
+
+    Example:
+        >>> Quota("tenant", capacity=1000, refill_per_second=50).params
+        (1000.0, 0.05)
+        >>> Quota("daily", limit=100_000, window_seconds=86_400, algorithm="sliding_counter").params
+        (100000.0, 86400000)
+
+    Attributes:
+        name: names the quota in keys, decisions and headers (``[A-Za-z0-9_.:@/+=-]``).
+        capacity: bucket size (``token_bucket``, ``gcra``): the largest burst.
+        refill_per_second: bucket refill rate.
+        limit: cost allowed per window (``sliding_log``, ``sliding_counter``,
+            ``fixed_window``).
+        window_seconds: window length (whole milliseconds).
+        algorithm: one of ``token_bucket`` (default), ``gcra``, ``sliding_log``,
+            ``sliding_counter``, ``fixed_window``.
+        shared: one budget for every tenant (a platform-wide quota) instead of one each.
+    """
+
+    name: str
+    capacity: float | None = None
+    refill_per_second: float | None = None
+    limit: float | None = None
+    window_seconds: float | None = None
+    algorithm: Algorithm = "token_bucket"
+    shared: bool = False
+    params: tuple[float, float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ConfigError(
+                f"quota name {self.name!r} must be 1-128 characters of A-Z a-z 0-9 _ . : @ / + = -"
+            )
+        where = f"quota {self.name!r}"
+        if self.algorithm not in ALGORITHM_NAMES:
+            raise ConfigError(
+                f"{where}: unknown algorithm {self.algorithm!r}"
+                f" (expected one of {', '.join(ALGORITHM_NAMES)})"
+            )
+        if self.algorithm in _BUCKETS:
+            for unused in ("limit", "window_seconds"):
+                if getattr(self, unused) is not None:
+                    raise ConfigError(
+                        f"{where}: {self.algorithm} takes capacity and refill_per_second,"
+                        f" not {unused}"
+                    )
+            capacity = _positive(where, "capacity", self.capacity)
+            rate = _positive(where, "refill_per_second", self.refill_per_second)
+            if self.algorithm == "token_bucket":
+                params = (capacity, rate / 1000)
+            else:
+                interval = 1000 / rate
+                params = (interval, capacity * interval)
+        else:
+            for unused in ("capacity", "refill_per_second"):
+                if getattr(self, unused) is not None:
+                    raise ConfigError(
+                        f"{where}: {self.algorithm} takes limit and window_seconds, not {unused}"
+                    )
+            limit = _positive(where, "limit", self.limit)
+            window_ms = round(_positive(where, "window_seconds", self.window_seconds) * 1000)
+            if window_ms < 1:
+                raise ConfigError(f"{where}: window_seconds must be at least 0.001")
+            params = (limit, window_ms)
+        object.__setattr__(self, "params", params)
+
+    @property
+    def maximum(self) -> float:
+        """The most this quota allows at once: its capacity or its limit."""
+        value = self.capacity if self.algorithm in _BUCKETS else self.limit
+        assert value is not None  # validated in __post_init__
+        return float(value)
+
+    @property
+    def policy(self) -> str:
+        """This quota as an IETF ``RateLimit-Policy`` item: ``"tenant";q=1000;w=20``."""
+        if self.algorithm in _BUCKETS:
+            window = self.maximum / float(self.refill_per_second or 1)
+        else:
+            window = float(self.window_seconds or 0)
+        return f'"{self.name}";q={_compact(self.maximum)};w={max(1, math.ceil(window))}'
+
+
+def _positive(where: str, name: str, value: object) -> float:
+    if value is None:
+        raise ConfigError(f"{where}: {name} is required")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where}: {name} must be a finite number, got {value!r}")
+    if value <= 0:
+        raise ConfigError(f"{where}: {name} must be greater than 0, got {value!r}")
+    return float(value)
+
+
+def _compact(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaStatus:
+    """One quota's state after a decision."""
+
+    name: str
+    limit: float
+    remaining: float
+    reset_after: float
+    retry_after: float | None
+    allowed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The limiter's answer for one request.
+
+    Attributes:
+        allowed: the request may run; its cost has been debited from every quota.
+        cost: the cost asked for.
+        remaining: what is left of the tightest quota (the one that refused, if any).
+        limit: that quota's capacity or limit.
+        retry_after: seconds until the same request would be allowed; 0 when allowed;
+            ``None`` when it never will (``reason == "exceeds_capacity"``).
+        reset_after: seconds until that quota is full again.
+        limited_by: the name of the quota that refused, or None.
+        source: who decided: ``redis``, ``memory``, ``fallback`` (the local storage
+            during a Redis outage), ``fail_open`` or ``fail_closed``.
+        reason: why it was refused: ``rate_limited``, ``exceeds_capacity`` (the cost
+            is larger than the quota can ever allow), ``backend_unavailable``.
+        quotas: every quota's status, in the order asked.
+    """
+
+    allowed: bool
+    cost: float
+    remaining: float
+    limit: float
+    retry_after: float | None
+    reset_after: float
+    limited_by: str | None
+    source: Source
+    reason: Reason | None = None
+    quotas: tuple[QuotaStatus, ...] = ()
+
+
+def combine(
+    quotas: Sequence[Quota], checks: Sequence[Check], cost: float, source: Source
+) -> Decision:
+    """One decision from each quota's check: allowed only if every quota allows."""
+    statuses = tuple(
+        QuotaStatus(
+            name=quota.name,
+            limit=quota.maximum,
+            remaining=max(0.0, check.remaining),
+            reset_after=check.reset_after_ms / 1000,
+            retry_after=None if check.exceeds_capacity else check.retry_after_ms / 1000,
+            allowed=check.allowed,
+        )
+        for quota, check in zip(quotas, checks, strict=True)
+    )
+    blocking = [i for i, check in enumerate(checks) if not check.allowed]
+    if not blocking:
+        index = min(range(len(statuses)), key=lambda i: statuses[i].remaining, default=-1)
+        if index < 0:  # no quota at all: nothing limits
+            return Decision(True, cost, math.inf, math.inf, 0.0, 0.0, None, source)
+        tightest = statuses[index]
+        return Decision(
+            True, cost, tightest.remaining, tightest.limit, 0.0, tightest.reset_after, None,
+            source, None, statuses,
+        )  # fmt: skip
+    never = [i for i in blocking if checks[i].exceeds_capacity]
+    index = never[0] if never else max(blocking, key=lambda i: checks[i].retry_after_ms)
+    limiting = statuses[index]
+    return Decision(
+        False,
+        cost,
+        limiting.remaining,
+        limiting.limit,
+        limiting.retry_after,
+        limiting.reset_after,
+        limiting.name,
+        source,
+        "exceeds_capacity" if never else "rate_limited",
+        statuses,
+    )

@@ -1,0 +1,9 @@
+"""Where quota state lives: process memory (the default) or Redis / Redis Cluster."""
+
+from __future__ import annotations
+
+from quotaql.storage.base import AsyncStorage, Storage
+from quotaql.storage.memory import MemoryStorage
+from quotaql.storage.redis import AsyncRedisStorage, RedisStorage
+
+__all__ = ["AsyncRedisStorage", "AsyncStorage", "MemoryStorage", "RedisStorage", "Storage"]

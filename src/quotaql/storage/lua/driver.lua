@@ -1,0 +1,68 @@
+-- ARGV: mode (acquire | peek | refund), cost or amount, now in ms ('' reads the server's TIME),
+-- number of quotas, then per quota: algorithm, parameter 1, parameter 2.
+-- KEYS: per quota its state key (sliding_log: the ZSET and its meta key), in quota order.
+-- Returns: now, then per quota: allowed, exceeds capacity, remaining, retry after ms, reset
+-- after ms (acquire and peek; all as text, since Redis truncates Lua numbers to integers).
+
+local checks = {
+  token_bucket = token_bucket_check,
+  gcra = gcra_check,
+  sliding_log = sliding_log_check,
+  sliding_counter = sliding_counter_check,
+  fixed_window = fixed_window_check,
+}
+local refunds = {
+  token_bucket = token_bucket_refund,
+  gcra = gcra_refund,
+  sliding_log = sliding_log_refund,
+  sliding_counter = sliding_counter_refund,
+  fixed_window = fixed_window_refund,
+}
+local key_counts = {sliding_log = 2}
+
+local mode = ARGV[1]
+local amount = tonumber(ARGV[2])
+local now
+if ARGV[3] == '' then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+else
+  now = tonumber(ARGV[3])
+end
+
+local results = {num(now)}
+local commits = {}
+local allowed = true
+local key_index = 1
+local arg = 5
+for _ = 1, tonumber(ARGV[4]) do
+  local algorithm = ARGV[arg]
+  local first, second = tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
+  arg = arg + 3
+  if checks[algorithm] == nil then
+    return redis.error_reply('quotaql: unknown algorithm ' .. tostring(algorithm))
+  end
+  local keys = {}
+  for i = 1, key_counts[algorithm] or 1 do
+    keys[i] = KEYS[key_index]
+    key_index = key_index + 1
+  end
+  if mode == 'refund' then
+    refunds[algorithm](keys, now, amount, first, second)
+  else
+    local check = checks[algorithm](keys, now, amount, first, second)
+    if not check[1] then allowed = false end
+    if check[6] then commits[#commits + 1] = check[6] end
+    results[#results + 1] = check[1] and '1' or '0'
+    results[#results + 1] = check[2] and '1' or '0'
+    results[#results + 1] = num(check[3])
+    results[#results + 1] = num(check[4])
+    results[#results + 1] = num(check[5])
+  end
+end
+
+-- All or nothing: write only when every quota allowed.
+if mode == 'acquire' and allowed then
+  for _, write in ipairs(commits) do write() end
+end
+return results

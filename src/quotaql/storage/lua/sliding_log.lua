@@ -1,0 +1,94 @@
+-- Sliding log: mirrors quotaql.policy.algorithms.sliding_log / sliding_log_refund.
+-- keys[1]: ZSET of admitted calls, score = time ms, member = "<seq, 15 digits>:<cost>"
+-- (the zero-padded sequence keeps same-millisecond entries in arrival order).
+-- keys[2]: "<total cost> <last seq>". Params: limit, window (ms).
+
+local function sliding_log_meta(keys)
+  local raw = redis.call('GET', keys[2])
+  if not raw then return 0, 0 end
+  local total, seq = string.match(raw, '^(%S+) (%S+)$')
+  return tonumber(total), tonumber(seq)
+end
+
+local function sliding_log_cost(member)
+  return tonumber(string.match(member, ':(%S+)$'))
+end
+
+-- Forget entries older than one window; the total stays in step with the ZSET.
+local function sliding_log_expire(keys, now, window)
+  local total, seq = sliding_log_meta(keys)
+  local cutoff = now - window
+  local expired = redis.call('ZRANGEBYSCORE', keys[1], '-inf', cutoff)
+  if #expired > 0 then
+    for _, member in ipairs(expired) do
+      total = total - sliding_log_cost(member)
+    end
+    redis.call('ZREMRANGEBYSCORE', keys[1], '-inf', cutoff)
+    if redis.call('ZCARD', keys[1]) == 0 then
+      total = 0
+      redis.call('DEL', keys[2])
+    else
+      redis.call('SET', keys[2], num(total) .. ' ' .. num(seq), 'KEEPTTL')
+    end
+  end
+  return total, seq
+end
+
+local function sliding_log_check(keys, now, cost, limit, window)
+  local total, seq = sliding_log_expire(keys, now, window)
+  local last = redis.call('ZRANGE', keys[1], -1, -1, 'WITHSCORES')
+  local reset = 0
+  if #last > 0 then reset = ms(tonumber(last[2]) + window - now) end
+  if cost > limit then
+    return {false, true, limit - total, 0, reset}
+  end
+  if total + cost <= limit then
+    return {true, false, limit - (total + cost), 0, window, function()
+      seq = seq + 1
+      redis.call('ZADD', keys[1], now, string.format('%015d', seq) .. ':' .. num(cost))
+      redis.call('PEXPIRE', keys[1], window)
+      put(keys[2], num(total + cost) .. ' ' .. num(seq), window)
+    end}
+  end
+  local need = total + cost - limit
+  local freed = 0
+  local retry = 0
+  local entries = redis.call('ZRANGE', keys[1], 0, -1, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    freed = freed + sliding_log_cost(entries[i])
+    if freed >= need then
+      retry = ms(tonumber(entries[i + 1]) + window - now)
+      break
+    end
+  end
+  return {false, false, limit - total, retry, reset}
+end
+
+local function sliding_log_refund(keys, now, amount, limit, window)
+  local total, seq = sliding_log_expire(keys, now, window)
+  local entries = redis.call('ZREVRANGE', keys[1], 0, -1, 'WITHSCORES')
+  local i = 1
+  while i <= #entries and amount > 0 do
+    local member, at = entries[i], tonumber(entries[i + 1])
+    local entry_cost = sliding_log_cost(member)
+    redis.call('ZREM', keys[1], member)
+    if entry_cost > amount then
+      local prefix = string.match(member, '^(%d+):')
+      redis.call('ZADD', keys[1], at, prefix .. ':' .. num(entry_cost - amount))
+      total = total - amount
+      amount = 0
+    else
+      total = total - entry_cost
+      amount = amount - entry_cost
+    end
+    i = i + 2
+  end
+  local last = redis.call('ZRANGE', keys[1], -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', keys[1], keys[2])
+    return
+  end
+  local ttl = ms(tonumber(last[2]) + window - now)
+  redis.call('PEXPIRE', keys[1], math.max(1, ttl))
+  put(keys[2], num(total) .. ' ' .. num(seq), ttl)
+end

@@ -1,0 +1,161 @@
+"""The embedded default storage: a dict in process memory around the policy functions."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from quotaql.errors import ConfigError
+from quotaql.policy.algorithms import ALGORITHMS, commit
+from quotaql.policy.quota import Decision, Quota, Source, combine
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+__all__ = ["MemoryStorage"]
+
+# Every this many writes, look at this many of the least recently used keys for expiry.
+_SWEEP_EVERY = 256
+_SWEEP_BATCH = 64
+
+
+class MemoryStorage:
+    """Quota state in a dict, for one process: the embedded default.
+
+    Thread-safe (one lock, held only while deciding, never across an ``await``, so it is
+    also safe to call from asyncio code). Bounded: state that no longer matters (a full
+    bucket, an empty window) expires and is swept, and beyond ``max_keys`` the least
+    recently used key is evicted, so a stream of random tenant keys cannot exhaust memory.
+
+    Example:
+        >>> from quotaql import Quota
+        >>> storage = MemoryStorage()
+        >>> quota = Quota("tenant", capacity=100, refill_per_second=1)
+        >>> storage.acquire("acme", 30, [quota]).remaining
+        70.0
+
+    Args:
+        clock: seconds from a monotonic clock (``time.monotonic`` by default); tests inject
+            their own.
+        max_keys: most (tenant, quota) states kept; the least recently used goes first.
+        source: the ``Decision.source`` it reports (the limiter's local fallback uses
+            ``"fallback"``).
+    """
+
+    name = "memory"
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_keys: int = 1_000_000,
+        source: Source = "memory",
+    ) -> None:
+        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+            raise ConfigError(f"max_keys must be a positive integer, got {max_keys!r}")
+        self._clock = clock
+        self._max_keys = max_keys
+        self._source: Source = source
+        self._lock = threading.Lock()
+        # key -> (expires at ms, state); dict order is least recently used first.
+        self._states: dict[str, tuple[int, Any]] = {}
+        self._writes = 0
+
+    def now(self) -> int:
+        """The storage clock in integer milliseconds."""
+        return int(self._clock() * 1000)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    # -- the storage protocol ------------------------------------------------------------
+
+    def acquire(
+        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+    ) -> Decision:
+        """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
+        now = self.now() if now is None else now
+        with self._lock:
+            keys = [_key(key, quota) for quota in quotas]
+            checks = [
+                ALGORITHMS[quota.algorithm][0](self._get(k, now), now, cost, *quota.params)
+                for k, quota in zip(keys, quotas, strict=True)
+            ]
+            if all(check.allowed for check in checks):
+                for k, quota, check in zip(keys, quotas, checks, strict=True):
+                    self._put(k, now, check.ttl_ms, commit(quota.algorithm, check.state))
+        return combine(quotas, checks, cost, self._source)
+
+    def refund(
+        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
+    ) -> None:
+        """Give ``amount`` back to every quota of ``key`` (never above full)."""
+        if amount <= 0:
+            return
+        now = self.now() if now is None else now
+        with self._lock:
+            for quota in quotas:
+                k = _key(key, quota)
+                refund = ALGORITHMS[quota.algorithm][1]
+                state, ttl = refund(self._get(k, now), now, amount, *quota.params)
+                if state is None:
+                    self._states.pop(k, None)
+                else:
+                    self._put(k, now, ttl, state)
+
+    def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
+        """Each quota's state for ``key``, without debiting anything."""
+        now = self.now() if now is None else now
+        with self._lock:
+            checks = [
+                ALGORITHMS[quota.algorithm][0](
+                    self._get(_key(key, quota), now), now, 0.0, *quota.params
+                )
+                for quota in quotas
+            ]
+        return combine(quotas, checks, 0.0, self._source)
+
+    def clear(self) -> None:
+        """Forget every state."""
+        with self._lock:
+            self._states.clear()
+
+    # -- state table ---------------------------------------------------------------------
+
+    def _get(self, key: str, now: int) -> Any:
+        entry = self._states.get(key)
+        if entry is None:
+            return None
+        if entry[0] <= now:
+            del self._states[key]
+            return None
+        return entry[1]
+
+    def _put(self, key: str, now: int, ttl_ms: int, state: object) -> None:
+        states = self._states
+        states.pop(key, None)  # re-inserted at the end: most recently used
+        if ttl_ms <= 0 or state is None:
+            return
+        states[key] = (now + ttl_ms, state)
+        if len(states) > self._max_keys:
+            del states[next(iter(states))]
+        self._writes += 1
+        if self._writes % _SWEEP_EVERY == 0:
+            self._sweep(now)
+
+    def _sweep(self, now: int) -> None:
+        """Drop expired states among the least recently used (bounded work per call)."""
+        states = self._states
+        oldest = itertools.islice(states.items(), _SWEEP_BATCH)
+        expired = [key for key, (expires, _) in oldest if expires <= now]
+        for key in expired:
+            del states[key]
+
+
+def _key(tenant: str | None, quota: Quota) -> str:
+    # Quota names cannot hold "\0" or "\1", so the first of them ends the name: no two
+    # (name, tenant) pairs share a key, and one string costs less memory than a tuple.
+    # A shared quota (tenant None) has one key for everybody.
+    return f"{quota.name}\1" if tenant is None else f"{quota.name}\0{tenant}"

@@ -1,0 +1,380 @@
+"""Quota state in Redis or Redis Cluster: one Lua script call per decision.
+
+The Lua scripts under ``lua/`` are the source of truth in Redis: one file per algorithm,
+mirroring :mod:`quotaql.policy.algorithms`, and a driver that checks every quota of one
+key and debits all of them or none. The script reads the server's clock (``TIME``), so a
+fleet of application servers with skewed clocks agrees.
+
+Keys are ``<prefix>:{t:<tenant>}:<quota>``: one hash tag per tenant, so all its quotas
+share one Redis Cluster slot and one script call covers them. Tenants outside a safe
+alphabet (or long ones) are hashed, ``{h:<sha256>}``; shared quotas live under
+``{global}``. Every key carries a TTL: an idle tenant costs nothing once its bucket is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from quotaql.errors import StorageError, StorageTimeout
+from quotaql.policy.algorithms import Check
+from quotaql.policy.quota import Decision, Quota, combine
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["AsyncRedisStorage", "RedisStorage", "redis_key", "script_source"]
+
+DEFAULT_TIMEOUT = 0.05  # seconds per call: a limiter must answer fast or not at all
+_SAFE_TENANT = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,64}")
+_SCRIPT_PARTS = (
+    "_common.lua",
+    "token_bucket.lua",
+    "gcra.lua",
+    "sliding_log.lua",
+    "sliding_counter.lua",
+    "fixed_window.lua",
+    "driver.lua",
+)
+_FIELDS_PER_QUOTA = 5
+
+
+@cache
+def script_source() -> str:
+    """The Lua script, assembled from the package's ``lua/`` files."""
+    folder = resources.files("quotaql.storage") / "lua"
+    return "\n".join(folder.joinpath(part).read_text(encoding="utf-8") for part in _SCRIPT_PARTS)
+
+
+def redis_key(prefix: str, tenant: str | None, quota: Quota) -> str:
+    """The key of ``quota`` for ``tenant`` (``None``: the shared, platform-wide scope)."""
+    if tenant is None:
+        tag = "global"
+    elif _SAFE_TENANT.fullmatch(tenant):
+        tag = f"t:{tenant}"
+    else:
+        # Braces, spaces, unicode, very long keys: hashed, so none can break out of the tag.
+        digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        tag = f"h:{digest}"
+    return f"{prefix}:{{{tag}}}:{quota.name}"
+
+
+def _request(
+    prefix: str,
+    mode: str,
+    tenant: str | None,
+    amount: float,
+    quotas: Sequence[Quota],
+    now: int | None,
+) -> tuple[list[str], list[str]]:
+    keys: list[str] = []
+    args = [mode, repr(float(amount)), "" if now is None else str(int(now)), str(len(quotas))]
+    for quota in quotas:
+        key = redis_key(prefix, tenant, quota)
+        keys.append(key)
+        if quota.algorithm == "sliding_log":
+            keys.append(key + "#log")  # "#" is not allowed in quota names: no clash
+        first, second = quota.params
+        args += [quota.algorithm, repr(float(first)), repr(float(second))]
+    return keys, args
+
+
+def _decision(raw: list[bytes], quotas: Sequence[Quota], cost: float) -> Decision:
+    values = [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
+    checks = []
+    for index in range(len(quotas)):
+        allowed, exceeds, remaining, retry, reset = values[
+            1 + index * _FIELDS_PER_QUOTA : 1 + (index + 1) * _FIELDS_PER_QUOTA
+        ]
+        checks.append(
+            Check(
+                allowed == "1",
+                exceeds == "1",
+                None,
+                float(remaining),
+                float(retry),
+                float(reset),
+                0,
+            )
+        )
+    return combine(quotas, checks, cost, "redis")
+
+
+def _validate(amount: float, quotas: Sequence[Quota]) -> None:
+    if isinstance(amount, bool) or not isinstance(amount, int | float) or not amount >= 0:
+        raise ValueError(f"cost must be a number >= 0, got {amount!r}")
+    if amount == float("inf"):
+        raise ValueError("cost must be finite")
+    for quota in quotas:
+        if not isinstance(quota, Quota):
+            raise TypeError(f"expected Quota objects, got {type(quota).__name__}")
+
+
+def _is_cluster(client: Any) -> bool:
+    return hasattr(client, "nodes_manager") or hasattr(client, "get_nodes")
+
+
+def _hardened(client: Any, timeout: float) -> Any:
+    """A client like ``client`` (same servers, auth, TLS) that fails fast.
+
+    redis-py's defaults (5 s socket timeout, 10 retries with backoff) suit a cache, not
+    a limiter in front of every request: a dead Redis would stall each request for
+    seconds. The limiter's circuit breaker handles failures; the client must not retry.
+    """
+    from redis.backoff import NoBackoff  # noqa: PLC0415
+    from redis.retry import Retry  # noqa: PLC0415
+
+    overrides: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if _is_cluster(client):
+        from redis.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
+
+        kwargs = _cluster_kwargs(client.get_connection_kwargs())
+        return RedisCluster(
+            startup_nodes=[
+                ClusterNode(node.host, node.port)  # type: ignore[no-untyped-call]
+                for node in client.get_nodes()
+            ],
+            **kwargs,
+            **overrides,
+        )
+    import redis  # noqa: PLC0415
+
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, **overrides}
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    )
+
+
+def _hardened_async(client: Any, timeout: float) -> Any:
+    from redis.asyncio.retry import Retry  # noqa: PLC0415
+    from redis.backoff import NoBackoff  # noqa: PLC0415
+
+    overrides: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if _is_cluster(client):
+        from redis.asyncio.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
+
+        kwargs = _cluster_kwargs(client.get_connection_kwargs())
+        nodes = client.get_nodes() or [
+            ClusterNode(node.host, node.port)
+            for node in client.nodes_manager.startup_nodes.values()
+        ]
+        return RedisCluster(
+            startup_nodes=[ClusterNode(node.host, node.port) for node in nodes],
+            **kwargs,
+            **overrides,
+        )
+    import redis.asyncio  # noqa: PLC0415
+
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, **overrides}
+    return redis.asyncio.Redis(
+        connection_pool=redis.asyncio.ConnectionPool(
+            connection_class=pool.connection_class, **kwargs
+        )
+    )
+
+
+# Connection settings of a cluster client that its constructor takes back.
+_CLUSTER_KWARGS = (
+    "username",
+    "password",
+    "credential_provider",
+    "ssl",
+    "ssl_keyfile",
+    "ssl_certfile",
+    "ssl_cert_reqs",
+    "ssl_ca_certs",
+    "ssl_ca_data",
+    "ssl_check_hostname",
+    "client_name",
+    "encoding",
+    "encoding_errors",
+    "protocol",
+)
+
+
+def _cluster_kwargs(connection_kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: connection_kwargs[name]
+        for name in _CLUSTER_KWARGS
+        if connection_kwargs.get(name) is not None
+    }
+
+
+class RedisStorage:
+    """Quota state in Redis or Redis Cluster (``redis.Redis`` / ``redis.cluster.RedisCluster``).
+
+    Every decision is one ``EVALSHA`` (the script is loaded again after a ``NOSCRIPT``,
+    e.g. after a restart or a failover). Failures raise :class:`~quotaql.errors.StorageError`
+    (:class:`~quotaql.errors.StorageTimeout` past ``timeout``); the limiter turns them into
+    its fail mode.
+
+    Args:
+        client: the application's client; the storage talks to the same servers with the
+            same credentials through a private connection pool that has ``timeout`` as its
+            socket timeouts and no retries (the limiter's breaker handles failures).
+        prefix: the first part of every key.
+        timeout: seconds one call may take.
+    """
+
+    name = "redis"
+
+    def __init__(
+        self, client: Any, *, prefix: str = "quotaql", timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        _check_options(prefix, timeout)
+        self.client = _hardened(client, timeout)
+        self.prefix = prefix
+        self.timeout = timeout
+        self._script = self.client.register_script(script_source())
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisStorage:
+        """A storage on ``redis://...`` (or ``rediss://``)."""
+        import redis  # noqa: PLC0415
+
+        return cls(redis.Redis.from_url(url), **kwargs)
+
+    def acquire(
+        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+    ) -> Decision:
+        """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
+        _validate(cost, quotas)
+        return _decision(self._call("acquire", key, cost, quotas, now), quotas, cost)
+
+    def refund(
+        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
+    ) -> None:
+        """Give ``amount`` back to every quota of ``key`` (never above full)."""
+        _validate(amount, quotas)
+        if amount > 0 and quotas:
+            self._call("refund", key, amount, quotas, now)
+
+    def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
+        """Each quota's state for ``key``, without debiting anything."""
+        _validate(0, quotas)
+        return _decision(self._call("peek", key, 0, quotas, now), quotas, 0.0)
+
+    def close(self) -> None:
+        """Close the storage's private connections."""
+        self.client.close()
+
+    def _call(
+        self,
+        mode: str,
+        tenant: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+    ) -> list[bytes]:
+        if not quotas:
+            return []
+        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now)
+        from redis.exceptions import RedisError  # noqa: PLC0415
+
+        try:
+            result: list[bytes] = self._script(keys=keys, args=args)
+        except RedisError as exc:
+            raise _storage_error(exc) from exc
+        return result
+
+
+class AsyncRedisStorage:
+    """:class:`RedisStorage` for asyncio (``redis.asyncio.Redis`` / ``RedisCluster``).
+
+    ``timeout`` is also enforced with ``asyncio.timeout`` around each call.
+    """
+
+    name = "redis"
+
+    def __init__(
+        self, client: Any, *, prefix: str = "quotaql", timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        _check_options(prefix, timeout)
+        self.client = _hardened_async(client, timeout)
+        self.prefix = prefix
+        self.timeout = timeout
+        self._script = self.client.register_script(script_source())
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> AsyncRedisStorage:
+        """A storage on ``redis://...`` (or ``rediss://``)."""
+        import redis.asyncio  # noqa: PLC0415
+
+        return cls(redis.asyncio.Redis.from_url(url), **kwargs)
+
+    async def acquire(
+        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+    ) -> Decision:
+        """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
+        _validate(cost, quotas)
+        return _decision(await self._call("acquire", key, cost, quotas, now), quotas, cost)
+
+    async def refund(
+        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
+    ) -> None:
+        """Give ``amount`` back to every quota of ``key`` (never above full)."""
+        _validate(amount, quotas)
+        if amount > 0 and quotas:
+            await self._call("refund", key, amount, quotas, now)
+
+    async def peek(
+        self, key: str | None, quotas: Sequence[Quota], now: int | None = None
+    ) -> Decision:
+        """Each quota's state for ``key``, without debiting anything."""
+        _validate(0, quotas)
+        return _decision(await self._call("peek", key, 0, quotas, now), quotas, 0.0)
+
+    async def close(self) -> None:
+        """Close the storage's private connections."""
+        await self.client.aclose()
+
+    async def _call(
+        self,
+        mode: str,
+        tenant: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+    ) -> list[bytes]:
+        if not quotas:
+            return []
+        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now)
+        from redis.exceptions import RedisError  # noqa: PLC0415
+
+        try:
+            async with asyncio.timeout(self.timeout):
+                result: list[bytes] = await self._script(keys=keys, args=args)
+        except TimeoutError as exc:
+            raise StorageTimeout(f"Redis did not answer within {self.timeout:g} s") from exc
+        except RedisError as exc:
+            raise _storage_error(exc) from exc
+        return result
+
+
+def _check_options(prefix: str, timeout: float) -> None:
+    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+        raise ValueError(f"prefix must be a non-empty string without braces, got {prefix!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+
+
+def _storage_error(exc: Exception) -> StorageError:
+    from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: PLC0415
+
+    if isinstance(exc, RedisTimeoutError):
+        return StorageTimeout(f"Redis did not answer in time: {exc}")
+    return StorageError(f"Redis failed: {type(exc).__name__}: {exc}")
