@@ -1,0 +1,130 @@
+"""Fixtures shared by the whole suite: private Redis servers and a Redis Cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import redis
+    import redis.asyncio
+    import redis.asyncio.cluster
+    import redis.cluster
+
+    from tests.servers import AsyncRunner, RedisCluster, RedisServer
+
+# redis is an optional extra: tests.servers is imported inside the fixtures so that the
+# suites that never touch Redis still run where it is not installed.
+
+SYSTEM_REDIS_PORT = 6379
+
+
+@contextlib.contextmanager
+def _redis_binaries_required() -> Iterator[None]:
+    from tests.servers import MissingRedisBinary
+
+    try:
+        yield
+    except MissingRedisBinary as exc:
+        # Fail, never skip: a suite that silently skips its Redis tests proves nothing.
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leaked_redis_servers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the session, reap any redis-server a test started and never stopped, loudly."""
+    yield
+    servers = sys.modules.get("tests.servers")
+    leaked = servers.reap_all() if servers is not None else []
+    # After Ctrl-C a test may have been cut off before its own cleanup: reap quietly.
+    if leaked and request.session.exitstatus != pytest.ExitCode.INTERRUPTED:
+        pytest.fail(f"tests left redis-server processes running (now killed): pids {leaked}")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One private redis-server for the session; tests that kill or pause use fresh_redis_server."""
+    from tests.servers import RedisServer
+
+    with _redis_binaries_required():
+        server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A ``redis.Redis`` (bytes replies) on the session server, emptied with FLUSHALL first."""
+    assert redis_server.port != SYSTEM_REDIS_PORT
+    assert redis_server.running, "a test killed the shared redis_server; use fresh_redis_server"
+    assert not redis_server.paused, "a test left the shared redis_server paused"
+    with redis_server.client() as client:
+        client.flushall()
+        yield client
+
+
+@pytest.fixture
+def async_redis_client(
+    redis_server: RedisServer, redis_client: redis.Redis
+) -> AsyncRunner[redis.asyncio.Redis]:
+    """Run ``async def body(client)`` with a fresh ``redis.asyncio.Redis`` on the session server.
+
+    ``async_redis_client(body, **client_kwargs)`` runs ``body`` under ``asyncio.run`` with a
+    client made inside that loop and closed with ``await client.aclose()`` after it; the server
+    was emptied with FLUSHALL before the test. (No pytest-asyncio: tests stay plain functions.)
+    """
+    from tests.servers import AsyncRunner
+
+    return AsyncRunner(redis_server.async_client)
+
+
+@pytest.fixture
+def fresh_redis_server() -> Iterator[RedisServer]:
+    """A private redis-server for one test, free to be killed, restarted or paused."""
+    from tests.servers import RedisServer
+
+    with _redis_binaries_required():
+        server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A 3-master Redis Cluster (no replicas) for the session."""
+    from tests.servers import RedisCluster
+
+    with _redis_binaries_required():
+        cluster = RedisCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster_client(redis_cluster: RedisCluster) -> Iterator[redis.cluster.RedisCluster]:
+    """A ``redis.cluster.RedisCluster`` on the session cluster, every master emptied first."""
+    assert SYSTEM_REDIS_PORT not in redis_cluster.ports
+    redis_cluster.flushall()
+    with redis_cluster.client() as client:
+        yield client
+
+
+@pytest.fixture
+def async_cluster_client(
+    redis_cluster: RedisCluster, cluster_client: redis.cluster.RedisCluster
+) -> AsyncRunner[redis.asyncio.cluster.RedisCluster]:
+    """Like ``async_redis_client``, with a ``redis.asyncio.cluster.RedisCluster``."""
+    from tests.servers import AsyncRunner
+
+    return AsyncRunner(redis_cluster.async_client)
