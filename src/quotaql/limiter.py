@@ -219,20 +219,24 @@ class _Core:
         return _assumed(cost, quotas, "fail_closed", allowed=False, retry_after=retry)
 
 
-def _check_request(key: object, cost: float, quotas: Sequence[Quota]) -> None:
-    if not isinstance(key, str) or not key:
+def _check_request(key: object, cost: float, quotas: Sequence[Quota]) -> bool:
+    """Refuse bad arguments before anything is written; True when a quota is shared."""
+    if type(key) is not str or not key:
         raise ValueError(f"key must be a non-empty string, got {key!r}")
-    if isinstance(cost, bool) or not isinstance(cost, int | float):
+    if type(cost) not in (float, int) and (
+        isinstance(cost, bool) or not isinstance(cost, int | float)
+    ):
         raise TypeError(f"cost must be a number, got {type(cost).__name__}")
-    if not math.isfinite(cost) or cost < 0:
+    if not 0 <= cost < math.inf:  # also refuses NaN
         raise ValueError(f"cost must be a finite number >= 0, got {cost!r}")
-    names = set()
+    shared = False
     for quota in quotas:
-        if not isinstance(quota, Quota):
+        if type(quota) is not Quota:
             raise TypeError(f"quotas must be Quota objects, got {type(quota).__name__}")
-        if quota.name in names:
-            raise ValueError(f"quota {quota.name!r} is given twice")
-        names.add(quota.name)
+        shared = shared or quota.shared
+    if len(quotas) > 1 and len({quota.name for quota in quotas}) < len(quotas):
+        raise ValueError("each quota may be given once: two have the same name")
+    return shared
 
 
 def _merge(first: Decision, second: Decision, *, own_first: bool) -> Decision:
@@ -367,13 +371,17 @@ class Limiter:
             quotas: the quotas that apply; shared ones are one budget for all keys.
             now: the time in ms (tests); by default the storage's clock.
         """
-        _check_request(key, cost, quotas)
+        shared = _check_request(key, cost, quotas)
         started = time.perf_counter()
-        decision = cast(
-            "Decision",
-            self._execute(lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas),
-        )
-        self._core.recorder.decision(decision, time.perf_counter() - started)
+        core = self._core
+        if core.infallible and not shared:  # the embedded default: no flow machinery
+            decision: Decision = core.storage.acquire(key, cost, quotas, now)
+        else:
+            decision = cast(
+                "Decision",
+                self._execute(lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas),
+            )
+        core.recorder.decision(decision, time.perf_counter() - started)
         return decision
 
     def refund(
@@ -446,13 +454,19 @@ class AsyncLimiter:
         self, key: str, cost: float, quotas: Sequence[Quota], *, now: int | None = None
     ) -> Decision:
         """Debit ``cost`` from every quota of ``key``, all of them or none."""
-        _check_request(key, cost, quotas)
+        shared = _check_request(key, cost, quotas)
         started = time.perf_counter()
-        decision = cast(
-            "Decision",
-            await self._execute(lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas),
-        )
-        self._core.recorder.decision(decision, time.perf_counter() - started)
+        core = self._core
+        if core.infallible and not shared:  # the embedded default: no flow machinery
+            decision: Decision = core.storage.acquire(key, cost, quotas, now)
+        else:
+            decision = cast(
+                "Decision",
+                await self._execute(
+                    lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas
+                ),
+            )
+        core.recorder.decision(decision, time.perf_counter() - started)
         return decision
 
     async def refund(

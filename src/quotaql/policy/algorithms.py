@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from math import ceil
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -88,6 +89,11 @@ class Check(NamedTuple):
     ttl_ms: int
 
 
+# Check(...) goes through a Python-level __new__; tuple.__new__ builds the same NamedTuple
+# in a third of the time, and checks run on every request.
+_new = tuple.__new__
+
+
 def _ms(value: float) -> int:
     """Round a duration up to whole milliseconds (never negative)."""
     return max(0, math.ceil(value))
@@ -108,13 +114,13 @@ def token_bucket(
             tokens = min(capacity, tokens + (now - last) * rate)
             last = now
     if cost > capacity:
-        return Check(False, True, None, tokens, 0, _ms((capacity - tokens) / rate), 0)
+        return _new(Check, (False, True, None, tokens, 0, _ms((capacity - tokens) / rate), 0))
     if cost <= tokens:
         tokens = tokens - cost
-        reset = _ms((capacity - tokens) / rate)
-        return Check(True, False, (tokens, last), tokens, 0, reset, reset)
+        reset = ceil((capacity - tokens) / rate)  # >= 0: tokens <= capacity
+        return _new(Check, (True, False, (tokens, last), tokens, 0, reset, reset))
     retry = _ms((cost - tokens) / rate)
-    return Check(False, False, None, tokens, retry, _ms((capacity - tokens) / rate), 0)
+    return _new(Check, (False, False, None, tokens, retry, _ms((capacity - tokens) / rate), 0))
 
 
 def token_bucket_refund(
@@ -143,21 +149,26 @@ def gcra(
     """
     tat = now if state is None or state < now else state
     if cost * interval > tolerance:
-        return Check(False, True, None, (tolerance - (tat - now)) / interval, 0, _ms(tat - now), 0)
+        return _new(
+            Check, (False, True, None, (tolerance - (tat - now)) / interval, 0, _ms(tat - now), 0)
+        )
     new_tat = tat + cost * interval
     if new_tat - now <= tolerance:
         reset = _ms(new_tat - now)
-        return Check(
-            True, False, new_tat, (tolerance - (new_tat - now)) / interval, 0, reset, reset
+        return _new(
+            Check, (True, False, new_tat, (tolerance - (new_tat - now)) / interval, 0, reset, reset)
         )
-    return Check(
-        False,
-        False,
-        None,
-        (tolerance - (tat - now)) / interval,
-        _ms(new_tat - tolerance - now),
-        _ms(tat - now),
-        0,
+    return _new(
+        Check,
+        (
+            False,
+            False,
+            None,
+            (tolerance - (tat - now)) / interval,
+            _ms(new_tat - tolerance - now),
+            _ms(tat - now),
+            0,
+        ),
     )
 
 
@@ -190,9 +201,11 @@ def sliding_log(
     entries, total = log.entries, log.total
     reset = _ms(entries[-1][0] + window - now) if entries else 0
     if cost > limit:
-        return Check(False, True, None, limit - total, 0, reset, 0)
+        return _new(Check, (False, True, None, limit - total, 0, reset, 0))
     if total + cost <= limit:
-        return Check(True, False, (log, now, cost), limit - (total + cost), 0, window, window)
+        return _new(
+            Check, (True, False, (log, now, cost), limit - (total + cost), 0, window, window)
+        )
     need = total + cost - limit
     freed = 0.0
     retry = 0
@@ -201,7 +214,7 @@ def sliding_log(
         if freed >= need:
             retry = _ms(at + window - now)
             break
-    return Check(False, False, None, limit - total, retry, reset, 0)
+    return _new(Check, (False, False, None, limit - total, retry, reset, 0))
 
 
 def sliding_log_commit(pending: tuple[SlidingLog, int, float]) -> SlidingLog:
@@ -265,17 +278,20 @@ def sliding_counter(
     else:
         reset = 0
     if cost > limit:
-        return Check(False, True, None, max(0.0, limit - estimated), 0, reset, 0)
+        return _new(Check, (False, True, None, max(0.0, limit - estimated), 0, reset, 0))
     if estimated + cost <= limit:
         current = current + cost
-        return Check(
-            True,
-            False,
-            (start, current, previous),
-            limit - (estimated + cost),
-            0,
-            _ms(start + 2 * window - now),
-            _ms(start + 2 * window - now),
+        return _new(
+            Check,
+            (
+                True,
+                False,
+                (start, current, previous),
+                limit - (estimated + cost),
+                0,
+                _ms(start + 2 * window - now),
+                _ms(start + 2 * window - now),
+            ),
         )
     if current + cost <= limit:
         # Wait until the previous window's weight has shrunk enough.
@@ -283,7 +299,7 @@ def sliding_counter(
     else:
         # Wait for the next window, where this window's count is the weighted one.
         at = start + window + max(0.0, window - (limit - cost) * window / current)
-    return Check(False, False, None, max(0.0, limit - estimated), _ms(at - now), reset, 0)
+    return _new(Check, (False, False, None, max(0.0, limit - estimated), _ms(at - now), reset, 0))
 
 
 def sliding_counter_refund(
@@ -311,11 +327,11 @@ def fixed_window(
     count = state[1] if state is not None and state[0] == start else 0.0
     reset = _ms(start + window - now)
     if cost > limit:
-        return Check(False, True, None, limit - count, 0, reset if count else 0, 0)
+        return _new(Check, (False, True, None, limit - count, 0, reset if count else 0, 0))
     if count + cost <= limit:
         count = count + cost
-        return Check(True, False, (start, count), limit - count, 0, reset, reset)
-    return Check(False, False, None, limit - count, reset, reset, 0)
+        return _new(Check, (True, False, (start, count), limit - count, 0, reset, reset))
+    return _new(Check, (False, False, None, limit - count, reset, reset, 0))
 
 
 def fixed_window_refund(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from quotaql.errors import ConfigError
 from quotaql.policy.algorithms import ALGORITHMS, commit
-from quotaql.policy.quota import Decision, Quota, Source, combine
+from quotaql.policy.quota import Decision, Quota, Source, combine, decide_one
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -76,7 +76,10 @@ class MemoryStorage:
         self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
     ) -> Decision:
         """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
-        now = self.now() if now is None else now
+        if now is None:
+            now = int(self._clock() * 1000)
+        if len(quotas) == 1:
+            return self._acquire_one(key, cost, quotas[0], now)
         with self._lock:
             keys = [_key(key, quota) for quota in quotas]
             checks = [
@@ -87,6 +90,22 @@ class MemoryStorage:
                 for k, quota, check in zip(keys, quotas, checks, strict=True):
                     self._put(k, now, check.ttl_ms, commit(quota.algorithm, check.state))
         return combine(quotas, checks, cost, self._source)
+
+    def _acquire_one(self, key: str | None, cost: float, quota: Quota, now: int) -> Decision:
+        """:meth:`acquire` for one quota: the common case, kept short."""
+        k = f"{quota.name}\1" if key is None else f"{quota.name}\0{key}"
+        states = self._states
+        algorithm = quota.algorithm
+        with self._lock:
+            entry = states.get(k)
+            state = None if entry is None or entry[0] <= now else entry[1]
+            check = ALGORITHMS[algorithm][0](state, now, cost, *quota.params)
+            if check.allowed:
+                state = check.state
+                if algorithm == "sliding_log":
+                    state = commit(algorithm, state)
+                self._put(k, now, check.ttl_ms, state)
+        return decide_one(quota, check, cost, self._source)
 
     def refund(
         self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
