@@ -285,13 +285,20 @@ def _assumed(
     )
 
 
+def _call(storage: Any, call: _Call) -> Any:
+    """Make one storage call a flow asked for (its result, or an awaitable of it)."""
+    method, key, amount, quotas, now = call
+    if method == "peek":
+        return storage.peek(key, quotas, now)
+    return getattr(storage, method)(key, amount, quotas, now)
+
+
 def _run(flow: _Flow, storage: Any) -> Decision | None:
     """Drive ``flow`` with plain calls on ``storage``."""
     result: Any = None
     try:
         while True:
-            method, *args = flow.send(result)
-            result = getattr(storage, method)(*args)
+            result = _call(storage, flow.send(result))
     except StopIteration as stop:
         value: Decision | None = stop.value
         return value
@@ -302,8 +309,7 @@ async def _run_async(flow: _Flow, storage: Any) -> Decision | None:
     result: Any = None
     try:
         while True:
-            method, *args = flow.send(result)
-            result = await getattr(storage, method)(*args)
+            result = await _call(storage, flow.send(result))
     except StopIteration as stop:
         value: Decision | None = stop.value
         return value
