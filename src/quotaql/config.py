@@ -84,8 +84,10 @@ def load_cost_config(path: str | os.PathLike[str]) -> CostConfig:
     A missing ``[cost]`` table, or a missing key in it, gives the default value.
 
     Example:
-        >>> config = load_cost_config("quotaql.toml")  # doctest: +SKIP
-        >>> config.limits.max_depth  # doctest: +SKIP
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "quotaql.toml"
+        >>> _ = path.write_text("cost = { max_depth = 12 }")
+        >>> load_cost_config(path).limits.max_depth
         12
 
     Args:
