@@ -117,12 +117,19 @@ class CircuitBreaker:
 
     def success(self) -> bool:
         """Record a successful call; True when this closed an open breaker."""
+        if not self._failures and self._opened_at is None:
+            return False  # the common case: nothing to reset, no lock
         with self._lock:
             was_open = self._opened_at is not None
             self._failures = 0
             self._opened_at = None
             self._probing = False
             return was_open
+
+    def abandon(self) -> None:
+        """A call ended without an answer either way (cancelled): let another probe try."""
+        with self._lock:
+            self._probing = False
 
     def failure(self, *, timeout: bool = False) -> bool:
         """Record a failed call; True when this opened the breaker."""
@@ -170,8 +177,13 @@ class _Core:
         decision: Decision = yield ("acquire", key, cost, own, now)
         if not shared or not decision.allowed:
             return decision
-        # Shared quotas live on their own slot: a second call, undone if it refuses.
-        shared_decision: Decision = yield ("acquire", None, cost, shared, now)
+        # Shared quotas live on their own slot: a second call; the tenant's debit is
+        # undone when it refuses or fails.
+        try:
+            shared_decision: Decision = yield ("acquire", None, cost, shared, now)
+        except StorageError:
+            yield ("refund", key, cost, own, now)
+            raise
         if not shared_decision.allowed:
             yield ("refund", key, cost, own, now)
         return _merge(decision, shared_decision, own_first=bool(own))
@@ -204,7 +216,7 @@ class _Core:
             self.recorder.circuit(self.backend, True)
 
     def succeeded(self) -> None:
-        if self.breaker.is_open and self.breaker.success():
+        if self.breaker.success():
             self.recorder.circuit(self.backend, False)
 
     def substitute(
@@ -221,8 +233,10 @@ class _Core:
 
 def _check_request(key: object, cost: float, quotas: Sequence[Quota]) -> bool:
     """Refuse bad arguments before anything is written; True when a quota is shared."""
-    if type(key) is not str or not key:
-        raise ValueError(f"key must be a non-empty string, got {key!r}")
+    if type(key) is not str:
+        raise TypeError(f"key must be a non-empty string, got {type(key).__name__}")
+    if not key:
+        raise ValueError("key must be a non-empty string, got ''")
     if type(cost) not in (float, int) and (
         isinstance(cost, bool) or not isinstance(cost, int | float)
     ):
@@ -235,7 +249,9 @@ def _check_request(key: object, cost: float, quotas: Sequence[Quota]) -> bool:
             raise TypeError(f"quotas must be Quota objects, got {type(quota).__name__}")
         shared = shared or quota.shared
     if len(quotas) > 1 and len({quota.name for quota in quotas}) < len(quotas):
-        raise ValueError("each quota may be given once: two have the same name")
+        names = [quota.name for quota in quotas]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        raise ValueError(f"each quota may be given once; same name twice: {', '.join(twice)}")
     return shared
 
 
@@ -294,22 +310,34 @@ def _call(storage: Any, call: _Call) -> Any:
 
 
 def _run(flow: _Flow, storage: Any) -> Decision | None:
-    """Drive ``flow`` with plain calls on ``storage``."""
+    """Drive ``flow`` with plain calls on ``storage``; a storage error is raised inside it."""
     result: Any = None
+    error: StorageError | None = None
     try:
         while True:
-            result = _call(storage, flow.send(result))
+            call = flow.send(result) if error is None else flow.throw(error)
+            error = None
+            try:
+                result = _call(storage, call)
+            except StorageError as exc:
+                error = exc
     except StopIteration as stop:
         value: Decision | None = stop.value
         return value
 
 
 async def _run_async(flow: _Flow, storage: Any) -> Decision | None:
-    """Drive ``flow`` with awaited calls on ``storage``."""
+    """Drive ``flow`` with awaited calls on ``storage``; a storage error is raised inside it."""
     result: Any = None
+    error: StorageError | None = None
     try:
         while True:
-            result = await _call(storage, flow.send(result))
+            call = flow.send(result) if error is None else flow.throw(error)
+            error = None
+            try:
+                result = await _call(storage, call)
+            except StorageError as exc:
+                error = exc
     except StopIteration as stop:
         value: Decision | None = stop.value
         return value
@@ -416,6 +444,9 @@ class Limiter:
                 result = _run(flow_factory(), core.storage)
             except StorageError as error:
                 core.failed(error)
+            except BaseException:
+                core.breaker.abandon()  # e.g. interrupted: no verdict on the storage
+                raise
             else:
                 core.succeeded()
                 return result
@@ -502,6 +533,9 @@ class AsyncLimiter:
                 result = await _run_async(flow_factory(), core.storage)
             except StorageError as error:
                 core.failed(error)
+            except BaseException:
+                core.breaker.abandon()  # e.g. cancelled: no verdict on the storage
+                raise
             else:
                 core.succeeded()
                 return result

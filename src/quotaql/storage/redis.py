@@ -271,6 +271,9 @@ class RedisStorage:
     def close(self) -> None:
         """Close the storage's private connections."""
         self.client.close()
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is not None:  # a pool passed in is not closed by the client itself
+            pool.disconnect()
 
     def _call(
         self,
@@ -340,7 +343,10 @@ class AsyncRedisStorage:
 
     async def close(self) -> None:
         """Close the storage's private connections."""
-        await self.client.aclose()
+        if _is_cluster(self.client):
+            await self.client.aclose()
+        else:  # a pool passed in is not closed by the client unless asked
+            await self.client.aclose(close_connection_pool=True)
 
     async def _call(
         self,

@@ -1,0 +1,518 @@
+"""Redis outages: a killed or hung redis-server is answered by the fail mode, then recovered from.
+
+Every test runs its own server (``fresh_redis_server``), kills or pauses it for real, and is
+bounded in time; the fixture stops the server however the test ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from quotaql import AsyncLimiter, AsyncRedisStorage, CircuitBreaker, Limiter, Quota, RedisStorage
+from quotaql.errors import StorageError, StorageTimeout
+from tests.test_limiter import CollectingRecorder
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from types import TracebackType
+
+    from quotaql.limiter import BackendErrorMode
+    from quotaql.policy.quota import Decision
+    from tests.servers import RedisServer
+
+MODES: Sequence[BackendErrorMode] = ("open", "closed", "local")
+# What each fail mode answers while Redis is out: (source, allowed).
+FAIL_ANSWER = {
+    "open": ("fail_open", True),
+    "closed": ("fail_closed", False),
+    "local": ("fallback", True),
+}
+COOL_DOWN = 0.3  # the breaker's reset_timeout: short, so recovery is quick to test
+TIMEOUT = 0.05  # RedisStorage's default per-call timeout
+# Large enough that the local fallback allows every request these tests make.
+TENANT = Quota("tenant", capacity=100_000, refill_per_second=1_000)
+KEY = "acme"
+BOUND = 5.0  # the longest any wait in these tests may take
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = BOUND) -> bool:
+    """Poll ``predicate`` until it holds (True) or ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+async def async_wait_until(predicate: Callable[[], bool], timeout: float = BOUND) -> bool:
+    """:func:`wait_until` for asyncio: sleeps without blocking the loop."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.002)
+    return True
+
+
+def assert_fail_mode(
+    decision: Decision, mode: BackendErrorMode, breaker: CircuitBreaker | None = None
+) -> None:
+    """``decision`` is what ``mode`` answers without Redis.
+
+    Pass ``breaker`` right after the decision was made to check a refusal's
+    ``retry_after`` against the breaker's remaining cool-down.
+    """
+    source, allowed = FAIL_ANSWER[mode]
+    assert decision.source == source
+    assert decision.allowed is allowed
+    if mode == "closed":
+        assert decision.reason == "backend_unavailable"
+        assert decision.retry_after is not None
+        assert decision.retry_after > 0
+        if breaker is not None:
+            # No sooner than the breaker will let a call through to Redis again.
+            assert decision.retry_after >= breaker.retry_after()
+    else:
+        assert decision.reason is None
+
+
+def assert_storage_errors(recorder: CollectingRecorder) -> None:
+    assert all(backend == "redis" for backend, _ in recorder.errors)
+    assert all(isinstance(error, StorageError) for _, error in recorder.errors)
+
+
+def noscript_count(server: RedisServer) -> int:
+    """How many NOSCRIPT errors the server has replied (Redis >= 7 ``INFO errorstats``)."""
+    stats = server.info("errorstats").get("errorstat_NOSCRIPT", {"count": 0})
+    assert isinstance(stats, dict)
+    return int(stats["count"])
+
+
+def sync_limiter(
+    server: RedisServer, mode: BackendErrorMode, recorder: CollectingRecorder
+) -> Limiter:
+    with server.client() as client:  # the storage makes its own pool from these settings
+        storage = RedisStorage(client)
+    breaker = CircuitBreaker(failure_threshold=3, reset_timeout=COOL_DOWN)
+    return Limiter(storage, on_backend_error=mode, breaker=breaker, recorder=recorder)
+
+
+class Load:
+    """A thread that calls ``limiter.acquire`` in a loop, keeping decisions and exceptions."""
+
+    def __init__(self, limiter: Limiter) -> None:
+        self.limiter = limiter
+        self.decisions: list[Decision] = []
+        self.exceptions: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.decisions.append(self.limiter.acquire(KEY, 1, [TENANT]))
+            except BaseException as exc:  # any exception reaching the caller fails the test
+                self.exceptions.append(exc)
+                return
+            time.sleep(0.001)
+
+    def wait_for(self, count: int) -> bool:
+        """Wait until ``count`` decisions were made (False after :data:`BOUND` s)."""
+        return wait_until(lambda: len(self.decisions) >= count or bool(self.exceptions))
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=BOUND)
+        assert not self._thread.is_alive(), "the load thread did not stop"
+
+
+# -- killed server -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_killed_server_mid_load_is_answered_by_the_fail_mode_then_recovers(
+    fresh_redis_server: RedisServer, mode: BackendErrorMode
+) -> None:
+    server = fresh_redis_server
+    recorder = CollectingRecorder()
+    limiter = sync_limiter(server, mode, recorder)
+    breaker = limiter.breaker
+    try:
+        with Load(limiter) as load:
+            assert load.wait_for(20)
+            killed_at = len(load.decisions)
+            server.kill()
+            assert wait_until(lambda: breaker.is_open)
+            opened_at = len(load.decisions)
+            assert load.wait_for(opened_at + 20)
+
+        assert load.exceptions == []
+        assert {decision.source for decision in load.decisions[:killed_at]} == {"redis"}
+        # The one call in flight at the kill may still have been answered by Redis.
+        for decision in load.decisions[killed_at + 1 :]:
+            assert_fail_mode(decision, mode)
+        assert recorder.circuits == [("redis", True)]
+        assert len(recorder.errors) >= 3
+        assert_storage_errors(recorder)
+
+        # Open: the fail mode answers and no call reaches Redis.
+        errors = len(recorder.errors)
+        calls = 0
+        while breaker.retry_after() > 0.05:
+            assert_fail_mode(limiter.acquire(KEY, 1, [TENANT]), mode, breaker)
+            calls += 1
+            time.sleep(0.001)
+        assert calls > 0
+        assert len(recorder.errors) == errors
+
+        # Cool-down over, Redis still dead: one probe fails and reopens for a full cool-down.
+        time.sleep(breaker.retry_after() + 0.01)
+        assert_fail_mode(limiter.acquire(KEY, 1, [TENANT]), mode, breaker)
+        assert len(recorder.errors) == errors + 1
+        assert breaker.is_open
+        assert breaker.retry_after() > COOL_DOWN / 2
+        assert recorder.circuits == [("redis", True)]
+
+        # Back: a new, empty server without the script.
+        server.restart()
+        assert noscript_count(server) == 0
+        time.sleep(breaker.retry_after() + 0.01)
+        recovered = limiter.acquire(KEY, 1, [TENANT])
+
+        assert recovered.source == "redis"
+        assert recovered.allowed
+        assert recovered.remaining == TENANT.maximum - 1  # decided by the new server
+        assert not breaker.is_open
+        assert recorder.circuits == [("redis", True), ("redis", False)]
+        assert noscript_count(server) == 1  # the probe met NOSCRIPT and loaded the script
+        later = [limiter.acquire(KEY, 1, [TENANT]) for _ in range(5)]
+        assert {decision.source for decision in later} == {"redis"}
+        assert len(recorder.errors) == errors + 1
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]
+
+
+def test_local_mode_still_enforces_quotas_during_an_outage(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    recorder = CollectingRecorder()
+    limiter = sync_limiter(server, "local", recorder)
+    small = Quota("tenant", capacity=5, refill_per_second=0.001)
+    try:
+        assert limiter.acquire(KEY, 1, [small]).source == "redis"
+        server.kill()
+
+        decisions = [limiter.acquire(KEY, 1, [small]) for _ in range(8)]
+
+        assert {decision.source for decision in decisions} == {"fallback"}
+        # The fallback starts from a full bucket of its own: 5 allowed, then refusals.
+        assert [decision.allowed for decision in decisions] == [True] * 5 + [False] * 3
+        assert {decision.reason for decision in decisions[5:]} == {"rate_limited"}
+        assert decisions[-1].limited_by == "tenant"
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]
+
+
+# -- hung (paused) server ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_hung_server_costs_one_timeout_then_the_fail_mode_answers_at_once(
+    fresh_redis_server: RedisServer, mode: BackendErrorMode
+) -> None:
+    server = fresh_redis_server
+    recorder = CollectingRecorder()
+    limiter = sync_limiter(server, mode, recorder)
+    breaker = limiter.breaker
+    try:
+        assert limiter.acquire(KEY, 1, [TENANT]).source == "redis"
+        server.pause(BOUND)  # resumes by itself should the test die before resume()
+        try:
+            started = time.perf_counter()
+            first = limiter.acquire(KEY, 1, [TENANT])
+            waited = time.perf_counter() - started
+
+            assert TIMEOUT * 0.8 <= waited < 0.5
+            assert_fail_mode(first, mode, breaker)
+            assert [type(error) for _, error in recorder.errors] == [StorageTimeout]
+            assert recorder.circuits == [("redis", True)]  # one timeout opens it
+
+            durations = []
+            for _ in range(20):
+                started = time.perf_counter()
+                decision = limiter.acquire(KEY, 1, [TENANT])
+                durations.append(time.perf_counter() - started)
+                assert_fail_mode(decision, mode, breaker)
+            assert len(recorder.errors) == 1  # none of them went to Redis
+            assert max(durations) < TIMEOUT / 2
+        finally:
+            server.resume()
+
+        time.sleep(breaker.retry_after() + 0.01)
+        assert limiter.acquire(KEY, 1, [TENANT]).source == "redis"
+        assert recorder.circuits == [("redis", True), ("redis", False)]
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]
+
+
+def test_a_long_hang_costs_one_timeout_per_cool_down_not_one_per_request(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    recorder = CollectingRecorder()
+    limiter = sync_limiter(server, "local", recorder)
+    hang = 0.8
+    try:
+        assert limiter.acquire(KEY, 1, [TENANT]).source == "redis"
+        server.pause(BOUND)
+        try:
+            durations = []
+            deadline = time.monotonic() + hang
+            while time.monotonic() < deadline:
+                started = time.perf_counter()
+                assert limiter.acquire(KEY, 1, [TENANT]).source == "fallback"
+                durations.append(time.perf_counter() - started)
+                time.sleep(0.002)
+        finally:
+            server.resume()
+
+        slow = [duration for duration in durations if duration >= TIMEOUT * 0.8]
+        # The first call, then one probe per cool-down.
+        assert 2 <= len(recorder.errors) <= 1 + hang / COOL_DOWN + 1
+        assert len(slow) == len(recorder.errors)
+        assert all(isinstance(error, StorageTimeout) for _, error in recorder.errors)
+        assert len(durations) > 50
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]
+
+
+# -- asyncio -----------------------------------------------------------------------------------
+
+
+def async_limiter(
+    server: RedisServer, mode: BackendErrorMode, recorder: CollectingRecorder
+) -> AsyncLimiter:
+    """An AsyncLimiter on ``server``; call inside the event loop that will use it."""
+    # The storage builds its own pool from the client's settings; the client never connects.
+    storage = AsyncRedisStorage(server.async_client())
+    breaker = CircuitBreaker(failure_threshold=3, reset_timeout=COOL_DOWN)
+    return AsyncLimiter(storage, on_backend_error=mode, breaker=breaker, recorder=recorder)
+
+
+def run_bounded(main: Callable[[], object], seconds: float = 20.0) -> None:
+    """``asyncio.run`` the coroutine function ``main``, cancelled after ``seconds``."""
+
+    async def bounded() -> None:
+        async with asyncio.timeout(seconds):
+            await main()  # type: ignore[misc]
+
+    asyncio.run(bounded())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_async_killed_server_mid_load_is_answered_by_the_fail_mode_then_recovers(
+    fresh_redis_server: RedisServer, mode: BackendErrorMode
+) -> None:
+    server = fresh_redis_server
+    recorder = CollectingRecorder()
+
+    async def main() -> None:
+        limiter = async_limiter(server, mode, recorder)
+        breaker = limiter.breaker
+        decisions: list[Decision] = []
+        exceptions: list[BaseException] = []
+        stop = asyncio.Event()
+
+        async def worker() -> None:
+            while not stop.is_set():
+                try:
+                    decisions.append(await limiter.acquire(KEY, 1, [TENANT]))
+                except Exception as exc:  # any exception reaching the caller fails the test
+                    exceptions.append(exc)
+                    return
+                await asyncio.sleep(0.001)
+
+        try:
+            workers = [asyncio.create_task(worker()) for _ in range(8)]
+            try:
+                assert await async_wait_until(lambda: len(decisions) >= 40)
+                killed_at = len(decisions)
+                await asyncio.to_thread(server.kill)
+                assert await async_wait_until(lambda: breaker.is_open)
+                opened_at = len(decisions)
+                assert await async_wait_until(lambda: len(decisions) >= opened_at + 40)
+            finally:
+                stop.set()
+                await asyncio.gather(*workers)
+
+            assert exceptions == []
+            assert {decision.source for decision in decisions[:killed_at]} == {"redis"}
+            for decision in decisions[opened_at:]:
+                assert_fail_mode(decision, mode)
+            assert recorder.circuits == [("redis", True)]
+            assert_storage_errors(recorder)
+
+            errors = len(recorder.errors)
+            calls = 0
+            while breaker.retry_after() > 0.05:
+                assert_fail_mode(await limiter.acquire(KEY, 1, [TENANT]), mode, breaker)
+                calls += 1
+                await asyncio.sleep(0.001)
+            assert calls > 0
+            assert len(recorder.errors) == errors
+
+            await asyncio.to_thread(server.restart)
+            await asyncio.sleep(breaker.retry_after() + 0.01)
+            recovered = await limiter.acquire(KEY, 1, [TENANT])
+
+            assert recovered.source == "redis"
+            assert recovered.remaining == TENANT.maximum - 1
+            assert recorder.circuits == [("redis", True), ("redis", False)]
+            assert noscript_count(server) == 1
+        finally:
+            await limiter.storage.close()  # type: ignore[union-attr]
+
+    run_bounded(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_async_hung_server_costs_one_timeout_then_the_fail_mode_answers_at_once(
+    fresh_redis_server: RedisServer, mode: BackendErrorMode
+) -> None:
+    server = fresh_redis_server
+    recorder = CollectingRecorder()
+
+    async def main() -> None:
+        limiter = async_limiter(server, mode, recorder)
+        breaker = limiter.breaker
+        try:
+            assert (await limiter.acquire(KEY, 1, [TENANT])).source == "redis"
+            server.pause(BOUND)
+            try:
+                started = time.perf_counter()
+                first = await limiter.acquire(KEY, 1, [TENANT])
+                waited = time.perf_counter() - started
+
+                assert TIMEOUT * 0.8 <= waited < 0.5
+                assert_fail_mode(first, mode, breaker)
+                assert [type(error) for _, error in recorder.errors] == [StorageTimeout]
+                assert recorder.circuits == [("redis", True)]
+
+                started = time.perf_counter()
+                burst = await asyncio.gather(
+                    *(limiter.acquire(KEY, 1, [TENANT]) for _ in range(50))
+                )
+                elapsed = time.perf_counter() - started
+                for decision in burst:
+                    assert_fail_mode(decision, mode)
+                assert len(recorder.errors) == 1
+                assert elapsed < TIMEOUT  # fifty answers in less than one timeout
+            finally:
+                server.resume()
+
+            await asyncio.sleep(breaker.retry_after() + 0.01)
+            assert (await limiter.acquire(KEY, 1, [TENANT])).source == "redis"
+            assert recorder.circuits == [("redis", True), ("redis", False)]
+        finally:
+            await limiter.storage.close()  # type: ignore[union-attr]
+
+    run_bounded(main)
+
+
+def test_async_half_open_breaker_lets_one_probe_through_a_burst(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    recorder = CollectingRecorder()
+
+    async def main() -> None:
+        limiter = async_limiter(server, "closed", recorder)
+        breaker = limiter.breaker
+        try:
+            assert (await limiter.acquire(KEY, 1, [TENANT])).source == "redis"
+            server.pause(BOUND)
+            try:
+                await limiter.acquire(KEY, 1, [TENANT])
+                assert breaker.is_open
+                await asyncio.sleep(breaker.retry_after() + 0.01)
+
+                started = time.perf_counter()
+                burst = await asyncio.gather(
+                    *(limiter.acquire(KEY, 1, [TENANT]) for _ in range(20))
+                )
+                elapsed = time.perf_counter() - started
+
+                assert len(recorder.errors) == 2  # the first call, then the single probe
+                assert elapsed < 0.5  # one timeout for the burst, not twenty
+                assert {decision.source for decision in burst} == {"fail_closed"}
+                assert breaker.is_open
+            finally:
+                server.resume()
+        finally:
+            await limiter.storage.close()  # type: ignore[union-attr]
+
+    run_bounded(main)
+
+
+def test_async_cancelled_probe_does_not_keep_the_breaker_open_forever(
+    fresh_redis_server: RedisServer,
+) -> None:
+    # A request cancelled while it is the half-open probe (a client hung up, a
+    # wait_for() expired) must not wedge the breaker: once Redis is back, a later
+    # call probes again and decisions come from Redis.
+    server = fresh_redis_server
+    recorder = CollectingRecorder()
+
+    async def main() -> list[str]:
+        limiter = async_limiter(server, "open", recorder)
+        breaker = limiter.breaker
+        try:
+            assert (await limiter.acquire(KEY, 1, [TENANT])).source == "redis"
+            server.pause(BOUND)
+            try:
+                await limiter.acquire(KEY, 1, [TENANT])
+                assert breaker.is_open
+                await asyncio.sleep(breaker.retry_after() + 0.01)
+                probe = asyncio.create_task(limiter.acquire(KEY, 1, [TENANT]))
+                await asyncio.sleep(TIMEOUT / 5)  # the probe is waiting on the hung server
+                probe.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await probe
+            finally:
+                server.resume()
+
+            sources: list[str] = []
+            deadline = time.monotonic() + 6 * COOL_DOWN
+            while time.monotonic() < deadline:
+                sources.append((await limiter.acquire(KEY, 1, [TENANT])).source)
+                if sources[-1] == "redis":
+                    break
+                await asyncio.sleep(0.02)
+            return sources
+        finally:
+            await limiter.storage.close()  # type: ignore[union-attr]
+
+    sources: list[str] = []
+
+    async def run() -> None:
+        sources.extend(await main())
+
+    run_bounded(run)
+    assert sources[-1] == "redis", f"never back to Redis: {len(sources)} calls, all fail_open"
