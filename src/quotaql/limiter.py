@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from quotaql.errors import ConfigError, StorageError, StorageTimeout
 from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
+from quotaql.storage.base import check_arguments
 from quotaql.storage.memory import MemoryStorage
 
 if TYPE_CHECKING:
@@ -237,16 +238,9 @@ def _check_request(key: object, cost: float, quotas: Sequence[Quota]) -> bool:
         raise TypeError(f"key must be a non-empty string, got {type(key).__name__}")
     if not key:
         raise ValueError("key must be a non-empty string, got ''")
-    if type(cost) not in (float, int) and (
-        isinstance(cost, bool) or not isinstance(cost, int | float)
-    ):
-        raise TypeError(f"cost must be a number, got {type(cost).__name__}")
-    if not 0 <= cost < math.inf:  # also refuses NaN
-        raise ValueError(f"cost must be a finite number >= 0, got {cost!r}")
+    check_arguments(cost, quotas)
     shared = False
     for quota in quotas:
-        if type(quota) is not Quota:
-            raise TypeError(f"quotas must be Quota objects, got {type(quota).__name__}")
         shared = shared or quota.shared
     if len(quotas) > 1 and len({quota.name for quota in quotas}) < len(quotas):
         names = [quota.name for quota in quotas]

@@ -7,14 +7,19 @@ keep the two in step, including the order of floating-point operations.
 
 Each ``check`` returns a :class:`Check`: whether ``cost`` fits, and the state to store if
 the caller commits it. Nothing is written for a blocked call, and a state equal to the
-empty one may be dropped (``ttl_ms`` says when the stored state stops mattering).
+empty one may be dropped (``ttl_ms`` says when the stored state stops mattering, counted
+from ``now``).
+
+Floating point: a cost "fits" when it exceeds what is available by at most ``SLACK`` of
+the quota's size, so that rounding never refuses a request that fits exactly (a full
+bucket, or a retry at the promised time). A clock that steps back (Redis ``TIME`` after an
+NTP correction) never gives anything back: state keeps its own, later, time.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from math import ceil
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -22,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALGORITHMS",
+    "SLACK",
     "Check",
     "SlidingLog",
     "commit",
@@ -37,9 +43,11 @@ __all__ = [
     "token_bucket_refund",
 ]
 
-# States are plain tuples, the cheapest thing to keep in memory per key.
-TokenBucketState = tuple[float, int]  # tokens, last refill time
-GcraState = float  # theoretical arrival time
+SLACK = 1e-9  # of the quota's size: the rounding a fit may absorb
+
+# States are plain values, the cheapest things to keep in memory per key. The buckets keep
+# one integer (microseconds), which Redis also stores in its most compact encoding.
+BucketState = int  # when the bucket is full again, in microseconds
 SlidingCounterState = tuple[int, float, float]  # window start, current count, previous count
 FixedWindowState = tuple[int, float]  # window start, count
 
@@ -72,10 +80,12 @@ class Check(NamedTuple):
     Attributes:
         allowed: ``cost`` fits now.
         exceeds_capacity: ``cost`` is larger than the quota can ever allow.
-        state: the state to store when the caller commits the request (allowed only);
-            a sliding log's is a pending entry that :func:`commit` appends.
+        state: the state to store when the caller commits the request (allowed only; None
+            when nothing needs writing); a sliding log's is a pending entry that
+            :func:`commit` appends.
         remaining: what is left after this request (if allowed) or now (if not).
-        retry_after_ms: when the same request would fit (0 when allowed).
+        retry_after_ms: when the same request would fit (0 when allowed, >= 1 when not,
+            unless it never will).
         reset_after_ms: when the quota is back to full.
         ttl_ms: how long the stored state matters; after that the key may expire.
     """
@@ -92,71 +102,84 @@ class Check(NamedTuple):
 # Check(...) goes through a Python-level __new__; tuple.__new__ builds the same NamedTuple
 # in a third of the time, and checks run on every request.
 _new = tuple.__new__
+_ceil = math.ceil
 
 
 def _ms(value: float) -> int:
     """Round a duration up to whole milliseconds (never negative)."""
-    return max(0, math.ceil(value))
+    return max(0, _ceil(value))
 
 
-# -- token bucket: capacity, refill per millisecond ------------------------------------------
+# -- the buckets: one timestamp, when the bucket is full again -------------------------------
+
+
+def _debt(state: BucketState | None, now_us: int) -> float:
+    """Milliseconds of refill the bucket still owes (0 when full)."""
+    return (state - now_us) / 1000 if state is not None and state > now_us else 0.0
 
 
 def token_bucket(
-    state: TokenBucketState | None, now: int, cost: float, capacity: float, rate: float
+    state: BucketState | None, now: int, cost: float, capacity: float, rate: float
 ) -> Check:
-    """Classic token bucket: ``capacity`` tokens, ``rate`` tokens per ms, ``cost`` per call."""
-    if state is None:
-        tokens, last = capacity, now
-    else:
-        tokens, last = state
-        if now > last:
-            tokens = min(capacity, tokens + (now - last) * rate)
-            last = now
+    """Token bucket: ``capacity`` tokens, refilled at ``rate`` tokens per ms, ``cost`` per call.
+
+    The state is the time the bucket is full again; the tokens it holds are derived from
+    it: ``capacity - (full_at - now) × rate``.
+    """
+    now_us = now * 1000
+    debt = _debt(state, now_us)
+    tokens = capacity - debt * rate
     if cost > capacity:
-        return _new(Check, (False, True, None, tokens, 0, _ms((capacity - tokens) / rate), 0))
-    if cost <= tokens:
-        tokens = tokens - cost
-        reset = ceil((capacity - tokens) / rate)  # >= 0: tokens <= capacity
-        return _new(Check, (True, False, (tokens, last), tokens, 0, reset, reset))
-    retry = _ms((cost - tokens) / rate)
-    return _new(Check, (False, False, None, tokens, retry, _ms((capacity - tokens) / rate), 0))
+        return _new(Check, (False, True, None, tokens, 0, _ms(debt), 0))
+    if cost <= tokens + capacity * SLACK:
+        debt = debt + cost / rate
+        reset = _ms(debt)
+        remaining = tokens - cost if tokens > cost else 0.0
+        return _new(Check, (True, False, now_us + _ceil(debt * 1000), remaining, 0, reset, reset))
+    return _new(Check, (False, False, None, tokens, _ms((cost - tokens) / rate), _ms(debt), 0))
 
 
 def token_bucket_refund(
-    state: TokenBucketState | None, now: int, amount: float, capacity: float, rate: float
-) -> tuple[TokenBucketState | None, int]:
+    state: BucketState | None, now: int, amount: float, capacity: float, rate: float
+) -> tuple[BucketState | None, int]:
     """Give ``amount`` tokens back (never above capacity). Returns the state and its TTL."""
-    if state is None:
+    del capacity  # the signature matches token_bucket's: callers pass Quota.params
+    now_us = now * 1000
+    debt = _debt(state, now_us) - amount / rate
+    if debt <= 0:
         return None, 0
-    tokens, last = state
-    if now > last:
-        tokens = min(capacity, tokens + (now - last) * rate)
-        last = now
-    tokens = min(capacity, tokens + amount)
-    return (tokens, last), _ms((capacity - tokens) / rate)
-
-
-# -- GCRA (leaky bucket as a meter): one timestamp per key -----------------------------------
+    return now_us + _ceil(debt * 1000), _ms(debt)
 
 
 def gcra(
-    state: GcraState | None, now: int, cost: float, interval: float, tolerance: float
+    state: BucketState | None, now: int, cost: float, capacity: float, interval: float
 ) -> Check:
-    """Generic cell rate algorithm: ``interval`` ms per unit of cost, bursts up to ``tolerance``.
+    """Generic cell rate algorithm: one unit of cost every ``interval`` ms, bursts of ``capacity``.
 
-    ``tolerance`` is capacity × interval: a full bucket admits ``capacity`` at once.
+    The state is the theoretical arrival time (when the meter is empty again). It admits
+    what a token bucket with the same capacity and rate admits; it is the leaky bucket
+    written as a meter.
     """
-    tat = now if state is None or state < now else state
-    if cost * interval > tolerance:
+    now_us = now * 1000
+    debt = _debt(state, now_us)
+    tolerance = capacity * interval
+    if cost > capacity:
+        return _new(Check, (False, True, None, capacity - debt / interval, 0, _ms(debt), 0))
+    new_debt = debt + cost * interval
+    if new_debt <= tolerance + tolerance * SLACK:
+        reset = _ms(new_debt)
+        remaining = capacity - new_debt / interval
         return _new(
-            Check, (False, True, None, (tolerance - (tat - now)) / interval, 0, _ms(tat - now), 0)
-        )
-    new_tat = tat + cost * interval
-    if new_tat - now <= tolerance:
-        reset = _ms(new_tat - now)
-        return _new(
-            Check, (True, False, new_tat, (tolerance - (new_tat - now)) / interval, 0, reset, reset)
+            Check,
+            (
+                True,
+                False,
+                now_us + _ceil(new_debt * 1000),
+                remaining if remaining > 0 else 0.0,
+                0,
+                reset,
+                reset,
+            ),
         )
     return _new(
         Check,
@@ -164,25 +187,24 @@ def gcra(
             False,
             False,
             None,
-            (tolerance - (tat - now)) / interval,
-            _ms(new_tat - tolerance - now),
-            _ms(tat - now),
+            capacity - debt / interval,
+            _ms(new_debt - tolerance),
+            _ms(debt),
             0,
         ),
     )
 
 
 def gcra_refund(
-    state: GcraState | None, now: int, amount: float, interval: float, tolerance: float
-) -> tuple[GcraState | None, int]:
+    state: BucketState | None, now: int, amount: float, capacity: float, interval: float
+) -> tuple[BucketState | None, int]:
     """Move the arrival time back by ``amount`` units (never before now)."""
-    del tolerance  # the signature matches gcra's, so callers pass the same parameters
-    if state is None or state <= now:
+    del capacity
+    now_us = now * 1000
+    debt = _debt(state, now_us) - amount * interval
+    if debt <= 0:
         return None, 0
-    tat = state - amount * interval
-    if tat <= now:
-        return None, 0
-    return tat, _ms(tat - now)
+    return now_us + _ceil(debt * 1000), _ms(debt)
 
 
 # -- sliding log: exact, every admitted call is remembered for one window -------------------
@@ -199,19 +221,25 @@ def sliding_log(
     log = SlidingLog() if state is None else state
     log.expire(now, window)
     entries, total = log.entries, log.total
-    reset = _ms(entries[-1][0] + window - now) if entries else 0
+    newest = entries[-1][0] if entries else None
+    reset = 0 if newest is None else _ms(newest + window - now)
     if cost > limit:
         return _new(Check, (False, True, None, limit - total, 0, reset, 0))
-    if total + cost <= limit:
-        return _new(
-            Check, (True, False, (log, now, cost), limit - (total + cost), 0, window, window)
-        )
-    need = total + cost - limit
-    freed = 0.0
-    retry = 0
+    if total + cost <= limit + limit * SLACK:
+        remaining = limit - (total + cost)
+        remaining = remaining if remaining > 0 else 0.0
+        if cost == 0:
+            return _new(Check, (True, False, None, remaining, 0, reset, 0))
+        # Entries stay in time order even when the clock steps back.
+        at = now if newest is None or newest < now else newest
+        ttl = _ms(at + window - now)
+        return _new(Check, (True, False, (log, at, cost), remaining, 0, ttl, ttl))
+    # The first entry whose expiry makes room, with the admission test's own arithmetic.
+    retry = reset
+    left = total
     for at, entry_cost in entries:
-        freed = freed + entry_cost
-        if freed >= need:
+        left = left - entry_cost
+        if left + cost <= limit + limit * SLACK:
             retry = _ms(at + window - now)
             break
     return _new(Check, (False, False, None, limit - total, retry, reset, 0))
@@ -219,8 +247,8 @@ def sliding_log(
 
 def sliding_log_commit(pending: tuple[SlidingLog, int, float]) -> SlidingLog:
     """Append the entry an allowed :func:`sliding_log` check left pending."""
-    log, now, cost = pending
-    log.entries.append((now, cost))
+    log, at, cost = pending
+    log.entries.append((at, cost))
     log.total = log.total + cost
     return log
 
@@ -254,14 +282,29 @@ def sliding_log_refund(
 def _counter_windows(
     state: SlidingCounterState | None, now: int, window: int
 ) -> SlidingCounterState:
+    """The counts as of ``now``'s window (a state from a later window stays as it is)."""
     start = now - now % window
     if state is None:
         return start, 0.0, 0.0
     old_start, current, previous = state
-    if old_start == start:
+    if old_start >= start:
         return state
     previous = current if start - old_start == window else 0.0
     return start, 0.0, previous
+
+
+def _counter_estimate(start: int, current: float, previous: float, now: int, window: int) -> float:
+    """The weighted count at ``now`` for windows as of ``start``."""
+    elapsed = now - start if now > start else 0
+    return previous * ((window - elapsed) / window) + current
+
+
+def _counter_reset(start: int, current: float, previous: float, now: int, window: int) -> int:
+    if current > 0:
+        return _ms(start + 2 * window - now)
+    if previous > 0:
+        return _ms(start + window - now)
+    return 0
 
 
 def sliding_counter(
@@ -269,28 +312,24 @@ def sliding_counter(
 ) -> Check:
     """Approximate sliding window: previous window's count weighted by its overlap."""
     start, current, previous = _counter_windows(state, now, window)
-    elapsed = now - start
-    estimated = previous * ((window - elapsed) / window) + current
-    if current > 0:
-        reset = _ms(start + 2 * window - now)
-    elif previous > 0:
-        reset = _ms(start + window - now)
-    else:
-        reset = 0
+    estimated = _counter_estimate(start, current, previous, now, window)
+    reset = _counter_reset(start, current, previous, now, window)
     if cost > limit:
         return _new(Check, (False, True, None, max(0.0, limit - estimated), 0, reset, 0))
-    if estimated + cost <= limit:
+    if estimated + cost <= limit + limit * SLACK:
         current = current + cost
+        after = _counter_reset(start, current, previous, now, window)
+        remaining = limit - (estimated + cost)
         return _new(
             Check,
             (
                 True,
                 False,
                 (start, current, previous),
-                limit - (estimated + cost),
+                remaining if remaining > 0 else 0.0,
                 0,
-                _ms(start + 2 * window - now),
-                _ms(start + 2 * window - now),
+                after,
+                after,
             ),
         )
     if current + cost <= limit:
@@ -299,7 +338,17 @@ def sliding_counter(
     else:
         # Wait for the next window, where this window's count is the weighted one.
         at = start + window + max(0.0, window - (limit - cost) * window / current)
-    return _new(Check, (False, False, None, max(0.0, limit - estimated), _ms(at - now), reset, 0))
+    retry = _ms(at - now)
+    retry = retry if retry > 0 else 1
+    # Rounding may leave the estimate a hair over the limit at `at`: step to where the
+    # admission test itself passes (each millisecond lowers the estimate).
+    for _ in range(3):
+        later = now + retry
+        windows = _counter_windows((start, current, previous), later, window)
+        if _counter_estimate(*windows, later, window) + cost <= limit + limit * SLACK:
+            break
+        retry = retry + 1
+    return _new(Check, (False, False, None, max(0.0, limit - estimated), retry, reset, 0))
 
 
 def sliding_counter_refund(
@@ -311,27 +360,41 @@ def sliding_counter_refund(
         return None, 0
     start, current, previous = _counter_windows(state, now, window)
     current = max(0.0, current - amount)
-    if current == 0 and previous == 0:
+    ttl = _counter_reset(start, current, previous, now, window)
+    if ttl == 0:
         return None, 0
-    return (start, current, previous), _ms(start + 2 * window - now)
+    return (start, current, previous), ttl
 
 
 # -- fixed window: blocked calls do not count ------------------------------------------------
+
+
+def _fixed_count(state: FixedWindowState | None, now: int, window: int) -> FixedWindowState:
+    """The window as of ``now`` and its count (a later window's state stays as it is)."""
+    start = now - now % window
+    if state is not None and state[0] >= start:
+        return state
+    return start, 0.0
 
 
 def fixed_window(
     state: FixedWindowState | None, now: int, cost: float, limit: float, window: int
 ) -> Check:
     """Count per aligned window of ``window`` ms; the count restarts at each window."""
-    start = now - now % window
-    count = state[1] if state is not None and state[0] == start else 0.0
-    reset = _ms(start + window - now)
+    start, count = _fixed_count(state, now, window)
+    end = _ms(start + window - now)
+    reset = end if count > 0 else 0
     if cost > limit:
-        return _new(Check, (False, True, None, limit - count, 0, reset if count else 0, 0))
-    if count + cost <= limit:
+        return _new(Check, (False, True, None, limit - count, 0, reset, 0))
+    if count + cost <= limit + limit * SLACK:
         count = count + cost
-        return _new(Check, (True, False, (start, count), limit - count, 0, reset, reset))
-    return _new(Check, (False, False, None, limit - count, reset, reset, 0))
+        after = end if count > 0 else 0
+        remaining = limit - count
+        return _new(
+            Check,
+            (True, False, (start, count), remaining if remaining > 0 else 0.0, 0, after, after),
+        )
+    return _new(Check, (False, False, None, limit - count, end, reset, 0))
 
 
 def fixed_window_refund(
@@ -339,10 +402,8 @@ def fixed_window_refund(
 ) -> tuple[FixedWindowState | None, int]:
     """Take ``amount`` back from the current window's count."""
     del limit
-    start = now - now % window
-    if state is None or state[0] != start:
-        return None, 0
-    count = max(0.0, state[1] - amount)
+    start, count = _fixed_count(state, now, window)
+    count = max(0.0, count - amount)
     if count == 0:
         return None, 0
     return (start, count), _ms(start + window - now)
@@ -350,7 +411,7 @@ def fixed_window_refund(
 
 def commit(algorithm: str, pending: object) -> object:
     """The state to store for an allowed check's ``state``."""
-    if algorithm == "sliding_log":
+    if algorithm == "sliding_log" and pending is not None:
         return sliding_log_commit(pending)  # type: ignore[arg-type]
     return pending
 

@@ -83,8 +83,7 @@ class Quota:
             if self.algorithm == "token_bucket":
                 params = (capacity, rate / 1000)
             else:
-                interval = 1000 / rate
-                params = (interval, capacity * interval)
+                params = (capacity, 1000 / rate)  # one unit of cost every `interval` ms
         else:
             for unused in ("capacity", "refill_per_second"):
                 if getattr(self, unused) is not None:

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Protocol
+
+from quotaql.policy.quota import Quota
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from quotaql.policy.quota import Decision, Quota
+    from quotaql.policy.quota import Decision
 
-__all__ = ["AsyncStorage", "Storage"]
+__all__ = ["AsyncStorage", "Storage", "check_arguments"]
+
+
+def check_arguments(amount: float, quotas: Sequence[Quota]) -> None:
+    """Refuse a cost or refund that is not a finite number >= 0, or quotas that are not Quotas.
+
+    Raises:
+        TypeError: ``amount`` is not a number (``bool`` is not), or a quota is not a Quota.
+        ValueError: ``amount`` is negative, NaN or infinite.
+    """
+    if type(amount) not in (float, int) and (
+        isinstance(amount, bool) or not isinstance(amount, int | float)
+    ):
+        raise TypeError(f"cost must be a number, got {type(amount).__name__}")
+    if not 0 <= amount < math.inf:  # NaN fails too
+        raise ValueError(f"cost must be a finite number >= 0, got {amount!r}")
+    for quota in quotas:
+        if type(quota) is not Quota:
+            raise TypeError(f"quotas must be Quota objects, got {type(quota).__name__}")
 
 
 class Storage(Protocol):

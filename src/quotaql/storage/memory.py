@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from quotaql.errors import ConfigError
 from quotaql.policy.algorithms import ALGORITHMS, commit
 from quotaql.policy.quota import Decision, Quota, Source, combine, decide_one
+from quotaql.storage.base import check_arguments
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -76,6 +77,7 @@ class MemoryStorage:
         self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
     ) -> Decision:
         """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
+        check_arguments(cost, quotas)
         if now is None:
             now = int(self._clock() * 1000)
         if len(quotas) == 1:
@@ -111,7 +113,8 @@ class MemoryStorage:
         self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
     ) -> None:
         """Give ``amount`` back to every quota of ``key`` (never above full)."""
-        if amount <= 0:
+        check_arguments(amount, quotas)
+        if amount == 0:
             return
         now = self.now() if now is None else now
         with self._lock:
@@ -126,6 +129,7 @@ class MemoryStorage:
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         """Each quota's state for ``key``, without debiting anything."""
+        check_arguments(0, quotas)
         now = self.now() if now is None else now
         with self._lock:
             checks = [
@@ -153,9 +157,11 @@ class MemoryStorage:
         return entry[1]
 
     def _put(self, key: str, now: int, ttl_ms: int, state: object) -> None:
+        if state is None:  # nothing to write (a sliding log asked for cost 0)
+            return
         states = self._states
         states.pop(key, None)  # re-inserted at the end: most recently used
-        if ttl_ms <= 0 or state is None:
+        if ttl_ms <= 0:  # equal to the empty state
             return
         states[key] = (now + ttl_ms, state)
         if len(states) > self._max_keys:

@@ -1,30 +1,32 @@
 -- GCRA (leaky bucket as a meter): mirrors quotaql.policy.algorithms.gcra / gcra_refund.
--- State (string): "<theoretical arrival time ms>". Params: interval (ms per unit), tolerance (ms).
+-- State (integer string): the theoretical arrival time, in microseconds (bucket_debt reads it).
+-- Params: capacity, interval (ms per unit of cost).
 
-local function gcra_check(keys, now, cost, interval, tolerance)
-  local tat = tonumber(redis.call('GET', keys[1]) or nil)
-  if tat == nil or tat < now then tat = now end
-  if cost * interval > tolerance then
-    return {false, true, (tolerance - (tat - now)) / interval, 0, ms(tat - now)}
+local function gcra_check(keys, now, cost, capacity, interval)
+  local now_us = now * 1000
+  local debt = bucket_debt(keys[1], now_us)
+  local tolerance = capacity * interval
+  if cost > capacity then
+    return {false, true, capacity - debt / interval, 0, ms(debt)}
   end
-  local new_tat = tat + cost * interval
-  if new_tat - now <= tolerance then
-    local reset = ms(new_tat - now)
-    return {true, false, (tolerance - (new_tat - now)) / interval, 0, reset, function()
-      put(keys[1], num(new_tat), reset)
+  local new_debt = debt + cost * interval
+  if new_debt <= tolerance + tolerance * SLACK then
+    local reset = ms(new_debt)
+    local remaining = capacity - new_debt / interval
+    if not (remaining > 0) then remaining = 0 end
+    return {true, false, remaining, 0, reset, function()
+      put(keys[1], num(now_us + math.ceil(new_debt * 1000)), reset)
     end}
   end
-  return {false, false, (tolerance - (tat - now)) / interval, ms(new_tat - tolerance - now),
-    ms(tat - now)}
+  return {false, false, capacity - debt / interval, ms(new_debt - tolerance), ms(debt)}
 end
 
-local function gcra_refund(keys, now, amount, interval, tolerance)
-  local tat = tonumber(redis.call('GET', keys[1]) or nil)
-  if tat == nil or tat <= now then return end
-  tat = tat - amount * interval
-  if tat <= now then
+local function gcra_refund(keys, now, amount, capacity, interval)
+  local now_us = now * 1000
+  local debt = bucket_debt(keys[1], now_us) - amount * interval
+  if debt <= 0 then
     redis.call('DEL', keys[1])
   else
-    put(keys[1], num(tat), ms(tat - now))
+    put(keys[1], num(now_us + math.ceil(debt * 1000)), ms(debt))
   end
 end

@@ -1,35 +1,48 @@
 -- Sliding window counter: mirrors quotaql.policy.algorithms.sliding_counter / _refund.
 -- State (string): "<window start ms> <current count> <previous count>". Params: limit, window.
 
+-- The counts as of now's window (a state from a later window stays as it is).
+local function sliding_counter_roll(start, old_start, current, previous, window)
+  if old_start >= start then return old_start, current, previous end
+  if start - old_start == window then return start, 0, current end
+  return start, 0, 0
+end
+
 local function sliding_counter_windows(key, now, window)
   local start = now - now % window
   local raw = redis.call('GET', key)
   if not raw then return start, 0, 0 end
   local old_start, current, previous = string.match(raw, '^(%S+) (%S+) (%S+)$')
-  old_start, current, previous = tonumber(old_start), tonumber(current), tonumber(previous)
-  if old_start == start then return start, current, previous end
-  if start - old_start == window then previous = current else previous = 0 end
-  return start, 0, previous
+  return sliding_counter_roll(start, tonumber(old_start), tonumber(current),
+    tonumber(previous), window)
+end
+
+local function sliding_counter_estimate(start, current, previous, now, window)
+  local elapsed = 0
+  if now > start then elapsed = now - start end
+  return previous * ((window - elapsed) / window) + current
+end
+
+local function sliding_counter_reset(start, current, previous, now, window)
+  if current > 0 then return ms(start + 2 * window - now) end
+  if previous > 0 then return ms(start + window - now) end
+  return 0
 end
 
 local function sliding_counter_check(keys, now, cost, limit, window)
   local start, current, previous = sliding_counter_windows(keys[1], now, window)
-  local elapsed = now - start
-  local estimated = previous * ((window - elapsed) / window) + current
-  local reset = 0
-  if current > 0 then
-    reset = ms(start + 2 * window - now)
-  elseif previous > 0 then
-    reset = ms(start + window - now)
-  end
+  local estimated = sliding_counter_estimate(start, current, previous, now, window)
+  local reset = sliding_counter_reset(start, current, previous, now, window)
   if cost > limit then
     return {false, true, math.max(0, limit - estimated), 0, reset}
   end
-  if estimated + cost <= limit then
+  if estimated + cost <= limit + limit * SLACK then
     current = current + cost
-    local ttl = ms(start + 2 * window - now)
-    return {true, false, limit - (estimated + cost), 0, ttl, function()
-      put(keys[1], num(start) .. ' ' .. num(current) .. ' ' .. num(previous), ttl)
+    local after = sliding_counter_reset(start, current, previous, now, window)
+    local remaining = limit - (estimated + cost)
+    if not (remaining > 0) then remaining = 0 end
+    return {true, false, remaining, 0, after, function()
+      put(keys[1], num(start) .. ' ' .. num(current) .. ' ' .. num(previous), after)
     end}
   end
   local at
@@ -38,17 +51,27 @@ local function sliding_counter_check(keys, now, cost, limit, window)
   else
     at = start + window + math.max(0, window - (limit - cost) * window / current)
   end
-  return {false, false, math.max(0, limit - estimated), ms(at - now), reset}
+  local retry = ms(at - now)
+  if not (retry > 0) then retry = 1 end
+  for _ = 1, 3 do
+    local later = now + retry
+    local s, c, p = sliding_counter_roll(later - later % window, start, current, previous, window)
+    if sliding_counter_estimate(s, c, p, later, window) + cost <= limit + limit * SLACK then
+      break
+    end
+    retry = retry + 1
+  end
+  return {false, false, math.max(0, limit - estimated), retry, reset}
 end
 
 local function sliding_counter_refund(keys, now, amount, limit, window)
   if redis.call('EXISTS', keys[1]) == 0 then return end
   local start, current, previous = sliding_counter_windows(keys[1], now, window)
   current = math.max(0, current - amount)
-  if current == 0 and previous == 0 then
+  local ttl = sliding_counter_reset(start, current, previous, now, window)
+  if ttl == 0 then
     redis.call('DEL', keys[1])
   else
-    put(keys[1], num(start) .. ' ' .. num(current) .. ' ' .. num(previous),
-      ms(start + 2 * window - now))
+    put(keys[1], num(start) .. ' ' .. num(current) .. ' ' .. num(previous), ttl)
   end
 end

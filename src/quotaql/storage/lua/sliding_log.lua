@@ -37,26 +37,39 @@ end
 local function sliding_log_check(keys, now, cost, limit, window)
   local total, seq = sliding_log_expire(keys, now, window)
   local last = redis.call('ZRANGE', keys[1], -1, -1, 'WITHSCORES')
+  local newest = nil
   local reset = 0
-  if #last > 0 then reset = ms(tonumber(last[2]) + window - now) end
+  if #last > 0 then
+    newest = tonumber(last[2])
+    reset = ms(newest + window - now)
+  end
   if cost > limit then
     return {false, true, limit - total, 0, reset}
   end
-  if total + cost <= limit then
-    return {true, false, limit - (total + cost), 0, window, function()
+  if total + cost <= limit + limit * SLACK then
+    local remaining = limit - (total + cost)
+    if not (remaining > 0) then remaining = 0 end
+    if cost == 0 then
+      return {true, false, remaining, 0, reset}
+    end
+    -- Entries stay in time order even when the clock steps back.
+    local at = now
+    if newest ~= nil and newest >= now then at = newest end
+    local ttl = ms(at + window - now)
+    return {true, false, remaining, 0, ttl, function()
       seq = seq + 1
-      redis.call('ZADD', keys[1], now, string.format('%015d', seq) .. ':' .. num(cost))
-      redis.call('PEXPIRE', keys[1], window)
-      put(keys[2], num(total + cost) .. ' ' .. num(seq), window)
+      redis.call('ZADD', keys[1], at, string.format('%015d', seq) .. ':' .. num(cost))
+      redis.call('PEXPIRE', keys[1], ttl)
+      put(keys[2], num(total + cost) .. ' ' .. num(seq), ttl)
     end}
   end
-  local need = total + cost - limit
-  local freed = 0
-  local retry = 0
+  -- The first entry whose expiry makes room, with the admission test's own arithmetic.
+  local retry = reset
+  local left = total
   local entries = redis.call('ZRANGE', keys[1], 0, -1, 'WITHSCORES')
   for i = 1, #entries, 2 do
-    freed = freed + sliding_log_cost(entries[i])
-    if freed >= need then
+    left = left - sliding_log_cost(entries[i])
+    if left + cost <= limit + limit * SLACK then
       retry = ms(tonumber(entries[i + 1]) + window - now)
       break
     end

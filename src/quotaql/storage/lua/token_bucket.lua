@@ -1,45 +1,39 @@
 -- Token bucket: mirrors quotaql.policy.algorithms.token_bucket / token_bucket_refund.
--- State (string): "<tokens> <last refill ms>". Params: capacity, rate (tokens per ms).
+-- State (integer string): when the bucket is full again, in microseconds.
+-- Params: capacity, rate (tokens per ms).
 
-local function token_bucket_load(key)
-  local raw = redis.call('GET', key)
-  if not raw then return nil end
-  local tokens, last = string.match(raw, '^(%S+) (%S+)$')
-  return tonumber(tokens), tonumber(last)
-end
-
-local function token_bucket_refill(key, now, capacity, rate)
-  local tokens, last = token_bucket_load(key)
-  if tokens == nil then return capacity, now end
-  if now > last then
-    tokens = math.min(capacity, tokens + (now - last) * rate)
-    last = now
-  end
-  return tokens, last
+-- Milliseconds of refill the bucket still owes (0 when full); shared with gcra.lua.
+local function bucket_debt(key, now_us)
+  local full_at = tonumber(redis.call('GET', key) or nil)
+  if full_at ~= nil and full_at > now_us then return (full_at - now_us) / 1000 end
+  return 0
 end
 
 local function token_bucket_check(keys, now, cost, capacity, rate)
-  local tokens, last = token_bucket_refill(keys[1], now, capacity, rate)
+  local now_us = now * 1000
+  local debt = bucket_debt(keys[1], now_us)
+  local tokens = capacity - debt * rate
   if cost > capacity then
-    return {false, true, tokens, 0, ms((capacity - tokens) / rate)}
+    return {false, true, tokens, 0, ms(debt)}
   end
-  if cost <= tokens then
-    tokens = tokens - cost
-    local reset = ms((capacity - tokens) / rate)
-    return {true, false, tokens, 0, reset, function()
-      put(keys[1], num(tokens) .. ' ' .. num(last), reset)
+  if cost <= tokens + capacity * SLACK then
+    debt = debt + cost / rate
+    local reset = ms(debt)
+    local remaining = 0
+    if tokens > cost then remaining = tokens - cost end
+    return {true, false, remaining, 0, reset, function()
+      put(keys[1], num(now_us + math.ceil(debt * 1000)), reset)
     end}
   end
-  return {false, false, tokens, ms((cost - tokens) / rate), ms((capacity - tokens) / rate)}
+  return {false, false, tokens, ms((cost - tokens) / rate), ms(debt)}
 end
 
 local function token_bucket_refund(keys, now, amount, capacity, rate)
-  local tokens, last = token_bucket_load(keys[1])
-  if tokens == nil then return end
-  if now > last then
-    tokens = math.min(capacity, tokens + (now - last) * rate)
-    last = now
+  local now_us = now * 1000
+  local debt = bucket_debt(keys[1], now_us) - amount / rate
+  if debt <= 0 then
+    redis.call('DEL', keys[1])
+  else
+    put(keys[1], num(now_us + math.ceil(debt * 1000)), ms(debt))
   end
-  tokens = math.min(capacity, tokens + amount)
-  put(keys[1], num(tokens) .. ' ' .. num(last), ms((capacity - tokens) / rate))
 end
