@@ -21,12 +21,15 @@ __all__ = [
     "SAMPLES",
     "Measurement",
     "Target",
+    "Throughput",
     "environment",
     "fmt_int",
     "fmt_ratio",
     "fmt_us",
     "measure",
+    "measure_calls_interleaved",
     "measure_interleaved",
+    "measure_throughput",
     "print_table",
     "print_targets",
     "ratio",
@@ -210,6 +213,152 @@ def measure_interleaved(
     return {name: results[name] for name in fns}
 
 
+def measure_calls_interleaved(
+    fns: Mapping[K, Callable[[], object]],
+    *,
+    calls: int = 2_000,
+    warmup: int = 20,
+    time_limit: float | None = None,
+) -> dict[K, Measurement]:
+    """Time operations that each wait on a round trip, call by call, in turns.
+
+    For I/O-bound calls (tens of µs or more, mostly waiting on a server) on a shared machine,
+    the neighbours' bursts last milliseconds: a 30 ms sample lands in or out of one as a whole,
+    and the medians of :func:`measure_interleaved` then move by tens of percent between runs.
+    Here every round calls each operation once, starting from a different one each round, and
+    times each call: all of them see the same conditions at a scale of microseconds. The figure
+    is the median µs over ``calls`` rounds (``min_us`` the fastest call, ``loops`` 1). Each
+    operation first runs ``warmup`` times untimed. Bounded like :func:`measure`, or by
+    ``time_limit`` seconds for the whole set: past it, the calls already timed are kept.
+    """
+    names = list(fns)
+    results: dict[K, Measurement] = {}
+    limit = min(
+        MEASUREMENT_TIME_LIMIT_S * max(1, len(names)) if time_limit is None else time_limit,
+        remaining_budget(),
+    )
+    if limit <= 0:
+        note = "skipped: run time budget spent"
+        return {name: Measurement(None, note=note) for name in names}
+    first = {name: fns[name]() for name in names}
+    taken: dict[K, list[float]] = {name: [] for name in names}
+    timer = time.perf_counter
+    gc.collect()
+    try:
+        with _time_limit(limit):
+            for _ in range(warmup):
+                for name in names:
+                    fns[name]()
+            for index in range(calls):
+                start = index % len(names)
+                for name in names[start:] + names[:start]:
+                    fn = fns[name]
+                    began = timer()
+                    fn()
+                    taken[name].append(timer() - began)
+    except _MeasurementTimeoutError:
+        pass  # keep the calls already timed
+    for name in names:
+        us = [seconds * 1e6 for seconds in taken[name]]
+        cut = f"time limit: {len(us):,} of {calls:,} calls timed" if len(us) < calls else ""
+        results[name] = (
+            Measurement(statistics.median(us), min(us), 1, len(us), first[name], cut)
+            if us
+            else Measurement(None, result=first[name], note="no call within the time limit")
+        )
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Operations per second of one workload: the median and the best over its rounds.
+
+    ``cpu_us`` is the median CPU time of this process per operation (``time.process_time``, all
+    threads, system time included): for an event loop it is what bounds the throughput.
+    ``median_ops`` is ``None`` when there is no figure; ``note`` then says why.
+    """
+
+    median_ops: float | None
+    max_ops: float | None = None
+    cpu_us: float | None = None
+    operations: int = 0
+    rounds: int = 0
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.median_ops is not None
+
+
+def _timed_round(fn: Callable[[], object], operations: int) -> tuple[float, float]:
+    """One round of ``fn`` after a full collection: (operations per second, CPU µs each)."""
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    fn()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return operations / wall, cpu / operations * 1e6
+
+
+def measure_throughput(
+    rounds: Mapping[K, Callable[[], object]],
+    operations: int,
+    *,
+    samples: int = SAMPLES,
+    time_limit: float | None = None,
+) -> dict[K, Throughput]:
+    """Operations per second of workloads that each run ``operations`` operations per call.
+
+    A call of ``rounds[name]`` is one round: a fixed amount of work (e.g. spread over concurrent
+    callers on an event loop). Each workload gets one warm-up round, then the rounds go
+    round-robin as in :func:`measure_interleaved`, ``gc.collect()`` before each. The figure is
+    the median over the rounds of ``operations`` / seconds. Bounded like :func:`measure`, or by
+    ``time_limit`` seconds for the timed rounds of all workloads: past it (or the run's budget)
+    each workload comes back with the rounds already taken.
+    """
+    results: dict[K, Throughput] = {}
+    ready: list[K] = []
+    for name, fn in rounds.items():
+        limit = min(MEASUREMENT_TIME_LIMIT_S, remaining_budget())
+        if limit <= 0:
+            results[name] = Throughput(None, note="skipped: run time budget spent")
+            continue
+        try:
+            with _time_limit(limit):
+                _timed_round(fn, operations)  # warm-up: connections opened, code specialized
+        except _MeasurementTimeoutError:
+            results[name] = Throughput(None, note=f"warm-up timed out after {limit:g} s")
+            continue
+        ready.append(name)
+
+    taken: dict[K, list[tuple[float, float]]] = {name: [] for name in ready}
+    limit = min(
+        MEASUREMENT_TIME_LIMIT_S * len(ready) if time_limit is None else time_limit,
+        remaining_budget(),
+    )
+    if ready and limit > 0:
+        try:
+            with _time_limit(limit):
+                for _ in range(samples):
+                    for name in ready:
+                        taken[name].append(_timed_round(rounds[name], operations))
+        except _MeasurementTimeoutError:
+            pass  # keep the rounds already taken
+    for name in ready:
+        rates = [rate for rate, _ in taken[name]]
+        results[name] = (
+            Throughput(
+                median_ops=statistics.median(rates),
+                max_ops=max(rates),
+                cpu_us=statistics.median(cpu for _, cpu in taken[name]),
+                operations=operations,
+                rounds=len(rates),
+            )
+            if rates
+            else Throughput(None, operations=operations, note="no round within the time limit")
+        )
+    return {name: results[name] for name in rounds}
+
+
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
     """numerator / denominator, or None when either figure is missing."""
     if numerator is None or denominator is None or denominator == 0:
@@ -227,14 +376,19 @@ class Target:
     name: str
     value: float | None
     limit: float
-    op: Literal["<=", "<"] = "<="
+    op: Literal["<=", "<", ">=", ">"] = "<="
     skip_reason: str = ""
 
     @property
     def status(self) -> Literal["PASS", "FAIL", "SKIP"]:
         if self.value is None:
             return "SKIP" if self.skip_reason else "FAIL"
-        met = self.value <= self.limit if self.op == "<=" else self.value < self.limit
+        met = {
+            "<=": self.value <= self.limit,
+            "<": self.value < self.limit,
+            ">=": self.value >= self.limit,
+            ">": self.value > self.limit,
+        }[self.op]
         return "PASS" if met else "FAIL"
 
     @property

@@ -165,6 +165,8 @@ class _Core:
         self.breaker = breaker or CircuitBreaker()
         self.fallback = fallback or MemoryStorage(source="fallback")
         self.recorder: Recorder = recorder or NullRecorder()
+        # Without a recorder there is nobody to tell how long a decision took.
+        self.timed = not isinstance(self.recorder, NullRecorder)
         self.backend: str = getattr(storage, "name", type(storage).__name__)
         # The memory storage cannot fail: no breaker, no fail mode.
         self.infallible = isinstance(storage, MemoryStorage)
@@ -400,8 +402,8 @@ class Limiter:
             now: the time in ms (tests); by default the storage's clock.
         """
         shared = _check_request(key, cost, quotas)
-        started = time.perf_counter()
         core = self._core
+        started = time.perf_counter() if core.timed else 0.0
         if core.infallible and not shared:  # the embedded default: no flow machinery
             decision: Decision = core.storage.acquire(key, cost, quotas, now)
         else:
@@ -409,7 +411,8 @@ class Limiter:
                 "Decision",
                 self._execute(lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas),
             )
-        core.recorder.decision(decision, time.perf_counter() - started)
+        if core.timed:
+            core.recorder.decision(decision, time.perf_counter() - started)
         return decision
 
     def refund(
@@ -486,8 +489,8 @@ class AsyncLimiter:
     ) -> Decision:
         """Debit ``cost`` from every quota of ``key``, all of them or none."""
         shared = _check_request(key, cost, quotas)
-        started = time.perf_counter()
         core = self._core
+        started = time.perf_counter() if core.timed else 0.0
         if core.infallible and not shared:  # the embedded default: no flow machinery
             decision: Decision = core.storage.acquire(key, cost, quotas, now)
         else:
@@ -497,7 +500,8 @@ class AsyncLimiter:
                     lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas
                 ),
             )
-        core.recorder.decision(decision, time.perf_counter() - started)
+        if core.timed:
+            core.recorder.decision(decision, time.perf_counter() - started)
         return decision
 
     async def refund(

@@ -58,6 +58,8 @@ class Quota:
     params: tuple[float, float] = field(init=False, repr=False, compare=False)
     maximum: float = field(init=False, repr=False, compare=False)
     """The most this quota allows at once: its capacity or its limit."""
+    script_args: tuple[str, str, str] = field(init=False, repr=False, compare=False)
+    """The algorithm and its parameters as the Redis script reads them (exact floats)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -97,6 +99,9 @@ class Quota:
             params = (limit, window_ms)
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "maximum", maximum)
+        # repr() of a float reads back to the same double in Lua's tonumber.
+        args = (self.algorithm, repr(float(params[0])), repr(float(params[1])))
+        object.__setattr__(self, "script_args", args)
 
     @property
     def policy(self) -> str:

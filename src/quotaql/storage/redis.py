@@ -81,8 +81,7 @@ def _request(
         keys.append(key)
         if quota.algorithm == "sliding_log":
             keys.append(key + "#log")  # "#" is not allowed in quota names: no clash
-        first, second = quota.params
-        args += [quota.algorithm, repr(float(first)), repr(float(second))]
+        args += quota.script_args
     return keys, args
 
 
@@ -151,8 +150,9 @@ def _hardened_async(client: Any, timeout: float) -> Any:
     from redis.asyncio.retry import Retry  # noqa: PLC0415
     from redis.backoff import NoBackoff  # noqa: PLC0415
 
+    # No socket_timeout: each call is bounded by asyncio.timeout already, and redis.asyncio
+    # pays for a socket timeout with an extra task per command.
     overrides: dict[str, Any] = {
-        "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
         "retry": Retry(NoBackoff(), 0),
     }
