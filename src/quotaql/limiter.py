@@ -240,6 +240,11 @@ def _check_request(key: object, cost: float, quotas: Sequence[Quota]) -> bool:
         raise TypeError(f"key must be a non-empty string, got {type(key).__name__}")
     if not key:
         raise ValueError("key must be a non-empty string, got ''")
+    if len(quotas) == 1:  # the common case, checked inline
+        quota = quotas[0]
+        kind = type(cost)
+        if (kind is float or kind is int) and 0 <= cost < math.inf and type(quota) is Quota:
+            return quota.shared
     check_arguments(cost, quotas)
     shared = False
     for quota in quotas:
@@ -405,7 +410,7 @@ class Limiter:
         core = self._core
         started = time.perf_counter() if core.timed else 0.0
         if core.infallible and not shared:  # the embedded default: no flow machinery
-            decision: Decision = core.storage.acquire(key, cost, quotas, now)
+            decision: Decision = core.storage.decide(key, cost, quotas, now)  # checked above
         else:
             decision = cast(
                 "Decision",
@@ -492,7 +497,7 @@ class AsyncLimiter:
         core = self._core
         started = time.perf_counter() if core.timed else 0.0
         if core.infallible and not shared:  # the embedded default: no flow machinery
-            decision: Decision = core.storage.acquire(key, cost, quotas, now)
+            decision: Decision = core.storage.decide(key, cost, quotas, now)  # checked above
         else:
             decision = cast(
                 "Decision",

@@ -127,13 +127,14 @@ def token_bucket(
     it: ``capacity - (full_at - now) × rate``.
     """
     now_us = now * 1000
-    debt = _debt(state, now_us)
+    # _debt() inlined: the default algorithm, on every request.
+    debt = (state - now_us) / 1000 if state is not None and state > now_us else 0.0
     tokens = capacity - debt * rate
     if cost > capacity:
         return _new(Check, (False, True, None, tokens, 0, _ms(debt), 0))
     if cost <= tokens + capacity * SLACK:
         debt = debt + cost / rate
-        reset = _ms(debt)
+        reset = _ceil(debt)  # _ms() without its max(): debt >= 0
         remaining = tokens - cost if tokens > cost else 0.0
         return _new(Check, (True, False, now_us + _ceil(debt * 1000), remaining, 0, reset, reset))
     return _new(Check, (False, False, None, tokens, _ms((cost - tokens) / rate), _ms(debt), 0))

@@ -221,17 +221,19 @@ _new = tuple.__new__
 
 def decide_one(quota: Quota, check: Check, cost: float, source: Source) -> Decision:
     """:func:`combine` for the common case of one quota, without the general bookkeeping."""
-    remaining = check.remaining if check.remaining > 0.0 else 0.0
-    reset = check.reset_after_ms / 1000
+    allowed, exceeds, _, remaining, retry_ms, reset_ms, _ = check
+    if remaining < 0.0:  # noqa: PLR1730  (max() is a call: hot path)
+        remaining = 0.0
+    reset = reset_ms / 1000
     limit = quota.maximum
-    if check.allowed:
+    if allowed:
         status = _new(QuotaStatus, (quota.name, limit, remaining, reset, 0.0, True))
         return _new(
             Decision, (True, cost, remaining, limit, 0.0, reset, None, source, None, (status,))
         )
-    retry = None if check.exceeds_capacity else check.retry_after_ms / 1000
+    retry = None if exceeds else retry_ms / 1000
     status = _new(QuotaStatus, (quota.name, limit, remaining, reset, retry, False))
-    reason: Reason = "exceeds_capacity" if check.exceeds_capacity else "rate_limited"
+    reason: Reason = "exceeds_capacity" if exceeds else "rate_limited"
     return _new(
         Decision,
         (False, cost, remaining, limit, retry, reset, quota.name, source, reason, (status,)),

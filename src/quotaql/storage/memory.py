@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -17,8 +18,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryStorage"]
 
-# Every this many writes, look at this many of the least recently used keys for expiry.
-_SWEEP_EVERY = 256
+# Every 256 writes, look at this many of the least recently used keys for expiry.
+_SWEEP_MASK = 255
 _SWEEP_BATCH = 64
 
 
@@ -77,7 +78,20 @@ class MemoryStorage:
         self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
     ) -> Decision:
         """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
-        check_arguments(cost, quotas)
+        kind = type(cost)
+        if not (
+            (kind is float or kind is int)
+            and 0 <= cost < math.inf
+            and len(quotas) == 1
+            and type(quotas[0]) is Quota
+        ):
+            check_arguments(cost, quotas)  # the general case, or the error to raise
+        return self.decide(key, cost, quotas, now)
+
+    def decide(
+        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+    ) -> Decision:
+        """:meth:`acquire` for arguments already checked (the limiter checks them first)."""
         if now is None:
             now = int(self._clock() * 1000)
         if len(quotas) == 1:
@@ -106,7 +120,16 @@ class MemoryStorage:
                 state = check.state
                 if algorithm == "sliding_log":
                     state = commit(algorithm, state)
-                self._put(k, now, check.ttl_ms, state)
+                if state is not None:  # inlined _put: this is the hot path
+                    states.pop(k, None)
+                    ttl = check.ttl_ms
+                    if ttl > 0:
+                        states[k] = (now + ttl, state)
+                        if len(states) > self._max_keys:
+                            del states[next(iter(states))]
+                        self._writes += 1
+                        if not self._writes & _SWEEP_MASK:
+                            self._sweep(now)
         return decide_one(quota, check, cost, self._source)
 
     def refund(
@@ -167,7 +190,7 @@ class MemoryStorage:
         if len(states) > self._max_keys:
             del states[next(iter(states))]
         self._writes += 1
-        if self._writes % _SWEEP_EVERY == 0:
+        if not self._writes & _SWEEP_MASK:
             self._sweep(now)
 
     def _sweep(self, now: int) -> None:
