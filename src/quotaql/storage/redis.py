@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from quotaql.errors import StorageError, StorageTimeout
 from quotaql.policy.algorithms import Check
-from quotaql.policy.quota import Decision, Quota, combine
+from quotaql.policy.quota import Decision, Quota, combine, decide_one
 from quotaql.storage.base import check_arguments
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ _SCRIPT_PARTS = (
     "driver.lua",
 )
 _FIELDS_PER_QUOTA = 5
+_new = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
 
 @cache
@@ -54,6 +55,11 @@ def script_source() -> str:
 
 def redis_key(prefix: str, tenant: str | None, quota: Quota) -> str:
     """The key of ``quota`` for ``tenant`` (``None``: the shared, platform-wide scope)."""
+    return f"{_key_base(prefix, tenant)}{quota.name}"
+
+
+def _key_base(prefix: str, tenant: str | None) -> str:
+    """Everything of a tenant's keys but the quota name: ``quotaql:{t:acme}:``."""
     if tenant is None:
         tag = "global"
     elif _SAFE_TENANT.fullmatch(tenant):
@@ -63,7 +69,7 @@ def redis_key(prefix: str, tenant: str | None, quota: Quota) -> str:
         # 128 bits in 22 characters: short keys cost Redis less memory per tenant.
         digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).digest()[:16]
         tag = "h:" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
-    return f"{prefix}:{{{tag}}}:{quota.name}"
+    return f"{prefix}:{{{tag}}}:"
 
 
 def _request(
@@ -76,8 +82,9 @@ def _request(
 ) -> tuple[list[str], list[str]]:
     keys: list[str] = []
     args = [mode, repr(float(amount)), "" if now is None else str(int(now)), str(len(quotas))]
+    base = _key_base(prefix, tenant)
     for quota in quotas:
-        key = redis_key(prefix, tenant, quota)
+        key = base + quota.name
         keys.append(key)
         if quota.algorithm == "sliding_log":
             keys.append(key + "#log")  # "#" is not allowed in quota names: no clash
@@ -85,24 +92,27 @@ def _request(
     return keys, args
 
 
-def _decision(raw: list[bytes], quotas: Sequence[Quota], cost: float) -> Decision:
-    values = [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
-    checks = []
-    for index in range(len(quotas)):
-        allowed, exceeds, remaining, retry, reset = values[
-            1 + index * _FIELDS_PER_QUOTA : 1 + (index + 1) * _FIELDS_PER_QUOTA
-        ]
-        checks.append(
-            Check(
-                allowed == "1",
-                exceeds == "1",
+def _decision(raw: list[Any], quotas: Sequence[Quota], cost: float) -> Decision:
+    """The decision from the script's reply: ``now``, then five values per quota."""
+    if len(quotas) == 1:
+        _, allowed, exceeds, remaining, retry, reset = raw
+        check = _new(Check, (allowed == 1, exceeds == 1, None, float(remaining), retry, reset, 0))
+        return decide_one(quotas[0], check, cost, "redis")
+    checks = [
+        _new(
+            Check,
+            (
+                raw[first] == 1,
+                raw[first + 1] == 1,
                 None,
-                float(remaining),
-                float(retry),
-                float(reset),
+                float(raw[first + 2]),
+                raw[first + 3],
+                raw[first + 4],
                 0,
-            )
+            ),
         )
+        for first in range(1, len(raw), _FIELDS_PER_QUOTA)
+    ]
     return combine(quotas, checks, cost, "redis")
 
 

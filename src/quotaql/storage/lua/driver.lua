@@ -1,8 +1,8 @@
 -- ARGV: mode (acquire | peek | refund), cost or amount, now in ms ('' reads the server's TIME),
 -- number of quotas, then per quota: algorithm, parameter 1, parameter 2.
 -- KEYS: per quota its state key (sliding_log: the ZSET and its meta key), in quota order.
--- Returns: now, then per quota: allowed, exceeds capacity, remaining, retry after ms, reset
--- after ms (acquire and peek; all as text, since Redis truncates Lua numbers to integers).
+-- Returns: now, then per quota: allowed (1/0), exceeds capacity (1/0), remaining (text: Redis
+-- truncates Lua numbers to integers), retry after ms, reset after ms (acquire and peek).
 
 local checks = {
   token_bucket = token_bucket_check,
@@ -30,7 +30,7 @@ else
   now = tonumber(ARGV[3])
 end
 
-local results = {num(now)}
+local results = {now}
 local commits = {}
 local allowed = true
 local key_index = 1
@@ -53,11 +53,12 @@ for _ = 1, tonumber(ARGV[4]) do
     local check = checks[algorithm](keys, now, amount, first, second)
     if not check[1] then allowed = false end
     if check[6] then commits[#commits + 1] = check[6] end
-    results[#results + 1] = check[1] and '1' or '0'
-    results[#results + 1] = check[2] and '1' or '0'
-    results[#results + 1] = num(check[3])
-    results[#results + 1] = num(check[4])
-    results[#results + 1] = num(check[5])
+    local n = #results
+    results[n + 1] = check[1] and 1 or 0
+    results[n + 2] = check[2] and 1 or 0
+    results[n + 3] = num(check[3])
+    results[n + 4] = check[4]
+    results[n + 5] = check[5]
   end
 end
 
