@@ -344,7 +344,33 @@ async def _run_async(flow: _Flow, storage: Any) -> Decision | None:
         return value
 
 
-class Limiter:
+class _LimiterBase:
+    """The constructor both limiters share."""
+
+    def __init__(
+        self,
+        storage: Storage | AsyncStorage | MemoryStorage | None = None,
+        *,
+        on_backend_error: BackendErrorMode = "local",
+        breaker: CircuitBreaker | None = None,
+        fallback: MemoryStorage | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self._core = _Core(
+            storage if storage is not None else MemoryStorage(),
+            on_backend_error=on_backend_error,
+            breaker=breaker,
+            fallback=fallback,
+            recorder=recorder,
+        )
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The circuit breaker in front of the storage."""
+        return self._core.breaker
+
+
+class Limiter(_LimiterBase):
     """Debits a key's quotas by the cost of each request; answers even when Redis is down.
 
     Example:
@@ -367,33 +393,11 @@ class Limiter:
         recorder: receives decisions, backend errors and breaker changes (metrics).
     """
 
-    def __init__(
-        self,
-        storage: Storage | None = None,
-        *,
-        on_backend_error: BackendErrorMode = "local",
-        breaker: CircuitBreaker | None = None,
-        fallback: MemoryStorage | None = None,
-        recorder: Recorder | None = None,
-    ) -> None:
-        self._core = _Core(
-            storage if storage is not None else MemoryStorage(),
-            on_backend_error=on_backend_error,
-            breaker=breaker,
-            fallback=fallback,
-            recorder=recorder,
-        )
-
     @property
     def storage(self) -> Storage:
         """The storage decisions are made in."""
         storage: Storage = self._core.storage
         return storage
-
-    @property
-    def breaker(self) -> CircuitBreaker:
-        """The circuit breaker in front of the storage."""
-        return self._core.breaker
 
     def acquire(
         self, key: str, cost: float, quotas: Sequence[Quota], *, now: int | None = None
@@ -455,39 +459,17 @@ class Limiter:
         return core.substitute(flow_factory, cost, quotas)
 
 
-class AsyncLimiter:
+class AsyncLimiter(_LimiterBase):
     """:class:`Limiter` for asyncio, over :class:`~quotaql.storage.redis.AsyncRedisStorage`.
 
     A :class:`MemoryStorage` works too (its calls do not block).
     """
-
-    def __init__(
-        self,
-        storage: AsyncStorage | MemoryStorage | None = None,
-        *,
-        on_backend_error: BackendErrorMode = "local",
-        breaker: CircuitBreaker | None = None,
-        fallback: MemoryStorage | None = None,
-        recorder: Recorder | None = None,
-    ) -> None:
-        self._core = _Core(
-            storage if storage is not None else MemoryStorage(),
-            on_backend_error=on_backend_error,
-            breaker=breaker,
-            fallback=fallback,
-            recorder=recorder,
-        )
 
     @property
     def storage(self) -> AsyncStorage | MemoryStorage:
         """The storage decisions are made in."""
         storage: AsyncStorage | MemoryStorage = self._core.storage
         return storage
-
-    @property
-    def breaker(self) -> CircuitBreaker:
-        """The circuit breaker in front of the storage."""
-        return self._core.breaker
 
     async def acquire(
         self, key: str, cost: float, quotas: Sequence[Quota], *, now: int | None = None
