@@ -203,7 +203,6 @@ def test_module_attr_names_a_schema_a_factory_or_a_dotted_attribute(workdir, spe
 
 
 def test_module_attr_can_name_a_strawberry_schema(workdir):
-    pytest.importorskip("strawberry")
     write(workdir / "strawberry_api.py", STRAWBERRY_MODULE)
 
     assert cost_json("--schema", "strawberry_api:schema", "query.graphql") == EXPECTED_REPORT
