@@ -217,7 +217,23 @@ def _cluster_kwargs(connection_kwargs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class RedisStorage:
+class _RedisBase:
+    """What the sync and async Redis storages share: options, private client, script."""
+
+    name = "redis"
+    _harden = staticmethod(_hardened)
+
+    def __init__(
+        self, client: Any, *, prefix: str = "quotaql", timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        _check_options(prefix, timeout)
+        self.client = self._harden(client, timeout)
+        self.prefix = prefix
+        self.timeout = timeout
+        self._script = self.client.register_script(script_source())
+
+
+class RedisStorage(_RedisBase):
     """Quota state in Redis or Redis Cluster (``redis.Redis`` / ``redis.cluster.RedisCluster``).
 
     Every decision is one ``EVALSHA`` (the script is loaded again after a ``NOSCRIPT``,
@@ -232,17 +248,6 @@ class RedisStorage:
         prefix: the first part of every key.
         timeout: seconds one call may take.
     """
-
-    name = "redis"
-
-    def __init__(
-        self, client: Any, *, prefix: str = "quotaql", timeout: float = DEFAULT_TIMEOUT
-    ) -> None:
-        _check_options(prefix, timeout)
-        self.client = _hardened(client, timeout)
-        self.prefix = prefix
-        self.timeout = timeout
-        self._script = self.client.register_script(script_source())
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisStorage:
@@ -298,22 +303,13 @@ class RedisStorage:
         return result
 
 
-class AsyncRedisStorage:
+class AsyncRedisStorage(_RedisBase):
     """:class:`RedisStorage` for asyncio (``redis.asyncio.Redis`` / ``RedisCluster``).
 
     ``timeout`` is also enforced with ``asyncio.timeout`` around each call.
     """
 
-    name = "redis"
-
-    def __init__(
-        self, client: Any, *, prefix: str = "quotaql", timeout: float = DEFAULT_TIMEOUT
-    ) -> None:
-        _check_options(prefix, timeout)
-        self.client = _hardened_async(client, timeout)
-        self.prefix = prefix
-        self.timeout = timeout
-        self._script = self.client.register_script(script_source())
+    _harden = staticmethod(_hardened_async)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> AsyncRedisStorage:
