@@ -109,27 +109,14 @@ class MemoryStorage:
 
     def _acquire_one(self, key: str | None, cost: float, quota: Quota, now: int) -> Decision:
         """:meth:`acquire` for one quota: the common case, kept short."""
-        k = f"{quota.name}\1" if key is None else f"{quota.name}\0{key}"
-        states = self._states
+        k = _key(key, quota)
         algorithm = quota.algorithm
         with self._lock:
-            entry = states.get(k)
+            entry = self._states.get(k)
             state = None if entry is None or entry[0] <= now else entry[1]
             check = ALGORITHMS[algorithm][0](state, now, cost, *quota.params)
             if check.allowed:
-                state = check.state
-                if algorithm == "sliding_log":
-                    state = commit(algorithm, state)
-                if state is not None:  # inlined _put: this is the hot path
-                    states.pop(k, None)
-                    ttl = check.ttl_ms
-                    if ttl > 0:
-                        states[k] = (now + ttl, state)
-                        if len(states) > self._max_keys:
-                            del states[next(iter(states))]
-                        self._writes += 1
-                        if not self._writes & _SWEEP_MASK:
-                            self._sweep(now)
+                self._put(k, now, check.ttl_ms, commit(algorithm, check.state))
         return decide_one(quota, check, cost, self._source)
 
     def refund(
