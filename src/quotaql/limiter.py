@@ -108,10 +108,16 @@ class CircuitBreaker:
 
     def allow(self) -> bool:
         """May this call go to the storage?"""
+        if self._opened_at is None:
+            return True  # closed: the common case, no lock
+        return self._allow_while_open()
+
+    def _allow_while_open(self) -> bool:
         with self._lock:
-            if self._opened_at is None:
+            opened_at = self._opened_at
+            if opened_at is None:  # closed by another thread meanwhile
                 return True
-            if self._probing or self._clock() < self._opened_at + self.reset_timeout:
+            if self._probing or self._clock() < opened_at + self.reset_timeout:
                 return False
             self._probing = True  # half-open: this caller is the probe
             return True
@@ -418,7 +424,13 @@ class Limiter(_LimiterBase):
         else:
             decision = cast(
                 "Decision",
-                self._execute(lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas),
+                self._execute(
+                    lambda: _Core.acquire_flow(key, cost, quotas, now),
+                    cost,
+                    quotas,
+                    # No shared quota: one storage call, without the flow machinery.
+                    None if shared else lambda storage: storage.acquire(key, cost, quotas, now),
+                ),
             )
         if core.timed:
             core.recorder.decision(decision, time.perf_counter() - started)
@@ -440,14 +452,21 @@ class Limiter(_LimiterBase):
         )
 
     def _execute(
-        self, flow_factory: Callable[[], _Flow], cost: float, quotas: Sequence[Quota]
+        self,
+        flow_factory: Callable[[], _Flow],
+        cost: float,
+        quotas: Sequence[Quota],
+        direct: Callable[[Any], Any] | None = None,
     ) -> Decision | None:
         core = self._core
         if core.infallible:
             return _run(flow_factory(), core.storage)
         if core.breaker.allow():
             try:
-                result = _run(flow_factory(), core.storage)
+                if direct is not None:
+                    result: Decision | None = direct(core.storage)
+                else:
+                    result = _run(flow_factory(), core.storage)
             except StorageError as error:
                 core.failed(error)
             except BaseException:
@@ -484,7 +503,11 @@ class AsyncLimiter(_LimiterBase):
             decision = cast(
                 "Decision",
                 await self._execute(
-                    lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas
+                    lambda: _Core.acquire_flow(key, cost, quotas, now),
+                    cost,
+                    quotas,
+                    # No shared quota: one storage call, without the flow machinery.
+                    None if shared else lambda storage: storage.acquire(key, cost, quotas, now),
                 ),
             )
         if core.timed:
@@ -508,14 +531,21 @@ class AsyncLimiter(_LimiterBase):
         )
 
     async def _execute(
-        self, flow_factory: Callable[[], _Flow], cost: float, quotas: Sequence[Quota]
+        self,
+        flow_factory: Callable[[], _Flow],
+        cost: float,
+        quotas: Sequence[Quota],
+        direct: Callable[[Any], Any] | None = None,
     ) -> Decision | None:
         core = self._core
         if core.infallible:
             return _run(flow_factory(), core.storage)
         if core.breaker.allow():
             try:
-                result = await _run_async(flow_factory(), core.storage)
+                if direct is not None:
+                    result: Decision | None = await direct(core.storage)
+                else:
+                    result = await _run_async(flow_factory(), core.storage)
             except StorageError as error:
                 core.failed(error)
             except BaseException:

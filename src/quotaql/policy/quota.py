@@ -58,7 +58,7 @@ class Quota:
     params: tuple[float, float] = field(init=False, repr=False, compare=False)
     maximum: float = field(init=False, repr=False, compare=False)
     """The most this quota allows at once: its capacity or its limit."""
-    script_args: tuple[str, str, str] = field(init=False, repr=False, compare=False)
+    script_args: str = field(init=False, repr=False, compare=False)
     """The algorithm and its parameters as the Redis script reads them (exact floats)."""
 
     def __post_init__(self) -> None:
@@ -100,7 +100,7 @@ class Quota:
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "maximum", maximum)
         # repr() of a float reads back to the same double in Lua's tonumber.
-        args = (self.algorithm, repr(float(params[0])), repr(float(params[1])))
+        args = f"{self.algorithm} {float(params[0])!r} {float(params[1])!r}"
         object.__setattr__(self, "script_args", args)
 
     @property

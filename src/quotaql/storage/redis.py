@@ -80,16 +80,20 @@ def _request(
     quotas: Sequence[Quota],
     now: int | None,
 ) -> tuple[list[str], list[str]]:
-    keys: list[str] = []
-    args = [mode, repr(float(amount)), "" if now is None else str(int(now)), str(len(quotas))]
+    """The script's KEYS and ARGV (see lua/driver.lua)."""
     base = _key_base(prefix, tenant)
-    for quota in quotas:
-        key = base + quota.name
-        keys.append(key)
-        if quota.algorithm == "sliding_log":
-            keys.append(key + "#log")  # "#" is not allowed in quota names: no clash
-        args += quota.script_args
-    return keys, args
+    if len(quotas) == 1 and quotas[0].algorithm != "sliding_log":  # the common case
+        keys = [base + quotas[0].name]
+        specs = quotas[0].script_args
+    else:
+        keys = []
+        for quota in quotas:
+            key = base + quota.name
+            keys.append(key)
+            if quota.algorithm == "sliding_log":
+                keys.append(key + "#log")  # "#" is not allowed in quota names: no clash
+        specs = " ".join(quota.script_args for quota in quotas)
+    return keys, [mode, repr(float(amount)), "" if now is None else str(int(now)), specs]
 
 
 def _decision(raw: list[Any], quotas: Sequence[Quota], cost: float) -> Decision:

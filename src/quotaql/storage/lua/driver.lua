@@ -1,5 +1,6 @@
 -- ARGV: mode (acquire | peek | refund), cost or amount, now in ms ('' reads the server's TIME),
--- number of quotas, then per quota: algorithm, parameter 1, parameter 2.
+-- then the quotas in one argument: "<algorithm> <parameter 1> <parameter 2>" per quota,
+-- space-separated (fewer arguments: each one costs the client an encoding step).
 -- KEYS: per quota its state key (sliding_log: the ZSET and its meta key), in quota order.
 -- Returns: now, then per quota: allowed (1/0), exceeds capacity (1/0), remaining (text: Redis
 -- truncates Lua numbers to integers), retry after ms, reset after ms (acquire and peek).
@@ -34,11 +35,8 @@ local results = {now}
 local commits = {}
 local allowed = true
 local key_index = 1
-local arg = 5
-for _ = 1, tonumber(ARGV[4]) do
-  local algorithm = ARGV[arg]
-  local first, second = tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
-  arg = arg + 3
+for algorithm, first, second in string.gmatch(ARGV[4], '(%S+) (%S+) (%S+)') do
+  first, second = tonumber(first), tonumber(second)
   if checks[algorithm] == nil then
     return redis.error_reply('quotaql: unknown algorithm ' .. tostring(algorithm))
   end
