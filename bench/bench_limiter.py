@@ -36,7 +36,7 @@ from _harness import (
     remaining_budget,
 )
 from quotaql import AsyncLimiter, AsyncRedisStorage, Limiter, MemoryStorage, Quota, RedisStorage
-from quotaql.storage.redis import DEFAULT_TIMEOUT, redis_key, script_source
+from quotaql.storage.redis import DEFAULT_TIMEOUT, _request, redis_key, script_source
 
 # The private redis-server comes from the test fixtures' launcher (free loopback port, stopped by
 # PID, never the machine's 6379): one implementation of that, not two.
@@ -196,20 +196,16 @@ def _print_notes(results: Mapping[str, Measurement | Throughput]) -> None:
 def _quotaql_args(quotas: tuple[Quota, ...] | list[Quota]) -> tuple[list[str], list[str]]:
     """KEYS and ARGV of quotaql's own script for an acquire of cost 1 by TENANT.
 
-    The layout is the one ``storage/lua/driver.lua`` documents (mode, cost, now ('' = the server's
-    TIME), number of quotas, then algorithm and two parameters per quota); calling the script
-    directly separates what Redis spends on it from what the Python around it costs.
+    Built by the storage's own request builder (the layout ``storage/lua/driver.lua``
+    documents); calling the script directly separates what Redis spends on it from what the
+    Python around it costs.
     """
-    keys = [redis_key("quotaql", TENANT, quota) for quota in quotas]
-    args = ["acquire", "1.0", "", str(len(quotas))]
-    for quota in quotas:
-        args += [quota.algorithm, *(repr(float(param)) for param in quota.params)]
-    return keys, args
+    return _request("quotaql", "acquire", TENANT, 1.0, list(quotas), None)
 
 
 def _own_script_allows(reply: object) -> bool:
     """Whether quotaql's script, called directly, allowed; else say the row is left out."""
-    if isinstance(reply, list) and reply[1:2] == [b"1"]:
+    if isinstance(reply, list) and reply[1:2] == [1]:
         return True
     print(
         f"WARNING: quotaql's script called directly answered {reply!r}: has the ARGV layout of "
