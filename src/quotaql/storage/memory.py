@@ -116,7 +116,10 @@ class MemoryStorage:
             state = None if entry is None or entry[0] <= now else entry[1]
             check = ALGORITHMS[algorithm][0](state, now, cost, *quota.params)
             if check.allowed:
-                self._put(k, now, check.ttl_ms, commit(algorithm, check.state))
+                state = check.state
+                if algorithm == "sliding_log":  # the only state commit() changes
+                    state = commit(algorithm, state)
+                self._put(k, now, check.ttl_ms, state)
         return decide_one(quota, check, cost, self._source)
 
     def refund(
