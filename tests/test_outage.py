@@ -33,7 +33,8 @@ FAIL_ANSWER = {
     "closed": ("fail_closed", False),
     "local": ("fallback", True),
 }
-COOL_DOWN = 0.3  # the breaker's reset_timeout: short, so recovery is quick to test
+COOL_DOWN = 1.0  # the breaker's reset_timeout: short for quick recovery, long enough that a
+# loaded machine (the whole suite on 2 cores) still sees the breaker open between two checks
 TIMEOUT = 0.05  # RedisStorage's default per-call timeout
 # Large enough that the local fallback allows every request these tests make.
 TENANT = Quota("tenant", capacity=100_000, refill_per_second=1_000)
@@ -278,7 +279,7 @@ def test_a_long_hang_costs_one_timeout_per_cool_down_not_one_per_request(
     server = fresh_redis_server
     recorder = CollectingRecorder()
     limiter = sync_limiter(server, "local", recorder)
-    hang = 0.8
+    hang = 2.5 * COOL_DOWN  # long enough for probes after the first cool-downs
     try:
         assert limiter.acquire(KEY, 1, [TENANT]).source == "redis"
         server.pause(BOUND)
