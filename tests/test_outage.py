@@ -250,19 +250,16 @@ def test_hung_server_costs_one_timeout_then_the_fail_mode_answers_at_once(
             first = limiter.acquire(KEY, 1, [TENANT])
             waited = time.perf_counter() - started
 
-            assert TIMEOUT * 0.8 <= waited < 0.5
+            assert TIMEOUT * 0.8 <= waited < BOUND / 2  # one timeout paid, no hang
             assert_fail_mode(first, mode, breaker)
             assert [type(error) for _, error in recorder.errors] == [StorageTimeout]
             assert recorder.circuits == [("redis", True)]  # one timeout opens it
 
-            durations = []
             for _ in range(20):
-                started = time.perf_counter()
-                decision = limiter.acquire(KEY, 1, [TENANT])
-                durations.append(time.perf_counter() - started)
-                assert_fail_mode(decision, mode, breaker)
-            assert len(recorder.errors) == 1  # none of them went to Redis
-            assert max(durations) < TIMEOUT / 2
+                assert_fail_mode(limiter.acquire(KEY, 1, [TENANT]), mode, breaker)
+            # None of them went to Redis, so none paid a timeout (counted, not timed:
+            # a loaded machine makes wall-clock bounds flaky).
+            assert len(recorder.errors) == 1
         finally:
             server.resume()
 
@@ -284,22 +281,20 @@ def test_a_long_hang_costs_one_timeout_per_cool_down_not_one_per_request(
         assert limiter.acquire(KEY, 1, [TENANT]).source == "redis"
         server.pause(BOUND)
         try:
-            durations = []
+            calls = 0
             deadline = time.monotonic() + hang
             while time.monotonic() < deadline:
-                started = time.perf_counter()
                 assert limiter.acquire(KEY, 1, [TENANT]).source == "fallback"
-                durations.append(time.perf_counter() - started)
+                calls += 1
                 time.sleep(0.002)
         finally:
             server.resume()
 
-        slow = [duration for duration in durations if duration >= TIMEOUT * 0.8]
-        # The first call, then one probe per cool-down.
+        # Only the first call and one probe per cool-down reached the hung server (each
+        # paid a timeout); every other call was answered without it.
         assert 2 <= len(recorder.errors) <= 1 + hang / COOL_DOWN + 1
-        assert len(slow) == len(recorder.errors)
         assert all(isinstance(error, StorageTimeout) for _, error in recorder.errors)
-        assert len(durations) > 50
+        assert calls > 50
     finally:
         limiter.storage.close()  # type: ignore[attr-defined]
 
@@ -411,20 +406,17 @@ def test_async_hung_server_costs_one_timeout_then_the_fail_mode_answers_at_once(
                 first = await limiter.acquire(KEY, 1, [TENANT])
                 waited = time.perf_counter() - started
 
-                assert TIMEOUT * 0.8 <= waited < 0.5
+                assert TIMEOUT * 0.8 <= waited < BOUND / 2  # one timeout paid, no hang
                 assert_fail_mode(first, mode, breaker)
                 assert [type(error) for _, error in recorder.errors] == [StorageTimeout]
                 assert recorder.circuits == [("redis", True)]
 
-                started = time.perf_counter()
                 burst = await asyncio.gather(
                     *(limiter.acquire(KEY, 1, [TENANT]) for _ in range(50))
                 )
-                elapsed = time.perf_counter() - started
                 for decision in burst:
                     assert_fail_mode(decision, mode)
-                assert len(recorder.errors) == 1
-                assert elapsed < TIMEOUT  # fifty answers in less than one timeout
+                assert len(recorder.errors) == 1  # none of the fifty went to Redis
             finally:
                 server.resume()
 
@@ -454,14 +446,12 @@ def test_async_half_open_breaker_lets_one_probe_through_a_burst(
                 assert breaker.is_open
                 await asyncio.sleep(breaker.retry_after() + 0.01)
 
-                started = time.perf_counter()
                 burst = await asyncio.gather(
                     *(limiter.acquire(KEY, 1, [TENANT]) for _ in range(20))
                 )
-                elapsed = time.perf_counter() - started
 
-                assert len(recorder.errors) == 2  # the first call, then the single probe
-                assert elapsed < 0.5  # one timeout for the burst, not twenty
+                # The first call, then the single probe: one timeout for the burst, not twenty.
+                assert len(recorder.errors) == 2
                 assert {decision.source for decision in burst} == {"fail_closed"}
                 assert breaker.is_open
             finally:
