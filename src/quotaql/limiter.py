@@ -246,12 +246,9 @@ def _check_request(key: object, cost: float, quotas: Sequence[Quota]) -> bool:
         raise TypeError(f"key must be a non-empty string, got {type(key).__name__}")
     if not key:
         raise ValueError("key must be a non-empty string, got ''")
-    if len(quotas) == 1:  # the common case, checked inline
-        quota = quotas[0]
-        kind = type(cost)
-        if (kind is float or kind is int) and 0 <= cost < math.inf and type(quota) is Quota:
-            return quota.shared
     check_arguments(cost, quotas)
+    if len(quotas) == 1:
+        return quotas[0].shared
     shared = False
     for quota in quotas:
         shared = shared or quota.shared

@@ -22,6 +22,14 @@ def check_arguments(amount: float, quotas: Sequence[Quota]) -> None:
         TypeError: ``amount`` is not a number (``bool`` is not), or a quota is not a Quota.
         ValueError: ``amount`` is negative, NaN or infinite.
     """
+    kind = type(amount)
+    if (
+        (kind is float or kind is int)
+        and 0 <= amount < math.inf
+        and len(quotas) == 1
+        and type(quotas[0]) is Quota
+    ):
+        return  # the common case, on every request: one quota, a plain number
     if type(amount) not in (float, int) and (
         isinstance(amount, bool) or not isinstance(amount, int | float)
     ):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -78,14 +77,7 @@ class MemoryStorage:
         self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
     ) -> Decision:
         """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
-        kind = type(cost)
-        if not (
-            (kind is float or kind is int)
-            and 0 <= cost < math.inf
-            and len(quotas) == 1
-            and type(quotas[0]) is Quota
-        ):
-            check_arguments(cost, quotas)  # the general case, or the error to raise
+        check_arguments(cost, quotas)
         return self.decide(key, cost, quotas, now)
 
     def decide(
