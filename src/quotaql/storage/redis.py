@@ -231,6 +231,9 @@ class _RedisBase:
         self, client: Any, *, prefix: str = "quotaql", timeout: float = DEFAULT_TIMEOUT
     ) -> None:
         _check_options(prefix, timeout)
+        from redis.exceptions import RedisError  # noqa: PLC0415  (redis is an optional extra)
+
+        self._errors = RedisError  # caught around every call: looked up once, here
         self.client = self._harden(client, timeout)
         self.prefix = prefix
         self.timeout = timeout
@@ -298,11 +301,9 @@ class RedisStorage(_RedisBase):
         if not quotas:
             return []
         keys, args = _request(self.prefix, mode, tenant, amount, quotas, now)
-        from redis.exceptions import RedisError  # noqa: PLC0415
-
         try:
             result: list[bytes] = self._script(keys=keys, args=args)
-        except RedisError as exc:
+        except self._errors as exc:
             raise _storage_error(exc) from exc
         return result
 
@@ -362,14 +363,12 @@ class AsyncRedisStorage(_RedisBase):
         if not quotas:
             return []
         keys, args = _request(self.prefix, mode, tenant, amount, quotas, now)
-        from redis.exceptions import RedisError  # noqa: PLC0415
-
         try:
             async with asyncio.timeout(self.timeout):
                 result: list[bytes] = await self._script(keys=keys, args=args)
         except TimeoutError as exc:
             raise StorageTimeout(f"Redis did not answer within {self.timeout:g} s") from exc
-        except RedisError as exc:
+        except self._errors as exc:
             raise _storage_error(exc) from exc
         return result
 
