@@ -247,7 +247,7 @@ def bench_redis_sync(server: RedisServer) -> list[Target]:
         if any("Hiredis" not in parser for parser in parsers.values()):
             print("WARNING: hiredis is not in use everywhere; the floor is not the fastest client")
         minimal = client.register_script(MINIMAL_TOKEN_BUCKET_LUA)
-        own_script = storage.client.register_script(script_source())
+        own_script = storage.client.register_script(script_source(("token_bucket",)))
         own_keys, own_args = _quotaql_args([UNLIMITED])
         moving = limits.strategies.MovingWindowRateLimiter(limits_storage)
         sliding = limits.strategies.SlidingWindowCounterRateLimiter(limits_storage)
@@ -480,7 +480,7 @@ def bench_redis_async(server: RedisServer) -> list[Target]:
     limiter = AsyncLimiter(storage, recorder=recorder)
     minimal = client.register_script(MINIMAL_TOKEN_BUCKET_LUA)
     minimal_on_own = storage.client.register_script(MINIMAL_TOKEN_BUCKET_LUA)
-    own_script = storage.client.register_script(script_source())
+    own_script = storage.client.register_script(script_source(("token_bucket",)))
     _, own_args = _quotaql_args([UNLIMITED])
     quotas = [UNLIMITED]
 

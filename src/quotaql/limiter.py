@@ -372,6 +372,13 @@ class _LimiterBase:
         """The circuit breaker in front of the storage."""
         return self._core.breaker
 
+    def _substitute_acquire(
+        self, key: str, cost: float, quotas: Sequence[Quota], now: int | None
+    ) -> Decision:
+        """The fail mode's decision on an acquire the storage cannot take."""
+        flow = lambda: _Core.acquire_flow(key, cost, quotas, now)  # noqa: E731
+        return cast("Decision", self._core.substitute(flow, cost, quotas))
+
 
 class Limiter(_LimiterBase):
     """Debits a key's quotas by the cost of each request; answers even when Redis is down.
@@ -416,19 +423,26 @@ class Limiter(_LimiterBase):
         shared = _check_request(key, cost, quotas)
         core = self._core
         started = time.perf_counter() if core.timed else 0.0
-        if core.infallible and not shared:  # the embedded default: no flow machinery
-            decision: Decision = core.storage.decide(key, cost, quotas, now)  # checked above
-        else:
+        if shared:
             decision = cast(
                 "Decision",
-                self._execute(
-                    lambda: _Core.acquire_flow(key, cost, quotas, now),
-                    cost,
-                    quotas,
-                    # No shared quota: one storage call, without the flow machinery.
-                    None if shared else lambda storage: storage.acquire(key, cost, quotas, now),
-                ),
+                self._execute(lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas),
             )
+        elif core.infallible:  # the embedded default
+            decision = core.storage.decide(key, cost, quotas, now)  # checked above
+        elif core.breaker.allow():  # one storage call, without the flow machinery
+            try:
+                decision = core.storage.acquire(key, cost, quotas, now)
+            except StorageError as error:
+                core.failed(error)
+                decision = self._substitute_acquire(key, cost, quotas, now)
+            except BaseException:
+                core.breaker.abandon()  # e.g. interrupted: no verdict on the storage
+                raise
+            else:
+                core.succeeded()
+        else:
+            decision = self._substitute_acquire(key, cost, quotas, now)
         if core.timed:
             core.recorder.decision(decision, time.perf_counter() - started)
         return decision
@@ -453,17 +467,13 @@ class Limiter(_LimiterBase):
         flow_factory: Callable[[], _Flow],
         cost: float,
         quotas: Sequence[Quota],
-        direct: Callable[[Any], Any] | None = None,
     ) -> Decision | None:
         core = self._core
         if core.infallible:
             return _run(flow_factory(), core.storage)
         if core.breaker.allow():
             try:
-                if direct is not None:
-                    result: Decision | None = direct(core.storage)
-                else:
-                    result = _run(flow_factory(), core.storage)
+                result = _run(flow_factory(), core.storage)
             except StorageError as error:
                 core.failed(error)
             except BaseException:
@@ -494,19 +504,28 @@ class AsyncLimiter(_LimiterBase):
         shared = _check_request(key, cost, quotas)
         core = self._core
         started = time.perf_counter() if core.timed else 0.0
-        if core.infallible and not shared:  # the embedded default: no flow machinery
-            decision: Decision = core.storage.decide(key, cost, quotas, now)  # checked above
-        else:
+        if shared:
             decision = cast(
                 "Decision",
                 await self._execute(
-                    lambda: _Core.acquire_flow(key, cost, quotas, now),
-                    cost,
-                    quotas,
-                    # No shared quota: one storage call, without the flow machinery.
-                    None if shared else lambda storage: storage.acquire(key, cost, quotas, now),
+                    lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas
                 ),
             )
+        elif core.infallible:  # the embedded default
+            decision = core.storage.decide(key, cost, quotas, now)  # checked above
+        elif core.breaker.allow():  # one storage call, without the flow machinery
+            try:
+                decision = await core.storage.acquire(key, cost, quotas, now)
+            except StorageError as error:
+                core.failed(error)
+                decision = self._substitute_acquire(key, cost, quotas, now)
+            except BaseException:
+                core.breaker.abandon()  # e.g. cancelled: no verdict on the storage
+                raise
+            else:
+                core.succeeded()
+        else:
+            decision = self._substitute_acquire(key, cost, quotas, now)
         if core.timed:
             core.recorder.decision(decision, time.perf_counter() - started)
         return decision
@@ -532,17 +551,13 @@ class AsyncLimiter(_LimiterBase):
         flow_factory: Callable[[], _Flow],
         cost: float,
         quotas: Sequence[Quota],
-        direct: Callable[[Any], Any] | None = None,
     ) -> Decision | None:
         core = self._core
         if core.infallible:
             return _run(flow_factory(), core.storage)
         if core.breaker.allow():
             try:
-                if direct is not None:
-                    result: Decision | None = await direct(core.storage)
-                else:
-                    result = await _run_async(flow_factory(), core.storage)
+                result = await _run_async(flow_factory(), core.storage)
             except StorageError as error:
                 core.failed(error)
             except BaseException:

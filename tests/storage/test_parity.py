@@ -84,7 +84,7 @@ class TransactionalScript:
     ) -> Any:
         keys, args = _request(self.storage.prefix, mode, tenant, amount, quotas, now)
         pipe = self.storage.client.pipeline(transaction=True)
-        self.storage._script(keys=keys, args=args, client=pipe)
+        self.storage.script_for(quotas)(keys=keys, args=args, client=pipe)
         for key in keys:
             pipe.persist(key)
         return pipe.execute()[0]

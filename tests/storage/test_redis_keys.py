@@ -161,7 +161,9 @@ def test_the_storage_writes_under_its_prefix_and_the_tenants_tag(
 
 
 def script_sha() -> str:
-    return hashlib.sha1(script_source().encode()).hexdigest()  # Redis names scripts by SHA-1
+    # Redis names scripts by SHA-1; BUCKET and LOG take the script of these two algorithms.
+    source = script_source(("token_bucket", "sliding_log"))
+    return hashlib.sha1(source.encode()).hexdigest()
 
 
 def test_acquire_loads_the_script_again_after_script_flush(redis_client: redis.Redis) -> None:
@@ -247,3 +249,14 @@ def test_the_same_async_storage_works_again_after_a_restart(
             await storage.close()
 
     assert AsyncRunner(fresh_redis_server.async_client)(body) == [6, 6, 2]
+
+
+def test_a_script_holds_only_the_algorithms_it_is_for() -> None:
+    bucket_only = script_source(("token_bucket",))
+    assert "token_bucket_check" in bucket_only
+    for other in ("gcra_check", "sliding_log_check", "sliding_counter_check", "fixed_window_check"):
+        assert other not in bucket_only
+    # The order asked for does not matter: one source per set.
+    assert script_source(("gcra", "fixed_window")) == script_source(("fixed_window", "gcra"))
+    with pytest.raises(ValueError, match="unknown algorithms: leaky"):
+        script_source(("token_bucket", "leaky"))

@@ -12,8 +12,6 @@ from quotaql.errors import ConfigError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from quotaql.policy.algorithms import Check
-
 __all__ = ["Algorithm", "Decision", "Quota", "QuotaStatus", "Reason", "Source", "combine"]
 
 Algorithm = Literal["token_bucket", "gcra", "sliding_log", "sliding_counter", "fixed_window"]
@@ -171,57 +169,76 @@ class Decision(NamedTuple):
     quotas: tuple[QuotaStatus, ...] = ()
 
 
-def combine(
-    quotas: Sequence[Quota], checks: Sequence[Check], cost: float, source: Source
-) -> Decision:
-    """One decision from each quota's check: allowed only if every quota allows."""
-    if len(checks) == 1:
-        return decide_one(quotas[0], checks[0], cost, source)
-    statuses = tuple(
-        QuotaStatus(
-            name=quota.name,
-            limit=quota.maximum,
-            remaining=max(0.0, check.remaining),
-            reset_after=check.reset_after_ms / 1000,
-            retry_after=None if check.exceeds_capacity else check.retry_after_ms / 1000,
-            allowed=check.allowed,
-        )
-        for quota, check in zip(quotas, checks, strict=True)
-    )
-    blocking = [i for i, check in enumerate(checks) if not check.allowed]
-    if not blocking:
-        index = min(range(len(statuses)), key=lambda i: statuses[i].remaining, default=-1)
-        if index < 0:  # no quota at all: nothing limits
-            return Decision(True, cost, math.inf, math.inf, 0.0, 0.0, None, source)
-        tightest = statuses[index]
-        return Decision(
-            True, cost, tightest.remaining, tightest.limit, 0.0, tightest.reset_after, None,
-            source, None, statuses,
-        )  # fmt: skip
-    never = [i for i in blocking if checks[i].exceeds_capacity]
-    index = never[0] if never else max(blocking, key=lambda i: checks[i].retry_after_ms)
-    limiting = statuses[index]
-    return Decision(
-        False,
-        cost,
-        limiting.remaining,
-        limiting.limit,
-        limiting.retry_after,
-        limiting.reset_after,
-        limiting.name,
-        source,
-        "exceeds_capacity" if never else "rate_limited",
-        statuses,
-    )
-
-
 # tuple.__new__ builds a NamedTuple without its Python-level __new__: a third of the time.
 _new = tuple.__new__
 
+# What combine() reads of each quota's check: a Check, or a tuple in its layout (allowed,
+# exceeds capacity, state, remaining, retry after ms, reset after ms, ttl ms).
+CheckFields = tuple[bool, bool, object, float, float, float, int]
 
-def decide_one(quota: Quota, check: Check, cost: float, source: Source) -> Decision:
-    """:func:`combine` for the common case of one quota, without the general bookkeeping."""
-    allowed, exceeds, _, remaining, retry_ms, reset_ms, _ = check
+
+def combine(
+    quotas: Sequence[Quota], checks: Sequence[CheckFields], cost: float, source: Source
+) -> Decision:
+    """One decision from each quota's check: allowed only if every quota allows.
+
+    When several refuse, the one that names the decision is the first whose cost can never
+    fit, else the one with the longest wait; when all allow, the one with least remaining.
+    """
+    if len(checks) == 1:
+        allowed, exceeds, _, remaining, retry_ms, reset_ms, _ = checks[0]
+        return decide_one(quotas[0], allowed, exceeds, remaining, retry_ms, reset_ms, cost, source)
+    if not checks:  # no quota at all: nothing limits
+        return _new(Decision, (True, cost, math.inf, math.inf, 0.0, 0.0, None, source, None, ()))
+    statuses: list[QuotaStatus] = []
+    chosen = 0  # the quota that names the decision
+    refused = never = False
+    longest = -1.0
+    for index, (quota, check) in enumerate(zip(quotas, checks, strict=True)):
+        allowed, exceeds, _, remaining, retry_ms, reset_ms, _ = check
+        if remaining < 0.0:  # noqa: PLR1730  (max() is a call: hot path)
+            remaining = 0.0
+        retry = None if exceeds else retry_ms / 1000
+        reset = reset_ms / 1000
+        status = (quota.name, quota.maximum, remaining, reset, retry, allowed)
+        statuses.append(_new(QuotaStatus, status))
+        if allowed:
+            if not refused and remaining < statuses[chosen].remaining:
+                chosen = index
+        elif exceeds:
+            if not never:
+                chosen, refused, never = index, True, True
+        elif not never and retry_ms > longest:
+            chosen, refused, longest = index, True, retry_ms
+    named = statuses[chosen]
+    if not refused:
+        return _new(
+            Decision,
+            (True, cost, named.remaining, named.limit, 0.0, named.reset_after, None, source,
+             None, tuple(statuses)),
+        )  # fmt: skip
+    return _new(
+        Decision,
+        (False, cost, named.remaining, named.limit, named.retry_after, named.reset_after,
+         named.name, source, "exceeds_capacity" if never else "rate_limited", tuple(statuses)),
+    )  # fmt: skip
+
+
+def decide_one(
+    quota: Quota,
+    allowed: bool,
+    exceeds: bool,
+    remaining: float,
+    retry_ms: float,
+    reset_ms: float,
+    cost: float,
+    source: Source,
+) -> Decision:
+    """:func:`combine` for the common case of one quota, from its check's fields.
+
+    Storages call it with their answer's fields (a memory check, a Redis reply), so no
+    intermediate :class:`~quotaql.policy.algorithms.Check` is built for them.
+    """
     if remaining < 0.0:  # noqa: PLR1730  (max() is a call: hot path)
         remaining = 0.0
     reset = reset_ms / 1000

@@ -1,6 +1,12 @@
 -- quotaql: one script decides every quota of one key, atomically, in one round trip.
--- It is assembled from _common.lua, one file per algorithm, and driver.lua (in that order).
--- The algorithm files mirror quotaql/policy/algorithms.py operation for operation.
+-- It is assembled from _common.lua, the files of the algorithms a call uses (so Redis runs
+-- no definitions it does not need), and driver.lua, in that order. The algorithm files
+-- mirror quotaql/policy/algorithms.py operation for operation; each registers its functions
+-- in the tables below.
+
+local checks = {}      -- algorithm -> check(keys, now, cost, param 1, param 2)
+local refunds = {}     -- algorithm -> refund(keys, now, amount, param 1, param 2)
+local key_counts = {}  -- algorithm -> keys per quota, when more than one
 
 -- A duration rounded up to whole milliseconds, never negative.
 local function ms(value)
@@ -29,4 +35,12 @@ local function put(key, value, ttl)
   else
     redis.call('DEL', key)
   end
+end
+
+-- Milliseconds of refill a bucket (token_bucket, gcra) still owes: 0 when full. The state is
+-- when it is full again, in microseconds.
+local function bucket_debt(key, now_us)
+  local full_at = tonumber(redis.call('GET', key) or nil)
+  if full_at ~= nil and full_at > now_us then return (full_at - now_us) / 1000 end
+  return 0
 end

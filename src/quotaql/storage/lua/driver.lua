@@ -5,22 +5,6 @@
 -- Returns: now, then per quota: allowed (1/0), exceeds capacity (1/0), remaining (text: Redis
 -- truncates Lua numbers to integers), retry after ms, reset after ms (acquire and peek).
 
-local checks = {
-  token_bucket = token_bucket_check,
-  gcra = gcra_check,
-  sliding_log = sliding_log_check,
-  sliding_counter = sliding_counter_check,
-  fixed_window = fixed_window_check,
-}
-local refunds = {
-  token_bucket = token_bucket_refund,
-  gcra = gcra_refund,
-  sliding_log = sliding_log_refund,
-  sliding_counter = sliding_counter_refund,
-  fixed_window = fixed_window_refund,
-}
-local key_counts = {sliding_log = 2}
-
 local mode = ARGV[1]
 local amount = tonumber(ARGV[2])
 local now
@@ -31,15 +15,32 @@ else
   now = tonumber(ARGV[3])
 end
 
+local function unknown(algorithm)
+  return redis.error_reply('quotaql: unknown algorithm ' .. tostring(algorithm))
+end
+
+-- One quota, the common case: all or nothing is just this quota's answer.
+local algorithm, first, second = string.match(ARGV[4], '^(%S+) (%S+) (%S+)$')
+if algorithm ~= nil then
+  if checks[algorithm] == nil then return unknown(algorithm) end
+  if mode == 'refund' then
+    refunds[algorithm](KEYS, now, amount, tonumber(first), tonumber(second))
+    return {now}
+  end
+  local check = checks[algorithm](KEYS, now, amount, tonumber(first), tonumber(second))
+  if check[1] and check[6] and mode == 'acquire' then check[6]() end
+  -- '%.17g' reads back to the same double.
+  return {now, check[1] and 1 or 0, check[2] and 1 or 0, string.format('%.17g', check[3]),
+          check[4], check[5]}
+end
+
 local results = {now}
 local commits = {}
 local allowed = true
 local key_index = 1
 for algorithm, first, second in string.gmatch(ARGV[4], '(%S+) (%S+) (%S+)') do
   first, second = tonumber(first), tonumber(second)
-  if checks[algorithm] == nil then
-    return redis.error_reply('quotaql: unknown algorithm ' .. tostring(algorithm))
-  end
+  if checks[algorithm] == nil then return unknown(algorithm) end
   local keys = {}
   for i = 1, key_counts[algorithm] or 1 do
     keys[i] = KEYS[key_index]
@@ -54,7 +55,7 @@ for algorithm, first, second in string.gmatch(ARGV[4], '(%S+) (%S+) (%S+)') do
     local n = #results
     results[n + 1] = check[1] and 1 or 0
     results[n + 2] = check[2] and 1 or 0
-    results[n + 3] = num(check[3])
+    results[n + 3] = string.format('%.17g', check[3])
     results[n + 4] = check[4]
     results[n + 5] = check[5]
   end

@@ -42,3 +42,6 @@ local function fixed_window_refund(keys, now, amount, limit, window)
     put(keys[1], num(start) .. ' ' .. num(count), ms(start + window - now))
   end
 end
+
+checks.fixed_window = fixed_window_check
+refunds.fixed_window = fixed_window_refund

@@ -30,3 +30,6 @@ local function gcra_refund(keys, now, amount, capacity, interval)
     put(keys[1], num(now_us + math.ceil(debt * 1000)), ms(debt))
   end
 end
+
+checks.gcra = gcra_check
+refunds.gcra = gcra_refund

@@ -75,3 +75,6 @@ local function sliding_counter_refund(keys, now, amount, limit, window)
     put(keys[1], num(start) .. ' ' .. num(current) .. ' ' .. num(previous), ttl)
   end
 end
+
+checks.sliding_counter = sliding_counter_check
+refunds.sliding_counter = sliding_counter_refund

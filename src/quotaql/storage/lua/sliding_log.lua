@@ -105,3 +105,7 @@ local function sliding_log_refund(keys, now, amount, limit, window)
   redis.call('PEXPIRE', keys[1], math.max(1, ttl))
   put(keys[2], num(total) .. ' ' .. num(seq), ttl)
 end
+
+checks.sliding_log = sliding_log_check
+refunds.sliding_log = sliding_log_refund
+key_counts.sliding_log = 2

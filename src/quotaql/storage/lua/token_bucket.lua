@@ -2,13 +2,6 @@
 -- State (integer string): when the bucket is full again, in microseconds.
 -- Params: capacity, rate (tokens per ms).
 
--- Milliseconds of refill the bucket still owes (0 when full); shared with gcra.lua.
-local function bucket_debt(key, now_us)
-  local full_at = tonumber(redis.call('GET', key) or nil)
-  if full_at ~= nil and full_at > now_us then return (full_at - now_us) / 1000 end
-  return 0
-end
-
 local function token_bucket_check(keys, now, cost, capacity, rate)
   local now_us = now * 1000
   local debt = bucket_debt(keys[1], now_us)
@@ -37,3 +30,6 @@ local function token_bucket_refund(keys, now, amount, capacity, rate)
     put(keys[1], num(now_us + math.ceil(debt * 1000)), ms(debt))
   end
 end
+
+checks.token_bucket = token_bucket_check
+refunds.token_bucket = token_bucket_refund
