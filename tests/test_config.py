@@ -270,10 +270,12 @@ def test_unknown_table_suggests_closest_known_table(write):
 
 
 def test_unknown_table_without_a_close_match_lists_known_tables(write):
-    error = config_error(write("[cost]\nmax_depth = 3\n[tiers.free]\ncapacity = 1\n"))
+    error = config_error(write("[cost]\nmax_depth = 3\n[storage.redis]\nurl = 1\n"))
 
-    assert (error.key, error.line) == ("tiers", 3)
-    assert error.reason == "unknown table; expected one of: 'cost'"
+    assert (error.key, error.line) == ("storage", 3)
+    assert error.reason == (
+        "unknown table; expected one of: 'cost', 'limits', 'tiers', 'tenants', 'global'"
+    )
 
 
 def test_unknown_key_in_inline_weight_table_points_at_its_line(write):

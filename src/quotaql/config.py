@@ -1,4 +1,9 @@
-"""Read ``quotaql.toml`` into frozen values, with errors that name the file, line and key."""
+"""Read ``quotaql.toml`` into frozen values, with errors that name the file, line and key.
+
+The file has five top-level tables, all optional: ``[cost]`` (how an operation is priced),
+``[limits]`` (how the limiter behaves), ``[tiers]`` (the quotas of each plan), ``[tenants]``
+(who is on which plan) and ``[global]`` (one platform-wide quota).
+"""
 
 from __future__ import annotations
 
@@ -13,17 +18,35 @@ import tomllib
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
-from typing import TYPE_CHECKING, Final, Literal, TypeVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Final, Literal, TypeVar, cast, get_args
 
 from quotaql.cost_analysis.model import CostLimits, CostModel, FieldCost
 from quotaql.errors import ConfigError
+from quotaql.limiter import BackendErrorMode
+from quotaql.policy.quota import Algorithm, Quota
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping
 
-__all__ = ["CostConfig", "load_cost_config"]
+__all__ = [
+    "Config",
+    "CostConfig",
+    "LimitsConfig",
+    "Mode",
+    "TenantConfig",
+    "TierConfig",
+    "default_config",
+    "load_config",
+    "load_cost_config",
+]
 
 T = TypeVar("T")
+S = TypeVar("S", bound=str)
+
+#: What the limiter does with a request over its quota: refuse it (``enforce``), let it
+#: through and only report it (``shadow``), or not check at all (``off``).
+Mode = Literal["enforce", "shadow", "off"]
 
 #: A key path into the document: table and key names, and indexes into arrays.
 KeyPath = tuple[str | int, ...]
@@ -63,6 +86,31 @@ _FIELD_COST_KEYS: Final = (
     "require_one_slicing_argument",
 )
 
+_MODES: Final = cast("tuple[Mode, ...]", get_args(Mode))
+_ALGORITHMS: Final = cast("tuple[Algorithm, ...]", get_args(Algorithm))
+_BACKEND_ERROR_MODES: Final = cast("tuple[BackendErrorMode, ...]", get_args(BackendErrorMode))
+_GRAPHQL_NAME: Final = re.compile(_NAME)
+_LIMITS_KEYS: Final = (
+    "mode",
+    "algorithm",
+    "on_backend_error",
+    "default_tier",
+    "refund_unused",
+    "expose_cost",
+    "http_status",
+    "reload_interval",
+)
+_BUCKET_KEYS: Final = ("capacity", "refill_per_second")
+_WINDOW_KEYS: Final = ("limit", "window_seconds")
+_QUOTA_KEYS: Final = ("algorithm", *_BUCKET_KEYS, *_WINDOW_KEYS)
+_TIER_KEYS: Final = (*_QUOTA_KEYS, "mode", "operations")
+_TENANT_KEYS: Final = ("tier", *_QUOTA_KEYS)
+_DEFAULT_TIER: Final = "free"
+_DEFAULT_CAPACITY: Final = 1000.0
+_DEFAULT_REFILL_PER_SECOND: Final = 50.0
+_MIN_HTTP_STATUS: Final = 400
+_MAX_HTTP_STATUS: Final = 599
+
 
 @dataclass(frozen=True, slots=True)
 class CostConfig:
@@ -75,6 +123,166 @@ class CostConfig:
 
     model: CostModel = field(default_factory=CostModel)
     limits: CostLimits = field(default_factory=CostLimits)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """The ``[limits]`` table of ``quotaql.toml``: how the limiter behaves.
+
+    Attributes:
+        mode: ``enforce`` refuses requests over quota, ``shadow`` lets them through and
+            only reports them, ``off`` checks nothing; a tier may set its own.
+        algorithm: the algorithm of every quota that does not name its own.
+        on_backend_error: what to do when the storage fails: let requests through
+            (``open``), refuse them (``closed``) or count in process memory (``local``).
+        default_tier: the tier of a tenant that ``[tenants]`` does not name.
+        refund_unused: give back the part of the cost that the operation did not use.
+        expose_cost: report the cost and the quota state in the response's extensions.
+        http_status: the status of a refused request (400 to 599).
+        reload_interval: seconds between checks of the file for edits; 0 never reloads.
+    """
+
+    mode: Mode = "enforce"
+    algorithm: Algorithm = "token_bucket"
+    on_backend_error: BackendErrorMode = "local"
+    default_tier: str = _DEFAULT_TIER
+    refund_unused: bool = True
+    expose_cost: bool = True
+    http_status: int = 429
+    reload_interval: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name, choices in (
+            ("mode", _MODES),
+            ("algorithm", _ALGORITHMS),
+            ("on_backend_error", _BACKEND_ERROR_MODES),
+        ):
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                )
+        status = self.http_status
+        if (
+            isinstance(status, bool)
+            or not isinstance(status, int)
+            or not _MIN_HTTP_STATUS <= status <= _MAX_HTTP_STATUS
+        ):
+            raise ConfigError(f"http_status must be an integer from 400 to 599, got {status!r}")
+        interval = self.reload_interval
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int | float)
+            or not math.isfinite(interval)
+            or interval < 0
+        ):
+            raise ConfigError(f"reload_interval must be a number >= 0, got {interval!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    """One ``[tiers.<name>]`` table: the quotas of a plan.
+
+    Attributes:
+        name: the tier's name.
+        quota: each tenant's quota (named ``tenant``).
+        operations: quotas for single operations, by operation name (each named
+            ``op:<OperationName>``), checked on top of ``quota``.
+        mode: the tier's own mode; ``None`` when ``limits.mode`` applies.
+    """
+
+    name: str
+    quota: Quota
+    operations: Mapping[str, Quota] = field(default_factory=dict)
+    mode: Mode | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "operations", MappingProxyType(dict(self.operations)))
+        if self.mode is not None and self.mode not in _MODES:
+            raise ConfigError(f"mode must be one of {', '.join(_MODES)}, got {self.mode!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantConfig:
+    """One ``[tenants.<name>]`` table: a tenant's tier, and maybe a quota of its own.
+
+    Attributes:
+        name: the tenant's name.
+        tier: the name of its tier.
+        quota: its quota (named ``tenant``) when it overrides the tier's; ``None``: the
+            tier's quota applies.
+    """
+
+    name: str
+    tier: str
+    quota: Quota | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything ``quotaql.toml`` says.
+
+    Example:
+        >>> config = default_config()
+        >>> [quota.name for quota in config.quotas_for("acme", "ExportOrders")]
+        ['tenant']
+        >>> config.tier_of("acme").quota.capacity
+        1000.0
+
+    Attributes:
+        cost: the ``[cost]`` table.
+        limits: the ``[limits]`` table.
+        tiers: every tier, by name; ``limits.default_tier`` is one of them.
+        tenants: the tenants that ``[tenants]`` names; any other tenant is on the
+            default tier.
+        global_quota: the ``[global]`` quota (named ``global``, shared by every tenant),
+            or ``None``.
+        source: the file the configuration was read from; ``None`` for defaults.
+    """
+
+    cost: CostConfig
+    limits: LimitsConfig
+    tiers: Mapping[str, TierConfig]
+    tenants: Mapping[str, TenantConfig]
+    global_quota: Quota | None
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))
+        object.__setattr__(self, "tenants", MappingProxyType(dict(self.tenants)))
+        if self.limits.default_tier not in self.tiers:
+            raise ConfigError(
+                f"default_tier {self.limits.default_tier!r} is not a tier"
+                f" (tiers: {', '.join(self.tiers) or 'none'})"
+            )
+        for tenant in self.tenants.values():
+            if tenant.tier not in self.tiers:
+                raise ConfigError(f"tenant {tenant.name!r}: {tenant.tier!r} is not a tier")
+
+    def tier_of(self, tenant: str | None) -> TierConfig:
+        """The tier of ``tenant``: its own if ``[tenants]`` names it, else the default tier."""
+        known = self.tenants.get(tenant) if tenant is not None else None
+        return self.tiers[known.tier if known is not None else self.limits.default_tier]
+
+    def quotas_for(self, tenant: str | None, operation_name: str | None) -> tuple[Quota, ...]:
+        """The quotas that a request of ``tenant`` running ``operation_name`` spends from.
+
+        In order: the tenant quota (the tenant's own, else its tier's), the tier's quota
+        for ``operation_name`` if it has one, and the global quota if there is one.
+        """
+        known = self.tenants.get(tenant) if tenant is not None else None
+        if known is None:
+            tier = self.tiers[self.limits.default_tier]
+            quotas = [tier.quota]
+        else:
+            tier = self.tiers[known.tier]
+            quotas = [tier.quota if known.quota is None else known.quota]
+        if operation_name is not None:
+            operation = tier.operations.get(operation_name)
+            if operation is not None:
+                quotas.append(operation)
+        if self.global_quota is not None:
+            quotas.append(self.global_quota)
+        return tuple(quotas)
 
 
 def load_cost_config(path: str | os.PathLike[str]) -> CostConfig:
@@ -102,11 +310,57 @@ def load_cost_config(path: str | os.PathLike[str]) -> CostConfig:
             value of the wrong type or range; the error names the file, the dotted key and
             the line.
     """
-    tables = _load_tables(_read(os.fspath(path)))
-    config = tables["cost"]
-    if not isinstance(config, CostConfig):  # the registry guarantees it; this tells mypy
-        raise TypeError(f"the 'cost' table parser returned {type(config).__name__}")
-    return config
+    return _build(_read(os.fspath(path))).cost
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and check ``path``, and return all of it.
+
+    Missing tables and keys give their defaults (:func:`default_config` is what an empty
+    file gives). A file without ``[tiers]`` has one tier, ``free``: a token bucket of
+    capacity 1000 refilled at 50 per second. A file with ``[tiers]`` has only the tiers it
+    names.
+
+    Every quota (a tier, a tenant's override, an operation, ``[global]``) takes
+    ``capacity`` and ``refill_per_second`` for a bucket algorithm (``token_bucket``,
+    ``gcra``), ``limit`` and ``window_seconds`` for a window algorithm, and an optional
+    ``algorithm``. Without one, a tier's quota and ``[global]`` use ``limits.algorithm``;
+    an operation uses its tier's; a tenant's override uses its tier's algorithm if it takes
+    the keys given, else ``limits.algorithm``.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "quotaql.toml"
+        >>> _ = path.write_text(
+        ...     "[limits]\\ndefault_tier = 'pro'\\n"
+        ...     "[tiers.pro]\\ncapacity = 100\\nrefill_per_second = 5\\n"
+        ...     "[tenants.acme]\\ntier = 'pro'\\ncapacity = 9\\nrefill_per_second = 1\\n"
+        ... )
+        >>> config = load_config(path)
+        >>> [quota.capacity for quota in config.quotas_for("acme", None)]
+        [9.0]
+        >>> config.quotas_for("someone else", None)[0].params
+        (100.0, 0.005)
+
+    Args:
+        path: the ``quotaql.toml`` file.
+
+    Returns:
+        The configuration; its ``source`` is ``path``.
+
+    Raises:
+        ConfigError: the file cannot be read, is not TOML, holds an unknown key or a value
+            of the wrong type or range, an incomplete quota, or a tier name that no tier
+            has; the error names the file, the dotted key and the line.
+    """
+    return _build(_read(os.fspath(path)))
+
+
+def default_config() -> Config:
+    """The configuration of an empty file: default limits and one tier, ``free``."""
+    limits = LimitsConfig()
+    tier = _default_tier(_Document("", {}, {}), limits.algorithm)
+    return Config(CostConfig(), limits, {tier.name: tier}, {}, None)
 
 
 # --- the document ------------------------------------------------------------------------
@@ -292,10 +546,134 @@ def _parse_field_cost(table: _Table) -> FieldCost:
         )
 
 
+def _parse_limits(limits: _Table) -> LimitsConfig:
+    limits.check_keys(_LIMITS_KEYS)
+    defaults = LimitsConfig()
+    mode = limits.get("mode", _one_of(_MODES))
+    algorithm = limits.get("algorithm", _one_of(_ALGORITHMS))
+    on_backend_error = limits.get("on_backend_error", _one_of(_BACKEND_ERROR_MODES))
+    default_tier = limits.get("default_tier", _string)
+    refund_unused = limits.get("refund_unused", _boolean)
+    expose_cost = limits.get("expose_cost", _boolean)
+    http_status = limits.get("http_status", _http_status)
+    reload_interval = limits.get("reload_interval", _non_negative_number)
+    with limits.blame():
+        return LimitsConfig(
+            mode=_default(mode, defaults.mode),
+            algorithm=_default(algorithm, defaults.algorithm),
+            on_backend_error=_default(on_backend_error, defaults.on_backend_error),
+            default_tier=_default(default_tier, defaults.default_tier),
+            refund_unused=_default(refund_unused, defaults.refund_unused),
+            expose_cost=_default(expose_cost, defaults.expose_cost),
+            http_status=_default(http_status, defaults.http_status),
+            reload_interval=_default(reload_interval, defaults.reload_interval),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _QuotaKeys:
+    """The quota keys of one table, checked one by one; a ``Quota`` once its algorithm is
+    known (that may come from another table)."""
+
+    table: _Table
+    algorithm: Algorithm | None
+    values: Mapping[str, float]  # only the keys the table gives
+
+    @property
+    def given(self) -> bool:
+        return self.algorithm is not None or bool(self.values)
+
+
+@dataclass(frozen=True, slots=True)
+class _TierKeys:
+    table: _Table
+    quota: _QuotaKeys
+    mode: Mode | None
+    operations: Mapping[str, _QuotaKeys]
+
+
+@dataclass(frozen=True, slots=True)
+class _TenantKeys:
+    table: _Table
+    tier: str
+    quota: _QuotaKeys
+
+
+@dataclass(frozen=True, slots=True)
+class _Tiers:
+    table: _Table
+    present: bool  # an empty [tiers] is an error; no [tiers] gives the default tier
+    tiers: Mapping[str, _TierKeys]
+
+
+@dataclass(frozen=True, slots=True)
+class _Tenants:
+    tenants: Mapping[str, _TenantKeys]
+
+
+@dataclass(frozen=True, slots=True)
+class _Global:
+    quota: _QuotaKeys | None
+
+
+def _parse_quota_keys(table: _Table) -> _QuotaKeys:
+    values: dict[str, float] = {}
+    for key in (*_BUCKET_KEYS, *_WINDOW_KEYS):
+        value = table.get(key, _positive_number)
+        if value is not None:
+            values[key] = value
+    return _QuotaKeys(table, table.get("algorithm", _one_of(_ALGORITHMS)), values)
+
+
+def _parse_tiers(tiers: _Table) -> _Tiers:
+    entries: dict[str, _TierKeys] = {}
+    for name in tiers.data:
+        tier = tiers.table(name)
+        tier.check_keys(_TIER_KEYS)
+        operations: dict[str, _QuotaKeys] = {}
+        table = tier.table("operations")
+        for operation in table.data:
+            if _GRAPHQL_NAME.fullmatch(operation) is None:
+                raise tier.doc.error(
+                    (*table.path, operation),
+                    "expected an operation name (letters, digits and _, not starting with a"
+                    f" digit), got {json.dumps(operation, ensure_ascii=False)}",
+                )
+            entry = table.table(operation)
+            entry.check_keys(_QUOTA_KEYS)
+            operations[operation] = _parse_quota_keys(entry)
+        mode = tier.get("mode", _one_of(_MODES))
+        entries[name] = _TierKeys(tier, _parse_quota_keys(tier), mode, operations)
+    return _Tiers(tiers, tiers.path[0] in tiers.doc.data, entries)
+
+
+def _parse_tenants(tenants: _Table) -> _Tenants:
+    entries: dict[str, _TenantKeys] = {}
+    for name in tenants.data:
+        tenant = tenants.table(name)
+        tenant.check_keys(_TENANT_KEYS)
+        tier = tenant.get("tier", _string)
+        if tier is None:
+            raise tenant.doc.error(tenant.path, 'a tenant needs a tier: add tier = "<name>"')
+        entries[name] = _TenantKeys(tenant, tier, _parse_quota_keys(tenant))
+    return _Tenants(entries)
+
+
+def _parse_global(table: _Table) -> _Global:
+    table.check_keys(_QUOTA_KEYS)
+    return _Global(_parse_quota_keys(table) if table.path[0] in table.doc.data else None)
+
+
 #: Every known top-level table and its parser, called with an empty table when the file
 #: has none (so that defaults come from one place). Adding a table is adding a line here.
+#: The parsers check each table on its own; :func:`_build` then checks what tables say
+#: about each other (tier names, inherited algorithms).
 _TABLES: Final[Mapping[str, Callable[[_Table], object]]] = {
     "cost": _parse_cost,
+    "limits": _parse_limits,
+    "tiers": _parse_tiers,
+    "tenants": _parse_tenants,
+    "global": _parse_global,
 }
 
 
@@ -303,6 +681,165 @@ def _load_tables(doc: _Document) -> dict[str, object]:
     root = _Table(doc, (), doc.data)
     root.check_keys(_TABLES, what="table")
     return {name: parse(root.table(name)) for name, parse in _TABLES.items()}
+
+
+def _parsed(tables: Mapping[str, object], name: str, kind: type[T]) -> T:
+    value = tables[name]
+    if not isinstance(value, kind):  # the registry guarantees it; this tells mypy
+        raise TypeError(f"the {name!r} table parser returned {type(value).__name__}")
+    return value
+
+
+def _build(doc: _Document) -> Config:
+    """The whole configuration: each table parsed, then checked against the others."""
+    tables = _load_tables(doc)
+    cost = _parsed(tables, "cost", CostConfig)
+    limits = _parsed(tables, "limits", LimitsConfig)
+    tier_keys = _parsed(tables, "tiers", _Tiers)
+    tenant_keys = _parsed(tables, "tenants", _Tenants)
+    global_keys = _parsed(tables, "global", _Global)
+    limits_keys = doc.data.get("limits", {})
+    if not isinstance(limits_keys, dict):  # _parse_limits rejected it already
+        raise TypeError("[limits] is not a table")
+    base: tuple[Algorithm, str] = (
+        limits.algorithm,
+        "from limits.algorithm" if "algorithm" in limits_keys else "the default algorithm",
+    )
+
+    tiers: dict[str, TierConfig] = {}
+    if not tier_keys.present:
+        tiers[_DEFAULT_TIER] = _default_tier(doc, limits.algorithm)
+    elif not tier_keys.tiers:
+        raise doc.error(tier_keys.table.path, "expected at least one tier ([tiers.<name>])")
+    for name, tier_entry in tier_keys.tiers.items():
+        tiers[name] = _build_tier(name, tier_entry, base)
+
+    if limits.default_tier not in tiers:
+        path: KeyPath = ("limits", "default_tier")
+        located = path if doc.line(path) is not None else tier_keys.table.path
+        raise ConfigError(
+            f"no tier named {json.dumps(limits.default_tier, ensure_ascii=False)}"
+            f"{'' if 'default_tier' in limits_keys else ' (the default)'};"
+            f" expected one of: {_listing(tiers)}",
+            file=doc.file,
+            key=_render_key(path),
+            line=doc.line(located),
+        )
+
+    tenants: dict[str, TenantConfig] = {}
+    for name, entry in tenant_keys.tenants.items():
+        tier = tiers.get(entry.tier)
+        if tier is None:
+            raise doc.error(
+                (*entry.table.path, "tier"),
+                f"no tier named {json.dumps(entry.tier, ensure_ascii=False)};"
+                f" expected one of: {_listing(tiers)}",
+            )
+        quota = None
+        if entry.quota.given:
+            tier_algorithm = (tier.quota.algorithm, f"the algorithm of tier {tier.name!r}")
+            quota = _build_quota(entry.quota, "tenant", (tier_algorithm, base))
+        tenants[name] = TenantConfig(name, entry.tier, quota)
+
+    global_quota = None
+    if global_keys.quota is not None:
+        global_quota = _build_quota(global_keys.quota, "global", (base,), shared=True)
+
+    with _Table(doc, (), doc.data).blame():
+        return Config(cost, limits, tiers, tenants, global_quota, source=doc.file)
+
+
+def _default_tier(doc: _Document, algorithm: Algorithm) -> TierConfig:
+    """The tier of a file without ``[tiers]``: a bucket of 1000, refilled at 50 a second."""
+    if _quota_pair(algorithm) != _BUCKET_KEYS:
+        raise doc.error(
+            ("limits", "algorithm"),
+            f"{algorithm} takes limit and window_seconds, but without [tiers] the only tier"
+            " is 'free', a bucket of capacity 1000 refilled at 50 per second: add [tiers]",
+        )
+    quota = Quota(
+        "tenant",
+        capacity=_DEFAULT_CAPACITY,
+        refill_per_second=_DEFAULT_REFILL_PER_SECOND,
+        algorithm=algorithm,
+    )
+    return TierConfig(_DEFAULT_TIER, quota, {})
+
+
+def _build_tier(name: str, tier: _TierKeys, base: tuple[Algorithm, str]) -> TierConfig:
+    own = f"from {_render_key((*tier.table.path, 'algorithm'))}"
+    inherited = (tier.quota.algorithm, own) if tier.quota.algorithm is not None else base
+    if not tier.quota.values:
+        first, second = _quota_pair(inherited[0])
+        raise tier.table.doc.error(
+            tier.table.path,
+            f"a tier needs a quota: {first} and {second} for {inherited[0]} ({inherited[1]})",
+        )
+    quota = _build_quota(tier.quota, "tenant", (base,))
+    operations = {
+        operation: _build_quota(keys, f"op:{operation}", (inherited,))
+        for operation, keys in tier.operations.items()
+    }
+    with tier.table.blame():
+        return TierConfig(name, quota, operations, tier.mode)
+
+
+def _build_quota(
+    keys: _QuotaKeys,
+    name: str,
+    inherited: tuple[tuple[Algorithm, str], ...],
+    *,
+    shared: bool = False,
+) -> Quota:
+    """A ``Quota`` from the keys of one table.
+
+    Without an ``algorithm`` key, the algorithm is the first of ``inherited`` (algorithm,
+    where it comes from) that takes the keys given, else the first.
+    """
+    table = keys.table
+    if keys.algorithm is not None:
+        algorithm, origin = keys.algorithm, None
+    else:
+        algorithm, origin = next(
+            (
+                (candidate, where)
+                for candidate, where in inherited
+                if all(key in _quota_pair(candidate) for key in keys.values)
+            ),
+            inherited[0],
+        )
+    pair = _quota_pair(algorithm)
+    whose = algorithm if origin is None else f"{algorithm} ({origin})"
+    for key in keys.values:
+        if key not in pair:
+            hint = "" if origin is None else "; or set algorithm to one that does"
+            raise table.doc.error(
+                (*table.path, key), f"{whose} takes {pair[0]} and {pair[1]}, not {key}{hint}"
+            )
+    missing = [key for key in pair if key not in keys.values]
+    if missing:
+        raise table.doc.error(
+            table.path,
+            f"a quota needs {pair[0]} and {pair[1]} for {whose}; missing: {', '.join(missing)}",
+        )
+    with table.blame():
+        return Quota(
+            name,
+            capacity=keys.values.get("capacity"),
+            refill_per_second=keys.values.get("refill_per_second"),
+            limit=keys.values.get("limit"),
+            window_seconds=keys.values.get("window_seconds"),
+            algorithm=algorithm,
+            shared=shared,
+        )
+
+
+def _quota_pair(algorithm: Algorithm) -> tuple[str, str]:
+    return _BUCKET_KEYS if algorithm in ("token_bucket", "gcra") else _WINDOW_KEYS
+
+
+def _listing(names: Collection[str]) -> str:
+    return ", ".join(json.dumps(name, ensure_ascii=False) for name in names)
 
 
 # --- value checks: each takes the document, the key path and the raw value ---------------
@@ -349,6 +886,40 @@ def _boolean(doc: _Document, path: KeyPath, value: object) -> bool:
     if not isinstance(value, bool):
         raise doc.error(path, f"expected true or false, got {_describe(value)}")
     return value
+
+
+def _positive_number(doc: _Document, path: KeyPath, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise doc.error(path, f"expected a finite number > 0, got {_describe(value)}")
+    if value <= 0:
+        raise doc.error(path, f"expected a finite number > 0, got {value}")
+    return float(value)
+
+
+def _string(doc: _Document, path: KeyPath, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise doc.error(path, f"expected a non-empty string, got {_describe(value)}")
+    return value
+
+
+def _http_status(doc: _Document, path: KeyPath, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise doc.error(path, f"expected an integer from 400 to 599, got {_describe(value)}")
+    if not _MIN_HTTP_STATUS <= value <= _MAX_HTTP_STATUS:
+        raise doc.error(path, f"expected an integer from 400 to 599, got {value}")
+    return value
+
+
+def _one_of(choices: tuple[S, ...]) -> Callable[[_Document, KeyPath, object], S]:
+    """A check that the value is one of ``choices`` (strings), listing them if not."""
+
+    def check(doc: _Document, path: KeyPath, value: object) -> S:
+        for choice in choices:
+            if value == choice:
+                return choice
+        raise doc.error(path, f"expected one of {_listing(choices)}, got {_describe(value)}")
+
+    return check
 
 
 def _introspection(doc: _Document, path: KeyPath, value: object) -> Literal["free", "counted"]:
