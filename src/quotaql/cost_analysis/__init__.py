@@ -12,7 +12,16 @@
 
 from __future__ import annotations
 
+from quotaql.cost_analysis.actual import actual_cost
 from quotaql.cost_analysis.analyzer import CostReport, analyze, check_model
 from quotaql.cost_analysis.model import CostLimits, CostModel, FieldCost
 
-__all__ = ["CostLimits", "CostModel", "CostReport", "FieldCost", "analyze", "check_model"]
+__all__ = [
+    "CostLimits",
+    "CostModel",
+    "CostReport",
+    "FieldCost",
+    "actual_cost",
+    "analyze",
+    "check_model",
+]
