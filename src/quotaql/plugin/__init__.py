@@ -1,0 +1,7 @@
+"""Strawberry glue: the :class:`CostLimiter` schema extension and the ``rateLimit`` field."""
+
+from __future__ import annotations
+
+from quotaql.plugin.extension import CostLimiter, current_operation, default_identify
+
+__all__ = ["CostLimiter", "current_operation", "default_identify"]

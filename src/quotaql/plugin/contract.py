@@ -1,0 +1,145 @@
+"""What the client sees: GraphQL errors, ``extensions.cost`` and the HTTP rate-limit headers.
+
+Pure functions of a decision and a price, so that every integration (Strawberry, plain
+graphql-core) answers the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from graphql import GraphQLError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from quotaql.policy.quota import Decision, Quota
+
+__all__ = ["cost_extension", "rate_limit_error", "rate_limit_headers", "status_for"]
+
+RATE_LIMITED = "RATE_LIMITED"
+COST_EXCEEDS_CAPACITY = "COST_EXCEEDS_CAPACITY"
+RATE_LIMITER_UNAVAILABLE = "RATE_LIMITER_UNAVAILABLE"
+
+
+def _points(value: float) -> str:
+    """``120``, ``0.5``: a cost or budget as a person reads it."""
+    if value == math.inf:
+        return "unlimited"
+    rounded = round(value, 2)
+    return str(int(rounded)) if rounded == int(rounded) else f"{rounded:g}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 10 else f"{math.ceil(value)} s"
+
+
+def error_code(decision: Decision) -> str:
+    """The ``extensions.code`` of a refused decision."""
+    if decision.reason == "exceeds_capacity":
+        return COST_EXCEEDS_CAPACITY
+    if decision.reason == "backend_unavailable":
+        return RATE_LIMITER_UNAVAILABLE
+    return RATE_LIMITED
+
+
+def rate_limit_error(decision: Decision) -> GraphQLError:
+    """The GraphQL error of a refused decision, with a message a person understands.
+
+    Example:
+        >>> from quotaql.policy.quota import Decision
+        >>> refused = Decision(False, 120, 40.0, 1000.0, 1.6, 19.2, "tenant", "memory",
+        ...                    "rate_limited")
+        >>> rate_limit_error(refused).message
+        'This query costs 120 points but only 40 of your 1000 remain; retry in 1.6 s.'
+    """
+    code = error_code(decision)
+    cost, limit, remaining = decision.cost, decision.limit, decision.remaining
+    extensions: dict[str, Any] = {
+        "code": code,
+        "cost": cost,
+        "limit": limit,
+        "remaining": remaining,
+        "quota": decision.limited_by,
+    }
+    if code == COST_EXCEEDS_CAPACITY:
+        message = (
+            f"This query costs {_points(cost)} points, more than the {_points(limit)} your"
+            f" '{decision.limited_by}' budget can ever hold; ask for less (smaller pages,"
+            " fewer fields) to run it."
+        )
+    elif code == RATE_LIMITER_UNAVAILABLE:
+        retry = decision.retry_after or 1.0
+        extensions["retryAfter"] = retry
+        message = (
+            "The rate limiter is unavailable and this API does not run queries it cannot"
+            f" account for; retry in {_seconds(retry)}."
+        )
+    else:
+        retry = decision.retry_after or 0.0
+        extensions["retryAfter"] = retry
+        message = (
+            f"This query costs {_points(cost)} points but only {_points(remaining)} of your"
+            f" {_points(limit)} remain; retry in {_seconds(retry)}."
+        )
+    return GraphQLError(message, extensions=extensions)
+
+
+def status_for(code: str, rate_limited_status: int) -> int:
+    """The HTTP status of a refusal: ``http_status`` (429) when waiting helps."""
+    if code == RATE_LIMITED:
+        return rate_limited_status
+    if code == RATE_LIMITER_UNAVAILABLE:
+        return 503
+    return 400  # COST_EXCEEDS_CAPACITY: the same request will never pass
+
+
+def rate_limit_headers(decision: Decision, quotas: Sequence[Quota]) -> dict[str, str]:
+    """The IETF draft ``RateLimit`` / ``RateLimit-Policy`` and the ``X-RateLimit-*`` headers.
+
+    The tightest quota (the one that refused, or the one with least remaining) is the one
+    ``RateLimit`` and ``X-RateLimit-*`` describe; ``RateLimit-Policy`` lists every quota.
+    A refusal adds ``Retry-After`` (whole seconds, rounded up).
+    """
+    headers: dict[str, str] = {}
+    if not quotas or decision.limit == math.inf:
+        return headers
+    name = decision.limited_by or _tightest(decision)
+    remaining = max(0, math.floor(decision.remaining))
+    reset = max(0, math.ceil(decision.reset_after))
+    headers["RateLimit-Policy"] = ", ".join(quota.policy for quota in quotas)
+    headers["RateLimit"] = f'"{name}";r={remaining};t={reset}'
+    headers["X-RateLimit-Limit"] = _points(decision.limit)
+    headers["X-RateLimit-Remaining"] = str(remaining)
+    headers["X-RateLimit-Reset"] = str(reset)
+    if not decision.allowed and decision.retry_after is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(decision.retry_after)))
+    return headers
+
+
+def _tightest(decision: Decision) -> str:
+    for status in decision.quotas:
+        if status.remaining == decision.remaining and status.limit == decision.limit:
+            return status.name
+    return decision.quotas[0].name if decision.quotas else "tenant"
+
+
+def cost_extension(
+    requested: float,
+    actual: float | None,
+    decision: Decision | None,
+    restore_rate: float | None,
+    breakdown: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """``extensions.cost``: ``{requestedQueryCost, actualQueryCost, throttleStatus}``."""
+    cost: dict[str, Any] = {"requestedQueryCost": requested, "actualQueryCost": actual}
+    if decision is not None and decision.limit != math.inf:
+        cost["throttleStatus"] = {
+            "maximumAvailable": decision.limit,
+            "currentlyAvailable": decision.remaining,
+            "restoreRate": restore_rate,
+        }
+    if breakdown is not None:
+        cost["breakdown"] = breakdown
+    return cost

@@ -1,0 +1,533 @@
+"""The Strawberry schema extension: price each operation, debit the tenant, refund, answer.
+
+``CostLimiter`` is configured once and holds the shared state (the config, the limiter and
+its storage); Strawberry calls it for every request and gets a fresh extension object, so
+no request sees another's state.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from graphql import ExecutionResult, GraphQLError
+from strawberry.extensions import SchemaExtension
+
+from quotaql.config import Config, TierConfig, default_config, load_config
+from quotaql.cost_analysis import analyze, check_model
+from quotaql.cost_analysis.actual import actual_cost
+from quotaql.errors import ConfigError, CostAnalysisError, LimitExceeded, QueryTooLarge
+from quotaql.limiter import AsyncLimiter, Limiter
+from quotaql.plugin.contract import (
+    cost_extension,
+    error_code,
+    rate_limit_error,
+    rate_limit_headers,
+    status_for,
+)
+from quotaql.storage.memory import MemoryStorage
+
+if TYPE_CHECKING:
+    from strawberry.types import ExecutionContext
+
+    from quotaql.cost_analysis import CostReport
+    from quotaql.limiter import Recorder
+    from quotaql.policy.quota import Decision, Quota
+
+__all__ = ["CostLimiter", "current_operation", "default_identify"]
+
+logger = logging.getLogger("quotaql")
+
+Identify = Callable[[Any], "str | None"]
+TierResolver = Callable[[str, Any], "str | None"]
+CostHeader = Literal["validate", "report"]
+ANONYMOUS = "anonymous"
+
+
+def default_identify(context: Any) -> str | None:
+    """The ``X-API-Key`` request header, else the client's address, else None."""
+    request = _item(context, "request")
+    if request is None:
+        return None
+    headers = getattr(request, "headers", None)
+    key = headers.get("x-api-key") if headers is not None else None
+    if key:
+        return str(key)
+    host = getattr(getattr(request, "client", None), "host", None)
+    return str(host) if host else None
+
+
+def _item(context: Any, name: str) -> Any:
+    """``context[name]`` for dict contexts, ``context.name`` for context objects."""
+    if isinstance(context, dict):
+        return context.get(name)
+    return getattr(context, name, None)
+
+
+class Operation:
+    """One operation's price, decision and refund, as the extension worked them out.
+
+    Attributes:
+        tenant: who pays.
+        tier: the tenant's tier.
+        mode: ``enforce``, ``shadow`` or ``off`` for this tier.
+        report: the static price (None when the analysis refused the operation).
+        quotas: the quotas debited.
+        decision: the limiter's answer (None when nothing was debited).
+        actual: the actual cost once executed.
+        refunded: what was given back after execution.
+    """
+
+    __slots__ = (
+        "actual",
+        "breakdown",
+        "decision",
+        "header",
+        "mode",
+        "quotas",
+        "refunded",
+        "report",
+        "tenant",
+        "tier",
+    )
+
+    def __init__(self, tenant: str, tier: TierConfig, mode: str, header: CostHeader | None) -> None:
+        self.tenant = tenant
+        self.tier = tier
+        self.mode = mode
+        self.header = header
+        self.report: CostReport | None = None
+        self.quotas: tuple[Quota, ...] = ()
+        self.decision: Decision | None = None
+        self.actual: float | None = None
+        self.refunded = 0.0
+        self.breakdown: dict[str, float] | None = None
+
+    @property
+    def cost(self) -> float:
+        """The requested (estimated) cost."""
+        return self.report.cost if self.report is not None else 0.0
+
+    @property
+    def debited(self) -> bool:
+        return self.decision is not None and self.decision.allowed
+
+
+_current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(
+    "quotaql_operation", default=None
+)
+
+
+def current_operation() -> Operation | None:
+    """The operation the extension is working on (for resolvers such as ``rateLimit``)."""
+    return _current.get()
+
+
+class _Reloader:
+    """Reads the config file again when it changes, at most once per ``interval`` seconds."""
+
+    def __init__(self, path: str, interval: float, loaded: Config) -> None:
+        self.path = path
+        self.interval = interval
+        self._seen = self._stamp()
+        self._next = time.monotonic() + interval
+        self._lock = threading.Lock()
+        self.config = loaded
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size
+
+    def poll(self, schema: Any) -> Config | None:
+        """A new valid config if the file changed since the last look, else None."""
+        if self.interval <= 0 or time.monotonic() < self._next:
+            return None
+        if not self._lock.acquire(blocking=False):
+            return None  # another thread is looking
+        try:
+            self._next = time.monotonic() + self.interval
+            stamp = self._stamp()
+            if stamp is None or stamp == self._seen:
+                return None
+            self._seen = stamp
+            try:
+                config = load_config(self.path)
+                check_model(schema, config.cost.model)
+            except ConfigError as error:
+                logger.error(
+                    "quotaql: %s; keeping the previous configuration",
+                    error,
+                    extra={"quotaql_event": "config_reload_failed", "file": self.path},
+                )
+                return None
+            logger.info(
+                "quotaql: configuration reloaded from %s",
+                self.path,
+                extra={"quotaql_event": "config_reloaded", "file": self.path},
+            )
+            self.config = config
+            self.interval = config.limits.reload_interval
+            return config
+        finally:
+            self._lock.release()
+
+
+class CostLimiter:
+    """Cost-based rate limiting for a Strawberry schema: ``extensions=[CostLimiter(...)]``.
+
+    Example:
+        >>> import strawberry
+        >>> @strawberry.type
+        ... class Query:
+        ...     @strawberry.field
+        ...     def hello(self) -> str:
+        ...         return "world"
+        >>> schema = strawberry.Schema(query=Query, extensions=[CostLimiter()])
+        >>> result = schema.execute_sync("{ hello }")
+        >>> result.data, result.extensions["cost"]["requestedQueryCost"]
+        ({'hello': 'world'}, 0.0)
+
+    Args:
+        config: the limiter's configuration (default: :func:`quotaql.config.default_config`).
+        storage: where budgets live: a :class:`MemoryStorage` (default), a
+            :class:`~quotaql.storage.redis.RedisStorage`, or an
+            :class:`~quotaql.storage.redis.AsyncRedisStorage` (then only ``schema.execute``
+            works, not ``execute_sync``).
+        identify: ``identify(context) -> str | None``: the tenant of a request (default:
+            :func:`default_identify`); None is the shared ``"anonymous"`` tenant.
+        tier_resolver: ``tier_resolver(tenant, context) -> str | None``: the tenant's tier
+            name, instead of the ``[tenants]`` table (None: the default tier).
+        recorder: the limiter's metrics hook.
+        config_path: the file ``config`` came from, read again when it changes.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        storage: Any = None,
+        identify: Identify | None = None,
+        tier_resolver: TierResolver | None = None,
+        recorder: Recorder | None = None,
+        config_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._config = config if config is not None else default_config()
+        self.storage = storage if storage is not None else MemoryStorage()
+        self.identify: Identify = identify or default_identify
+        self.tier_resolver = tier_resolver
+        self.is_async = inspect.iscoroutinefunction(getattr(self.storage, "acquire", None))
+        limiter_class = AsyncLimiter if self.is_async else Limiter
+        self.limiter: Limiter | AsyncLimiter = limiter_class(
+            self.storage,
+            on_backend_error=self._config.limits.on_backend_error,
+            recorder=recorder,
+        )
+        self._reloader = (
+            _Reloader(os.fspath(config_path), self._config.limits.reload_interval, self._config)
+            if config_path is not None
+            else None
+        )
+        self._checked_schema: Any = None
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> CostLimiter:
+        """A limiter configured by ``path`` (``quotaql.toml``), reloaded when it changes.
+
+        Raises:
+            ConfigError: the file is invalid (the error names the file, key and line).
+        """
+        return cls(load_config(path), config_path=path, **kwargs)
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force."""
+        return self._config
+
+    def __call__(self) -> SchemaExtension:
+        """A fresh extension for one request (Strawberry calls this)."""
+        return _AsyncExtension(self) if self.is_async else _SyncExtension(self)
+
+    def check(self, schema: Any) -> None:
+        """Check the cost model against ``schema`` (call at startup to fail early).
+
+        Raises:
+            ConfigError: a weight names a coordinate that is not in the schema.
+        """
+        check_model(schema, self._config.cost.model)
+        self._checked_schema = schema
+
+    # -- one operation -----------------------------------------------------------------
+
+    def _refresh(self, schema: Any) -> None:
+        if self._checked_schema is not schema:
+            self.check(schema)
+        if self._reloader is not None:
+            config = self._reloader.poll(schema)
+            if config is not None:
+                self._config = config
+
+    def _tier(self, tenant: str, context: Any) -> TierConfig:
+        config = self._config
+        if self.tier_resolver is None:
+            return config.tier_of(tenant)
+        name = self.tier_resolver(tenant, context)
+        if name is None:
+            return config.tier_of(None)
+        tier = config.tiers.get(name)
+        if tier is None:
+            logger.warning(
+                "quotaql: the tier resolver named an unknown tier %r; using the default tier",
+                name,
+                extra={"quotaql_event": "unknown_tier", "tier": name},
+            )
+            return config.tier_of(None)
+        return tier
+
+    def _quotas(self, op: Operation, operation_name: str | None) -> tuple[Quota, ...]:
+        config = self._config
+        if self.tier_resolver is None:
+            return config.quotas_for(op.tenant, operation_name)
+        quotas: list[Quota] = [op.tier.quota]
+        if operation_name is not None and operation_name in op.tier.operations:
+            quotas.append(op.tier.operations[operation_name])
+        if config.global_quota is not None:
+            quotas.append(config.global_quota)
+        return tuple(quotas)
+
+    def _begin(self, ctx: ExecutionContext) -> Operation | None:
+        """Price the operation and pick its quotas (none to debit: off, validate).
+
+        None when there is nothing to report: limiting off, or the analysis refused the
+        operation (then ``ctx.result`` holds the error).
+        """
+        self._refresh(ctx.schema)
+        config = self._config
+        context = ctx.context
+        header = _cost_header(context)
+        try:
+            tenant = self.identify(context) or ANONYMOUS
+        except Exception:
+            logger.exception("quotaql: identify() failed; the request counts as anonymous")
+            tenant = ANONYMOUS
+        tier = self._tier(tenant, context)
+        op = Operation(tenant, tier, tier.mode or config.limits.mode, header)
+        document = ctx.graphql_document
+        if document is None or (op.mode == "off" and header is None):
+            return None
+        _current.set(op)
+        limits = config.cost.limits
+        try:
+            try:
+                op.report = analyze(
+                    ctx.schema,
+                    document,  # Strawberry's parsed document: never parsed twice
+                    ctx.variables,
+                    ctx.operation_name,
+                    config.cost.model,
+                    limits,
+                )
+            except LimitExceeded as exceeded:
+                if op.mode != "shadow":
+                    raise
+                _log_shadow(op, exceeded.code)
+                op.report = analyze(
+                    ctx.schema,
+                    document,
+                    ctx.variables,
+                    ctx.operation_name,
+                    config.cost.model,
+                )
+        except CostAnalysisError as error:
+            ctx.result = ExecutionResult(
+                data=None, errors=[GraphQLError(str(error), extensions=error.extensions)]
+            )
+            return None
+        if header is not None:
+            op.breakdown = op.report.by_coordinate
+        if header == "validate":
+            ctx.result = ExecutionResult(data=None)  # priced, not run, nothing debited
+        elif op.mode != "off":
+            op.quotas = self._quotas(op, ctx.operation_name)
+        return op
+
+    def _decided(self, ctx: ExecutionContext, op: Operation, decision: Decision) -> None:
+        op.decision = decision
+        response = _item(ctx.context, "response")
+        if not decision.allowed:
+            if op.mode == "enforce":
+                error = rate_limit_error(decision)
+                ctx.result = ExecutionResult(data=None, errors=[error])
+                _set_headers(response, rate_limit_headers(decision, op.quotas))
+                code = error_code(decision)
+                _set_status(response, status_for(code, self._config.limits.http_status))
+                logger.info(
+                    "quotaql: blocked %s (tenant %s, cost %s): %s",
+                    code,
+                    op.tenant,
+                    decision.cost,
+                    error.message,
+                    extra=_fields(op, "blocked"),
+                )
+                return
+            _log_shadow(op, error_code(decision))
+
+    def _refund_amount(self, ctx: ExecutionContext, op: Operation) -> float:
+        """After execution: the actual cost (when shown or refunded), and what to give back."""
+        report, result = op.report, ctx.result
+        document = ctx.graphql_document
+        if report is None or document is None or op.header == "validate":
+            return 0.0
+        if report.operation_type == "subscription":
+            return 0.0  # priced once, when it starts
+        if op.decision is not None and not op.decision.allowed and op.mode == "enforce":
+            return 0.0  # refused: nothing ran
+        limits = self._config.limits
+        refund = limits.refund_unused and op.debited
+        if not (refund or limits.expose_cost or op.header is not None):
+            return 0.0
+        op.actual = actual_cost(
+            ctx.schema,
+            document,
+            getattr(result, "data", None),
+            ctx.variables,
+            ctx.operation_name,
+            self._config.cost.model,
+        )
+        return max(0.0, report.cost - op.actual) if refund else 0.0
+
+    def _refunded(self, ctx: ExecutionContext, op: Operation, amount: float) -> None:
+        op.refunded = amount
+        decision = op.decision
+        if decision is None:
+            return
+        if amount > 0:
+            remaining = min(decision.limit, decision.remaining + amount)
+            decision = op.decision = decision._replace(remaining=remaining)
+        _set_headers(_item(ctx.context, "response"), rate_limit_headers(decision, op.quotas))
+
+    def _results(self, op: Operation | None) -> dict[str, Any]:
+        if op is None or (not self._config.limits.expose_cost and op.header is None):
+            return {}
+        restore = _restore_rate(op.quotas[0]) if op.quotas else None
+        return {"cost": cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)}
+
+
+def _cost_header(context: Any) -> CostHeader | None:
+    request = _item(context, "request")
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return None
+    value = str(headers.get("graphql-cost") or "").strip().lower()
+    if value == "validate":
+        return "validate"
+    if value == "report":
+        return "report"
+    return None
+
+
+def _restore_rate(quota: Quota) -> float:
+    if quota.refill_per_second is not None:
+        return float(quota.refill_per_second)
+    return quota.maximum / float(quota.window_seconds or 1)
+
+
+def _set_headers(response: Any, headers: dict[str, str]) -> None:
+    target = getattr(response, "headers", None)
+    if target is None:
+        return
+    for name, value in headers.items():
+        target[name] = value
+
+
+def _set_status(response: Any, status: int) -> None:
+    if response is not None and hasattr(response, "status_code"):
+        response.status_code = status
+
+
+def _fields(op: Operation, decision: str) -> dict[str, Any]:
+    return {
+        "quotaql_event": decision,
+        "tenant": op.tenant,
+        "tier": op.tier.name,
+        "cost": op.cost,
+    }
+
+
+def _log_shadow(op: Operation, code: str) -> None:
+    logger.info(
+        "quotaql: shadow mode would have blocked %s (tenant %s, tier %s)",
+        code,
+        op.tenant,
+        op.tier.name,
+        extra=_fields(op, "shadow_blocked"),
+    )
+
+
+class _ExtensionBase(SchemaExtension):
+    def __init__(self, owner: CostLimiter) -> None:
+        super().__init__()
+        self._owner = owner
+        self._op: Operation | None = None
+
+    def on_parse(self) -> Iterator[None]:
+        ctx = self.execution_context
+        limits = self._owner.config.cost.limits
+        if limits.max_tokens is not None:
+            ctx.parse_options["max_tokens"] = limits.max_tokens
+        if limits.max_length is not None and ctx.query and len(ctx.query) > limits.max_length:
+            too_large = QueryTooLarge(len(ctx.query), limits.max_length)
+            raise GraphQLError(str(too_large), extensions=too_large.extensions)
+        yield
+
+    def get_results(self) -> dict[str, Any]:
+        return self._owner._results(self._op)
+
+
+class _SyncExtension(_ExtensionBase):
+    def on_execute(self) -> Iterator[None]:
+        owner, ctx = self._owner, self.execution_context
+        token = _current.set(None)
+        try:
+            op = self._op = owner._begin(ctx)
+            limiter = owner.limiter
+            assert isinstance(limiter, Limiter)
+            if op is not None and op.quotas:
+                owner._decided(ctx, op, limiter.acquire(op.tenant, op.cost, op.quotas))
+            yield
+            if op is not None:
+                amount = owner._refund_amount(ctx, op)
+                if amount > 0:
+                    limiter.refund(op.tenant, amount, op.quotas)
+                owner._refunded(ctx, op, amount)
+        finally:
+            _current.reset(token)
+
+
+class _AsyncExtension(_ExtensionBase):
+    async def on_execute(self) -> AsyncIterator[None]:
+        owner, ctx = self._owner, self.execution_context
+        token = _current.set(None)
+        try:
+            op = self._op = owner._begin(ctx)
+            limiter = owner.limiter
+            assert isinstance(limiter, AsyncLimiter)
+            if op is not None and op.quotas:
+                decision = await limiter.acquire(op.tenant, op.cost, op.quotas)
+                owner._decided(ctx, op, decision)
+            yield
+            if op is not None:
+                amount = owner._refund_amount(ctx, op)
+                if amount > 0:
+                    await limiter.refund(op.tenant, amount, op.quotas)
+                owner._refunded(ctx, op, amount)
+        finally:
+            _current.reset(token)
