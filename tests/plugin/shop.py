@@ -65,7 +65,7 @@ class Mutation:
 
 @strawberry.type
 class Subscription:
-    @strawberry.subscription
+    @strawberry.subscription(directives=[Cost(weight="30")])
     async def ticks(self, count: int = 3) -> AsyncGenerator[int, None]:
         for i in range(count):
             yield i

@@ -298,3 +298,103 @@ def test_identify_and_tier_resolver(write_config: Callable[..., Path]) -> None:
     plain = schema.execute_sync("{ hello }", context_value=context(**{"x-user": "joe"}))
     assert vip.extensions["cost"]["throttleStatus"]["maximumAvailable"] == 1000
     assert plain.extensions["cost"]["throttleStatus"]["maximumAvailable"] == 100
+
+
+def test_a_subscription_is_priced_once_when_it_starts(limiter: CostLimiter) -> None:
+    schema = shop.make_schema(limiter)
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        started = await schema.subscribe(
+            "subscription { ticks(count: 3) }", context_value=context("t")
+        )
+        events = [event async for event in started]  # type: ignore[union-attr]
+        refused = []
+        for _ in range(3):  # 100 - 30 = 70, 40, 10: the fourth start is refused
+            more = await schema.subscribe(
+                "subscription { ticks(count: 1) }", context_value=context("t")
+            )
+            refused = [event async for event in more]  # type: ignore[union-attr]
+        return events, refused
+
+    events, refused = asyncio.run(run())
+    assert [event.data for event in events] == [{"ticks": 0}, {"ticks": 1}, {"ticks": 2}]
+    # Three events, one debit of 30 (no refund for a stream).
+    assert events[-1].extensions["cost"]["throttleStatus"]["currentlyAvailable"] == pytest.approx(
+        70, abs=0.01
+    )
+    assert refused[0].data is None
+    assert refused[0].errors[0].extensions["code"] == "RATE_LIMITED"
+
+
+def test_shadow_mode_lets_static_limits_pass_and_sends_no_refusal_headers(
+    write_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_config(base=BASE_SHADOW + "[cost]\nmax_depth = 1\n")
+    schema = shop.make_schema(CostLimiter.from_config(path))
+    caplog.set_level("INFO", logger="quotaql")
+    ctx = context("t")
+    result = schema.execute_sync("{ products(first: 1) { name } }", context_value=ctx)
+    assert result.errors is None  # depth 2 > 1, but shadow mode never blocks
+    assert result.extensions["cost"]["requestedQueryCost"] == 2
+    shadow = [r for r in caplog.records if getattr(r, "quotaql_event", None) == "shadow_blocked"]
+    assert "QUERY_TOO_DEEP" in shadow[0].getMessage()
+    for _ in range(60):  # 100 / 2: then the budget would refuse
+        ctx = context("t")
+        assert (
+            schema.execute_sync("{ products(first: 1) { name } }", context_value=ctx).errors is None
+        )
+    assert "Retry-After" not in ctx["response"].headers
+    assert ctx["response"].status_code is None
+
+
+def test_parser_limits_apply_to_strawberrys_parse(write_config: Callable[..., Path]) -> None:
+    path = write_config("[cost]\nmax_length = 40\nmax_tokens = 12\n")
+    schema = shop.make_schema(CostLimiter.from_config(path))
+    long = schema.execute_sync("{ hello " + " " * 40 + "}", context_value=context("t"))
+    (error,) = long.errors
+    assert error.extensions["code"] == "QUERY_TOO_LARGE"
+    assert error.extensions["limit"] == 40
+    many = schema.execute_sync(
+        "{ a: hello b: hello c: hello d: hello }", context_value=context("t")
+    )
+    assert many.errors[0].extensions["code"] == "QUERY_TOO_LARGE"
+    assert many.errors[0].extensions["limit"] == 12
+    broken = schema.execute_sync("{ hello", context_value=context("t"))
+    assert broken.errors[0].extensions["code"] == "GRAPHQL_PARSE_FAILED"
+    assert shop.resolver_calls == []
+    assert schema.execute_sync("{ hello }", context_value=context("t")).errors is None
+
+
+def test_a_failing_or_odd_identify_is_the_anonymous_tenant(
+    write_config: Callable[..., Path],
+) -> None:
+    def broken(context: Any) -> str:
+        raise RuntimeError("boom")
+
+    for identify in (broken, lambda ctx: "", lambda ctx: 12345):
+        schema = shop.make_schema(CostLimiter.from_config(write_config(), identify=identify))
+        result = schema.execute_sync("{ hello }", context_value=context("t"))
+        assert result.errors is None
+        assert result.data == {"hello": "world"}
+
+
+def test_a_global_quota_is_shared_by_every_tenant(write_config: Callable[..., Path]) -> None:
+    path = write_config("[global]\ncapacity = 25\nrefill_per_second = 0.001\n")
+    schema = shop.make_schema(CostLimiter.from_config(path))
+    mutation = "mutation { exportOrders }"  # 10 each
+    assert schema.execute_sync(mutation, context_value=context("a")).errors is None
+    assert schema.execute_sync(mutation, context_value=context("b")).errors is None
+    result = schema.execute_sync(mutation, context_value=context("c"))
+    (error,) = result.errors
+    assert error.extensions["quota"] == "global"
+    assert error.extensions["code"] == "RATE_LIMITED"
+
+
+def test_a_tier_resolver_naming_an_unknown_tier_falls_back_to_the_default(
+    write_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    limiter = CostLimiter.from_config(write_config(), tier_resolver=lambda tenant, ctx: "gold")
+    schema = shop.make_schema(limiter)
+    result = schema.execute_sync("{ hello }", context_value=context("t"))
+    assert result.extensions["cost"]["throttleStatus"]["maximumAvailable"] == 100
+    assert any(getattr(r, "quotaql_event", None) == "unknown_tier" for r in caplog.records)

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from graphql import ExecutionResult, GraphQLError
 from strawberry.extensions import SchemaExtension
+from strawberry.types.graphql import OperationType
 
 from quotaql.config import Config, TierConfig, default_config, load_config
 from quotaql.cost_analysis import analyze, check_model
 from quotaql.cost_analysis.actual import actual_cost
-from quotaql.errors import ConfigError, CostAnalysisError, LimitExceeded, QueryTooLarge
+from quotaql.cost_analysis.analyzer import parse_document
+from quotaql.errors import ConfigError, CostAnalysisError, LimitExceeded
 from quotaql.limiter import AsyncLimiter, Limiter
 from quotaql.plugin.contract import (
     cost_extension,
@@ -314,10 +316,11 @@ class CostLimiter:
         context = ctx.context
         header = _cost_header(context)
         try:
-            tenant = self.identify(context) or ANONYMOUS
+            who = self.identify(context)
         except Exception:
             logger.exception("quotaql: identify() failed; the request counts as anonymous")
-            tenant = ANONYMOUS
+            who = None
+        tenant = str(who) if who else ANONYMOUS
         tier = self._tier(tenant, context)
         op = Operation(tenant, tier, tier.mode or config.limits.mode, header)
         document = ctx.graphql_document
@@ -347,9 +350,7 @@ class CostLimiter:
                     config.cost.model,
                 )
         except CostAnalysisError as error:
-            ctx.result = ExecutionResult(
-                data=None, errors=[GraphQLError(str(error), extensions=error.extensions)]
-            )
+            _refuse(ctx, _graphql_error(error))
             return None
         if header is not None:
             op.breakdown = op.report.by_coordinate
@@ -365,7 +366,6 @@ class CostLimiter:
         if not decision.allowed:
             if op.mode == "enforce":
                 error = rate_limit_error(decision)
-                ctx.result = ExecutionResult(data=None, errors=[error])
                 _set_headers(response, rate_limit_headers(decision, op.quotas))
                 code = error_code(decision)
                 _set_status(response, status_for(code, self._config.limits.http_status))
@@ -377,6 +377,7 @@ class CostLimiter:
                     error.message,
                     extra=_fields(op, "blocked"),
                 )
+                _refuse(ctx, error)
                 return
             _log_shadow(op, error_code(decision))
 
@@ -412,13 +413,25 @@ class CostLimiter:
         if amount > 0:
             remaining = min(decision.limit, decision.remaining + amount)
             decision = op.decision = decision._replace(remaining=remaining)
-        _set_headers(_item(ctx.context, "response"), rate_limit_headers(decision, op.quotas))
+        if decision.allowed:  # a refusal has its headers; shadow refusals get none
+            _set_headers(_item(ctx.context, "response"), rate_limit_headers(decision, op.quotas))
 
     def _results(self, op: Operation | None) -> dict[str, Any]:
         if op is None or (not self._config.limits.expose_cost and op.header is None):
             return {}
         restore = _restore_rate(op.quotas[0]) if op.quotas else None
         return {"cost": cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)}
+
+
+def _graphql_error(error: CostAnalysisError) -> GraphQLError:
+    return GraphQLError(str(error), extensions=error.extensions)
+
+
+def _refuse(ctx: ExecutionContext, error: GraphQLError) -> None:
+    """Answer ``error`` instead of running the operation."""
+    if ctx.operation_type is OperationType.SUBSCRIPTION:
+        raise error  # Strawberry does not look at ctx.result before subscribing
+    ctx.result = ExecutionResult(data=None, errors=[error])
 
 
 def _cost_header(context: Any) -> CostHeader | None:
@@ -479,13 +492,14 @@ class _ExtensionBase(SchemaExtension):
         self._op: Operation | None = None
 
     def on_parse(self) -> Iterator[None]:
+        """With parser limits set, parse here (once) so they answer with their own codes."""
         ctx = self.execution_context
         limits = self._owner.config.cost.limits
-        if limits.max_tokens is not None:
-            ctx.parse_options["max_tokens"] = limits.max_tokens
-        if limits.max_length is not None and ctx.query and len(ctx.query) > limits.max_length:
-            too_large = QueryTooLarge(len(ctx.query), limits.max_length)
-            raise GraphQLError(str(too_large), extensions=too_large.extensions)
+        if ctx.graphql_document is None and ctx.query and (limits.max_tokens or limits.max_length):
+            try:
+                ctx.graphql_document = parse_document(ctx.query, limits)
+            except CostAnalysisError as error:
+                raise _graphql_error(error) from None
         yield
 
     def get_results(self) -> dict[str, Any]:
