@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 
 from quotaql.plugin import CostLimiter
+from quotaql.storage.redis import RedisStorage
 from tests.plugin import shop
+from tests.plugin.conftest import BASE_TOML
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -398,3 +402,39 @@ def test_a_tier_resolver_naming_an_unknown_tier_falls_back_to_the_default(
     result = schema.execute_sync("{ hello }", context_value=context("t"))
     assert result.extensions["cost"]["throttleStatus"]["maximumAvailable"] == 100
     assert any(getattr(r, "quotaql_event", None) == "unknown_tier" for r in caplog.records)
+
+
+def _dead_redis_storage() -> RedisStorage:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return RedisStorage(redis.Redis(host="127.0.0.1", port=port), timeout=0.2)
+
+
+def test_redis_down_and_fail_closed_answers_rate_limiter_unavailable(
+    write_config: Callable[..., Path],
+) -> None:
+    path = write_config(
+        base=BASE_TOML.replace("[limits]\n", '[limits]\non_backend_error = "closed"\n')
+    )
+    limiter = CostLimiter.from_config(path, storage=_dead_redis_storage())
+    schema = shop.make_schema(limiter)
+    ctx = context("t")
+    result = schema.execute_sync("{ hello }", context_value=ctx)
+    assert result.data is None
+    (error,) = result.errors
+    assert error.extensions["code"] == "RATE_LIMITER_UNAVAILABLE"
+    assert error.message.startswith("The rate limiter is unavailable")
+    assert ctx["response"].status_code == 503
+    assert int(ctx["response"].headers["Retry-After"]) >= 1
+    assert shop.resolver_calls == []
+
+
+def test_redis_down_and_fail_open_runs(write_config: Callable[..., Path]) -> None:
+    path = write_config(
+        base=BASE_TOML.replace("[limits]\n", '[limits]\non_backend_error = "open"\n')
+    )
+    schema = shop.make_schema(CostLimiter.from_config(path, storage=_dead_redis_storage()))
+    result = schema.execute_sync("{ hello }", context_value=context("t"))
+    assert result.errors is None
+    assert result.data == {"hello": "world"}
