@@ -263,19 +263,25 @@ class Config:
         known = self.tenants.get(tenant) if tenant is not None else None
         return self.tiers[known.tier if known is not None else self.limits.default_tier]
 
-    def quotas_for(self, tenant: str | None, operation_name: str | None) -> tuple[Quota, ...]:
+    def quotas_for(
+        self, tenant: str | None, operation_name: str | None, tier: TierConfig | None = None
+    ) -> tuple[Quota, ...]:
         """The quotas that a request of ``tenant`` running ``operation_name`` spends from.
 
         In order: the tenant quota (the tenant's own, else its tier's), the tier's quota
         for ``operation_name`` if it has one, and the global quota if there is one.
+        ``tier``, when given (a tier resolver chose it), replaces the ``[tenants]`` table.
         """
-        known = self.tenants.get(tenant) if tenant is not None else None
-        if known is None:
-            tier = self.tiers[self.limits.default_tier]
+        if tier is not None:
             quotas = [tier.quota]
         else:
-            tier = self.tiers[known.tier]
-            quotas = [tier.quota if known.quota is None else known.quota]
+            known = self.tenants.get(tenant) if tenant is not None else None
+            if known is None:
+                tier = self.tiers[self.limits.default_tier]
+                quotas = [tier.quota]
+            else:
+                tier = self.tiers[known.tier]
+                quotas = [tier.quota if known.quota is None else known.quota]
         if operation_name is not None:
             operation = tier.operations.get(operation_name)
             if operation is not None:

@@ -294,17 +294,6 @@ class CostLimiter:
             return config.tier_of(None)
         return tier
 
-    def _quotas(self, op: Operation, operation_name: str | None) -> tuple[Quota, ...]:
-        config = self._config
-        if self.tier_resolver is None:
-            return config.quotas_for(op.tenant, operation_name)
-        quotas: list[Quota] = [op.tier.quota]
-        if operation_name is not None and operation_name in op.tier.operations:
-            quotas.append(op.tier.operations[operation_name])
-        if config.global_quota is not None:
-            quotas.append(config.global_quota)
-        return tuple(quotas)
-
     def _begin(self, ctx: ExecutionContext) -> Operation | None:
         """Price the operation and pick its quotas (none to debit: off, validate).
 
@@ -357,7 +346,8 @@ class CostLimiter:
         if header == "validate":
             ctx.result = ExecutionResult(data=None)  # priced, not run, nothing debited
         elif op.mode != "off":
-            op.quotas = self._quotas(op, ctx.operation_name)
+            chosen = op.tier if self.tier_resolver is not None else None
+            op.quotas = config.quotas_for(tenant, ctx.operation_name, chosen)
         return op
 
     def _decided(self, ctx: ExecutionContext, op: Operation, decision: Decision) -> None:
