@@ -26,6 +26,7 @@ __all__ = [
     "BackendErrorMode",
     "CircuitBreaker",
     "Limiter",
+    "MultiRecorder",
     "NullRecorder",
     "Recorder",
 ]
@@ -62,6 +63,28 @@ class NullRecorder:
 
     def circuit(self, backend: str, is_open: bool) -> None:
         """Ignore the change."""
+
+
+class MultiRecorder:
+    """Passes everything on to several recorders (metrics and logs, say), in order."""
+
+    def __init__(self, *recorders: Recorder) -> None:
+        self.recorders = recorders
+
+    def decision(self, decision: Decision, seconds: float) -> None:
+        """Pass the decision on."""
+        for recorder in self.recorders:
+            recorder.decision(decision, seconds)
+
+    def backend_error(self, backend: str, error: BaseException) -> None:
+        """Pass the error on."""
+        for recorder in self.recorders:
+            recorder.backend_error(backend, error)
+
+    def circuit(self, backend: str, is_open: bool) -> None:
+        """Pass the change on."""
+        for recorder in self.recorders:
+            recorder.circuit(backend, is_open)
 
 
 class CircuitBreaker:

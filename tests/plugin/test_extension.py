@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
+from quotaql.instrumentation.tracing import hashed_tenant
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import RedisStorage
 from tests.plugin import shop
@@ -215,7 +216,7 @@ def test_shadow_mode_never_blocks_but_logs(
         assert result.data["products"]
     shadow = [r for r in caplog.records if getattr(r, "quotaql_event", None) == "shadow_blocked"]
     assert shadow
-    assert shadow[0].tenant == "t"
+    assert shadow[0].tenant == hashed_tenant("t")  # never the raw key in logs
 
 
 BASE_SHADOW = """

@@ -25,7 +25,10 @@ from quotaql.cost_analysis import analyze, check_model
 from quotaql.cost_analysis.actual import actual_cost
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.errors import ConfigError, CostAnalysisError, LimitExceeded
-from quotaql.limiter import AsyncLimiter, Limiter
+from quotaql.instrumentation import names
+from quotaql.instrumentation.logs import LogRecorder, StructuredLog
+from quotaql.instrumentation.tracing import Tracing, hashed_tenant
+from quotaql.limiter import AsyncLimiter, Limiter, MultiRecorder
 from quotaql.plugin.contract import (
     cost_extension,
     error_code,
@@ -39,12 +42,11 @@ if TYPE_CHECKING:
     from strawberry.types import ExecutionContext
 
     from quotaql.cost_analysis import CostReport
+    from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
     from quotaql.policy.quota import Decision, Quota
 
 __all__ = ["CostLimiter", "current_operation", "default_identify"]
-
-logger = logging.getLogger("quotaql")
 
 Identify = Callable[[Any], "str | None"]
 TierResolver = Callable[[str, Any], "str | None"]
@@ -84,19 +86,24 @@ class Operation:
         decision: the limiter's answer (None when nothing was debited).
         actual: the actual cost once executed.
         refunded: what was given back after execution.
+        error: the refusal to answer instead of running the operation.
+        violation: the code of a static limit shadow mode let pass.
     """
 
     __slots__ = (
         "actual",
         "breakdown",
         "decision",
+        "error",
         "header",
         "mode",
         "quotas",
         "refunded",
         "report",
+        "span",
         "tenant",
         "tier",
+        "violation",
     )
 
     def __init__(self, tenant: str, tier: TierConfig, mode: str, header: CostHeader | None) -> None:
@@ -110,6 +117,9 @@ class Operation:
         self.actual: float | None = None
         self.refunded = 0.0
         self.breakdown: dict[str, float] | None = None
+        self.error: GraphQLError | None = None
+        self.violation: str | None = None
+        self.span: Any = None
 
     @property
     def cost(self) -> float:
@@ -118,7 +128,24 @@ class Operation:
 
     @property
     def debited(self) -> bool:
-        return self.decision is not None and self.decision.allowed
+        """The cost was taken from the budget (a fail-open decision takes nothing)."""
+        decision = self.decision
+        return decision is not None and decision.allowed and decision.source != "fail_open"
+
+    @property
+    def outcome(self) -> str:
+        """The ``decision`` label of this operation's metrics (``names.DECISIONS``)."""
+        decision = self.decision
+        if self.report is None:
+            return names.REJECTED
+        if decision is not None:
+            if decision.source == "fail_open":
+                return names.FAIL_OPEN
+            if decision.source == "fail_closed":
+                return names.FAIL_CLOSED
+            if not decision.allowed:
+                return names.BLOCKED if self.mode == "enforce" else names.SHADOW_BLOCKED
+        return names.SHADOW_BLOCKED if self.violation else names.ALLOWED
 
 
 _current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(
@@ -134,7 +161,8 @@ def current_operation() -> Operation | None:
 class _Reloader:
     """Reads the config file again when it changes, at most once per ``interval`` seconds."""
 
-    def __init__(self, path: str, interval: float, loaded: Config) -> None:
+    def __init__(self, path: str, interval: float, loaded: Config, log: StructuredLog) -> None:
+        self.log = log
         self.path = path
         self.interval = interval
         self._seen = self._stamp()
@@ -165,16 +193,20 @@ class _Reloader:
                 config = load_config(self.path)
                 check_model(schema, config.cost.model)
             except ConfigError as error:
-                logger.error(
+                self.log.log(
+                    logging.ERROR,
+                    "config_reload_failed",
                     "quotaql: %s; keeping the previous configuration",
                     error,
-                    extra={"quotaql_event": "config_reload_failed", "file": self.path},
+                    file=self.path,
                 )
                 return None
-            logger.info(
+            self.log.log(
+                logging.INFO,
+                "config_reloaded",
                 "quotaql: configuration reloaded from %s",
                 self.path,
-                extra={"quotaql_event": "config_reloaded", "file": self.path},
+                file=self.path,
             )
             self.config = config
             self.interval = config.limits.reload_interval
@@ -208,7 +240,11 @@ class CostLimiter:
             :func:`default_identify`); None is the shared ``"anonymous"`` tenant.
         tier_resolver: ``tier_resolver(tenant, context) -> str | None``: the tenant's tier
             name, instead of the ``[tenants]`` table (None: the default tier).
-        recorder: the limiter's metrics hook.
+        metrics: Prometheus metrics of every operation and decision.
+        tracer_provider: an OpenTelemetry ``TracerProvider``: a ``quotaql.check`` span per
+            operation (none at all without one).
+        log: the rate-limited structured log (default: 5 records/s per event kind).
+        recorder: another hook for the limiter's decisions, errors and breaker changes.
         config_path: the file ``config`` came from, read again when it changes.
     """
 
@@ -219,6 +255,9 @@ class CostLimiter:
         storage: Any = None,
         identify: Identify | None = None,
         tier_resolver: TierResolver | None = None,
+        metrics: PrometheusMetrics | None = None,
+        tracer_provider: Any = None,
+        log: StructuredLog | None = None,
         recorder: Recorder | None = None,
         config_path: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -227,14 +266,21 @@ class CostLimiter:
         self.identify: Identify = identify or default_identify
         self.tier_resolver = tier_resolver
         self.is_async = inspect.iscoroutinefunction(getattr(self.storage, "acquire", None))
+        self.metrics = metrics
+        self.tracing = Tracing(tracer_provider) if tracer_provider is not None else None
+        self.log = log if log is not None else StructuredLog()
+        hooks = [hook for hook in (metrics, recorder) if hook is not None]
+        logs = LogRecorder(self.log)
         limiter_class = AsyncLimiter if self.is_async else Limiter
         self.limiter: Limiter | AsyncLimiter = limiter_class(
             self.storage,
             on_backend_error=self._config.limits.on_backend_error,
-            recorder=recorder,
+            recorder=MultiRecorder(logs, *hooks) if hooks else logs,
         )
         self._reloader = (
-            _Reloader(os.fspath(config_path), self._config.limits.reload_interval, self._config)
+            _Reloader(
+                os.fspath(config_path), self._config.limits.reload_interval, self._config, self.log
+            )
             if config_path is not None
             else None
         )
@@ -286,19 +332,20 @@ class CostLimiter:
             return config.tier_of(None)
         tier = config.tiers.get(name)
         if tier is None:
-            logger.warning(
+            self.log.log(
+                logging.WARNING,
+                "unknown_tier",
                 "quotaql: the tier resolver named an unknown tier %r; using the default tier",
                 name,
-                extra={"quotaql_event": "unknown_tier", "tier": name},
+                tier=name,
             )
             return config.tier_of(None)
         return tier
 
     def _begin(self, ctx: ExecutionContext) -> Operation | None:
-        """Price the operation and pick its quotas (none to debit: off, validate).
+        """Price the operation and pick its quotas (none to debit: off, validate, refused).
 
-        None when there is nothing to report: limiting off, or the analysis refused the
-        operation (then ``ctx.result`` holds the error).
+        None when limiting is off for the caller (and no ``GraphQL-Cost`` header asks).
         """
         self._refresh(ctx.schema)
         config = self._config
@@ -306,8 +353,14 @@ class CostLimiter:
         header = _cost_header(context)
         try:
             who = self.identify(context)
-        except Exception:
-            logger.exception("quotaql: identify() failed; the request counts as anonymous")
+        except Exception as error:  # a bug in identify() must not fail the request
+            self.log.log(
+                logging.ERROR,
+                "identify_failed",
+                "quotaql: identify() failed (%s: %s); the request counts as anonymous",
+                type(error).__name__,
+                error,
+            )
             who = None
         tenant = str(who) if who else ANONYMOUS
         tier = self._tier(tenant, context)
@@ -316,6 +369,8 @@ class CostLimiter:
         if document is None or (op.mode == "off" and header is None):
             return None
         _current.set(op)
+        if self.tracing is not None:
+            op.span = self.tracing.start()
         limits = config.cost.limits
         try:
             try:
@@ -330,7 +385,8 @@ class CostLimiter:
             except LimitExceeded as exceeded:
                 if op.mode != "shadow":
                     raise
-                _log_shadow(op, exceeded.code)
+                op.violation = exceeded.code
+                self._log_shadow(op, exceeded.code)
                 op.report = analyze(
                     ctx.schema,
                     document,
@@ -339,8 +395,8 @@ class CostLimiter:
                     config.cost.model,
                 )
         except CostAnalysisError as error:
-            _refuse(ctx, _graphql_error(error))
-            return None
+            op.error = _graphql_error(error)
+            return op
         if header is not None:
             op.breakdown = op.report.by_coordinate
         if header == "validate":
@@ -359,17 +415,22 @@ class CostLimiter:
                 _set_headers(response, rate_limit_headers(decision, op.quotas))
                 code = error_code(decision)
                 _set_status(response, status_for(code, self._config.limits.http_status))
-                logger.info(
+                self.log.log(
+                    logging.INFO,
+                    names.BLOCKED,
                     "quotaql: blocked %s (tenant %s, cost %s): %s",
                     code,
-                    op.tenant,
+                    hashed_tenant(op.tenant),
                     decision.cost,
                     error.message,
-                    extra=_fields(op, "blocked"),
+                    **_fields(op),
                 )
-                _refuse(ctx, error)
+                op.error = error
                 return
-            _log_shadow(op, error_code(decision))
+            self._log_shadow(op, error_code(decision))
+        if op.span is not None and decision.source in ("fail_open", "fail_closed"):
+            fail_open = decision.source == "fail_open"
+            op.span.add_event(names.EVENT_FAIL_OPEN if fail_open else names.EVENT_FAIL_CLOSED)
 
     def _refund_amount(self, ctx: ExecutionContext, op: Operation) -> float:
         """After execution: the actual cost (when shown or refunded), and what to give back."""
@@ -397,6 +458,8 @@ class CostLimiter:
 
     def _refunded(self, ctx: ExecutionContext, op: Operation, amount: float) -> None:
         op.refunded = amount
+        if amount > 0 and op.span is not None:
+            op.span.add_event(names.EVENT_REFUND, {"quotaql.refund": amount})
         decision = op.decision
         if decision is None:
             return
@@ -406,8 +469,65 @@ class CostLimiter:
         if decision.allowed:  # a refusal has its headers; shadow refusals get none
             _set_headers(_item(ctx.context, "response"), rate_limit_headers(decision, op.quotas))
 
+    def _log_shadow(self, op: Operation, code: str) -> None:
+        self.log.log(
+            logging.INFO,
+            names.SHADOW_BLOCKED,
+            "quotaql: shadow mode would have blocked %s (tenant %s, tier %s)",
+            code,
+            hashed_tenant(op.tenant),
+            op.tier.name,
+            **_fields(op),
+        )
+
+    def _finish(self, ctx: ExecutionContext, op: Operation | None) -> None:
+        """Record the operation: metrics and its span."""
+        if op is None or op.header == "validate":
+            return
+        report, decision = op.report, op.decision
+        operation_type = report.operation_type if report else ctx.operation_type.value
+        outcome = op.outcome
+        if self.metrics is not None:
+            self.metrics.operation(
+                outcome,
+                operation_type,
+                op.tier.name,
+                op.tenant,
+                cost=report.cost if report else None,
+                depth=report.depth if report else None,
+                actual=op.actual,
+                charged=report.cost if report and op.debited else 0.0,
+                refunded=op.refunded,
+            )
+        span = op.span
+        if span is not None:
+            attributes: dict[str, Any] = {
+                names.ATTR_OPERATION_TYPE: operation_type,
+                names.ATTR_TENANT: hashed_tenant(op.tenant),
+                names.ATTR_TIER: op.tier.name,
+                names.ATTR_DECISION: outcome,
+            }
+            if ctx.operation_name:
+                attributes[names.ATTR_OPERATION_NAME] = ctx.operation_name
+            if report is not None:
+                attributes[names.ATTR_COST_ESTIMATED] = report.cost
+                attributes[names.ATTR_DEPTH] = report.depth
+            if op.actual is not None:
+                attributes[names.ATTR_COST_ACTUAL] = op.actual
+            if decision is not None:
+                attributes[names.ATTR_REMAINING] = decision.remaining
+                attributes[names.ATTR_BACKEND] = decision.source
+                if decision.retry_after:
+                    attributes[names.ATTR_RETRY_AFTER] = decision.retry_after
+            span.set_attributes(attributes)
+            span.end()
+
     def _results(self, op: Operation | None) -> dict[str, Any]:
-        if op is None or (not self._config.limits.expose_cost and op.header is None):
+        if (
+            op is None
+            or op.report is None
+            or (not self._config.limits.expose_cost and op.header is None)
+        ):
             return {}
         restore = _restore_rate(op.quotas[0]) if op.quotas else None
         return {"cost": cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)}
@@ -456,23 +576,8 @@ def _set_status(response: Any, status: int) -> None:
         response.status_code = status
 
 
-def _fields(op: Operation, decision: str) -> dict[str, Any]:
-    return {
-        "quotaql_event": decision,
-        "tenant": op.tenant,
-        "tier": op.tier.name,
-        "cost": op.cost,
-    }
-
-
-def _log_shadow(op: Operation, code: str) -> None:
-    logger.info(
-        "quotaql: shadow mode would have blocked %s (tenant %s, tier %s)",
-        code,
-        op.tenant,
-        op.tier.name,
-        extra=_fields(op, "shadow_blocked"),
-    )
+def _fields(op: Operation) -> dict[str, Any]:
+    return {"tenant": hashed_tenant(op.tenant), "tier": op.tier.name, "cost": op.cost}
 
 
 class _ExtensionBase(SchemaExtension):
@@ -500,12 +605,15 @@ class _SyncExtension(_ExtensionBase):
     def on_execute(self) -> Iterator[None]:
         owner, ctx = self._owner, self.execution_context
         token = _current.set(None)
+        op = None
         try:
             op = self._op = owner._begin(ctx)
             limiter = owner.limiter
             assert isinstance(limiter, Limiter)
-            if op is not None and op.quotas:
+            if op is not None and op.quotas and op.error is None:
                 owner._decided(ctx, op, limiter.acquire(op.tenant, op.cost, op.quotas))
+            if op is not None and op.error is not None:
+                _refuse(ctx, op.error)
             yield
             if op is not None:
                 amount = owner._refund_amount(ctx, op)
@@ -513,6 +621,7 @@ class _SyncExtension(_ExtensionBase):
                     limiter.refund(op.tenant, amount, op.quotas)
                 owner._refunded(ctx, op, amount)
         finally:
+            owner._finish(ctx, op)
             _current.reset(token)
 
 
@@ -520,13 +629,16 @@ class _AsyncExtension(_ExtensionBase):
     async def on_execute(self) -> AsyncIterator[None]:
         owner, ctx = self._owner, self.execution_context
         token = _current.set(None)
+        op = None
         try:
             op = self._op = owner._begin(ctx)
             limiter = owner.limiter
             assert isinstance(limiter, AsyncLimiter)
-            if op is not None and op.quotas:
+            if op is not None and op.quotas and op.error is None:
                 decision = await limiter.acquire(op.tenant, op.cost, op.quotas)
                 owner._decided(ctx, op, decision)
+            if op is not None and op.error is not None:
+                _refuse(ctx, op.error)
             yield
             if op is not None:
                 amount = owner._refund_amount(ctx, op)
@@ -534,4 +646,5 @@ class _AsyncExtension(_ExtensionBase):
                     await limiter.refund(op.tenant, amount, op.quotas)
                 owner._refunded(ctx, op, amount)
         finally:
+            owner._finish(ctx, op)
             _current.reset(token)

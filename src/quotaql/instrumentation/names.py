@@ -1,0 +1,99 @@
+"""Every metric, label, span and attribute name quotaql emits: the one source for the code,
+the generated Grafana dashboards and the Prometheus alert rules.
+
+Metric names are the names Prometheus stores (counters with their ``_total``; histograms
+without their ``_bucket`` / ``_sum`` / ``_count`` series suffixes).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- metrics ---------------------------------------------------------------------------------
+
+REQUESTS_TOTAL: Final = "quotaql_requests_total"
+"""Counter: operations by ``decision``, ``operation_type``, ``tier``."""
+QUERY_COST: Final = "quotaql_query_cost"
+"""Histogram: estimated (requested) cost by ``operation_type``, ``tier``."""
+QUERY_ACTUAL_COST: Final = "quotaql_query_actual_cost"
+"""Histogram: actual cost after execution by ``operation_type``, ``tier``."""
+QUERY_DEPTH: Final = "quotaql_query_depth"
+"""Histogram: operation depth by ``operation_type``."""
+COST_TOTAL: Final = "quotaql_cost_total"
+"""Counter: cost points by ``tier`` and ``outcome`` (``charged``, ``refunded``)."""
+CHECK_DURATION: Final = "quotaql_check_duration_seconds"
+"""Histogram: time of one limiter decision (storage round trips included) by ``backend``."""
+BACKEND_ERRORS_TOTAL: Final = "quotaql_backend_errors_total"
+"""Counter: failed storage calls by ``backend``, ``error_type``."""
+CIRCUIT_OPEN: Final = "quotaql_circuit_open"
+"""Gauge: 1 while the circuit breaker in front of ``backend`` is open."""
+TENANT_REQUESTS_TOTAL: Final = "quotaql_tenant_requests_total"
+"""Counter: operations by ``tenant`` (allowlisted or top-N, others ``other``), ``decision``."""
+BUILD_INFO: Final = "quotaql_build_info"
+"""Gauge, always 1: the running quotaql ``version``."""
+
+# -- labels and their values -----------------------------------------------------------------
+
+LABEL_DECISION: Final = "decision"
+LABEL_OPERATION_TYPE: Final = "operation_type"
+LABEL_TIER: Final = "tier"
+LABEL_OUTCOME: Final = "outcome"
+LABEL_BACKEND: Final = "backend"
+LABEL_ERROR_TYPE: Final = "error_type"
+LABEL_TENANT: Final = "tenant"
+LABEL_VERSION: Final = "version"
+
+ALLOWED: Final = "allowed"
+BLOCKED: Final = "blocked"
+"""Refused by the budget (``RATE_LIMITED``, ``COST_EXCEEDS_CAPACITY``)."""
+SHADOW_BLOCKED: Final = "shadow_blocked"
+"""Would have been refused; shadow mode let it run."""
+REJECTED: Final = "rejected"
+"""Refused by the analysis: a static limit, bad variables."""
+FAIL_OPEN: Final = "fail_open"
+FAIL_CLOSED: Final = "fail_closed"
+DECISIONS: Final = (ALLOWED, BLOCKED, SHADOW_BLOCKED, REJECTED, FAIL_OPEN, FAIL_CLOSED)
+
+CHARGED: Final = "charged"
+REFUNDED: Final = "refunded"
+OTHER_TENANT: Final = "other"
+
+# -- histogram buckets -----------------------------------------------------------------------
+
+CHECK_LATENCY_ALERT_SECONDS: Final = 0.025
+"""The default p99 threshold of the check-latency alert: a bucket edge, so it is exact."""
+CHECK_DURATION_BUCKETS: Final = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    CHECK_LATENCY_ALERT_SECONDS, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+COST_BUCKETS: Final = (
+    1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1_000.0, 3_000.0, 10_000.0, 30_000.0, 100_000.0,
+    300_000.0, 1_000_000.0,
+)  # fmt: skip
+DEPTH_BUCKETS: Final = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0, 30.0, 50.0)
+
+# -- traces ----------------------------------------------------------------------------------
+
+TRACER_NAME: Final = "quotaql"
+SPAN_CHECK: Final = "quotaql.check"
+ATTR_OPERATION_TYPE: Final = "graphql.operation.type"
+ATTR_OPERATION_NAME: Final = "graphql.operation.name"
+ATTR_COST_ESTIMATED: Final = "quotaql.cost.estimated"
+ATTR_COST_ACTUAL: Final = "quotaql.cost.actual"
+ATTR_DEPTH: Final = "quotaql.depth"
+ATTR_TENANT: Final = "quotaql.tenant"
+"""The tenant, hashed (never the raw API key)."""
+ATTR_TIER: Final = "quotaql.tier"
+ATTR_DECISION: Final = "quotaql.decision"
+ATTR_REMAINING: Final = "quotaql.remaining"
+ATTR_RETRY_AFTER: Final = "quotaql.retry_after_s"
+ATTR_BACKEND: Final = "quotaql.backend"
+EVENT_FAIL_OPEN: Final = "quotaql.fail_open"
+EVENT_FAIL_CLOSED: Final = "quotaql.fail_closed"
+EVENT_REFUND: Final = "quotaql.refund"
+
+# -- logs ------------------------------------------------------------------------------------
+
+LOGGER: Final = "quotaql"
+LOG_EVENT: Final = "quotaql_event"
+"""The ``extra`` field every quotaql log record carries: what happened."""

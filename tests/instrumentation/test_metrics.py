@@ -1,0 +1,186 @@
+"""Metrics of the extension and the limiter, read back from a real prometheus-client registry."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from strawberry.asgi import GraphQL
+
+from quotaql.instrumentation import names
+from quotaql.instrumentation.metrics import PrometheusMetrics, TenantLabels, metrics_app
+from quotaql.plugin import CostLimiter
+from tests.plugin import shop
+from tests.plugin.asgi import UvicornServer
+from tests.plugin.test_extension import EXPENSIVE, _dead_redis_storage, context
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+TOML = """
+[limits]
+{extra}
+[tiers.free]
+capacity = 100
+refill_per_second = 0.001
+"""
+
+
+def build(
+    write_config: Callable[..., Path], extra: str = "", **kwargs: Any
+) -> tuple[Any, CollectorRegistry]:
+    registry = CollectorRegistry()
+    limiter = CostLimiter.from_config(
+        write_config(base=TOML.format(extra=extra)),
+        metrics=PrometheusMetrics(registry, tenant_allowlist=["vip"]),
+        **kwargs,
+    )
+    return shop.make_schema(limiter), registry
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def requests(registry: CollectorRegistry, decision: str, operation_type: str = "query") -> float:
+    return sample(
+        registry,
+        names.REQUESTS_TOTAL,
+        decision=decision,
+        operation_type=operation_type,
+        tier="free",
+    )
+
+
+def test_allowed_blocked_and_rejected_operations_are_counted(
+    write_config: Callable[..., Path],
+) -> None:
+    schema, registry = build(write_config)
+    for _ in range(4):  # 70 up front, 16 in the end: 100 -> 84 -> 68; the next two are refused
+        schema.execute_sync(EXPENSIVE, context_value=context("vip"))
+    assert requests(registry, names.ALLOWED) == 2
+    assert requests(registry, names.BLOCKED) == 2
+    schema.execute_sync(
+        "query Q($n: Int!) { products(first: $n) { name } }", context_value=context("x")
+    )
+    assert requests(registry, names.REJECTED) == 1
+    # Cost histograms: 4 estimates of 70 (refused ones too), 2 actual costs of 16.
+    query_free = {"operation_type": "query", "tier": "free"}
+    assert sample(registry, f"{names.QUERY_COST}_count", **query_free) == 4
+    assert sample(registry, f"{names.QUERY_COST}_sum", **query_free) == 280
+    assert sample(registry, f"{names.QUERY_ACTUAL_COST}_sum", **query_free) == 32
+    assert sample(registry, f"{names.QUERY_DEPTH}_count", operation_type="query") == 4
+    assert sample(registry, names.COST_TOTAL, tier="free", outcome="charged") == 140
+    assert sample(registry, names.COST_TOTAL, tier="free", outcome="refunded") == 108
+    # The limiter's decisions are timed, under the backend that made them.
+    assert sample(registry, f"{names.CHECK_DURATION}_count", backend="memory") == 4
+    # Tenants: the allowlisted one by name, the others as "other" (no top-N here).
+    assert sample(registry, names.TENANT_REQUESTS_TOTAL, tenant="vip", decision="allowed") == 2
+    assert sample(registry, names.TENANT_REQUESTS_TOTAL, tenant="other", decision="rejected") == 1
+
+
+def test_build_info_is_one(write_config: Callable[..., Path]) -> None:
+    _, registry = build(write_config)
+    (metric,) = [m for m in registry.collect() if m.name == names.BUILD_INFO]
+    (value,) = metric.samples
+    assert value.value == 1
+    assert value.labels["version"]
+
+
+def test_shadow_blocked_is_counted_and_not_charged(write_config: Callable[..., Path]) -> None:
+    schema, registry = build(write_config, 'mode = "shadow"\nrefund_unused = false')
+    for _ in range(3):  # 70 each: the second and third would be refused
+        assert schema.execute_sync(EXPENSIVE, context_value=context("t")).errors is None
+    assert requests(registry, names.ALLOWED) == 1
+    assert requests(registry, names.SHADOW_BLOCKED) == 2
+    assert sample(registry, names.COST_TOTAL, tier="free", outcome="charged") == 70
+
+
+@pytest.mark.parametrize(("mode", "decision"), [("open", "fail_open"), ("closed", "fail_closed")])
+def test_a_dead_redis_is_counted_as_backend_errors_and_fail_modes(
+    write_config: Callable[..., Path], mode: str, decision: str
+) -> None:
+    schema, registry = build(
+        write_config, f'on_backend_error = "{mode}"', storage=_dead_redis_storage()
+    )
+    for _ in range(5):
+        schema.execute_sync("{ hello }", context_value=context("t"))
+    assert requests(registry, decision) == 5
+    errors = sum(
+        s.value
+        for m in registry.collect()
+        if m.name == names.BACKEND_ERRORS_TOTAL.removesuffix("_total")
+        for s in m.samples
+        if s.name == names.BACKEND_ERRORS_TOTAL and s.labels["backend"] == "redis"
+    )
+    assert 1 <= errors < 5  # the breaker opened: not every request paid a call
+    assert sample(registry, names.CIRCUIT_OPEN, backend="redis") == 1
+    assert sample(registry, names.COST_TOTAL, tier="free", outcome="charged") == 0
+
+
+def test_tenant_labels_stay_bounded_under_rotating_keys() -> None:
+    labels = TenantLabels(allowlist=["acme"], top_n=5)
+    seen = {labels.label(f"key-{i % 997}-{i}") for i in range(20_000)}
+    seen |= {labels.label("acme")}
+    for _ in range(50):  # a heavy tenant after the set is full gets no label of its own
+        labels.label("heavy")
+    assert "acme" in seen
+    assert len(seen) <= 1 + 5 + 1  # allowlist, top-N, "other"
+    assert labels.label("heavy") == names.OTHER_TENANT
+
+
+def test_top_n_tenants_get_a_hashed_label() -> None:
+    labels = TenantLabels(top_n=2)
+    first = labels.label("sk_live_secret_key")
+    assert first.startswith("h:")
+    assert "secret" not in first
+    assert labels.label("sk_live_secret_key") == first  # stable
+
+
+def test_metrics_app_serves_the_registry_over_http(write_config: Callable[..., Path]) -> None:
+    schema, registry = build(write_config)
+    app = Starlette(routes=[Mount("/metrics", metrics_app(registry)), Mount("/", GraphQL(schema))])
+    with UvicornServer(app) as server:
+        ok = httpx.post(f"{server.url}/graphql", json={"query": "{ hello }"}, timeout=10)
+        assert ok.status_code == 200
+        text = httpx.get(f"{server.url}/metrics/", timeout=10).text
+    assert (
+        'quotaql_requests_total{decision="allowed",operation_type="query",tier="free"} 1.0' in text
+    )
+    assert "quotaql_check_duration_seconds_bucket" in text
+
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    from quotaql.instrumentation.metrics import PrometheusMetrics
+    metrics = PrometheusMetrics()
+    for _ in range(int(sys.argv[1])):
+        metrics.operation("allowed", "query", "free", "t", cost=5, charged=5)
+    metrics.circuit("redis", sys.argv[1] == "3")
+    """
+)
+
+
+def test_multiprocess_mode_sums_two_worker_processes(tmp_path: Path) -> None:
+    directory = tmp_path / "prometheus-multiproc"
+    directory.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    for count in ("3", "4"):  # two real worker processes, one after the other
+        subprocess.run([sys.executable, "-c", WORKER, count], env=env, check=True, timeout=60)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))
+    labels = {"decision": "allowed", "operation_type": "query", "tier": "free"}
+    assert registry.get_sample_value(names.REQUESTS_TOTAL, labels) == 7
+    assert registry.get_sample_value(names.COST_TOTAL, {"tier": "free", "outcome": "charged"}) == 35
+    assert registry.get_sample_value(names.CIRCUIT_OPEN, {"backend": "redis"}) == 1  # max
