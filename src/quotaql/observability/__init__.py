@@ -1,0 +1,1 @@
+"""Generators of operational artifacts: Grafana dashboards and Prometheus alert rules."""

@@ -1,0 +1,562 @@
+"""The generated Grafana dashboards: committed files current, PromQL valid, names from one source."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quotaql.instrumentation import names
+from quotaql.observability.dashboards import (
+    OVERVIEW_FILE,
+    TEMPLATE_VARIABLES,
+    TENANT_FILE,
+    dashboard_queries,
+    overview_dashboard,
+    render,
+    substitute,
+    tenant_dashboard,
+    write_dashboards,
+)
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from grafana_foundation_sdk.models import dashboard as dashboard_models
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = ROOT / "dashboards"
+PROVISIONING = DASHBOARDS / "provisioning"
+PROMTOOL = "/usr/bin/promtool"
+
+REGENERATE = (
+    "run `quotaql dashboards --out dashboards/` (or, without the CLI command: "
+    'python -c "from pathlib import Path; from quotaql.observability.dashboards import '
+    "write_dashboards; write_dashboards(Path('dashboards'))\") and commit the result"
+)
+
+METRICS = {
+    names.REQUESTS_TOTAL,
+    names.QUERY_COST,
+    names.QUERY_ACTUAL_COST,
+    names.QUERY_DEPTH,
+    names.COST_TOTAL,
+    names.CHECK_DURATION,
+    names.BACKEND_ERRORS_TOTAL,
+    names.CIRCUIT_OPEN,
+    names.TENANT_REQUESTS_TOTAL,
+    names.BUILD_INFO,
+}
+
+OVERVIEW_ROWS = [
+    (
+        "Overview",
+        ["Decisions per second", "Blocked ratio", "Fail-open / fail-closed decisions"],
+    ),
+    (
+        "Cost",
+        [
+            "Cost charged / refunded per second",
+            "Estimated cost heatmap",
+            "Actual vs estimated cost",
+        ],
+    ),
+    ("Latency", ["Check latency p50 / p95 / p99", "Check latency heatmap"]),
+    ("Backend", ["Backend errors per second", "Circuit breaker state"]),
+    ("Tenants", ["Top blocked tenants", "Top tenants by requests", "Top cost by tier"]),
+]
+TENANT_ROWS = [
+    (
+        "Tenant $tenant",
+        ["Tenant decisions per second", "Tenant blocked ratio", "Tenant blocked in range"],
+    ),
+    (
+        "Tier $tier",
+        [
+            "Tier decisions per second",
+            "Tier blocked ratio",
+            "Operations per second by type",
+            "Tier cost charged / refunded per second",
+            "Tier actual vs estimated cost",
+            "Estimated cost p50 / p95 / p99",
+            "Tier estimated cost heatmap",
+            "Query depth p50 / p95 (all tiers)",
+        ],
+    ),
+]
+
+# Values a Grafana would put in: "All" on the regex variables, then specific selections.
+SUBSTITUTIONS = [
+    {"job": ".*", "tier": ".*", "tenant": "acme", "__rate_interval": "1m", "__range": "6h"},
+    {
+        "job": "api|worker",
+        "tier": "free",
+        "tenant": "other",
+        "__rate_interval": "2m",
+        "__range": "1d",
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def dashboards() -> dict[str, dict[str, Any]]:
+    return {"overview": overview_dashboard(), "tenant": tenant_dashboard()}
+
+
+def _rows(dashboard: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(row title, its panels): an expanded row's panels follow it, a collapsed one carries them."""
+    rows: list[tuple[str, list[dict[str, Any]]]] = []
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            rows.append((panel["title"], list(panel.get("panels", []))))
+        else:
+            assert rows, f"panel {panel['title']!r} is above the first row"
+            rows[-1][1].append(panel)
+    return rows
+
+
+def _all_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    return [panel for _, panels in _rows(dashboard) for panel in panels]
+
+
+def _panel(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
+    (found,) = [panel for panel in _all_panels(dashboard) if panel["title"] == title]
+    return found
+
+
+def _variables(dashboard: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {variable["name"]: variable for variable in dashboard["templating"]["list"]}
+
+
+# -- the committed files -------------------------------------------------------------------------
+
+
+def test_committed_dashboards_match_a_regeneration(tmp_path: Path) -> None:
+    written = write_dashboards(tmp_path)
+
+    assert [path.name for path in written] == [OVERVIEW_FILE, TENANT_FILE]
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([OVERVIEW_FILE, TENANT_FILE])
+    for path in written:
+        committed = DASHBOARDS / path.name
+        assert committed.is_file(), f"dashboards/{path.name} is missing: {REGENERATE}"
+        assert committed.read_bytes() == path.read_bytes(), (
+            f"dashboards/{path.name} differs from what the generator writes: {REGENERATE}"
+        )
+
+
+def test_generation_is_deterministic(tmp_path: Path) -> None:
+    first = [path.read_bytes() for path in write_dashboards(tmp_path / "a")]
+    second = [path.read_bytes() for path in write_dashboards(tmp_path / "b")]
+
+    assert first == second
+    assert render(overview_dashboard()) == render(overview_dashboard())
+
+
+def test_render_is_sorted_indented_json_with_a_final_newline() -> None:
+    text = render({"b": 1, "a": {"d": [], "c": "x"}})
+
+    assert text == '{\n  "a": {\n    "c": "x",\n    "d": []\n  },\n  "b": 1\n}\n'
+
+
+# -- dashboard metadata ----------------------------------------------------------------------------
+
+
+def test_uids_titles_tags_schema_version(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview, tenant = dashboards["overview"], dashboards["tenant"]
+    schema_version = dashboard_models.Dashboard().schema_version
+
+    assert (overview["uid"], overview["title"]) == ("quotaql-overview", "quotaql / Overview")
+    assert (tenant["uid"], tenant["title"]) == ("quotaql-tenant", "quotaql / Tenant")
+    for dashboard in (overview, tenant):
+        assert dashboard["tags"] == ["quotaql"]
+        assert dashboard["schemaVersion"] == schema_version
+        assert isinstance(schema_version, int)
+        assert "id" not in dashboard, "a numeric id is per Grafana instance: uid only"
+        assert "version" not in dashboard
+
+
+@pytest.mark.parametrize("which", ["overview", "tenant"])
+def test_no_timestamps_and_stable_panel_ids(
+    dashboards: dict[str, dict[str, Any]], which: str
+) -> None:
+    dashboard = dashboards[which]
+    text = render(dashboard)
+
+    assert not re.search(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}", text), "a timestamp in the output"
+    for key in ("created", "updated", "iteration"):
+        assert f'"{key}"' not in text
+    ids = [panel["id"] for panel in _every_panel(dashboard)]
+    assert sorted(ids) == list(range(1, len(ids) + 1))
+
+
+def _every_panel(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows and panels, in document order."""
+    return [panel for top in dashboard["panels"] for panel in [top, *top.get("panels", [])]]
+
+
+def _row(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
+    (row,) = [p for p in dashboard["panels"] if p["type"] == "row" and p["title"] == title]
+    return row
+
+
+# -- layout ---------------------------------------------------------------------------------------
+
+
+def test_overview_rows_and_panels_in_order(dashboards: dict[str, dict[str, Any]]) -> None:
+    rows = _rows(dashboards["overview"])
+
+    assert [
+        (title, [panel["title"] for panel in panels]) for title, panels in rows
+    ] == OVERVIEW_ROWS
+    # The per-tenant metric is opt-in: its row starts collapsed, the others expanded.
+    assert [_row(dashboards["overview"], title)["collapsed"] for title, _ in rows] == [
+        False,
+        False,
+        False,
+        False,
+        True,
+    ]
+
+
+def test_tenant_rows_and_panels_in_order(dashboards: dict[str, dict[str, Any]]) -> None:
+    rows = _rows(dashboards["tenant"])
+
+    assert [(title, [panel["title"] for panel in panels]) for title, panels in rows] == TENANT_ROWS
+
+
+@pytest.mark.parametrize("which", ["overview", "tenant"])
+def test_panels_fit_the_grid_without_overlapping(
+    dashboards: dict[str, dict[str, Any]], which: str
+) -> None:
+    cells: set[tuple[int, int]] = set()
+    for panel in _every_panel(dashboards[which]):
+        pos = panel["gridPos"]
+        assert pos["x"] + pos["w"] <= 24, panel["title"]
+        for x in range(pos["x"], pos["x"] + pos["w"]):
+            for y in range(pos["y"], pos["y"] + pos["h"]):
+                assert (x, y) not in cells, f"{panel['title']!r} overlaps another panel"
+                cells.add((x, y))
+
+
+@pytest.mark.parametrize("which", ["overview", "tenant"])
+def test_every_panel_and_query_uses_the_datasource_variable(
+    dashboards: dict[str, dict[str, Any]], which: str
+) -> None:
+    panels = _all_panels(dashboards[which])
+
+    assert panels
+    for panel in panels:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert panel["targets"], f"{panel['title']!r} has no query"
+        for target in panel["targets"]:
+            assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def test_units(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview, tenant = dashboards["overview"], dashboards["tenant"]
+
+    def unit(dashboard: dict[str, Any], title: str) -> str:
+        return str(_panel(dashboard, title)["fieldConfig"]["defaults"]["unit"])
+
+    assert unit(overview, "Decisions per second") == "reqps"
+    assert unit(overview, "Blocked ratio") == "percentunit"
+    assert unit(overview, "Fail-open / fail-closed decisions") == "reqps"
+    assert unit(overview, "Check latency p50 / p95 / p99") == "s"
+    assert _panel(overview, "Check latency heatmap")["options"]["yAxis"]["unit"] == "s"
+    assert unit(tenant, "Tenant decisions per second") == "reqps"
+    assert unit(tenant, "Tenant blocked ratio") == "percentunit"
+    assert unit(tenant, "Tier blocked ratio") == "percentunit"
+
+
+# -- variables ------------------------------------------------------------------------------------
+
+
+def test_variables(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview, tenant = _variables(dashboards["overview"]), _variables(dashboards["tenant"])
+
+    assert list(overview) == ["datasource", "job", "tier"]
+    assert list(tenant) == ["datasource", "job", "tier", "tenant"]
+    for variables in (overview, tenant):
+        datasource = variables["datasource"]
+        assert (datasource["type"], datasource["query"]) == ("datasource", "prometheus")
+        assert datasource["current"]["value"] == "prometheus"
+        job, tier = variables["job"], variables["tier"]
+        assert job["type"] == tier["type"] == "query"
+        assert job["query"] == f"label_values({names.BUILD_INFO}, job)"
+        assert tier["query"] == f'label_values({names.REQUESTS_TOTAL}{{job=~"$job"}}, tier)'
+        for variable in (job, tier):
+            assert variable["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert variable["multi"] is True
+            assert variable["includeAll"] is True
+            assert variable["allValue"] == ".*"
+            assert variable["current"]["value"] == ["$__all"]
+    tenant_variable = tenant["tenant"]
+    assert tenant_variable["query"] == (
+        f'label_values({names.TENANT_REQUESTS_TOTAL}{{job=~"$job"}}, tenant)'
+    )
+    assert tenant_variable["multi"] is False
+    assert tenant_variable["includeAll"] is False
+
+
+@pytest.mark.parametrize("which", ["overview", "tenant"])
+def test_exprs_use_only_documented_variables_and_regex_matchers(
+    dashboards: dict[str, dict[str, Any]], which: str
+) -> None:
+    dashboard = dashboards[which]
+    defined = set(_variables(dashboard)) | {"__rate_interval", "__range"}
+
+    for expr in dashboard_queries(dashboard):
+        used = {a or b for a, b in re.findall(r"\$\{(\w+)\}|\$(\w+)", expr)}
+        assert used <= set(TEMPLATE_VARIABLES), expr
+        assert used <= defined, expr
+        assert 'job=~"$job"' in expr, expr
+        assert "$job" not in expr.replace('job=~"$job"', ""), expr
+        assert "$tier" not in expr.replace('tier=~"$tier"', ""), expr
+        assert "$tenant" not in expr.replace('tenant="$tenant"', ""), expr
+        if "rate(" in expr:
+            assert "[$__rate_interval]" in expr or "[$__range]" in expr, expr
+
+
+# -- queries ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("which", "count"), [("overview", 17), ("tenant", 15)])
+def test_dashboard_queries_returns_every_expr(
+    dashboards: dict[str, dict[str, Any]], which: str, count: int
+) -> None:
+    dashboard = dashboards[which]
+    queries = dashboard_queries(dashboard)
+
+    assert len(queries) == count
+    assert len(queries) == render(dashboard).count('"expr":')
+    assert queries == [t["expr"] for p in _all_panels(dashboard) for t in p["targets"]]
+    # The collapsed Tenants row's panels are included.
+    if which == "overview":
+        assert any(names.TENANT_REQUESTS_TOTAL in query for query in queries)
+
+
+def test_every_metric_in_an_expr_is_a_name_from_names(
+    dashboards: dict[str, dict[str, Any]],
+) -> None:
+    used: set[str] = set()
+    for dashboard in dashboards.values():
+        for expr in dashboard_queries(dashboard):
+            for metric in re.findall(r"quotaql_[a-z_]+", expr):
+                used.add(re.sub(r"_(bucket|sum|count)$", "", metric))
+        for variable in dashboard["templating"]["list"]:
+            used.update(re.findall(r"quotaql_[a-z_]+", str(variable.get("query", ""))))
+
+    assert used <= METRICS, f"not in quotaql.instrumentation.names: {sorted(used - METRICS)}"
+    assert used == METRICS, f"on no panel nor variable: {sorted(METRICS - used)}"
+
+
+def test_latency_quantiles_and_heatmaps(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+    quantiles = [t["expr"] for t in _panel(overview, "Check latency p50 / p95 / p99")["targets"]]
+
+    assert quantiles == [
+        f"histogram_quantile({q}, sum by (le, backend) "
+        f'(rate({names.CHECK_DURATION}_bucket{{job=~"$job"}}[$__rate_interval])))'
+        for q in ("0.5", "0.95", "0.99")
+    ]
+    heatmaps = [
+        panel
+        for dashboard in dashboards.values()
+        for panel in _all_panels(dashboard)
+        if panel["type"] == "heatmap"
+    ]
+    assert len(heatmaps) == 3
+    for panel in heatmaps:
+        (target,) = panel["targets"]
+        assert target["format"] == "heatmap"
+        assert target["legendFormat"] == "{{le}}"
+        assert target["expr"].startswith("sum by (le) (rate(quotaql_")
+        assert "_bucket{" in target["expr"]
+        assert panel["options"]["calculate"] is False
+
+
+def test_blocked_ratio_and_actual_vs_estimated(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+    ratio = _panel(overview, "Blocked ratio")["targets"][0]["expr"]
+    numerator, _, denominator = ratio.partition(" / ")
+    actual_vs_estimated = [
+        t["expr"] for t in _panel(overview, "Actual vs estimated cost")["targets"]
+    ]
+
+    assert f'decision="{names.BLOCKED}"' in numerator
+    assert "decision" not in denominator
+    assert names.REQUESTS_TOTAL in denominator
+    assert actual_vs_estimated == [
+        f'sum(rate({metric}_sum{{job=~"$job", tier=~"$tier"}}[$__rate_interval]))'
+        for metric in (names.QUERY_COST, names.QUERY_ACTUAL_COST)
+    ]
+
+
+# -- substitute -----------------------------------------------------------------------------------
+
+
+def test_substitute() -> None:
+    expr = 'rate(m{job=~"$job", tier=~"${tier}"}[$__rate_interval]) + increase(m[$__range])'
+
+    assert substitute(expr, job="api", tier=".*", __rate_interval="1m", __range="1h") == (
+        'rate(m{job=~"api", tier=~".*"}[1m]) + increase(m[1h])'
+    )
+    # Grafana's built-ins may be given without their leading underscores.
+    assert substitute("[$__rate_interval]", rate_interval="5m") == "[5m]"
+    # $tier is not a prefix match of $tiers, nor $job of $jobs.
+    assert substitute("$tiers $tier", tiers="A", tier="B") == "A B"
+    assert substitute("no variables") == "no variables"
+    with pytest.raises(KeyError, match=r"\$tenant"):
+        substitute('m{tenant="$tenant"}', job="x")
+
+
+# -- PromQL validity -------------------------------------------------------------------------------
+
+
+def _promtool() -> str:
+    found = shutil.which("promtool") or (PROMTOOL if Path(PROMTOOL).is_file() else None)
+    if found is None:
+        # Fail, never skip: without promtool nothing proves the exprs parse.
+        pytest.fail(
+            "promtool not found (install prometheus' promtool, e.g. apt install prometheus)"
+        )
+    return found
+
+
+def _check_rules(exprs: list[str], path: Path) -> subprocess.CompletedProcess[str]:
+    """``promtool check rules`` on one recording rule per expr: it parses every expr's PromQL."""
+    rules = [{"record": f"quotaql_dashboard:query_{i}", "expr": e} for i, e in enumerate(exprs)]
+    # JSON is YAML: no YAML library needed to write the rule file.
+    path.write_text(json.dumps({"groups": [{"name": "dashboards", "rules": rules}]}, indent=2))
+    return subprocess.run(
+        [_promtool(), "check", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("values", SUBSTITUTIONS, ids=["all", "selected"])
+def test_every_expr_is_valid_promql_once_substituted(
+    dashboards: dict[str, dict[str, Any]], values: dict[str, str], tmp_path: Path
+) -> None:
+    exprs = [
+        substitute(expr, **values)
+        for dashboard in dashboards.values()
+        for expr in dashboard_queries(dashboard)
+    ]
+
+    result = _check_rules(exprs, tmp_path / "rules.yml")
+
+    assert result.returncode == 0, f"promtool rejected an expr:\n{result.stdout}{result.stderr}"
+    assert f"SUCCESS: {len(exprs)} rules found" in result.stdout
+
+
+def test_promtool_check_rejects_invalid_promql(tmp_path: Path) -> None:
+    # The check above proves something only if promtool really parses the exprs.
+    result = _check_rules(["sum by (tier) (rate(m[1m])", 'm{job=~"$job"}'], tmp_path / "bad.yml")
+
+    assert result.returncode != 0
+    assert "parse error" in result.stdout + result.stderr
+
+
+# -- provisioning --------------------------------------------------------------------------------
+
+
+def _parse_yaml(text: str) -> Any:
+    """The YAML subset the provisioning files use: block mappings, block sequences, scalars."""
+    lines = [
+        [len(raw) - len(raw.lstrip(" ")), raw.strip()]
+        for raw in text.splitlines()
+        if raw.strip() and not raw.strip().startswith("#")
+    ]
+    value, end = _parse_block(lines, 0, lines[0][0])
+    assert end == len(lines), f"unparsed YAML from line {lines[end]}"
+    return value
+
+
+def _parse_block(lines: list[list[Any]], i: int, indent: int) -> tuple[Any, int]:
+    if lines[i][1].startswith("- "):
+        items = []
+        while i < len(lines) and lines[i][0] == indent and lines[i][1].startswith("- "):
+            lines[i] = [indent + 2, lines[i][1][2:]]  # "- key: v" opens a mapping at indent + 2
+            item, i = _parse_block(lines, i, indent + 2)
+            items.append(item)
+        return items, i
+    mapping: dict[str, Any] = {}
+    while i < len(lines) and lines[i][0] == indent and not lines[i][1].startswith("- "):
+        key, colon, value = lines[i][1].partition(":")
+        assert colon, f"not a mapping entry: {lines[i][1]!r}"
+        assert key not in mapping, f"duplicate key {key!r}"
+        value = value.strip()
+        i += 1
+        if value:
+            mapping[key] = _scalar(value)
+        elif i < len(lines) and lines[i][0] > indent:
+            mapping[key], i = _parse_block(lines, i, lines[i][0])
+        else:
+            mapping[key] = None
+    return mapping, i
+
+
+def _scalar(text: str) -> Any:
+    if text[0] in "\"'" and text[-1] == text[0]:
+        return text[1:-1]
+    if text in {"true", "false"}:
+        return text == "true"
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return text
+
+
+def test_yaml_subset_parser() -> None:
+    assert _parse_yaml("a: 1\nb:\n  - c: 'x'\n    d: true\n  - c: y\ne:\n  f: g\n") == {
+        "a": 1,
+        "b": [{"c": "x", "d": True}, {"c": "y"}],
+        "e": {"f": "g"},
+    }
+
+
+def test_dashboard_provisioning_points_at_the_dashboards_folder() -> None:
+    text = (PROVISIONING / "dashboards.yml").read_text(encoding="utf-8")
+    config = _parse_yaml(text)
+
+    assert text.startswith("#"), "the file starts with comments on how to mount it"
+    assert config["apiVersion"] == 1
+    (provider,) = config["providers"]
+    assert provider["type"] == "file"
+    assert provider["allowUiUpdates"] is False
+    path = provider["options"]["path"]
+    assert path == "/var/lib/grafana/dashboards"
+    # The comments show the mount that puts the generated JSON files at that path.
+    assert f"./dashboards:{path}" in text
+
+
+def test_datasource_provisioning_is_the_datasource_variable_default(
+    dashboards: dict[str, dict[str, Any]],
+) -> None:
+    text = (PROVISIONING / "datasources.yml").read_text(encoding="utf-8")
+    config = _parse_yaml(text)
+
+    assert text.startswith("#")
+    assert config["apiVersion"] == 1
+    (datasource,) = config["datasources"]
+    assert datasource["type"] == "prometheus"
+    assert datasource["uid"] == "prometheus"
+    assert datasource["url"] == "http://prometheus:9090"
+    for dashboard in dashboards.values():
+        variable = _variables(dashboard)["datasource"]
+        assert variable["query"] == datasource["type"]
+        assert variable["current"]["value"] == datasource["uid"]
+        assert variable["current"]["text"] == datasource["name"]
+
+
+def test_provisioning_holds_only_the_two_files() -> None:
+    assert sorted(p.name for p in PROVISIONING.iterdir()) == ["dashboards.yml", "datasources.yml"]
+    assert sorted(p.name for p in DASHBOARDS.glob("*.json")) == [OVERVIEW_FILE, TENANT_FILE]
