@@ -8,16 +8,13 @@ import re
 import subprocess
 import sys
 import textwrap
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from quotaql.cli import app
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 SDL = """\
 type Query {
@@ -510,3 +507,12 @@ def test_group_lists_its_commands(workdir):
     assert result.exit_code == 0
     assert "cost" in result.stdout
     assert "check-config" in result.stdout
+
+
+def test_dashboards_command_writes_the_committed_files(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["dashboards", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    committed = Path(__file__).resolve().parents[1] / "dashboards"
+    for name in ("quotaql-overview.json", "quotaql-tenant.json"):
+        assert f"wrote {tmp_path / 'out' / name}" in result.output
+        assert (tmp_path / "out" / name).read_bytes() == (committed / name).read_bytes()

@@ -1,4 +1,4 @@
-"""The ``quotaql`` command: price an operation, check a cost configuration."""
+"""The ``quotaql`` command: price an operation, check a configuration, generate dashboards."""
 
 from __future__ import annotations
 
@@ -323,6 +323,23 @@ def check_config(config: Path, schema: GraphQLSchema) -> None:
         f"OK: {config}: {weights} weight{'' if weights == 1 else 's'},"
         f" limits: {_describe_limits(cost_config.limits)}"
     )
+
+
+@app.command("dashboards")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("dashboards"),
+    show_default=True,
+    help="Directory to write the Grafana dashboard JSON files into.",
+)
+def dashboards(out_dir: Path) -> None:
+    """Generate the Grafana dashboards (quotaql-overview.json, quotaql-tenant.json)."""
+    from quotaql.observability.dashboards import write_dashboards  # noqa: PLC0415
+
+    for path in write_dashboards(out_dir):
+        click.echo(f"wrote {path}")
 
 
 def main() -> None:
