@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest bench demo system-deps artifacts clean
+.PHONY: test lint typecheck pytest alerts-check bench demo system-deps artifacts clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "quotaql needs Python >= 3.11 (set PYTHON=python3.11)")'
@@ -29,7 +29,14 @@ typecheck: $(STAMP)
 pytest: $(STAMP) system-deps
 	$(BIN)/pytest
 
-test: lint typecheck pytest
+# The generated alert rules are valid and their promtool unit tests pass (promtool comes
+# from the prometheus package that system-deps installs).
+alerts-check: system-deps
+	@command -v promtool >/dev/null 2>&1 || { echo "error: promtool not found: install the prometheus package (scripts/ensure-system-deps.sh)" >&2; exit 1; }
+	promtool check rules alerts/quotaql.rules.yml
+	promtool test rules alerts/quotaql.rules.test.yml
+
+test: lint typecheck alerts-check pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
