@@ -516,3 +516,21 @@ def test_dashboards_command_writes_the_committed_files(tmp_path: Path) -> None:
     for name in ("quotaql-overview.json", "quotaql-tenant.json"):
         assert f"wrote {tmp_path / 'out' / name}" in result.output
         assert (tmp_path / "out" / name).read_bytes() == (committed / name).read_bytes()
+
+
+def test_alerts_command_writes_the_committed_rules_and_reads_thresholds(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["alerts", "--out", str(tmp_path / "default")])
+    assert result.exit_code == 0, result.output
+    committed = Path(__file__).resolve().parents[1] / "alerts" / "quotaql.rules.yml"
+    written = tmp_path / "default" / "quotaql.rules.yml"
+    assert written.read_bytes() == committed.read_bytes()
+    config = tmp_path / "quotaql.toml"
+    config.write_text("[alerts]\nblocked_ratio = 0.35\n", encoding="utf-8")
+    custom = runner.invoke(app, ["alerts", "--config", str(config), "--out", str(tmp_path / "c")])
+    assert custom.exit_code == 0, custom.output
+    assert "> 0.35" in (tmp_path / "c" / "quotaql.rules.yml").read_text(encoding="utf-8")
+    config.write_text("[alerts]\nblocked_ratio = -1\n", encoding="utf-8")
+    bad = runner.invoke(app, ["alerts", "--config", str(config), "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 1
+    assert "alerts.blocked_ratio" in bad.output

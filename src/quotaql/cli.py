@@ -1,4 +1,5 @@
-"""The ``quotaql`` command: price an operation, check a configuration, generate dashboards."""
+"""The ``quotaql`` command: price an operation, check a configuration, generate dashboards
+and alert rules."""
 
 from __future__ import annotations
 
@@ -340,6 +341,33 @@ def dashboards(out_dir: Path) -> None:
 
     for path in write_dashboards(out_dir):
         click.echo(f"wrote {path}")
+
+
+@app.command("alerts")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("alerts"),
+    show_default=True,
+    help="Directory to write quotaql.rules.yml into.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="quotaql.toml whose [alerts] table sets the thresholds (default: the defaults).",
+)
+def alerts(out_dir: Path, config_path: Path | None) -> None:
+    """Generate the Prometheus alert rules (quotaql.rules.yml)."""
+    from quotaql.config import AlertsConfig, load_config  # noqa: PLC0415
+    from quotaql.observability.alerts import write_alerts  # noqa: PLC0415
+
+    try:
+        thresholds = load_config(config_path).alerts if config_path else AlertsConfig()
+    except ConfigError as error:
+        _fail(f"error: {error}", 1)
+    click.echo(f"wrote {write_alerts(out_dir, thresholds)}")
 
 
 def main() -> None:
