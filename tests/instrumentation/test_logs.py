@@ -84,3 +84,25 @@ def test_blocked_operations_are_logged_with_fields_but_not_flooding(
     assert blocked[0].tier == "free"
     assert blocked[0].cost == 70
     assert "attacker" not in blocked[0].getMessage()
+
+
+def test_strawberrys_own_record_of_each_refusal_is_dropped(
+    write_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    path = write_config(
+        base="[cost]\nmax_depth = 2\n[tiers.free]\ncapacity = 100\nrefill_per_second = 0.001\n"
+    )
+    limiter = CostLimiter.from_config(path, log=StructuredLog(per_second=0.001, burst=2))
+    schema = shop.make_schema(limiter)
+    for _ in range(50):
+        schema.execute_sync("{ products(first: 10) { name } }", context_value=context("a"))
+        schema.execute_sync("{ products { reviews { stars } } }", context_value=context("a"))
+    strawberry_records = [r for r in caplog.records if r.name == "strawberry.execution"]
+    assert strawberry_records == []  # 45 RATE_LIMITED and 50 QUERY_TOO_DEEP, none logged twice
+    assert len(records(caplog, "blocked")) == 2
+    assert len(records(caplog, "rejected")) == 2
+    # Errors that are not quotaql's still reach Strawberry's log.
+    broken = schema.execute_sync("{ nope }", context_value=context("a"))
+    assert broken.errors
+    assert [r for r in caplog.records if r.name == "strawberry.execution"]

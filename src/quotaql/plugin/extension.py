@@ -54,6 +54,13 @@ CostHeader = Literal["validate", "report"]
 ANONYMOUS = "anonymous"
 
 
+def _error_classes(base: type[CostAnalysisError]) -> list[type[CostAnalysisError]]:
+    found = [base]
+    for sub in base.__subclasses__():
+        found.extend(_error_classes(sub))
+    return found
+
+
 def default_identify(context: Any) -> str | None:
     """The ``X-API-Key`` request header, else the client's address, else None."""
     request = _item(context, "request")
@@ -72,6 +79,28 @@ def _item(context: Any, name: str) -> Any:
     if isinstance(context, dict):
         return context.get(name)
     return getattr(context, name, None)
+
+
+class _OwnRefusals(logging.Filter):
+    """Drops Strawberry's own ERROR record of each refusal quotaql answers.
+
+    Strawberry logs every error of every response; quotaql logs its refusals itself, with
+    fields and rate-limited, so that a flood of refused requests cannot flood the logs.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.msg
+        if not isinstance(error, GraphQLError) or not error.extensions:
+            return True
+        code = error.extensions.get("code")
+        return not (isinstance(code, str) and code in _OWN_CODES)
+
+
+_OWN_CODES = frozenset(
+    {"RATE_LIMITED", "COST_EXCEEDS_CAPACITY", "RATE_LIMITER_UNAVAILABLE"}
+    | {cls.code for cls in _error_classes(CostAnalysisError)}
+)
+_OWN_REFUSALS = _OwnRefusals()
 
 
 class Operation:
@@ -246,6 +275,9 @@ class CostLimiter:
         log: the rate-limited structured log (default: 5 records/s per event kind).
         recorder: another hook for the limiter's decisions, errors and breaker changes.
         config_path: the file ``config`` came from, read again when it changes.
+        quiet_strawberry: drop Strawberry's own log record of each refusal quotaql answers
+            (a filter on the ``strawberry.execution`` logger): quotaql logs them itself,
+            rate-limited, so that refused floods cannot flood the logs.
     """
 
     def __init__(
@@ -260,6 +292,7 @@ class CostLimiter:
         log: StructuredLog | None = None,
         recorder: Recorder | None = None,
         config_path: str | os.PathLike[str] | None = None,
+        quiet_strawberry: bool = True,
     ) -> None:
         self._config = config if config is not None else default_config()
         self.storage = storage if storage is not None else MemoryStorage()
@@ -285,6 +318,8 @@ class CostLimiter:
             else None
         )
         self._checked_schema: Any = None
+        if quiet_strawberry:
+            logging.getLogger("strawberry.execution").addFilter(_OWN_REFUSALS)  # idempotent
 
     @classmethod
     def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> CostLimiter:
@@ -396,6 +431,15 @@ class CostLimiter:
                 )
         except CostAnalysisError as error:
             op.error = _graphql_error(error)
+            self.log.log(
+                logging.INFO,
+                names.REJECTED,
+                "quotaql: rejected %s (tenant %s): %s",
+                error.code,
+                hashed_tenant(op.tenant),
+                error,
+                **_fields(op),
+            )
             return op
         if header is not None:
             op.breakdown = op.report.by_coordinate
