@@ -370,6 +370,32 @@ def alerts(out_dir: Path, config_path: Path | None) -> None:
     click.echo(f"wrote {write_alerts(out_dir, thresholds)}")
 
 
+@app.command("demo")
+@click.option("--port", default=8000, show_default=True, help="Port to serve on (0: any free one).")
+@click.option(
+    "--duration",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(min=1, max=600),
+    help="Seconds of scripted traffic.",
+)
+@click.option("--redis", "redis_url", metavar="URL", help="Keep budgets in Redis (redis://...).")
+@click.option(
+    "--serve/--no-serve",
+    default=True,
+    help="Keep serving after the scripted traffic (--no-serve: exit, for scripts and tests).",
+)
+def demo(port: int, duration: float, redis_url: str | None, serve: bool) -> None:
+    """Run the example shop API protected by quotaql, with three scripted tenants."""
+    from quotaql.demo.run import Demo  # noqa: PLC0415
+
+    try:
+        runner = Demo(port=port, duration=duration, redis_url=redis_url)
+    except OSError as error:
+        _fail(f"error: cannot listen on 127.0.0.1:{port}: {error.strerror or error}", 1)
+    runner.run(serve=serve)
+
+
 def main() -> None:
     """Run the ``quotaql`` command (the console-script entry point)."""
     app(prog_name="quotaql")

@@ -1,0 +1,1 @@
+"""The demo: an example shop API protected by quotaql, and scripted traffic against it."""
