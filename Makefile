@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest alerts-check bench demo system-deps artifacts clean
+.PHONY: test lint typecheck pytest alerts-check bench demo stack system-deps artifacts clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "quotaql needs Python >= 3.11 (set PYTHON=python3.11)")'
@@ -43,6 +43,15 @@ bench: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/quotaql demo
+
+# Regenerate the committed dashboards and alert rules (tests fail when they are stale).
+artifacts: $(STAMP)
+	$(BIN)/quotaql dashboards --out dashboards
+	$(BIN)/quotaql alerts --out alerts
+
+# Redis, the shop API and Prometheus from local binaries (examples/stack/README.md).
+stack: $(STAMP) system-deps
+	$(BIN)/python examples/stack/stack.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -534,3 +534,18 @@ def test_alerts_command_writes_the_committed_rules_and_reads_thresholds(tmp_path
     bad = runner.invoke(app, ["alerts", "--config", str(config), "--out", str(tmp_path / "b")])
     assert bad.exit_code == 1
     assert "alerts.blocked_ratio" in bad.output
+
+
+def test_loadgen_reports_a_dead_server_and_bad_tenants() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    runner = CliRunner()
+    dead = runner.invoke(app, ["loadgen", "--url", f"http://127.0.0.1:{port}", "--duration", "0.3"])
+    assert dead.exit_code == 1
+    assert "no answer from" in dead.output
+    empty = runner.invoke(app, ["loadgen", "--tenants", " , "])
+    assert empty.exit_code == 2
+    assert "names no tenant" in empty.output

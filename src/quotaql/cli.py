@@ -396,6 +396,53 @@ def demo(port: int, duration: float, redis_url: str | None, serve: bool) -> None
     runner.run(serve=serve)
 
 
+@app.command("loadgen")
+@click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="Server root.")
+@click.option(
+    "--tenants",
+    default="demo-polite,demo-integration,demo-scraper",
+    show_default=True,
+    help="Comma-separated API keys (X-API-Key), one set of workers each.",
+)
+@click.option(
+    "--duration",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1, max=3600),
+    help="Seconds of load.",
+)
+@click.option(
+    "--concurrency",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1, max=64),
+    help="Requests in flight per tenant.",
+)
+@click.option(
+    "--max-requests",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Stop after this many requests.",
+)
+def loadgen(url: str, tenants: str, duration: float, concurrency: int, max_requests: int) -> None:
+    """Send the demo shop's queries to URL from several tenants, with a progress bar."""
+    from quotaql.demo.loadgen import run_load  # noqa: PLC0415
+
+    names = [name.strip() for name in tenants.split(",") if name.strip()]
+    if not names:
+        _fail("error: --tenants names no tenant", 2)
+    result = run_load(
+        url.rstrip("/"),
+        names,
+        duration=duration,
+        concurrency=concurrency,
+        max_requests=max_requests,
+    )
+    if not any(code for counts in result.statuses.values() for code in counts):
+        _fail(f"error: no answer from {url}", 1)
+
+
 def main() -> None:
     """Run the ``quotaql`` command (the console-script entry point)."""
     app(prog_name="quotaql")
