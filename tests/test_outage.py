@@ -507,3 +507,33 @@ def test_async_cancelled_probe_does_not_keep_the_breaker_open_forever(
 
     run_bounded(run)
     assert sources[-1] == "redis", f"never back to Redis: {len(sources)} calls, all fail_open"
+
+
+def test_an_unreachable_async_cluster_is_a_storage_error_and_the_fail_mode_answers() -> None:
+    # redis-py raises RedisClusterException (not a RedisError) when no node answers.
+    import socket
+
+    import redis.asyncio.cluster
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    quota = Quota("tenant", capacity=10, refill_per_second=1)
+
+    async def body() -> tuple[Exception | None, Decision]:
+        client = redis.asyncio.cluster.RedisCluster(
+            startup_nodes=[redis.asyncio.cluster.ClusterNode("127.0.0.1", port)]
+        )
+        storage = AsyncRedisStorage(client, timeout=0.5)
+        error: Exception | None = None
+        try:
+            await storage.acquire("acme", 1, [quota])
+        except StorageError as exc:
+            error = exc
+        decision = await AsyncLimiter(storage, on_backend_error="local").acquire("acme", 1, [quota])
+        return error, decision
+
+    error, decision = asyncio.run(body())
+    assert isinstance(error, StorageError)
+    assert decision.allowed
+    assert decision.source == "fallback"

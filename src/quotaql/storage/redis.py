@@ -223,9 +223,15 @@ class _RedisBase:
     ) -> None:
         _check_options(prefix, timeout)
         # redis is an optional extra
-        from redis.exceptions import NoScriptError, RedisError  # noqa: PLC0415
+        from redis.exceptions import (  # noqa: PLC0415
+            NoScriptError,
+            RedisClusterException,
+            RedisError,
+        )
 
-        self._errors = RedisError  # caught around every call: looked up once, here
+        # Caught around every call: looked up once, here. A cluster none of whose nodes
+        # answers raises RedisClusterException, which is not a RedisError.
+        self._errors = (RedisError, RedisClusterException)
         self._noscript = NoScriptError
         self.client = self._harden(client, timeout)
         self.prefix = prefix
