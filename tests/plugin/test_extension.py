@@ -439,3 +439,16 @@ def test_redis_down_and_fail_open_runs(write_config: Callable[..., Path]) -> Non
     result = schema.execute_sync("{ hello }", context_value=context("t"))
     assert result.errors is None
     assert result.data == {"hello": "world"}
+
+
+def test_a_failing_tier_resolver_falls_back_to_the_default_tier(
+    write_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(tenant: str, context: Any) -> str:
+        raise LookupError("no database")
+
+    schema = shop.make_schema(CostLimiter.from_config(write_config(), tier_resolver=broken))
+    result = schema.execute_sync("{ hello }", context_value=context("acme"))
+    assert result.errors is None
+    assert result.extensions["cost"]["throttleStatus"]["maximumAvailable"] == 100
+    assert any(getattr(r, "quotaql_event", None) == "tier_resolver_failed" for r in caplog.records)

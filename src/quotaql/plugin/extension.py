@@ -362,10 +362,20 @@ class CostLimiter:
         config = self._config
         if self.tier_resolver is None:
             return config.tier_of(tenant)
-        name = self.tier_resolver(tenant, context)
+        try:
+            name = self.tier_resolver(tenant, context)
+        except Exception as error:  # a bug in the resolver must not fail the request
+            self.log.log(
+                logging.ERROR,
+                "tier_resolver_failed",
+                "quotaql: tier_resolver() failed (%s: %s); using the default tier",
+                type(error).__name__,
+                error,
+            )
+            name = None
         if name is None:
             return config.tier_of(None)
-        tier = config.tiers.get(name)
+        tier = config.tiers.get(str(name))
         if tier is None:
             self.log.log(
                 logging.WARNING,
