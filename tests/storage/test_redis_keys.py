@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from quotaql import AsyncRedisStorage, Quota, RedisStorage
+from quotaql.policy.quota import ALGORITHM_NAMES
+from quotaql.storage.memory import MemoryStorage
 from quotaql.storage.redis import redis_key, script_source
 
 if TYPE_CHECKING:
@@ -93,8 +95,11 @@ def test_a_tenant_that_spells_another_ones_tag_gets_a_different_key(
 
 
 def test_the_prefix_and_the_quota_name_frame_the_tag() -> None:
-    assert redis_key("rl", "acme", LOG) == "rl:{t:acme}:ops"
-    assert redis_key("a:b", None, LOG) == "a:b:{global}:ops"
+    # A quota that is not a token bucket carries its algorithm's mark ("~" is not allowed in
+    # quota names): a quota renamed to another algorithm never reads the other's state.
+    assert redis_key("rl", "acme", LOG) == "rl:{t:acme}:ops~log"
+    assert redis_key("a:b", None, LOG) == "a:b:{global}:ops~log"
+    assert redis_key("rl", "acme", BUCKET) == "rl:{t:acme}:tenant"
 
 
 TENANTS = st.one_of(
@@ -151,8 +156,8 @@ def test_the_storage_writes_under_its_prefix_and_the_tenants_tag(
         storage.close()
     tag = f"h:{digest('{a} b')}"
     assert sorted(redis_client.keys("*")) == [
-        f"rl:{{{tag}}}:ops".encode(),
-        f"rl:{{{tag}}}:ops#log".encode(),
+        f"rl:{{{tag}}}:ops~log".encode(),
+        f"rl:{{{tag}}}:ops~log#log".encode(),
         f"rl:{{{tag}}}:tenant".encode(),
     ]
 
@@ -260,3 +265,25 @@ def test_a_script_holds_only_the_algorithms_it_is_for() -> None:
     assert script_source(("gcra", "fixed_window")) == script_source(("fixed_window", "gcra"))
     with pytest.raises(ValueError, match="unknown algorithms: leaky"):
         script_source(("token_bucket", "leaky"))
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_one_quota_name_under_each_algorithm_keeps_separate_states(
+    backend: str, redis_client: redis.Redis
+) -> None:
+    # A tenant moving from a token-bucket tier to a window tier (both quotas are "tenant"),
+    # or a config edited to another algorithm: neither algorithm reads the other's state.
+    storage: Any = MemoryStorage() if backend == "memory" else RedisStorage(redis_client)
+    try:
+        for algorithm in ALGORITHM_NAMES:
+            if algorithm in ("token_bucket", "gcra"):
+                quota = Quota("tenant", capacity=10, refill_per_second=1, algorithm=algorithm)
+            else:
+                quota = Quota("tenant", limit=10, window_seconds=10, algorithm=algorithm)
+            first = storage.acquire("mover", 4, [quota], now=T0)
+            assert first.allowed, algorithm
+            assert first.remaining == 6, algorithm  # a fresh state, not another algorithm's
+            assert storage.acquire("mover", 4, [quota], now=T0).remaining == 2, algorithm
+    finally:
+        if backend == "redis":
+            storage.close()

@@ -19,6 +19,13 @@ Source = Literal["memory", "redis", "fallback", "fail_open", "fail_closed"]
 Reason = Literal["rate_limited", "exceeds_capacity", "backend_unavailable"]
 
 ALGORITHM_NAMES: tuple[str, ...] = get_args(Algorithm)
+_STATE_MARKS = {
+    "token_bucket": "",
+    "gcra": "gcra",
+    "sliding_log": "log",
+    "sliding_counter": "sc",
+    "fixed_window": "fw",
+}
 _BUCKETS = ("token_bucket", "gcra")
 # Quota names become part of storage keys: printable, no spaces, no braces (hash tags).
 _NAME = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,128}")
@@ -58,6 +65,11 @@ class Quota:
     """The most this quota allows at once: its capacity or its limit."""
     script_args: str = field(init=False, repr=False, compare=False)
     """The algorithm and its parameters as the Redis script reads them (exact floats)."""
+    state_name: str = field(init=False, repr=False, compare=False)
+    """The name of this quota's state in a storage: the name, and a mark of the algorithm
+    unless it is the default token bucket. Two quotas of one name but different algorithms
+    (a tenant moving from a token-bucket tier to a window tier, an edited config) keep
+    separate states, so neither reads the other's."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -100,6 +112,9 @@ class Quota:
         # repr() of a float reads back to the same double in Lua's tonumber.
         args = f"{self.algorithm} {float(params[0])!r} {float(params[1])!r}"
         object.__setattr__(self, "script_args", args)
+        # "~" is not allowed in names: no quota's state name is another's.
+        mark = _STATE_MARKS[self.algorithm]
+        object.__setattr__(self, "state_name", f"{self.name}~{mark}" if mark else self.name)
 
     @property
     def policy(self) -> str:

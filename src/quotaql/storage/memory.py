@@ -111,7 +111,7 @@ class MemoryStorage:
 
     def _acquire_one(self, key: str | None, cost: float, quota: Quota, now: int) -> Decision:
         """:meth:`acquire` for one quota: the common case, with the state table inlined."""
-        k = f"{quota.name}\1" if key is None else f"{quota.name}\0{key}"
+        k = f"{quota.state_name}\1" if key is None else f"{quota.state_name}\0{key}"
         algorithm = quota.algorithm
         states = self._states
         with self._lock:
@@ -211,4 +211,4 @@ def _key(tenant: str | None, quota: Quota) -> str:
     # Quota names cannot hold "\0" or "\1", so the first of them ends the name: no two
     # (name, tenant) pairs share a key, and one string costs less memory than a tuple.
     # A shared quota (tenant None) has one key for everybody.
-    return f"{quota.name}\1" if tenant is None else f"{quota.name}\0{tenant}"
+    return f"{quota.state_name}\1" if tenant is None else f"{quota.state_name}\0{tenant}"

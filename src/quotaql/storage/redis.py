@@ -56,7 +56,7 @@ def script_source(algorithms: tuple[str, ...] = ALGORITHM_NAMES) -> str:
 
 def redis_key(prefix: str, tenant: str | None, quota: Quota) -> str:
     """The key of ``quota`` for ``tenant`` (``None``: the shared, platform-wide scope)."""
-    return f"{_key_base(prefix, tenant)}{quota.name}"
+    return f"{_key_base(prefix, tenant)}{quota.state_name}"
 
 
 def _key_base(prefix: str, tenant: str | None) -> str:
@@ -84,12 +84,12 @@ def _request(
     """The script's KEYS and ARGV (see lua/driver.lua)."""
     base = _key_base(prefix, tenant)
     if len(quotas) == 1 and quotas[0].algorithm != "sliding_log":  # the common case
-        keys = [base + quotas[0].name]
+        keys = [base + quotas[0].state_name]
         specs = quotas[0].script_args
     else:
         keys = []
         for quota in quotas:
-            key = base + quota.name
+            key = base + quota.state_name
             keys.append(key)
             if quota.algorithm == "sliding_log":
                 keys.append(key + "#log")  # "#" is not allowed in quota names: no clash
