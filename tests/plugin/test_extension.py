@@ -452,3 +452,16 @@ def test_a_failing_tier_resolver_falls_back_to_the_default_tier(
     assert result.errors is None
     assert result.extensions["cost"]["throttleStatus"]["maximumAvailable"] == 100
     assert any(getattr(r, "quotaql_event", None) == "tier_resolver_failed" for r in caplog.records)
+
+
+def test_a_zero_parser_limit_is_a_limit_and_the_breaker_is_configurable(
+    write_config: Callable[..., Path],
+) -> None:
+    from quotaql.limiter import CircuitBreaker
+
+    schema = shop.make_schema(CostLimiter.from_config(write_config("[cost]\nmax_length = 0\n")))
+    result = schema.execute_sync("{ hello }", context_value=context("t"))
+    assert result.errors[0].extensions["code"] == "QUERY_TOO_LARGE"
+    breaker = CircuitBreaker(failure_threshold=1, reset_timeout=60)
+    limiter = CostLimiter.from_config(write_config(), breaker=breaker)
+    assert limiter.limiter.breaker is breaker

@@ -7,7 +7,9 @@ only for an allowlist and a bounded top-N, every other tenant being ``other``.
 
 Multiprocess servers (gunicorn/uvicorn workers): set ``PROMETHEUS_MULTIPROC_DIR`` before
 the workers start, as prometheus-client documents; the circuit gauge then reports the most
-open worker (``multiprocess_mode="max"``) and the build info one value (``"max"``).
+open live worker (``multiprocess_mode="livemax"``: call prometheus-client's
+``multiprocess.mark_process_dead(pid)`` when a worker exits, e.g. in gunicorn's
+``child_exit`` hook) and the build info one value (``"max"``).
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ class PrometheusMetrics:
             "1 while the circuit breaker in front of the storage is open.",
             (names.LABEL_BACKEND,),
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",  # a dead worker's open breaker is forgotten
         )
         self.tenant_requests = Counter(
             _base(names.TENANT_REQUESTS_TOTAL),

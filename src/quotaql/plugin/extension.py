@@ -28,7 +28,7 @@ from quotaql.errors import ConfigError, CostAnalysisError, LimitExceeded
 from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import LogRecorder, StructuredLog
 from quotaql.instrumentation.tracing import Tracing, hashed_tenant
-from quotaql.limiter import AsyncLimiter, Limiter, MultiRecorder
+from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
 from quotaql.plugin.contract import (
     cost_extension,
     error_code,
@@ -274,6 +274,8 @@ class CostLimiter:
             operation (none at all without one).
         log: the rate-limited structured log (default: 5 records/s per event kind).
         recorder: another hook for the limiter's decisions, errors and breaker changes.
+        breaker: the circuit breaker in front of the storage (default: opens after 3
+            failures in a row or one timeout, probes again after 5 s).
         config_path: the file ``config`` came from, read again when it changes.
         quiet_strawberry: drop Strawberry's own log record of each refusal quotaql answers
             (a filter on the ``strawberry.execution`` logger): quotaql logs them itself,
@@ -291,6 +293,7 @@ class CostLimiter:
         tracer_provider: Any = None,
         log: StructuredLog | None = None,
         recorder: Recorder | None = None,
+        breaker: CircuitBreaker | None = None,
         config_path: str | os.PathLike[str] | None = None,
         quiet_strawberry: bool = True,
     ) -> None:
@@ -308,6 +311,7 @@ class CostLimiter:
         self.limiter: Limiter | AsyncLimiter = limiter_class(
             self.storage,
             on_backend_error=self._config.limits.on_backend_error,
+            breaker=breaker,
             recorder=MultiRecorder(logs, *hooks) if hooks else logs,
         )
         self._reloader = (
@@ -644,7 +648,8 @@ class _ExtensionBase(SchemaExtension):
         """With parser limits set, parse here (once) so they answer with their own codes."""
         ctx = self.execution_context
         limits = self._owner.config.cost.limits
-        if ctx.graphql_document is None and ctx.query and (limits.max_tokens or limits.max_length):
+        parser_limits = limits.max_tokens is not None or limits.max_length is not None
+        if ctx.graphql_document is None and ctx.query and parser_limits:
             try:
                 ctx.graphql_document = parse_document(ctx.query, limits)
             except CostAnalysisError as error:
