@@ -239,3 +239,53 @@ def test_a_redis_kill_answers_by_the_fail_mode(
         if mode == "local":  # the local fallback still limits: 100 / 10 in memory
             more = [post(server.url, EXPORT).status_code for _ in range(10)]
             assert 429 in more
+
+
+SHADOW_AND_TIERS = """
+[limits]
+reload_interval = 0
+[tiers.free]
+capacity = 100
+refill_per_second = 0.001
+[tiers.pro]
+capacity = 1000
+refill_per_second = 0.001
+[tiers.pro.operations]
+ExportOrders = { capacity = 20, refill_per_second = 0.001 }
+[tiers.trial]
+mode = "shadow"
+capacity = 10
+refill_per_second = 0.001
+[tenants.acme]
+tier = "pro"
+[tenants.newbie]
+tier = "trial"
+"""
+
+
+def test_tiers_operation_quotas_and_shadow_mode_over_http(
+    write_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="quotaql")
+    schema = shop.make_schema(CostLimiter.from_config(write_config(base=SHADOW_AND_TIERS)))
+    with UvicornServer(GraphQL(schema)) as server:
+        # Tiers: the same query, three budgets.
+        limits = {
+            key: int(post(server.url, "{ hello }", key=key).headers["X-RateLimit-Limit"])
+            for key in ("someone", "acme", "newbie")
+        }
+        assert limits == {"someone": 100, "acme": 1000, "newbie": 10}
+        # The pro tier's ExportOrders quota: 20 points, 10 per export.
+        export = "mutation ExportOrders { exportOrders }"
+        statuses = [post(server.url, export, key="acme").status_code for _ in range(3)]
+        assert statuses == [200, 200, 429]
+        refused = post(server.url, export, key="acme")
+        assert refused.json()["errors"][0]["extensions"]["quota"] == "op:ExportOrders"
+        assert '"op:ExportOrders";q=20' in refused.headers["RateLimit-Policy"]
+        # The trial tier is in shadow mode: far over its 10 points, never refused.
+        shadow = [post(server.url, EXPENSIVE, key="newbie") for _ in range(3)]
+        assert [r.status_code for r in shadow] == [200, 200, 200]
+        assert all("errors" not in r.json() for r in shadow)
+        assert all("Retry-After" not in r.headers for r in shadow)
+    events = [getattr(r, "quotaql_event", None) for r in caplog.records]
+    assert "shadow_blocked" in events
