@@ -341,6 +341,9 @@ class CostLimiter:
 
     def __call__(self) -> SchemaExtension:
         """A fresh extension for one request (Strawberry calls this)."""
+        limits = self._config.cost.limits
+        if limits.max_tokens is not None or limits.max_length is not None:
+            return _AsyncParsingExtension(self) if self.is_async else _SyncParsingExtension(self)
         return _AsyncExtension(self) if self.is_async else _SyncExtension(self)
 
     def check(self, schema: Any) -> None:
@@ -524,8 +527,10 @@ class CostLimiter:
         if amount > 0:
             remaining = min(decision.limit, decision.remaining + amount)
             decision = op.decision = decision._replace(remaining=remaining)
-        if decision.allowed:  # a refusal has its headers; shadow refusals get none
-            _set_headers(_item(ctx.context, "response"), rate_limit_headers(decision, op.quotas))
+        response = _item(ctx.context, "response")
+        # A refusal has its headers already; shadow refusals get none.
+        if decision.allowed and getattr(response, "headers", None) is not None:
+            _set_headers(response, rate_limit_headers(decision, op.quotas))
 
     def _log_shadow(self, op: Operation, code: str) -> None:
         self.log.log(
@@ -644,18 +649,6 @@ class _ExtensionBase(SchemaExtension):
         self._owner = owner
         self._op: Operation | None = None
 
-    def on_parse(self) -> Iterator[None]:
-        """With parser limits set, parse here (once) so they answer with their own codes."""
-        ctx = self.execution_context
-        limits = self._owner.config.cost.limits
-        parser_limits = limits.max_tokens is not None or limits.max_length is not None
-        if ctx.graphql_document is None and ctx.query and parser_limits:
-            try:
-                ctx.graphql_document = parse_document(ctx.query, limits)
-            except CostAnalysisError as error:
-                raise _graphql_error(error) from None
-        yield
-
     def get_results(self) -> dict[str, Any]:
         return self._owner._results(self._op)
 
@@ -684,6 +677,18 @@ class _SyncExtension(_ExtensionBase):
             _current.reset(token)
 
 
+def _parse_with_limits(self: _ExtensionBase) -> Iterator[None]:
+    """``on_parse`` with parser limits set: parse here (once) so they answer with their codes."""
+    ctx = self.execution_context
+    limits = self._owner.config.cost.limits
+    if ctx.graphql_document is None and ctx.query:
+        try:
+            ctx.graphql_document = parse_document(ctx.query, limits)
+        except CostAnalysisError as error:
+            raise _graphql_error(error) from None
+    yield
+
+
 class _AsyncExtension(_ExtensionBase):
     async def on_execute(self) -> AsyncIterator[None]:
         owner, ctx = self._owner, self.execution_context
@@ -707,3 +712,13 @@ class _AsyncExtension(_ExtensionBase):
         finally:
             owner._finish(ctx, op)
             _current.reset(token)
+
+
+# Without parser limits there is no on_parse hook at all: Strawberry runs only the hooks an
+# extension defines, and each costs it some work on every request.
+class _SyncParsingExtension(_SyncExtension):
+    on_parse = _parse_with_limits
+
+
+class _AsyncParsingExtension(_AsyncExtension):
+    on_parse = _parse_with_limits
