@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     raised: list[str] = []
     for name in names:
         print(f"=== {name} ===")
+        _harness.restart_budget()
         try:
             module = importlib.import_module(name)
             targets.extend(module.main() or ())
