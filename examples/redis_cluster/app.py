@@ -52,7 +52,10 @@ def create_app(nodes: str | None = None, config_path: str | None = None) -> Star
     # The storage talks to the same nodes through its own connections, with `timeout` as
     # the bound of each call and no retries: a slow or dead cluster must not stall
     # requests. Failures go to the limiter's breaker and `on_backend_error` (quotaql.toml).
-    storage = AsyncRedisStorage(client, timeout=0.1)
+    # The first call also discovers the cluster's slots: give a loaded host some room with
+    # QUOTAQL_REDIS_TIMEOUT (seconds).
+    timeout = float(os.environ.get("QUOTAQL_REDIS_TIMEOUT") or 0.1)
+    storage = AsyncRedisStorage(client, timeout=timeout)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -97,6 +97,9 @@ def cluster_env(
 ) -> RedisCluster:
     nodes = ",".join(f"{redis_cluster.host}:{port}" for port in redis_cluster.ports)
     monkeypatch.setenv("QUOTAQL_REDIS_CLUSTER", nodes)
+    # A loaded CI host can take over 0.1 s for the first call (slot discovery): a timeout
+    # would be a backend error, which these tests count as a failure.
+    monkeypatch.setenv("QUOTAQL_REDIS_TIMEOUT", "2")
     monkeypatch.delenv("QUOTAQL_CONFIG", raising=False)
     return redis_cluster
 
