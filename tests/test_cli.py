@@ -537,11 +537,9 @@ def test_alerts_command_writes_the_committed_rules_and_reads_thresholds(tmp_path
 
 
 def test_loadgen_reports_a_dead_server_and_bad_tenants() -> None:
-    import socket
+    from tests.servers import free_port
 
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens on it
     runner = CliRunner()
     dead = runner.invoke(app, ["loadgen", "--url", f"http://127.0.0.1:{port}", "--duration", "0.3"])
     assert dead.exit_code == 1

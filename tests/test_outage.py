@@ -511,13 +511,11 @@ def test_async_cancelled_probe_does_not_keep_the_breaker_open_forever(
 
 def test_an_unreachable_async_cluster_is_a_storage_error_and_the_fail_mode_answers() -> None:
     # redis-py raises RedisClusterException (not a RedisError) when no node answers.
-    import socket
-
     import redis.asyncio.cluster
 
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    from tests.servers import free_port
+
+    port = free_port()  # nothing listens on it
     quota = Quota("tenant", capacity=10, refill_per_second=1)
 
     async def body() -> tuple[Exception | None, Decision]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from quotaql.demo.run import SCRAPE
-from tests.observability.prometheus import free_port
+from tests.servers import free_port
 
 if TYPE_CHECKING:
     from tests.servers import RedisServer

@@ -9,17 +9,16 @@ from pathlib import Path
 
 import yaml
 
-from tests.observability.prometheus import free_port
+from tests.servers import free_port
 
 STACK = Path(__file__).resolve().parents[2] / "examples" / "stack"
 
 
 def test_stack_check_starts_loads_and_stops() -> None:
-    ports = [free_port() for _ in range(3)]
-    redis_port = ports[1] if ports[1] != 6379 else free_port()
+    ports = [free_port() for _ in range(3)]  # never the machine's 6379
     done = subprocess.run(
         [sys.executable, str(STACK / "stack.py"), "--check", "--port", str(ports[0]),
-         "--redis-port", str(redis_port), "--prometheus-port", str(ports[2])],
+         "--redis-port", str(ports[1]), "--prometheus-port", str(ports[2])],
         capture_output=True,
         text=True,
         timeout=180,

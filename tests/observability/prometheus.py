@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -12,17 +11,12 @@ from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
+from tests.servers import free_port
+
 if TYPE_CHECKING:
     from types import TracebackType
 
 STARTUP_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class PrometheusServer:

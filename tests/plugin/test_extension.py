@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -14,6 +13,7 @@ from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import RedisStorage
 from tests.plugin import shop
 from tests.plugin.conftest import BASE_TOML
+from tests.servers import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -406,9 +406,7 @@ def test_a_tier_resolver_naming_an_unknown_tier_falls_back_to_the_default(
 
 
 def _dead_redis_storage() -> RedisStorage:
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens on it
     return RedisStorage(redis.Redis(host="127.0.0.1", port=port), timeout=0.2)
 
 
