@@ -448,15 +448,7 @@ class CostLimiter:
                 )
         except CostAnalysisError as error:
             op.error = _graphql_error(error)
-            self.log.log(
-                logging.INFO,
-                names.REJECTED,
-                "quotaql: rejected %s (tenant %s): %s",
-                error.code,
-                hashed_tenant(op.tenant),
-                error,
-                **_fields(op),
-            )
+            self._log_operation(op, names.REJECTED, "quotaql: rejected %s: %s", error.code, error)
             return op
         if header is not None:
             op.breakdown = op.report.by_coordinate
@@ -476,15 +468,8 @@ class CostLimiter:
                 _set_headers(response, rate_limit_headers(decision, op.quotas))
                 code = error_code(decision)
                 _set_status(response, status_for(code, self._config.limits.http_status))
-                self.log.log(
-                    logging.INFO,
-                    names.BLOCKED,
-                    "quotaql: blocked %s (tenant %s, cost %s): %s",
-                    code,
-                    hashed_tenant(op.tenant),
-                    decision.cost,
-                    error.message,
-                    **_fields(op),
+                self._log_operation(
+                    op, names.BLOCKED, "quotaql: blocked %s: %s", code, error.message
                 )
                 op.error = error
                 return
@@ -533,15 +518,15 @@ class CostLimiter:
             _set_headers(response, rate_limit_headers(decision, op.quotas))
 
     def _log_shadow(self, op: Operation, code: str) -> None:
-        self.log.log(
-            logging.INFO,
-            names.SHADOW_BLOCKED,
-            "quotaql: shadow mode would have blocked %s (tenant %s, tier %s)",
-            code,
-            hashed_tenant(op.tenant),
-            op.tier.name,
-            **_fields(op),
+        self._log_operation(
+            op, names.SHADOW_BLOCKED, "quotaql: shadow mode would have blocked %s", code
         )
+
+    def _log_operation(self, op: Operation, event: str, message: str, *args: object) -> None:
+        """Log ``message % args`` about ``op`` with its tenant (hashed once), tier and cost."""
+        fields = {"tenant": hashed_tenant(op.tenant), "tier": op.tier.name, "cost": op.cost}
+        message += " (tenant %s, tier %s)"
+        self.log.log(logging.INFO, event, message, *args, fields["tenant"], op.tier.name, **fields)
 
     def _finish(self, ctx: ExecutionContext, op: Operation | None) -> None:
         """Record the operation: metrics and its span."""
@@ -637,10 +622,6 @@ def _set_headers(response: Any, headers: dict[str, str]) -> None:
 def _set_status(response: Any, status: int) -> None:
     if response is not None and hasattr(response, "status_code"):
         response.status_code = status
-
-
-def _fields(op: Operation) -> dict[str, Any]:
-    return {"tenant": hashed_tenant(op.tenant), "tier": op.tier.name, "cost": op.cost}
 
 
 class _ExtensionBase(SchemaExtension):
