@@ -78,12 +78,7 @@ class MemoryStorage:
     ) -> Decision:
         """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
         check_arguments(cost, quotas)
-        # decide(), inlined: a call less on every request.
-        if now is None:
-            now = int(self._clock() * 1000)
-        if len(quotas) == 1:
-            return self._acquire_one(key, cost, quotas[0], now)
-        return self._acquire_many(key, cost, quotas, now)
+        return self.decide(key, cost, quotas, now)
 
     def decide(
         self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
