@@ -34,8 +34,8 @@ __all__ = [
 BackendErrorMode = Literal["open", "closed", "local"]
 _MODES = ("open", "closed", "local")
 
-# One storage call a flow asks for: (method, key, amount, quotas, now).
-_Call = tuple[str, str | None, float, Sequence[Quota], int | None]
+# One storage call a flow asks for: (method, key, amount, quotas, now, per-quota amounts).
+_Call = tuple[str, str | None, float, Sequence[Quota], int | None, Sequence[float] | None]
 _Flow = Generator[_Call, Any, Decision | None]
 
 
@@ -203,41 +203,50 @@ class _Core:
     # -- flows: the storage calls each operation needs -----------------------------------
 
     @staticmethod
-    def acquire_flow(key: str, cost: float, quotas: Sequence[Quota], now: int | None) -> _Flow:
-        own = [quota for quota in quotas if not quota.shared]
-        shared = [quota for quota in quotas if quota.shared]
-        decision: Decision = yield ("acquire", key, cost, own, now)
+    def acquire_flow(
+        key: str,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+        costs: Sequence[float] | None = None,
+    ) -> _Flow:
+        own, own_costs, shared, shared_costs = _split(quotas, costs)
+        decision: Decision = yield ("acquire", key, cost, own, now, own_costs)
         if not shared or not decision.allowed:
             return decision
         # Shared quotas live on their own slot: a second call; the tenant's debit is
         # undone when it refuses or fails.
         try:
-            shared_decision: Decision = yield ("acquire", None, cost, shared, now)
+            shared_decision: Decision = yield ("acquire", None, cost, shared, now, shared_costs)
         except StorageError:
-            yield ("refund", key, cost, own, now)
+            yield ("refund", key, cost, own, now, own_costs)
             raise
         if not shared_decision.allowed:
-            yield ("refund", key, cost, own, now)
+            yield ("refund", key, cost, own, now, own_costs)
         return _merge(decision, shared_decision, own_first=bool(own))
 
     @staticmethod
-    def refund_flow(key: str, amount: float, quotas: Sequence[Quota], now: int | None) -> _Flow:
-        own = [quota for quota in quotas if not quota.shared]
-        shared = [quota for quota in quotas if quota.shared]
+    def refund_flow(
+        key: str,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+        amounts: Sequence[float] | None = None,
+    ) -> _Flow:
+        own, own_amounts, shared, shared_amounts = _split(quotas, amounts)
         if own:
-            yield ("refund", key, amount, own, now)
+            yield ("refund", key, amount, own, now, own_amounts)
         if shared:
-            yield ("refund", None, amount, shared, now)
+            yield ("refund", None, amount, shared, now, shared_amounts)
         return None
 
     @staticmethod
     def peek_flow(key: str, quotas: Sequence[Quota], now: int | None) -> _Flow:
-        own = [quota for quota in quotas if not quota.shared]
-        shared = [quota for quota in quotas if quota.shared]
-        decision: Decision = yield ("peek", key, 0.0, own, now)
+        own, _, shared, _ = _split(quotas, None)
+        decision: Decision = yield ("peek", key, 0.0, own, now, None)
         if not shared:
             return decision
-        shared_decision: Decision = yield ("peek", None, 0.0, shared, now)
+        shared_decision: Decision = yield ("peek", None, 0.0, shared, now, None)
         return _merge(decision, shared_decision, own_first=bool(own))
 
     # -- failure handling ----------------------------------------------------------------
@@ -263,13 +272,29 @@ class _Core:
         return _assumed(cost, quotas, "fail_closed", allowed=False, retry_after=retry)
 
 
-def _check_request(key: object, cost: float, quotas: Sequence[Quota]) -> bool:
+def _split(
+    quotas: Sequence[Quota], amounts: Sequence[float] | None
+) -> tuple[list[Quota], list[float] | None, list[Quota], list[float] | None]:
+    """The tenant's own quotas and the shared ones, each with its amounts if given."""
+    own = [quota for quota in quotas if not quota.shared]
+    shared = [quota for quota in quotas if quota.shared]
+    if amounts is None:
+        return own, None, shared, None
+    pairs = list(zip(quotas, amounts, strict=True))
+    own_amounts = [amount for quota, amount in pairs if not quota.shared]
+    shared_amounts = [amount for quota, amount in pairs if quota.shared]
+    return own, own_amounts, shared, shared_amounts
+
+
+def _check_request(
+    key: object, cost: float, quotas: Sequence[Quota], costs: Sequence[float] | None = None
+) -> bool:
     """Refuse bad arguments before anything is written; True when a quota is shared."""
     if type(key) is not str:
         raise TypeError(f"key must be a non-empty string, got {type(key).__name__}")
     if not key:
         raise ValueError("key must be a non-empty string, got ''")
-    check_arguments(cost, quotas)
+    check_arguments(cost, quotas, costs)
     if len(quotas) == 1:
         return quotas[0].shared
     shared = False
@@ -330,10 +355,12 @@ def _assumed(
 
 def _call(storage: Any, call: _Call) -> Any:
     """Make one storage call a flow asked for (its result, or an awaitable of it)."""
-    method, key, amount, quotas, now = call
+    method, key, amount, quotas, now, amounts = call
     if method == "peek":
         return storage.peek(key, quotas, now)
-    return getattr(storage, method)(key, amount, quotas, now)
+    if amounts is None:
+        return getattr(storage, method)(key, amount, quotas, now)
+    return getattr(storage, method)(key, amount, quotas, now, amounts)
 
 
 def _run(flow: _Flow, storage: Any) -> Decision | None:
@@ -396,10 +423,15 @@ class _LimiterBase:
         return self._core.breaker
 
     def _substitute_acquire(
-        self, key: str, cost: float, quotas: Sequence[Quota], now: int | None
+        self,
+        key: str,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+        costs: Sequence[float] | None,
     ) -> Decision:
         """The fail mode's decision on an acquire the storage cannot take."""
-        flow = lambda: _Core.acquire_flow(key, cost, quotas, now)  # noqa: E731
+        flow = lambda: _Core.acquire_flow(key, cost, quotas, now, costs)  # noqa: E731
         return cast("Decision", self._core.substitute(flow, cost, quotas))
 
 
@@ -433,7 +465,13 @@ class Limiter(_LimiterBase):
         return storage
 
     def acquire(
-        self, key: str, cost: float, quotas: Sequence[Quota], *, now: int | None = None
+        self,
+        key: str,
+        cost: float,
+        quotas: Sequence[Quota],
+        *,
+        now: int | None = None,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
         """Debit ``cost`` from every quota of ``key``, all of them or none.
 
@@ -442,41 +480,54 @@ class Limiter(_LimiterBase):
             cost: what the request costs (>= 0).
             quotas: the quotas that apply; shared ones are one budget for all keys.
             now: the time in ms (tests); by default the storage's clock.
+            costs: what each quota is debited instead of ``cost``, one per quota (a root
+                field's quota pays that field's cost).
         """
-        shared = _check_request(key, cost, quotas)
+        shared = _check_request(key, cost, quotas, costs)
         core = self._core
         started = time.perf_counter() if core.timed else 0.0
         if shared:
             decision = cast(
                 "Decision",
-                self._execute(lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas),
+                self._execute(
+                    lambda: _Core.acquire_flow(key, cost, quotas, now, costs), cost, quotas
+                ),
             )
         elif core.infallible:  # the embedded default
-            decision = core.storage.decide(key, cost, quotas, now)  # checked above
+            decision = core.storage.decide(key, cost, quotas, now, costs)  # checked above
         elif core.breaker.allow():  # one storage call, without the flow machinery
             try:
-                decision = core.storage.acquire(key, cost, quotas, now)
+                decision = _call(core.storage, ("acquire", key, cost, quotas, now, costs))
             except StorageError as error:
                 core.failed(error)
-                decision = self._substitute_acquire(key, cost, quotas, now)
+                decision = self._substitute_acquire(key, cost, quotas, now, costs)
             except BaseException:
                 core.breaker.abandon()  # e.g. interrupted: no verdict on the storage
                 raise
             else:
                 core.succeeded()
         else:
-            decision = self._substitute_acquire(key, cost, quotas, now)
+            decision = self._substitute_acquire(key, cost, quotas, now, costs)
         if core.timed:
             core.recorder.decision(decision, time.perf_counter() - started)
         return decision
 
     def refund(
-        self, key: str, amount: float, quotas: Sequence[Quota], *, now: int | None = None
+        self,
+        key: str,
+        amount: float,
+        quotas: Sequence[Quota],
+        *,
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
     ) -> None:
-        """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``."""
-        _check_request(key, amount, quotas)
-        if amount > 0:
-            self._execute(lambda: _Core.refund_flow(key, amount, quotas, now), amount, quotas)
+        """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``
+        (or each quota its ``amounts``)."""
+        _check_request(key, amount, quotas, amounts)
+        if amount > 0 if amounts is None else any(amounts):
+            self._execute(
+                lambda: _Core.refund_flow(key, amount, quotas, now, amounts), amount, quotas
+            )
 
     def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
         """The state of ``key``'s quotas, without debiting anything."""
@@ -521,45 +572,61 @@ class AsyncLimiter(_LimiterBase):
         return storage
 
     async def acquire(
-        self, key: str, cost: float, quotas: Sequence[Quota], *, now: int | None = None
+        self,
+        key: str,
+        cost: float,
+        quotas: Sequence[Quota],
+        *,
+        now: int | None = None,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
-        """Debit ``cost`` from every quota of ``key``, all of them or none."""
-        shared = _check_request(key, cost, quotas)
+        """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key``, all of
+        them or none."""
+        shared = _check_request(key, cost, quotas, costs)
         core = self._core
         started = time.perf_counter() if core.timed else 0.0
         if shared:
             decision = cast(
                 "Decision",
                 await self._execute(
-                    lambda: _Core.acquire_flow(key, cost, quotas, now), cost, quotas
+                    lambda: _Core.acquire_flow(key, cost, quotas, now, costs), cost, quotas
                 ),
             )
         elif core.infallible:  # the embedded default
-            decision = core.storage.decide(key, cost, quotas, now)  # checked above
+            decision = core.storage.decide(key, cost, quotas, now, costs)  # checked above
         elif core.breaker.allow():  # one storage call, without the flow machinery
             try:
-                decision = await core.storage.acquire(key, cost, quotas, now)
+                decision = await _call(core.storage, ("acquire", key, cost, quotas, now, costs))
             except StorageError as error:
                 core.failed(error)
-                decision = self._substitute_acquire(key, cost, quotas, now)
+                decision = self._substitute_acquire(key, cost, quotas, now, costs)
             except BaseException:
                 core.breaker.abandon()  # e.g. cancelled: no verdict on the storage
                 raise
             else:
                 core.succeeded()
         else:
-            decision = self._substitute_acquire(key, cost, quotas, now)
+            decision = self._substitute_acquire(key, cost, quotas, now, costs)
         if core.timed:
             core.recorder.decision(decision, time.perf_counter() - started)
         return decision
 
     async def refund(
-        self, key: str, amount: float, quotas: Sequence[Quota], *, now: int | None = None
+        self,
+        key: str,
+        amount: float,
+        quotas: Sequence[Quota],
+        *,
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
     ) -> None:
-        """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``."""
-        _check_request(key, amount, quotas)
-        if amount > 0:
-            await self._execute(lambda: _Core.refund_flow(key, amount, quotas, now), amount, quotas)
+        """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``
+        (or each quota its ``amounts``)."""
+        _check_request(key, amount, quotas, amounts)
+        if amount > 0 if amounts is None else any(amounts):
+            await self._execute(
+                lambda: _Core.refund_flow(key, amount, quotas, now, amounts), amount, quotas
+            )
 
     async def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
         """The state of ``key``'s quotas, without debiting anything."""

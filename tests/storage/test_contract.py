@@ -121,16 +121,26 @@ class AsyncDriven:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=30)
 
     def acquire(
-        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
         assert self.storage is not None
-        return self._call(self.storage.acquire(key, cost, quotas, now))  # type: ignore[no-any-return]
+        return self._call(self.storage.acquire(key, cost, quotas, now, costs))  # type: ignore[no-any-return]
 
     def refund(
-        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
     ) -> None:
         assert self.storage is not None
-        self._call(self.storage.refund(key, amount, quotas, now))
+        self._call(self.storage.refund(key, amount, quotas, now, amounts))
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         assert self.storage is not None
@@ -169,14 +179,29 @@ class Backend:
         return "redis" if self.is_redis else "memory"
 
     def acquire(
-        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = T0
+        self,
+        key: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None = T0,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
-        return self.storage.acquire(key, cost, quotas, now)  # type: ignore[no-any-return]
+        if costs is None:
+            return self.storage.acquire(key, cost, quotas, now)  # type: ignore[no-any-return]
+        return self.storage.acquire(key, cost, quotas, now, costs)  # type: ignore[no-any-return]
 
     def refund(
-        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = T0
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = T0,
+        amounts: Sequence[float] | None = None,
     ) -> None:
-        self.storage.refund(key, amount, quotas, now)
+        if amounts is None:
+            self.storage.refund(key, amount, quotas, now)
+        else:
+            self.storage.refund(key, amount, quotas, now, amounts)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = T0) -> Decision:
         return self.storage.peek(key, quotas, now)  # type: ignore[no-any-return]
@@ -384,6 +409,32 @@ def test_an_allowed_multi_quota_call_reports_the_tightest_quota(backend: Backend
     decision = backend.acquire("acme", 5, quotas)
     assert (decision.allowed, decision.remaining, decision.limit) == (True, 3.0, 8.0)
     assert [status.remaining for status in decision.quotas] == [95.0, 3.0]
+
+
+def test_each_quota_can_be_debited_its_own_amount_all_or_nothing(
+    backend: Backend, algorithm: str
+) -> None:
+    # A root-field quota pays that field's cost, the tenant's quota the operation's, in
+    # one atomic call.
+    quotas = [make("token_bucket", "tenant", 100), make(algorithm, "field", 10)]
+    decision = backend.acquire("acme", 30, quotas, costs=[30, 4])
+    assert decision.allowed
+    assert [status.remaining for status in decision.quotas] == [70.0, 6.0]
+    refused = backend.acquire("acme", 30, quotas, costs=[30, 7])
+    assert (refused.allowed, refused.limited_by, refused.cost) == (False, "field", 7)
+    after = backend.peek("acme", quotas)
+    assert [status.remaining for status in after.quotas] == [70.0, 6.0]  # nothing debited
+    backend.refund("acme", 0, quotas, amounts=[20, 3])
+    assert [status.remaining for status in backend.peek("acme", quotas).quotas] == [90.0, 9.0]
+
+
+def test_per_quota_amounts_must_match_the_quotas(backend: Backend) -> None:
+    quotas = [make("token_bucket", "tenant"), make("gcra", "field")]
+    with pytest.raises(ValueError, match="one amount per quota"):
+        backend.acquire("acme", 1, quotas, costs=[1])
+    with pytest.raises(ValueError, match="finite number"):
+        backend.acquire("acme", 1, quotas, costs=[1, -2])
+    assert backend.size() == 0
 
 
 def test_a_cost_above_capacity_is_refused_for_good_and_writes_nothing(

@@ -80,9 +80,15 @@ class TransactionalScript:
         self.storage = storage
 
     def _call(
-        self, mode: str, tenant: str | None, amount: float, quotas: Sequence[Quota], now: int
+        self,
+        mode: str,
+        tenant: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int,
+        amounts: Sequence[float] | None = None,
     ) -> Any:
-        keys, args = _request(self.storage.prefix, mode, tenant, amount, quotas, now)
+        keys, args = _request(self.storage.prefix, mode, tenant, amount, quotas, now, amounts)
         pipe = self.storage.client.pipeline(transaction=True)
         self.storage.script_for(quotas)(keys=keys, args=args, client=pipe)
         for key in keys:
@@ -90,15 +96,28 @@ class TransactionalScript:
         return pipe.execute()[0]
 
     def acquire(
-        self, tenant: str | None, cost: float, quotas: Sequence[Quota], now: int
+        self,
+        tenant: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
-        check_arguments(cost, quotas)
-        return _decision(self._call("acquire", tenant, cost, quotas, now), quotas, cost)
+        check_arguments(cost, quotas, costs)
+        raw = self._call("acquire", tenant, cost, quotas, now, costs)
+        return _decision(raw, quotas, cost, costs)
 
-    def refund(self, tenant: str | None, amount: float, quotas: Sequence[Quota], now: int) -> None:
-        check_arguments(amount, quotas)
-        if amount > 0 and quotas:
-            self._call("refund", tenant, amount, quotas, now)
+    def refund(
+        self,
+        tenant: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int,
+        amounts: Sequence[float] | None = None,
+    ) -> None:
+        check_arguments(amount, quotas, amounts)
+        if quotas and (amount > 0 if amounts is None else any(amounts)):
+            self._call("refund", tenant, amount, quotas, now, amounts)
 
     def peek(self, tenant: str | None, quotas: Sequence[Quota], now: int) -> Decision:
         check_arguments(0, quotas)
@@ -143,6 +162,26 @@ def parity_machine(
             lua = self.lua.acquire(tenant, cost, chosen, self.now)
             python = self.python.acquire(tenant, cost, chosen, self.now)
             assert same(lua, python), self._explain(lua, python)
+
+        @rule(tenant=tenants, chosen=subsets, data=st.data())
+        def acquire_each_its_own(
+            self, tenant: str | None, chosen: list[Quota], data: st.DataObject
+        ) -> None:
+            # Root-field quotas: one amount per quota in the same all-or-nothing call.
+            each = data.draw(st.lists(costs, min_size=len(chosen), max_size=len(chosen)))
+            self.log.append(f"acquire({tenant!r}, costs={each!r}, {[q.name for q in chosen]})")
+            lua = self.lua.acquire(tenant, each[0], chosen, self.now, each)
+            python = self.python.acquire(tenant, each[0], chosen, self.now, each)
+            assert same(lua, python), self._explain(lua, python)
+
+        @rule(tenant=tenants, chosen=subsets, data=st.data())
+        def refund_each_its_own(
+            self, tenant: str | None, chosen: list[Quota], data: st.DataObject
+        ) -> None:
+            each = data.draw(st.lists(costs, min_size=len(chosen), max_size=len(chosen)))
+            self.log.append(f"refund({tenant!r}, amounts={each!r}, {[q.name for q in chosen]})")
+            self.lua.refund(tenant, each[0], chosen, self.now, each)
+            self.python.refund(tenant, each[0], chosen, self.now, each)
 
         @rule(tenant=tenants, amount=costs, chosen=subsets)
         def refund(self, tenant: str | None, amount: float, chosen: list[Quota]) -> None:

@@ -193,14 +193,20 @@ CheckFields = tuple[bool, bool, object, float, float, float, int]
 
 
 def combine(
-    quotas: Sequence[Quota], checks: Sequence[CheckFields], cost: float, source: Source
+    quotas: Sequence[Quota],
+    checks: Sequence[CheckFields],
+    cost: float,
+    source: Source,
+    costs: Sequence[float] | None = None,
 ) -> Decision:
     """One decision from each quota's check: allowed only if every quota allows.
 
     When several refuse, the one that names the decision is the first whose cost can never
     fit, else the one with the longest wait; when all allow, the one with least remaining.
+    With ``costs`` (what each quota was asked for), a refusal reports the cost asked of
+    the quota that refused.
     """
-    if len(checks) == 1:
+    if len(checks) == 1 and costs is None:
         allowed, exceeds, _, remaining, retry_ms, reset_ms, _ = checks[0]
         return decide_one(quotas[0], allowed, exceeds, remaining, retry_ms, reset_ms, cost, source)
     if not checks:  # no quota at all: nothing limits
@@ -232,6 +238,8 @@ def combine(
             (True, cost, named.remaining, named.limit, 0.0, named.reset_after, None, source,
              None, tuple(statuses)),
         )  # fmt: skip
+    if costs is not None:
+        cost = costs[chosen]
     return _new(
         Decision,
         (False, cost, named.remaining, named.limit, named.retry_after, named.reset_after,

@@ -15,12 +15,17 @@ if TYPE_CHECKING:
 __all__ = ["AsyncStorage", "Storage", "check_arguments"]
 
 
-def check_arguments(amount: float, quotas: Sequence[Quota]) -> None:
+def check_arguments(
+    amount: float, quotas: Sequence[Quota], amounts: Sequence[float] | None = None
+) -> None:
     """Refuse a cost or refund that is not a finite number >= 0, or quotas that are not Quotas.
+
+    ``amounts``, when given, is what each quota is asked for instead (one per quota).
 
     Raises:
         TypeError: ``amount`` is not a number (``bool`` is not), or a quota is not a Quota.
-        ValueError: ``amount`` is negative, NaN or infinite.
+        ValueError: ``amount`` is negative, NaN or infinite, or ``amounts`` does not give
+            one valid amount per quota.
     """
     kind = type(amount)
     if (
@@ -28,37 +33,61 @@ def check_arguments(amount: float, quotas: Sequence[Quota]) -> None:
         and 0 <= amount < math.inf
         and len(quotas) == 1
         and type(quotas[0]) is Quota
+        and amounts is None
     ):
         return  # the common case, on every request: one quota, a plain number
+    _check_amount(amount)
+    for quota in quotas:
+        if type(quota) is not Quota:
+            raise TypeError(f"quotas must be Quota objects, got {type(quota).__name__}")
+    if amounts is not None:
+        if len(amounts) != len(quotas):
+            raise ValueError(
+                f"costs must give one amount per quota: {len(amounts)} for {len(quotas)}"
+            )
+        for each in amounts:
+            _check_amount(each)
+
+
+def _check_amount(amount: float) -> None:
     if type(amount) not in (float, int) and (
         isinstance(amount, bool) or not isinstance(amount, int | float)
     ):
         raise TypeError(f"cost must be a number, got {type(amount).__name__}")
     if not 0 <= amount < math.inf:  # NaN fails too
         raise ValueError(f"cost must be a finite number >= 0, got {amount!r}")
-    for quota in quotas:
-        if type(quota) is not Quota:
-            raise TypeError(f"quotas must be Quota objects, got {type(quota).__name__}")
 
 
 class Storage(Protocol):
     """Quota state behind a synchronous API.
 
     ``key`` is the tenant; ``None`` is the shared scope of quotas with ``shared=True``.
-    ``now`` (integer milliseconds) overrides the storage's clock, for tests. Failures of
-    the backend raise :class:`quotaql.errors.StorageError`.
+    ``now`` (integer milliseconds) overrides the storage's clock, for tests. ``costs``
+    (``amounts`` for a refund), when given, is what each quota is asked for, one per quota,
+    instead of the same amount for all. Failures of the backend raise
+    :class:`quotaql.errors.StorageError`.
     """
 
     name: str
 
     def acquire(
-        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
         """Debit ``cost`` from every quota if all allow it; else debit nothing."""
         ...
 
     def refund(
-        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
     ) -> None:
         """Give ``amount`` back to every quota (never above full)."""
         ...
@@ -74,13 +103,23 @@ class AsyncStorage(Protocol):
     name: str
 
     async def acquire(
-        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
         """Debit ``cost`` from every quota if all allow it; else debit nothing."""
         ...
 
     async def refund(
-        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
     ) -> None:
         """Give ``amount`` back to every quota (never above full)."""
         ...

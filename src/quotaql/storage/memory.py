@@ -74,35 +74,52 @@ class MemoryStorage:
     # -- the storage protocol ------------------------------------------------------------
 
     def acquire(
-        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
-        """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
-        check_arguments(cost, quotas)
-        return self.decide(key, cost, quotas, now)
+        """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key`` if all
+        allow it; else debit nothing."""
+        check_arguments(cost, quotas, costs)
+        return self.decide(key, cost, quotas, now, costs)
 
     def decide(
-        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
         """:meth:`acquire` for arguments already checked (the limiter checks them first)."""
         if now is None:
             now = int(self._clock() * 1000)
-        if len(quotas) == 1:
+        if len(quotas) == 1 and costs is None:
             return self._acquire_one(key, cost, quotas[0], now)
-        return self._acquire_many(key, cost, quotas, now)
+        return self._acquire_many(key, cost, quotas, now, costs)
 
     def _acquire_many(
-        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int
+        self,
+        key: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int,
+        costs: Sequence[float] | None,
     ) -> Decision:
+        amounts = costs if costs is not None else [cost] * len(quotas)
         with self._lock:
             keys = [_key(key, quota) for quota in quotas]
             checks = [
-                ALGORITHMS[quota.algorithm][0](self._get(k, now), now, cost, *quota.params)
-                for k, quota in zip(keys, quotas, strict=True)
+                ALGORITHMS[quota.algorithm][0](self._get(k, now), now, amount, *quota.params)
+                for k, quota, amount in zip(keys, quotas, amounts, strict=True)
             ]
             if all(check.allowed for check in checks):
                 for k, quota, check in zip(keys, quotas, checks, strict=True):
                     self._put(k, now, check.ttl_ms, commit(quota.algorithm, check.state))
-        return combine(quotas, checks, cost, self._source)
+        return combine(quotas, checks, cost, self._source, costs)
 
     def _acquire_one(self, key: str | None, cost: float, quota: Quota, now: int) -> Decision:
         """:meth:`acquire` for one quota: the common case, with the state table inlined."""
@@ -133,18 +150,25 @@ class MemoryStorage:
         )
 
     def refund(
-        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
     ) -> None:
-        """Give ``amount`` back to every quota of ``key`` (never above full)."""
-        check_arguments(amount, quotas)
-        if amount == 0:
-            return
+        """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
+        (never above full)."""
+        check_arguments(amount, quotas, amounts)
+        each = amounts if amounts is not None else [amount] * len(quotas)
         now = self.now() if now is None else now
         with self._lock:
-            for quota in quotas:
+            for quota, given in zip(quotas, each, strict=True):
+                if given == 0:
+                    continue
                 k = _key(key, quota)
                 refund = ALGORITHMS[quota.algorithm][1]
-                state, ttl = refund(self._get(k, now), now, amount, *quota.params)
+                state, ttl = refund(self._get(k, now), now, given, *quota.params)
                 if state is None:
                     self._states.pop(k, None)
                 else:

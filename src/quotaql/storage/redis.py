@@ -80,9 +80,12 @@ def _request(
     amount: float,
     quotas: Sequence[Quota],
     now: int | None,
+    amounts: Sequence[float] | None = None,
 ) -> tuple[list[str], list[str]]:
     """The script's KEYS and ARGV (see lua/driver.lua)."""
     base = _key_base(prefix, tenant)
+    if amounts is not None and len(amounts) == 1:
+        amount, amounts = amounts[0], None
     if len(quotas) == 1 and quotas[0].algorithm != "sliding_log":  # the common case
         keys = [base + quotas[0].state_name]
         specs = quotas[0].script_args
@@ -94,12 +97,18 @@ def _request(
             if quota.algorithm == "sliding_log":
                 keys.append(key + "#log")  # "#" is not allowed in quota names: no clash
         specs = " ".join(quota.script_args for quota in quotas)
-    return keys, [mode, repr(float(amount)), "" if now is None else str(int(now)), specs]
+    if amounts is None:
+        text = repr(float(amount))
+    else:  # one amount per quota
+        text = " ".join(repr(float(each)) for each in amounts)
+    return keys, [mode, text, "" if now is None else str(int(now)), specs]
 
 
-def _decision(raw: list[Any], quotas: Sequence[Quota], cost: float) -> Decision:
+def _decision(
+    raw: list[Any], quotas: Sequence[Quota], cost: float, costs: Sequence[float] | None = None
+) -> Decision:
     """The decision from the script's reply: ``now``, then five values per quota."""
-    if len(quotas) == 1:  # the common case: the decision straight from the reply
+    if len(quotas) == 1 and costs is None:  # the common case: the decision straight from the reply
         _, allowed, exceeds, remaining, retry, reset = raw
         return decide_one(
             quotas[0], allowed == 1, exceeds == 1, float(remaining), retry, reset, cost, "redis"
@@ -108,7 +117,7 @@ def _decision(raw: list[Any], quotas: Sequence[Quota], cost: float) -> Decision:
         (raw[i] == 1, raw[i + 1] == 1, None, float(raw[i + 2]), raw[i + 3], raw[i + 4], 0)
         for i in range(1, len(raw), _FIELDS_PER_QUOTA)
     ]
-    return combine(quotas, checks, cost, "redis")
+    return combine(quotas, checks, cost, "redis", costs)
 
 
 def _is_cluster(client: Any) -> bool:
@@ -275,19 +284,32 @@ class RedisStorage(_RedisBase):
         return cls(redis.Redis.from_url(url), **kwargs)
 
     def acquire(
-        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
-        """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
-        check_arguments(cost, quotas)
-        return _decision(self._call("acquire", key, cost, quotas, now), quotas, cost)
+        """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key`` if all
+        allow it; else debit nothing."""
+        check_arguments(cost, quotas, costs)
+        raw = self._call("acquire", key, cost, quotas, now, costs)
+        return _decision(raw, quotas, cost, costs)
 
     def refund(
-        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
     ) -> None:
-        """Give ``amount`` back to every quota of ``key`` (never above full)."""
-        check_arguments(amount, quotas)
-        if amount > 0 and quotas:
-            self._call("refund", key, amount, quotas, now)
+        """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
+        (never above full)."""
+        check_arguments(amount, quotas, amounts)
+        if quotas and (amount > 0 if amounts is None else any(amounts)):
+            self._call("refund", key, amount, quotas, now, amounts)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         """Each quota's state for ``key``, without debiting anything."""
@@ -308,10 +330,11 @@ class RedisStorage(_RedisBase):
         amount: float,
         quotas: Sequence[Quota],
         now: int | None,
+        amounts: Sequence[float] | None = None,
     ) -> list[bytes]:
         if not quotas:
             return []
-        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now)
+        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts)
         script = self.script_for(quotas)
         # EVALSHA itself rather than through Script.__call__, whose per-call work (an import,
         # argument copies, two more layers) costs ~3 µs a decision; NOSCRIPT is handled the
@@ -344,19 +367,32 @@ class AsyncRedisStorage(_RedisBase):
         return cls(redis.asyncio.Redis.from_url(url), **kwargs)
 
     async def acquire(
-        self, key: str | None, cost: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        costs: Sequence[float] | None = None,
     ) -> Decision:
-        """Debit ``cost`` from every quota of ``key`` if all allow it; else debit nothing."""
-        check_arguments(cost, quotas)
-        return _decision(await self._call("acquire", key, cost, quotas, now), quotas, cost)
+        """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key`` if all
+        allow it; else debit nothing."""
+        check_arguments(cost, quotas, costs)
+        raw = await self._call("acquire", key, cost, quotas, now, costs)
+        return _decision(raw, quotas, cost, costs)
 
     async def refund(
-        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
     ) -> None:
-        """Give ``amount`` back to every quota of ``key`` (never above full)."""
-        check_arguments(amount, quotas)
-        if amount > 0 and quotas:
-            await self._call("refund", key, amount, quotas, now)
+        """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
+        (never above full)."""
+        check_arguments(amount, quotas, amounts)
+        if quotas and (amount > 0 if amounts is None else any(amounts)):
+            await self._call("refund", key, amount, quotas, now, amounts)
 
     async def peek(
         self, key: str | None, quotas: Sequence[Quota], now: int | None = None
@@ -379,10 +415,11 @@ class AsyncRedisStorage(_RedisBase):
         amount: float,
         quotas: Sequence[Quota],
         now: int | None,
+        amounts: Sequence[float] | None = None,
     ) -> list[bytes]:
         if not quotas:
             return []
-        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now)
+        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts)
         script = self.script_for(quotas)
         execute = self.client.execute_command  # see RedisStorage._call
         try:

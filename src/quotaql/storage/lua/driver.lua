@@ -1,4 +1,5 @@
--- ARGV: mode (acquire | peek | refund), cost or amount, now in ms ('' reads the server's TIME),
+-- ARGV: mode (acquire | peek | refund), cost or amount (or one per quota, space-separated),
+-- now in ms ('' reads the server's TIME),
 -- then the quotas in one argument: "<algorithm> <parameter 1> <parameter 2>" per quota,
 -- space-separated (fewer arguments: each one costs the client an encoding step).
 -- KEYS: per quota its state key (sliding_log: the ZSET and its meta key), in quota order.
@@ -34,12 +35,18 @@ if algorithm ~= nil then
           check[4], check[5]}
 end
 
+-- Several quotas: one amount for all, or one each (root-field quotas pay their field's cost).
+local amounts = {}
+for each in string.gmatch(ARGV[2], '%S+') do amounts[#amounts + 1] = tonumber(each) end
 local results = {now}
 local commits = {}
 local allowed = true
 local key_index = 1
+local quota_index = 0
 for algorithm, first, second in string.gmatch(ARGV[4], '(%S+) (%S+) (%S+)') do
   first, second = tonumber(first), tonumber(second)
+  quota_index = quota_index + 1
+  amount = amounts[quota_index] or amounts[1]
   if checks[algorithm] == nil then return unknown(algorithm) end
   local keys = {}
   for i = 1, key_counts[algorithm] or 1 do
