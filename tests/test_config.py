@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from quotaql import config
-from quotaql.config import CostConfig, load_cost_config
+import quotaql.cost_analysis
+from quotaql.config import CostConfig, load_cost_config, reader
 from quotaql.cost_analysis.model import CostLimits, CostModel, FieldCost
 from quotaql.errors import ConfigError
 
@@ -203,11 +204,31 @@ def test_accepts_a_path_object_and_reports_it_as_given(tmp_path):
     assert (error.file, error.line) == (str(path), 2)
 
 
-def test_cost_model_and_cost_limits_from_toml_read_the_same_file(write):
+def test_reading_the_same_file_twice_gives_the_same_model_and_limits(write):
     path = write(FULL)
 
-    assert CostModel.from_toml(path) == load_cost_config(path).model
-    assert CostLimits.from_toml(path).max_depth == 12
+    assert load_cost_config(path).model == load_cost_config(path).model
+    assert load_cost_config(path).limits.max_depth == 12
+
+
+def test_cost_analysis_imports_nothing_from_config():
+    # quotaql.config imports the cost model; cost_analysis reads no files and imports
+    # nothing back, so that the two cannot form an import cycle.
+    package = Path(quotaql.cost_analysis.__file__).parent
+    imports = []
+    for module in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imports += [(module.name, alias.name) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module is not None:
+                imports.append((module.name, node.module))
+                imports += [(module.name, f"{node.module}.{alias.name}") for alias in node.names]
+    assert imports, "no imports found: the scan is broken"
+    assert [
+        (name, target)
+        for name, target in imports
+        if target == "quotaql.config" or target.startswith("quotaql.config.")
+    ] == []
 
 
 # --- errors reading the file ---------------------------------------------------------------
@@ -417,7 +438,7 @@ def test_value_class_rejection_is_reraised_with_file_key_and_line(write, monkeyp
     def stricter_limits(**kwargs):
         raise ConfigError("max_depth must be at most 100")
 
-    monkeypatch.setattr(config, "CostLimits", stricter_limits)
+    monkeypatch.setattr(reader, "CostLimits", stricter_limits)
 
     error = config_error(write("# limits\n[cost]\nmax_depth = 1000\n"))
 

@@ -6,9 +6,10 @@ Each documented TOML table is a level-3 heading holding the table's name in back
 in backticks (``"enforce"``, ``429``, ``2.0``, ``true``) or ``—`` when the key has none (the
 code's default is ``None``: off, required or inherited).
 
-The keys the parser accepts come from the code: the key tuples of ``quotaql.config`` that its
-``check_keys`` calls use, which must agree with the dataclass fields they fill; the defaults
-come from the dataclasses.
+The keys the parser accepts come from the code: the key tuples of ``quotaql.config.reader``
+(and, for ``[alerts]``, of ``quotaql.observability.thresholds``) that its ``check_keys`` calls
+use, which must agree with the dataclass fields they fill; the defaults come from the
+dataclasses.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from quotaql import config as qconfig
 from quotaql.config import (
     AlertsConfig,
     CostConfig,
@@ -30,8 +30,10 @@ from quotaql.config import (
     TenantConfig,
     TierConfig,
     load_config,
+    reader,
 )
 from quotaql.cost_analysis.model import DEFAULT_OPERATION_WEIGHTS, CostLimits, CostModel, FieldCost
+from quotaql.observability import thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "configuration.md"
@@ -121,55 +123,55 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
     compared with the fields of the dataclass it fills, so that the two cannot drift apart
     without this test noticing.
     """
-    assert set(qconfig._MODEL_KEYS) == set(_field_names(CostModel, "source", "locations"))
-    assert set(qconfig._LIMIT_KEYS) == set(_field_names(CostLimits))
-    assert set(qconfig._FIELD_COST_KEYS) == set(_field_names(FieldCost))
-    assert set(qconfig._LIMITS_KEYS) == set(_field_names(LimitsConfig))
-    assert set(qconfig._ALERT_KINDS) == set(_field_names(AlertsConfig))
-    assert set(qconfig._OPERATION_TYPES) == set(DEFAULT_OPERATION_WEIGHTS)
-    assert set(qconfig._TIER_KEYS) == {
-        *qconfig._QUOTA_KEYS,
+    assert set(reader._MODEL_KEYS) == set(_field_names(CostModel, "source", "locations"))
+    assert set(reader._LIMIT_KEYS) == set(_field_names(CostLimits))
+    assert set(reader._FIELD_COST_KEYS) == set(_field_names(FieldCost))
+    assert set(reader._LIMITS_KEYS) == set(_field_names(LimitsConfig))
+    assert set(thresholds.ALERT_KINDS) == set(_field_names(AlertsConfig))
+    assert set(reader._OPERATION_TYPES) == set(DEFAULT_OPERATION_WEIGHTS)
+    assert set(reader._TIER_KEYS) == {
+        *reader._QUOTA_KEYS,
         *_field_names(TierConfig, "name", "quota"),
     }
-    assert set(qconfig._TENANT_KEYS) == {
-        *qconfig._QUOTA_KEYS,
+    assert set(reader._TENANT_KEYS) == {
+        *reader._QUOTA_KEYS,
         *_field_names(TenantConfig, "name", "quota"),
     }
 
-    cost_keys = (*qconfig._MODEL_KEYS, *qconfig._LIMIT_KEYS)
+    cost_keys = (*reader._MODEL_KEYS, *reader._LIMIT_KEYS)
     cost_defaults = {
-        **_instance_defaults(CostModel(), qconfig._MODEL_KEYS),
-        **_instance_defaults(CostLimits(), qconfig._LIMIT_KEYS),
+        **_instance_defaults(CostModel(), reader._MODEL_KEYS),
+        **_instance_defaults(CostLimits(), reader._LIMIT_KEYS),
     }
-    quota_defaults = dict.fromkeys(qconfig._QUOTA_KEYS)
+    quota_defaults = dict.fromkeys(reader._QUOTA_KEYS)
     return {
         "[cost]": (cost_keys, cost_defaults),
-        "[cost.operation_weights]": (qconfig._OPERATION_TYPES, dict(DEFAULT_OPERATION_WEIGHTS)),
+        "[cost.operation_weights]": (reader._OPERATION_TYPES, dict(DEFAULT_OPERATION_WEIGHTS)),
         '[cost.weights."Type.field"]': (
-            qconfig._FIELD_COST_KEYS,
-            _instance_defaults(FieldCost(), qconfig._FIELD_COST_KEYS),
+            reader._FIELD_COST_KEYS,
+            _instance_defaults(FieldCost(), reader._FIELD_COST_KEYS),
         ),
         "[limits]": (
-            qconfig._LIMITS_KEYS,
-            _instance_defaults(LimitsConfig(), qconfig._LIMITS_KEYS),
+            reader._LIMITS_KEYS,
+            _instance_defaults(LimitsConfig(), reader._LIMITS_KEYS),
         ),
         "[tiers.<name>]": (
-            qconfig._TIER_KEYS,
+            reader._TIER_KEYS,
             {
                 **quota_defaults,
                 "mode": _field_default(TierConfig, "mode"),
                 "operations": _field_default(TierConfig, "operations"),
             },
         ),
-        "[tiers.<name>.operations.<Operation>]": (qconfig._QUOTA_KEYS, quota_defaults),
+        "[tiers.<name>.operations.<Operation>]": (reader._QUOTA_KEYS, quota_defaults),
         "[tenants.<name>]": (
-            qconfig._TENANT_KEYS,
+            reader._TENANT_KEYS,
             {**quota_defaults, "tier": _field_default(TenantConfig, "tier")},
         ),
-        "[global]": (qconfig._QUOTA_KEYS, quota_defaults),
+        "[global]": (reader._QUOTA_KEYS, quota_defaults),
         "[alerts]": (
-            tuple(qconfig._ALERT_KINDS),
-            _instance_defaults(AlertsConfig(), tuple(qconfig._ALERT_KINDS)),
+            tuple(thresholds.ALERT_KINDS),
+            _instance_defaults(AlertsConfig(), tuple(thresholds.ALERT_KINDS)),
         ),
     }
 
@@ -217,7 +219,7 @@ def test_every_table_with_fixed_keys_is_documented_and_no_other(reference):
 
 def test_every_top_level_table_of_the_parser_is_documented(reference):
     documented = {heading.strip("[]").split(".")[0] for heading in reference}
-    assert documented == set(qconfig._TABLES)
+    assert documented == set(reader._TABLES)
 
 
 @pytest.mark.parametrize("table", sorted(expected_tables()))
@@ -267,8 +269,8 @@ def test_a_file_of_the_documented_defaults_loads_as_the_defaults(reference, tmp_
 def test_the_defaults_file_sets_every_limits_and_alerts_key(reference):
     text = _defaults_file(reference, ("[limits]", "[alerts]"))
     data = tomllib.loads(text)
-    assert set(data["limits"]) == set(qconfig._LIMITS_KEYS)
-    assert set(data["alerts"]) == set(qconfig._ALERT_KINDS)
+    assert set(data["limits"]) == set(reader._LIMITS_KEYS)
+    assert set(data["alerts"]) == set(thresholds.ALERT_KINDS)
 
 
 @pytest.mark.parametrize("doc", TOML_EXAMPLES, ids=lambda path: path.name)

@@ -5,12 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from quotaql.errors import ConfigError
-
-if TYPE_CHECKING:
-    from os import PathLike
 
 __all__ = ["CostLimits", "CostModel", "FieldCost", "OperationType"]
 
@@ -161,17 +158,6 @@ class CostModel:
         object.__setattr__(self, "weights", FrozenMap(weights))
         object.__setattr__(self, "locations", dict(self.locations))
 
-    @classmethod
-    def from_toml(cls, path: str | PathLike[str]) -> CostModel:
-        """Read the ``[cost]`` table of a ``quotaql.toml`` file.
-
-        Raises:
-            ConfigError: the file is missing or malformed; names the file, line and key.
-        """
-        from quotaql.config import load_cost_config  # noqa: PLC0415  (config imports this module)
-
-        return load_cost_config(path).model
-
 
 @dataclass(frozen=True, slots=True)
 class CostLimits:
@@ -208,13 +194,6 @@ class CostLimits:
             ):
                 kind = "an integer" if integral else "a number"
                 raise ConfigError(f"{name} must be {kind} >= 0, got {value!r}")
-
-    @classmethod
-    def from_toml(cls, path: str | PathLike[str]) -> CostLimits:
-        """Read the limits (``max_cost``, ``max_depth``, ...) of the ``[cost]`` table."""
-        from quotaql.config import load_cost_config  # noqa: PLC0415
-
-        return load_cost_config(path).limits
 
 
 def _check_number(name: str, value: object) -> float:

@@ -1,13 +1,14 @@
 """Prometheus alert rules for quotaql: ``alerts/quotaql.rules.yml``, from the ``[alerts]`` table.
 
 Every metric, label and label value comes from :mod:`quotaql.instrumentation.names`; every
-threshold, window and ``for`` comes from :class:`~quotaql.config.AlertsConfig`. Each alert has a
-``severity`` label and ``summary``, ``description`` and ``runbook_url`` annotations; the
-runbook URL points at the alert's own section of ``docs/runbook.md`` (its heading is the alert
-name). ``alerts/quotaql.rules.test.yml`` holds the ``promtool test rules`` cases.
+threshold, window and ``for`` comes from :class:`~quotaql.observability.thresholds.AlertsConfig`.
+Each alert has a ``severity`` label and ``summary``, ``description`` and ``runbook_url``
+annotations; the runbook URL points at the alert's own section of ``docs/runbook.md`` (its
+heading is the alert name). ``alerts/quotaql.rules.test.yml`` holds the ``promtool test rules``
+cases.
 
 Example:
-    >>> from quotaql.config import AlertsConfig
+    >>> from quotaql.observability.thresholds import AlertsConfig
     >>> rules = alert_rules(AlertsConfig(blocked_ratio=0.5))
     >>> [rule["alert"] for rule in rules["groups"][0]["rules"]][:2]
     ['QuotaqlBlockedRatioHigh', 'QuotaqlBlockSpike']
@@ -25,8 +26,8 @@ import math
 import re
 from typing import TYPE_CHECKING, Final, Literal
 
-from quotaql.config import AlertsConfig
 from quotaql.instrumentation import names
+from quotaql.observability.thresholds import AlertsConfig
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -1,0 +1,212 @@
+"""The frozen values that ``quotaql.toml`` is read into, and the checks each makes of itself."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Final, Literal, cast, get_args
+
+from quotaql.cost_analysis.model import CostLimits, CostModel
+from quotaql.errors import ConfigError
+from quotaql.limiter import BackendErrorMode
+from quotaql.observability.thresholds import AlertsConfig
+from quotaql.policy.quota import Algorithm, Quota
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["Config", "CostConfig", "LimitsConfig", "Mode", "TenantConfig", "TierConfig"]
+
+#: What the limiter does with a request over its quota: refuse it (``enforce``), let it
+#: through and only report it (``shadow``), or not check at all (``off``).
+Mode = Literal["enforce", "shadow", "off"]
+
+MODES: Final = cast("tuple[Mode, ...]", get_args(Mode))
+ALGORITHMS: Final = cast("tuple[Algorithm, ...]", get_args(Algorithm))
+BACKEND_ERROR_MODES: Final = cast("tuple[BackendErrorMode, ...]", get_args(BackendErrorMode))
+DEFAULT_TIER: Final = "free"
+MIN_HTTP_STATUS: Final = 400
+MAX_HTTP_STATUS: Final = 599
+
+
+@dataclass(frozen=True, slots=True)
+class CostConfig:
+    """The ``[cost]`` table of ``quotaql.toml``.
+
+    Attributes:
+        model: weights, list sizes and operation weights that price an operation.
+        limits: static limits checked before any resolver runs.
+    """
+
+    model: CostModel = field(default_factory=CostModel)
+    limits: CostLimits = field(default_factory=CostLimits)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """The ``[limits]`` table of ``quotaql.toml``: how the limiter behaves.
+
+    Attributes:
+        mode: ``enforce`` refuses requests over quota, ``shadow`` lets them through and
+            only reports them, ``off`` checks nothing; a tier may set its own.
+        algorithm: the algorithm of every quota that does not name its own.
+        on_backend_error: what to do when the storage fails: let requests through
+            (``open``), refuse them (``closed``) or count in process memory (``local``).
+        default_tier: the tier of a tenant that ``[tenants]`` does not name.
+        refund_unused: give back the part of the cost that the operation did not use.
+        expose_cost: report the cost and the quota state in the response's extensions.
+        http_status: the status of a refused request (400 to 599).
+        reload_interval: seconds between checks of the file for edits; 0 never reloads.
+    """
+
+    mode: Mode = "enforce"
+    algorithm: Algorithm = "token_bucket"
+    on_backend_error: BackendErrorMode = "local"
+    default_tier: str = DEFAULT_TIER
+    refund_unused: bool = True
+    expose_cost: bool = True
+    http_status: int = 429
+    reload_interval: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name, choices in (
+            ("mode", MODES),
+            ("algorithm", ALGORITHMS),
+            ("on_backend_error", BACKEND_ERROR_MODES),
+        ):
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                )
+        status = self.http_status
+        if (
+            isinstance(status, bool)
+            or not isinstance(status, int)
+            or not MIN_HTTP_STATUS <= status <= MAX_HTTP_STATUS
+        ):
+            raise ConfigError(f"http_status must be an integer from 400 to 599, got {status!r}")
+        interval = self.reload_interval
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int | float)
+            or not math.isfinite(interval)
+            or interval < 0
+        ):
+            raise ConfigError(f"reload_interval must be a number >= 0, got {interval!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    """One ``[tiers.<name>]`` table: the quotas of a plan.
+
+    Attributes:
+        name: the tier's name.
+        quota: each tenant's quota (named ``tenant``).
+        operations: quotas for single operations, by operation name (each named
+            ``op:<OperationName>``), checked on top of ``quota``.
+        mode: the tier's own mode; ``None`` when ``limits.mode`` applies.
+    """
+
+    name: str
+    quota: Quota
+    operations: Mapping[str, Quota] = field(default_factory=dict)
+    mode: Mode | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "operations", MappingProxyType(dict(self.operations)))
+        if self.mode is not None and self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantConfig:
+    """One ``[tenants.<name>]`` table: a tenant's tier, and maybe a quota of its own.
+
+    Attributes:
+        name: the tenant's name.
+        tier: the name of its tier.
+        quota: its quota (named ``tenant``) when it overrides the tier's; ``None``: the
+            tier's quota applies.
+    """
+
+    name: str
+    tier: str
+    quota: Quota | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything ``quotaql.toml`` says.
+
+    Example:
+        >>> from quotaql.config import default_config
+        >>> config = default_config()
+        >>> [quota.name for quota in config.quotas_for("acme", "ExportOrders")]
+        ['tenant']
+        >>> config.tier_of("acme").quota.capacity
+        1000.0
+
+    Attributes:
+        cost: the ``[cost]`` table.
+        limits: the ``[limits]`` table.
+        tiers: every tier, by name; ``limits.default_tier`` is one of them.
+        tenants: the tenants that ``[tenants]`` names; any other tenant is on the
+            default tier.
+        global_quota: the ``[global]`` quota (named ``global``, shared by every tenant),
+            or ``None``.
+        source: the file the configuration was read from; ``None`` for defaults.
+        alerts: the ``[alerts]`` table.
+    """
+
+    cost: CostConfig
+    limits: LimitsConfig
+    tiers: Mapping[str, TierConfig]
+    tenants: Mapping[str, TenantConfig]
+    global_quota: Quota | None
+    source: str | None = None
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))
+        object.__setattr__(self, "tenants", MappingProxyType(dict(self.tenants)))
+        if self.limits.default_tier not in self.tiers:
+            raise ConfigError(
+                f"default_tier {self.limits.default_tier!r} is not a tier"
+                f" (tiers: {', '.join(self.tiers) or 'none'})"
+            )
+        for tenant in self.tenants.values():
+            if tenant.tier not in self.tiers:
+                raise ConfigError(f"tenant {tenant.name!r}: {tenant.tier!r} is not a tier")
+
+    def tier_of(self, tenant: str | None) -> TierConfig:
+        """The tier of ``tenant``: its own if ``[tenants]`` names it, else the default tier."""
+        known = self.tenants.get(tenant) if tenant is not None else None
+        return self.tiers[known.tier if known is not None else self.limits.default_tier]
+
+    def quotas_for(
+        self, tenant: str | None, operation_name: str | None, tier: TierConfig | None = None
+    ) -> tuple[Quota, ...]:
+        """The quotas that a request of ``tenant`` running ``operation_name`` spends from.
+
+        In order: the tenant quota (the tenant's own, else its tier's), the tier's quota
+        for ``operation_name`` if it has one, and the global quota if there is one.
+        ``tier``, when given (a tier resolver chose it), replaces the ``[tenants]`` table.
+        """
+        if tier is not None:
+            quotas = [tier.quota]
+        else:
+            known = self.tenants.get(tenant) if tenant is not None else None
+            if known is None:
+                tier = self.tiers[self.limits.default_tier]
+                quotas = [tier.quota]
+            else:
+                tier = self.tiers[known.tier]
+                quotas = [tier.quota if known.quota is None else known.quota]
+        if operation_name is not None:
+            operation = tier.operations.get(operation_name)
+            if operation is not None:
+                quotas.append(operation)
+        if self.global_quota is not None:
+            quotas.append(self.global_quota)
+        return tuple(quotas)

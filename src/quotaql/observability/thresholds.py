@@ -1,0 +1,185 @@
+"""The thresholds of the generated Prometheus alert rules: the ``[alerts]`` table."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from typing import TYPE_CHECKING, Final, Literal
+
+from quotaql.errors import ConfigError
+from quotaql.instrumentation.names import CHECK_LATENCY_ALERT_SECONDS
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["AlertsConfig"]
+
+#: A Prometheus duration: units from years to milliseconds, each at most once, in order.
+_DURATION: Final = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?")
+_DEFAULT_RUNBOOK: Final = "https://github.com/quotaql/quotaql/blob/main/docs/runbook.md"
+
+#: What each kind of ``[alerts]`` value must be, as the end of "expected ...".
+ALERT_EXPECTED: Final = {
+    "url": "a non-empty URL without a #fragment (each alert adds its section's)",
+    "window": 'a Prometheus duration > 0 such as "30s", "5m" or "1h30m"',
+    "duration": 'a Prometheus duration such as "0s", "5m" or "1h30m"',
+    "ratio": "a number > 0 and <= 1",
+    "positive": "a finite number > 0",
+    "non_negative": "a finite number >= 0",
+    "count": "an integer >= 1",
+}
+AlertKind = Literal["url", "window", "duration", "ratio", "positive", "non_negative", "count"]
+
+
+def alert_value(kind: AlertKind, value: object) -> object | None:
+    """``value`` as an ``[alerts]`` value of ``kind`` (numbers as floats); None if it is not one."""
+    if kind in ("url", "window", "duration"):
+        if not isinstance(value, str) or not value:
+            return None
+        if kind == "url":
+            return value if "#" not in value and not any(c.isspace() for c in value) else None
+        if _DURATION.fullmatch(value) is None:
+            return None
+        if kind == "window" and not any(int(n) for n in re.findall(r"\d+", value)):
+            return None
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if kind == "count":
+        return value if isinstance(value, int) and value >= 1 else None
+    if not math.isfinite(value):
+        return None
+    ok = {"ratio": 0 < value <= 1, "positive": value > 0, "non_negative": value >= 0}[kind]
+    return float(value) if ok else None
+
+
+@dataclass(frozen=True, slots=True)
+class AlertsConfig:
+    """The ``[alerts]`` table of ``quotaql.toml``: the thresholds of the Prometheus alert rules
+    that ``quotaql alerts`` writes (:func:`quotaql.observability.alerts.write_alerts`).
+
+    Every key is optional. Rates are per second, summed over the instances of a scrape
+    ``job``; durations are Prometheus duration strings (``"30s"``, ``"5m"``, ``"1h30m"``,
+    ``"1d"``). A ``*_for`` key is how long a condition must hold before its alert fires.
+
+    Attributes:
+        runbook_base_url: the URL of ``docs/runbook.md``; each alert's ``runbook_url`` is it
+            plus ``#<its section>``.
+        rate_window: the range of ``rate()`` in the alerts that do not have their own (5m).
+        blocked_ratio: ``QuotaqlBlockedRatioHigh`` fires when more than this fraction of a
+            job's operations are refused by their budget (0.2).
+        blocked_ratio_min_rate: ... and the job serves more than this many operations a
+            second, so that a few refusals on an idle job stay quiet (0.1).
+        blocked_ratio_for: 10m.
+        block_spike_factor: ``QuotaqlBlockSpike`` fires when a job blocks more than this
+            many times as many operations a second as it did ``block_spike_offset`` earlier,
+            or blocks some when it blocked none (or had no data) then (3.0).
+        block_spike_min_rate: ... and more than this many a second (1.0).
+        block_spike_window: the range of the spike's ``rate()``, now and then (10m).
+        block_spike_offset: how far back the baseline is (1d, the same time yesterday).
+        block_spike_for: 5m.
+        check_latency_p99_seconds: ``QuotaqlCheckLatencyHigh`` fires when the 99th
+            percentile of the limiter's decision time on a backend is above this (0.025, a
+            bucket edge of ``quotaql_check_duration_seconds``, so the comparison is exact).
+        check_latency_for: 10m.
+        backend_errors_per_second: ``QuotaqlBackendErrors`` fires when a backend fails more
+            than this many calls a second (0.1; 0 fires on any error).
+        backend_errors_for: 5m.
+        failing_window: the range of ``rate()`` in ``QuotaqlFailingOpen`` and
+            ``QuotaqlFailingClosed``, which fire on any decision taken without the storage;
+            at least two scrape intervals (2m).
+        failing_for: 3m: longer than ``failing_window``, so that one failed call does not
+            fire, a failing storage does.
+        circuit_open_for: how long a circuit breaker must stay open before
+            ``QuotaqlCircuitOpen`` fires (1m).
+        many_tenants_limited: ``QuotaqlManyTenantsLimited`` fires when at least this many
+            tenants (labelled in ``quotaql_tenant_requests_total``, not ``other``) of a job
+            have operations blocked at once (10).
+        many_tenants_limited_for: 10m.
+        metrics_absent_for: how long ``quotaql_build_info`` may be missing before
+            ``QuotaqlMetricsAbsent`` fires (10m).
+    """
+
+    runbook_base_url: str = _DEFAULT_RUNBOOK
+    rate_window: str = "5m"
+    blocked_ratio: float = 0.2
+    blocked_ratio_min_rate: float = 0.1
+    blocked_ratio_for: str = "10m"
+    block_spike_factor: float = 3.0
+    block_spike_min_rate: float = 1.0
+    block_spike_window: str = "10m"
+    block_spike_offset: str = "1d"
+    block_spike_for: str = "5m"
+    check_latency_p99_seconds: float = CHECK_LATENCY_ALERT_SECONDS
+    check_latency_for: str = "10m"
+    backend_errors_per_second: float = 0.1
+    backend_errors_for: str = "5m"
+    failing_window: str = "2m"
+    failing_for: str = "3m"
+    circuit_open_for: str = "1m"
+    many_tenants_limited: int = 10
+    many_tenants_limited_for: str = "10m"
+    metrics_absent_for: str = "10m"
+
+    def __post_init__(self) -> None:
+        for name, kind in ALERT_KINDS.items():
+            value = getattr(self, name)
+            checked = alert_value(kind, value)
+            if checked is None:
+                raise ConfigError(
+                    f"{name} must be {ALERT_EXPECTED[kind]}, got {describe_value(value)}"
+                )
+            object.__setattr__(self, name, checked)
+
+
+#: The kind of each ``[alerts]`` key, in the order of :class:`AlertsConfig`'s fields.
+ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
+    "runbook_base_url": "url",
+    "rate_window": "window",
+    "blocked_ratio": "ratio",
+    "blocked_ratio_min_rate": "non_negative",
+    "blocked_ratio_for": "duration",
+    "block_spike_factor": "positive",
+    "block_spike_min_rate": "non_negative",
+    "block_spike_window": "window",
+    "block_spike_offset": "window",
+    "block_spike_for": "duration",
+    "check_latency_p99_seconds": "positive",
+    "check_latency_for": "duration",
+    "backend_errors_per_second": "non_negative",
+    "backend_errors_for": "duration",
+    "failing_window": "window",
+    "failing_for": "duration",
+    "circuit_open_for": "duration",
+    "many_tenants_limited": "count",
+    "many_tenants_limited_for": "duration",
+    "metrics_absent_for": "duration",
+}
+
+
+# Here rather than in the config reader, which imports this module: AlertsConfig's own
+# checks describe a rejected value exactly as the reader does.
+def describe_value(value: object) -> str:
+    """Name a TOML value's type and show it as TOML would (``a string ("10")``)."""
+    if isinstance(value, bool):
+        return f"a boolean ({'true' if value else 'false'})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a float ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({json.dumps(value, ensure_ascii=False)})"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, datetime):
+        return f"a date-time ({value.isoformat()})"
+    if isinstance(value, date):
+        return f"a date ({value.isoformat()})"
+    if isinstance(value, time):
+        return f"a time ({value.isoformat()})"
+    return type(value).__name__
