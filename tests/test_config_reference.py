@@ -33,6 +33,7 @@ from quotaql.config import (
     reader,
 )
 from quotaql.cost_analysis.model import DEFAULT_OPERATION_WEIGHTS, CostLimits, CostModel, FieldCost
+from quotaql.identity import IdentityConfig
 from quotaql.observability import thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,8 +132,9 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
     assert set(reader._OPERATION_TYPES) == set(DEFAULT_OPERATION_WEIGHTS)
     assert set(reader._TIER_KEYS) == {
         *reader._QUOTA_KEYS,
-        *_field_names(TierConfig, "name", "quota"),
+        *_field_names(TierConfig, "name", "quota", "field_lines"),
     }
+    assert set(reader._IDENTITY_KEYS) == set(_field_names(IdentityConfig, "networks"))
     assert set(reader._TENANT_KEYS) == {
         *reader._QUOTA_KEYS,
         *_field_names(TenantConfig, "name", "quota"),
@@ -161,9 +163,17 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
                 **quota_defaults,
                 "mode": _field_default(TierConfig, "mode"),
                 "operations": _field_default(TierConfig, "operations"),
+                "per_user": _field_default(TierConfig, "per_user"),
+                "fields": _field_default(TierConfig, "fields"),
             },
         ),
         "[tiers.<name>.operations.<Operation>]": (reader._QUOTA_KEYS, quota_defaults),
+        "[tiers.<name>.per_user]": (reader._QUOTA_KEYS, quota_defaults),
+        '[tiers.<name>.fields."<Type.field>"]': (reader._QUOTA_KEYS, quota_defaults),
+        "[identity]": (
+            reader._IDENTITY_KEYS,
+            _instance_defaults(IdentityConfig(), reader._IDENTITY_KEYS),
+        ),
         "[tenants.<name>]": (
             reader._TENANT_KEYS,
             {**quota_defaults, "tier": _field_default(TenantConfig, "tier")},

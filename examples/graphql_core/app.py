@@ -7,7 +7,7 @@ Run it from the repository root::
 Every request is parsed, validated and priced before anything runs; its cost is debited
 from the caller's budget (tenant = the ``X-API-Key`` header); what the operation did not
 use is refunded afterwards. The answers (errors, ``extensions.cost``, HTTP status and
-``RateLimit`` headers) are built by ``quotaql.plugin.contract``, exactly as the Strawberry
+``RateLimit`` headers) are built by ``quotaql.contract``, exactly as the Strawberry
 extension builds them.
 """
 
@@ -24,15 +24,15 @@ from starlette.routing import Route
 
 from quotaql import AsyncLimiter, CostAnalysisError, MemoryStorage
 from quotaql.config import load_config
-from quotaql.cost_analysis import actual_cost, analyze
-from quotaql.cost_analysis.analyzer import parse_document
-from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
-from quotaql.plugin.contract import (
+from quotaql.contract import (
     cost_extension,
     rate_limit_error,
     rate_limit_headers,
     status_for,
 )
+from quotaql.cost_analysis import actual_cost, analyze
+from quotaql.cost_analysis.analyzer import parse_document
+from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
 
 if TYPE_CHECKING:
     import os

@@ -1,7 +1,7 @@
 """What the client sees: GraphQL errors, ``extensions.cost`` and the HTTP rate-limit headers.
 
-Pure functions of a decision and a price, so that every integration (Strawberry, plain
-graphql-core) answers the same way.
+Pure functions of a decision and a price, so that every integration (Strawberry, Ariadne,
+plain graphql-core) answers the same way. Nothing here imports a web framework.
 """
 
 from __future__ import annotations
@@ -16,11 +16,31 @@ if TYPE_CHECKING:
 
     from quotaql.policy.quota import Decision, Quota
 
-__all__ = ["cost_extension", "rate_limit_error", "rate_limit_headers", "status_for"]
+__all__ = [
+    "COST_EXCEEDS_CAPACITY",
+    "RATE_LIMITED",
+    "RATE_LIMITER_UNAVAILABLE",
+    "REFUSAL_CODES",
+    "TOO_MANY_SUBSCRIPTIONS",
+    "UNKNOWN_API_KEY",
+    "cost_extension",
+    "rate_limit_error",
+    "rate_limit_headers",
+    "status_for",
+    "too_many_subscriptions_error",
+    "unknown_key_error",
+]
 
 RATE_LIMITED = "RATE_LIMITED"
 COST_EXCEEDS_CAPACITY = "COST_EXCEEDS_CAPACITY"
 RATE_LIMITER_UNAVAILABLE = "RATE_LIMITER_UNAVAILABLE"
+UNKNOWN_API_KEY = "UNKNOWN_API_KEY"
+TOO_MANY_SUBSCRIPTIONS = "TOO_MANY_SUBSCRIPTIONS"
+#: The codes of the refusals the limiter answers (the analysis has its own, on its errors).
+REFUSAL_CODES = frozenset(
+    {RATE_LIMITED, COST_EXCEEDS_CAPACITY, RATE_LIMITER_UNAVAILABLE, UNKNOWN_API_KEY,
+     TOO_MANY_SUBSCRIPTIONS}
+)  # fmt: skip
 
 
 def _points(value: float) -> str:
@@ -56,6 +76,8 @@ def rate_limit_error(decision: Decision) -> GraphQLError:
     """
     code = error_code(decision)
     cost, limit, remaining = decision.cost, decision.limit, decision.remaining
+    # "your 100" for the tenant's own budget; a quota of its own is named.
+    whose = "your" if decision.limited_by in (None, "tenant") else f"the '{decision.limited_by}'"
     extensions: dict[str, Any] = {
         "code": code,
         "cost": cost,
@@ -80,18 +102,42 @@ def rate_limit_error(decision: Decision) -> GraphQLError:
         retry = decision.retry_after or 0.0
         extensions["retryAfter"] = retry
         message = (
-            f"This query costs {_points(cost)} points but only {_points(remaining)} of your"
+            f"This query costs {_points(cost)} points but only {_points(remaining)} of {whose}"
             f" {_points(limit)} remain; retry in {_seconds(retry)}."
         )
     return GraphQLError(message, extensions=extensions)
 
 
+def unknown_key_error(header: str) -> GraphQLError:
+    """The error of a request whose API key no tenant has (``unknown_keys = "reject"``).
+
+    Example:
+        >>> unknown_key_error("x-api-key").extensions["code"]
+        'UNKNOWN_API_KEY'
+    """
+    return GraphQLError(
+        f"The API key in the {header} header is not known; check the key, or send none.",
+        extensions={"code": UNKNOWN_API_KEY},
+    )
+
+
+def too_many_subscriptions_error(limit: int, retry_after: float = 1.0) -> GraphQLError:
+    """The error of a subscription over the tenant's ``max_subscriptions``."""
+    return GraphQLError(
+        f"You have {limit} subscriptions open, the most this API allows at once;"
+        " close one to open another.",
+        extensions={"code": TOO_MANY_SUBSCRIPTIONS, "limit": limit, "retryAfter": retry_after},
+    )
+
+
 def status_for(code: str, rate_limited_status: int) -> int:
     """The HTTP status of a refusal: ``http_status`` (429) when waiting helps."""
-    if code == RATE_LIMITED:
+    if code in (RATE_LIMITED, TOO_MANY_SUBSCRIPTIONS):
         return rate_limited_status
     if code == RATE_LIMITER_UNAVAILABLE:
         return 503
+    if code == UNKNOWN_API_KEY:
+        return 401
     return 400  # COST_EXCEEDS_CAPACITY: the same request will never pass
 
 

@@ -54,7 +54,7 @@ def test_demo_on_memory() -> None:
 def test_demo_on_redis(fresh_redis_server: RedisServer) -> None:
     check_story(run_demo("--redis", fresh_redis_server.url))
     with fresh_redis_server.client() as client:  # the budgets really were in Redis
-        assert any(key.startswith(b"quotaql:{t:demo-scraper}") for key in client.keys("*"))
+        assert any(key.startswith(b"quotaql:{t:key:demo-scraper}") for key in client.keys("*"))
 
 
 def test_demo_keeps_serving_and_shows_a_429() -> None:

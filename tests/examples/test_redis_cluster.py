@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from tests.servers import RedisCluster
 
 APP = Path(__file__).resolve().parents[2] / "examples" / "redis_cluster" / "app.py"
+SHOPPERS = 200
 # Free tier: 300 points, 30 a second. 20 products x (2 + 5 reviews x 1) = 140 up front;
 # products have 1-7 reviews, so 110 in the end: each call spends 110 net.
 PRODUCTS = "{ products(first: 20) { name reviews(first: 5) { stars } } }"
@@ -69,7 +71,7 @@ def post(server: UvicornServer, query: str, key: str) -> httpx.Response:
 
 
 def tenant_key(tenant: str, quota: str = "tenant") -> str:
-    return f"quotaql:{{t:{tenant}}}:{quota}"
+    return f"quotaql:{{t:key:{tenant}}}:{quota}"  # a known API key is the subject key:<tenant>
 
 
 def no_backend_errors(server: UvicornServer) -> bool:
@@ -94,20 +96,26 @@ def cluster_env(
     redis_cluster: RedisCluster,
     cluster_client: redis.cluster.RedisCluster,  # every master emptied first
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> RedisCluster:
     nodes = ",".join(f"{redis_cluster.host}:{port}" for port in redis_cluster.ports)
     monkeypatch.setenv("QUOTAQL_REDIS_CLUSTER", nodes)
     # A loaded CI host can take over 0.1 s for the first call (slot discovery): a timeout
     # would be a backend error, which these tests count as a failure.
     monkeypatch.setenv("QUOTAQL_REDIS_TIMEOUT", "2")
-    monkeypatch.delenv("QUOTAQL_CONFIG", raising=False)
+    # The demo's configuration, and the shoppers' API keys as known free tenants (an
+    # unknown key would count as the client's address: one subject for them all).
+    config = tmp_path / "quotaql.toml"
+    shoppers = "".join(f'[tenants.shopper-{i}]\ntier = "free"\n' for i in range(SHOPPERS))
+    config.write_text(DEMO_CONFIG.read_text(encoding="utf-8") + shoppers, encoding="utf-8")
+    monkeypatch.setenv("QUOTAQL_CONFIG", str(config))
     return redis_cluster
 
 
 def one_tenant_per_master(cluster: RedisCluster) -> dict[int, str]:
     """A tenant whose keys land on each master: the tag ``t:<tenant>`` picks the slot."""
     tenants: dict[int, str] = {}
-    for index in range(200):
+    for index in range(SHOPPERS):
         tenant = f"shopper-{index}"
         tenants.setdefault(cluster.node_for_key(tenant_key(tenant)), tenant)
         if len(tenants) == len(cluster.ports):
@@ -163,10 +171,11 @@ def test_an_operation_quota_shares_the_tenant_slot(
 def test_a_global_quota_is_a_second_call_on_its_own_slot(
     cluster_env: RedisCluster, cluster_client: redis.cluster.RedisCluster, tmp_path: Path
 ) -> None:
-    config = tmp_path / "quotaql.toml"
+    config = tmp_path / "global.toml"
     # A slow refill, so that the global bucket's key outlives the test (full keys expire).
     global_quota = "\n[global]\ncapacity = 100000\nrefill_per_second = 1\n"
-    config.write_text(DEMO_CONFIG.read_text() + global_quota)
+    shoppers = Path(os.environ["QUOTAQL_CONFIG"]).read_text(encoding="utf-8")  # cluster_env's
+    config.write_text(shoppers + global_quota, encoding="utf-8")
     global_master = cluster_env.node_for_key("quotaql:{global}:global")
     tenants = one_tenant_per_master(cluster_env)
     elsewhere = next(tenant for port, tenant in tenants.items() if port != global_master)

@@ -33,6 +33,12 @@ TOML = """
 [tiers.free]
 capacity = 100
 refill_per_second = 0.001
+[tenants.vip]
+tier = "free"
+[tenants.x]
+tier = "free"
+[tenants.t]
+tier = "free"
 """
 
 
@@ -42,7 +48,7 @@ def build(
     registry = CollectorRegistry()
     limiter = CostLimiter.from_config(
         write_config(base=TOML.format(extra=extra)),
-        metrics=PrometheusMetrics(registry, tenant_allowlist=["vip"]),
+        metrics=PrometheusMetrics(registry, tenant_allowlist=["key:vip"]),
         **kwargs,
     )
     return shop.make_schema(limiter), registry
@@ -85,7 +91,7 @@ def test_allowed_blocked_and_rejected_operations_are_counted(
     # The limiter's decisions are timed, under the backend that made them.
     assert sample(registry, f"{names.CHECK_DURATION}_count", backend="memory") == 4
     # Tenants: the allowlisted one by name, the others as "other" (no top-N here).
-    assert sample(registry, names.TENANT_REQUESTS_TOTAL, tenant="vip", decision="allowed") == 2
+    assert sample(registry, names.TENANT_REQUESTS_TOTAL, tenant="key:vip", decision="allowed") == 2
     assert sample(registry, names.TENANT_REQUESTS_TOTAL, tenant="other", decision="rejected") == 1
 
 

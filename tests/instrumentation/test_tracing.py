@@ -27,6 +27,10 @@ TOML = """
 [tiers.free]
 capacity = 100
 refill_per_second = 0.001
+[tenants.acme]
+tier = "free"
+[tenants.t]
+tier = "free"
 """
 
 
@@ -69,7 +73,8 @@ def test_a_check_span_under_the_operation_span(
         names.ATTR_COST_ESTIMATED: 70.0,
         names.ATTR_COST_ACTUAL: 16.0,
         names.ATTR_DEPTH: 3,
-        names.ATTR_TENANT: hashed_tenant("acme"),
+        names.ATTR_TENANT: hashed_tenant("key:acme"),
+        names.ATTR_IDENTITY: "key",
         names.ATTR_TIER: "free",
         names.ATTR_DECISION: "allowed",
         names.ATTR_REMAINING: pytest.approx(84, abs=0.01),

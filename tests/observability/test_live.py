@@ -48,6 +48,12 @@ on_backend_error = "open"
 [tiers.free]
 capacity = 200
 refill_per_second = 5
+[tenants.flooder]
+tier = "free"
+[tenants.polite-1]
+tier = "free"
+[tenants.polite-2]
+tier = "free"
 """
 # Short windows so a minute of test traffic is enough; for: 0s everywhere.
 TEST_ALERTS = AlertsConfig(
@@ -155,7 +161,7 @@ def test_dashboards_have_data_and_alerts_fire(
         values = {
             "job": JOB,
             "tier": ".*",
-            "tenant": tenant_label(FLOODER),
+            "tenant": tenant_label(f"key:{FLOODER}"),
             "__rate_interval": "20s",
             "__range": "5m",
         }

@@ -23,7 +23,11 @@ class UvicornServer:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
         self.port: int = self._socket.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        # The asyncio loop, not uvloop (which the frameworks in the dev group bring): the
+        # tests never depend on which loop happens to be installed.
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="off", access_log=False, loop="asyncio"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True

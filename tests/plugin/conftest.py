@@ -28,6 +28,20 @@ ExportOrders = { capacity = 20, refill_per_second = 0.001 }
 
 [tenants.acme]
 tier = "pro"
+
+# Known keys on the free tier (an unknown key counts as its client's address).
+[tenants.t]
+tier = "free"
+[tenants.tenant-a]
+tier = "free"
+[tenants.one]
+tier = "free"
+[tenants.a]
+tier = "free"
+[tenants.b]
+tier = "free"
+[tenants.c]
+tier = "free"
 """
 
 

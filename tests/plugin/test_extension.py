@@ -216,7 +216,7 @@ def test_shadow_mode_never_blocks_but_logs(
         assert result.data["products"]
     shadow = [r for r in caplog.records if getattr(r, "quotaql_event", None) == "shadow_blocked"]
     assert shadow
-    assert shadow[0].tenant == hashed_tenant("t")  # never the raw key in logs
+    assert shadow[0].tenant == hashed_tenant("key:t")  # never the raw key in logs
 
 
 BASE_SHADOW = """
@@ -226,6 +226,8 @@ refund_unused = false
 [tiers.free]
 capacity = 100
 refill_per_second = 0.001
+[tenants.t]
+tier = "free"
 """
 
 
@@ -296,7 +298,7 @@ def test_identify_and_tier_resolver(write_config: Callable[..., Path]) -> None:
     limiter = CostLimiter.from_config(
         write_config(),
         identify=lambda ctx: ctx["request"].headers.get("x-user"),
-        tier_resolver=lambda tenant, ctx: "pro" if tenant.startswith("vip") else None,
+        tier_resolver=lambda subject, ctx: "pro" if subject.key.startswith("id:vip") else None,
     )
     schema = shop.make_schema(limiter)
     vip = schema.execute_sync("{ hello }", context_value=context(**{"x-user": "vip-1"}))
@@ -370,17 +372,25 @@ def test_parser_limits_apply_to_strawberrys_parse(write_config: Callable[..., Pa
     assert schema.execute_sync("{ hello }", context_value=context("t")).errors is None
 
 
-def test_a_failing_or_odd_identify_is_the_anonymous_tenant(
+def test_a_failing_or_empty_identify_falls_back_to_the_default_identity(
     write_config: Callable[..., Path],
 ) -> None:
     def broken(context: Any) -> str:
         raise RuntimeError("boom")
 
-    for identify in (broken, lambda ctx: "", lambda ctx: 12345):
-        schema = shop.make_schema(CostLimiter.from_config(write_config(), identify=identify))
+    seen: list[str] = []
+
+    def tier(subject: Any, context: Any) -> None:
+        seen.append(subject.key)
+
+    for identify in (broken, lambda ctx: "", lambda ctx: None, lambda ctx: 12345):
+        limiter = CostLimiter.from_config(write_config(), identify=identify, tier_resolver=tier)
+        schema = shop.make_schema(limiter)
         result = schema.execute_sync("{ hello }", context_value=context("t"))
         assert result.errors is None
         assert result.data == {"hello": "world"}
+    # A failure, an empty or no answer: the known key pays; anything else is its own subject.
+    assert seen == ["key:t", "key:t", "key:t", "id:12345"]
 
 
 def test_a_global_quota_is_shared_by_every_tenant(write_config: Callable[..., Path]) -> None:

@@ -38,6 +38,12 @@ capacity = 1000
 refill_per_second = 0.001
 [tenants.acme]
 tier = "pro"
+[tenants.tenant-a]
+tier = "free"
+[tenants.tenant-b]
+tier = "free"
+[tenants.crowd]
+tier = "free"
 """
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from quotaql.config.values import (
 )
 from quotaql.cost_analysis.model import CostLimits, CostModel, FieldCost
 from quotaql.errors import ConfigError
+from quotaql.identity import FORWARDED_HEADERS, MAX_HOPS, UNKNOWN_KEY_MODES, IdentityConfig
 from quotaql.observability.thresholds import (
     ALERT_EXPECTED,
     ALERT_KINDS,
@@ -90,11 +92,20 @@ _LIMITS_KEYS: Final = (
     "expose_cost",
     "http_status",
     "reload_interval",
+    "max_subscriptions",
 )
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")
 _WINDOW_KEYS: Final = ("limit", "window_seconds")
 _QUOTA_KEYS: Final = ("algorithm", *_BUCKET_KEYS, *_WINDOW_KEYS)
-_TIER_KEYS: Final = (*_QUOTA_KEYS, "mode", "operations")
+_TIER_KEYS: Final = (*_QUOTA_KEYS, "mode", "operations", "per_user", "fields")
+_IDENTITY_KEYS: Final = (
+    "api_key_header",
+    "unknown_keys",
+    "trusted_proxies",
+    "trusted_hops",
+    "forwarded_header",
+    "ipv6_prefix",
+)
 _TENANT_KEYS: Final = ("tier", *_QUOTA_KEYS)
 _DEFAULT_CAPACITY: Final = 1000.0
 _DEFAULT_REFILL_PER_SECOND: Final = 50.0
@@ -374,6 +385,7 @@ def _parse_limits(limits: _Table) -> LimitsConfig:
     expose_cost = limits.get("expose_cost", _boolean)
     http_status = limits.get("http_status", _http_status)
     reload_interval = limits.get("reload_interval", _non_negative_number)
+    max_subscriptions = limits.get("max_subscriptions", _size)
     with limits.blame():
         return LimitsConfig(
             mode=_default(mode, defaults.mode),
@@ -384,6 +396,36 @@ def _parse_limits(limits: _Table) -> LimitsConfig:
             expose_cost=_default(expose_cost, defaults.expose_cost),
             http_status=_default(http_status, defaults.http_status),
             reload_interval=_default(reload_interval, defaults.reload_interval),
+            max_subscriptions=_default(max_subscriptions, defaults.max_subscriptions),
+        )
+
+
+def _parse_identity(identity: _Table) -> IdentityConfig:
+    identity.check_keys(_IDENTITY_KEYS)
+    defaults = IdentityConfig()
+    header = identity.get("api_key_header", _header_name)
+    unknown_keys = identity.get("unknown_keys", _one_of(UNKNOWN_KEY_MODES))
+    proxies = identity.get("trusted_proxies", _networks)
+    hops = identity.get("trusted_hops", _size)
+    if hops is not None and hops > MAX_HOPS:
+        raise identity.doc.error(
+            (*identity.path, "trusted_hops"),
+            f"expected an integer from 0 to {MAX_HOPS}, got {hops}",
+        )
+    forwarded = identity.get("forwarded_header", _one_of(FORWARDED_HEADERS))
+    prefix = identity.get("ipv6_prefix", _size)
+    if prefix is not None and not 1 <= prefix <= 128:
+        raise identity.doc.error(
+            (*identity.path, "ipv6_prefix"), f"expected an integer from 1 to 128, got {prefix}"
+        )
+    with identity.blame():
+        return IdentityConfig(
+            api_key_header=_default(header, defaults.api_key_header),
+            unknown_keys=_default(unknown_keys, defaults.unknown_keys),
+            trusted_proxies=_default(proxies, defaults.trusted_proxies),
+            trusted_hops=_default(hops, defaults.trusted_hops),
+            forwarded_header=_default(forwarded, defaults.forwarded_header),
+            ipv6_prefix=_default(prefix, defaults.ipv6_prefix),
         )
 
 
@@ -407,6 +449,8 @@ class _TierKeys:
     quota: _QuotaKeys
     mode: Mode | None
     operations: Mapping[str, _QuotaKeys]
+    per_user: _QuotaKeys | None
+    fields: Mapping[str, _QuotaKeys]
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,7 +504,25 @@ def _parse_tiers(tiers: _Table) -> _Tiers:
             entry.check_keys(_QUOTA_KEYS)
             operations[operation] = _parse_quota_keys(entry)
         mode = tier.get("mode", _one_of(MODES))
-        entries[name] = _TierKeys(tier, _parse_quota_keys(tier), mode, operations)
+        per_user = None
+        if "per_user" in tier.data:
+            table = tier.table("per_user")
+            table.check_keys(_QUOTA_KEYS)
+            per_user = _parse_quota_keys(table)
+        fields: dict[str, _QuotaKeys] = {}
+        table = tier.table("fields")
+        for coordinate in table.data:
+            match = _COORDINATE.fullmatch(coordinate)
+            if match is None or match["field"] is None or match["arg"] is not None:
+                raise tier.doc.error(
+                    (*table.path, coordinate),
+                    "expected a root field's coordinate ('Query.search',"
+                    f" 'Mutation.exportOrders'), got {json.dumps(coordinate, ensure_ascii=False)}",
+                )
+            entry = table.table(coordinate)
+            entry.check_keys(_QUOTA_KEYS)
+            fields[coordinate] = _parse_quota_keys(entry)
+        entries[name] = _TierKeys(tier, _parse_quota_keys(tier), mode, operations, per_user, fields)
     return _Tiers(tiers, tiers.path[0] in tiers.doc.data, entries)
 
 
@@ -513,6 +575,7 @@ _TABLES: Final[Mapping[str, Callable[[_Table], object]]] = {
     "tenants": _parse_tenants,
     "global": _parse_global,
     "alerts": _parse_alerts,
+    "identity": _parse_identity,
 }
 
 
@@ -538,6 +601,7 @@ def _build(doc: _Document) -> Config:
     tenant_keys = _parsed(tables, "tenants", _Tenants)
     global_keys = _parsed(tables, "global", _Global)
     alerts = _parsed(tables, "alerts", AlertsConfig)
+    identity = _parsed(tables, "identity", IdentityConfig)
     limits_keys = doc.data.get("limits", {})
     if not isinstance(limits_keys, dict):  # _parse_limits rejected it already
         raise TypeError("[limits] is not a table")
@@ -586,7 +650,16 @@ def _build(doc: _Document) -> Config:
         global_quota = _build_quota(global_keys.quota, "global", (base,), shared=True)
 
     with _Table(doc, (), doc.data).blame():
-        return Config(cost, limits, tiers, tenants, global_quota, source=doc.file, alerts=alerts)
+        return Config(
+            cost,
+            limits,
+            tiers,
+            tenants,
+            global_quota,
+            source=doc.file,
+            alerts=alerts,
+            identity=identity,
+        )
 
 
 def _default_tier(doc: _Document, algorithm: Algorithm) -> TierConfig:
@@ -620,8 +693,20 @@ def _build_tier(name: str, tier: _TierKeys, base: tuple[Algorithm, str]) -> Tier
         operation: _build_quota(keys, f"op:{operation}", (inherited,))
         for operation, keys in tier.operations.items()
     }
+    per_user = None
+    if tier.per_user is not None:
+        per_user = _build_quota(tier.per_user, "user", (inherited,))
+    fields = {
+        coordinate: _build_quota(keys, f"field:{coordinate}", (inherited,))
+        for coordinate, keys in tier.fields.items()
+    }
+    lines = {
+        coordinate: line
+        for coordinate, keys in tier.fields.items()
+        if (line := keys.table.doc.line(keys.table.path)) is not None
+    }
     with tier.table.blame():
-        return TierConfig(name, quota, operations, tier.mode)
+        return TierConfig(name, quota, operations, tier.mode, per_user, fields, lines)
 
 
 def _build_quota(
@@ -689,6 +774,28 @@ def _table(doc: _Document, path: KeyPath, value: object) -> _Table:
     if not isinstance(value, dict):
         raise doc.error(path, f"expected a table, got {describe_value(value)}")
     return _Table(doc, path, value)
+
+
+def _header_name(doc: _Document, path: KeyPath, value: object) -> str:
+    if not isinstance(value, str) or not value or not all(c.isalnum() or c in "-_" for c in value):
+        raise doc.error(
+            path, f'expected an HTTP header name such as "x-api-key", got {describe_value(value)}'
+        )
+    return value
+
+
+def _networks(doc: _Document, path: KeyPath, value: object) -> tuple[str, ...]:
+    names = _names(doc, path, value)
+    for index, cidr in enumerate(names):
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise doc.error(
+                (*path, index),
+                'expected an IP network such as "10.0.0.0/8", "127.0.0.1/32" or'
+                f' "2001:db8::/32", got {describe_value(cidr)}',
+            ) from None
+    return names
 
 
 def _size(doc: _Document, path: KeyPath, value: object) -> int:

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, cast, get_args
 
+from quotaql.config.locator import render_key
+from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.model import CostLimits, CostModel
 from quotaql.errors import ConfigError
+from quotaql.identity import IdentityConfig
 from quotaql.limiter import BackendErrorMode
 from quotaql.observability.thresholds import AlertsConfig
 from quotaql.policy.quota import Algorithm, Quota
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from quotaql.cost_analysis import CostReport
+    from quotaql.identity import Subject
 
 __all__ = ["Config", "CostConfig", "LimitsConfig", "Mode", "TenantConfig", "TierConfig"]
 
@@ -58,6 +66,9 @@ class LimitsConfig:
         expose_cost: report the cost and the quota state in the response's extensions.
         http_status: the status of a refused request (400 to 599).
         reload_interval: seconds between checks of the file for edits; 0 never reloads.
+        max_subscriptions: the most subscriptions one subject may have open at once, over
+            all its connections, in each server process (``TOO_MANY_SUBSCRIPTIONS``
+            beyond); None: no limit.
     """
 
     mode: Mode = "enforce"
@@ -68,6 +79,7 @@ class LimitsConfig:
     expose_cost: bool = True
     http_status: int = 429
     reload_interval: float = 2.0
+    max_subscriptions: int | None = 100
 
     def __post_init__(self) -> None:
         for name, choices in (
@@ -94,6 +106,9 @@ class LimitsConfig:
             or interval < 0
         ):
             raise ConfigError(f"reload_interval must be a number >= 0, got {interval!r}")
+        cap = self.max_subscriptions
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            raise ConfigError(f"max_subscriptions must be an integer >= 0, got {cap!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,17 +119,29 @@ class TierConfig:
         name: the tier's name.
         quota: each tenant's quota (named ``tenant``).
         operations: quotas for single operations, by operation name (each named
-            ``op:<OperationName>``), checked on top of ``quota``.
+            ``op:<OperationName>``), checked on top of ``quota``. Advisory: a client
+            chooses its operation's name.
         mode: the tier's own mode; ``None`` when ``limits.mode`` applies.
+        per_user: each authenticated user's quota inside a tenant (named ``user``),
+            checked on top of ``quota`` for a known key with a principal.
+        fields: quotas of root fields, by coordinate (``"Mutation.exportOrders"``, each
+            named ``field:<coordinate>``), debited the cost of that field's selections
+            whenever an operation selects it, under any alias or fragment.
+        field_lines: the line of each of ``fields`` in the file (for error messages).
     """
 
     name: str
     quota: Quota
     operations: Mapping[str, Quota] = field(default_factory=dict)
     mode: Mode | None = None
+    per_user: Quota | None = None
+    fields: Mapping[str, Quota] = field(default_factory=dict)
+    field_lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "operations", MappingProxyType(dict(self.operations)))
+        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
+        object.__setattr__(self, "field_lines", MappingProxyType(dict(self.field_lines)))
         if self.mode is not None and self.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
 
@@ -157,6 +184,7 @@ class Config:
             or ``None``.
         source: the file the configuration was read from; ``None`` for defaults.
         alerts: the ``[alerts]`` table.
+        identity: the ``[identity]`` table: where subjects come from.
     """
 
     cost: CostConfig
@@ -166,6 +194,7 @@ class Config:
     global_quota: Quota | None
     source: str | None = None
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    identity: IdentityConfig = field(default_factory=IdentityConfig)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))
@@ -193,16 +222,8 @@ class Config:
         for ``operation_name`` if it has one, and the global quota if there is one.
         ``tier``, when given (a tier resolver chose it), replaces the ``[tenants]`` table.
         """
-        if tier is not None:
-            quotas = [tier.quota]
-        else:
-            known = self.tenants.get(tenant) if tenant is not None else None
-            if known is None:
-                tier = self.tiers[self.limits.default_tier]
-                quotas = [tier.quota]
-            else:
-                tier = self.tiers[known.tier]
-                quotas = [tier.quota if known.quota is None else known.quota]
+        tier, own = self._tier_quota(tenant, tier)
+        quotas = [own]
         if operation_name is not None:
             operation = tier.operations.get(operation_name)
             if operation is not None:
@@ -210,3 +231,89 @@ class Config:
         if self.global_quota is not None:
             quotas.append(self.global_quota)
         return tuple(quotas)
+
+    def charges_for(
+        self, subject: Subject, report: CostReport, tier: TierConfig | None = None
+    ) -> tuple[tuple[Quota, ...], tuple[float, ...] | None]:
+        """The quotas one operation of ``subject`` pays into, and what each is debited.
+
+        In order: the subject's quota (its tenant's own, else its tier's); the tier's
+        ``per_user`` quota of the user inside the tenant, if there is one; the tier's
+        quota for the operation's name; a quota per root field the operation selects
+        (``[tiers.<t>.fields]``: debited that field's cost, at least 1 a selection, so that
+        a field the cost model prices at 0 still counts its calls); the global quota.
+        All in one atomic call of the storage.
+
+        Returns:
+            The quotas, and their amounts when they differ from the operation's cost
+            (None: every quota pays :attr:`CostReport.cost`).
+        """
+        tier, own = self._tier_quota(subject.tenant, tier)
+        cost = report.cost
+        quotas, costs = [own], [cost]
+        if subject.user is not None and tier.per_user is not None:
+            quotas.append(_per_user(tier.per_user, subject.user))
+            costs.append(cost)
+        name = report.operation_name
+        operation = tier.operations.get(name) if name is not None else None
+        if operation is not None:
+            quotas.append(operation)
+            costs.append(cost)
+        fields = tier.fields
+        if fields:
+            for coordinate, root in report.root_field_costs.items():
+                quota = fields.get(coordinate)
+                if quota is not None:
+                    quotas.append(quota)
+                    costs.append(max(root.cost, float(root.selections)))
+        if self.global_quota is not None:
+            quotas.append(self.global_quota)
+            costs.append(cost)
+        differs = any(each != cost for each in costs)
+        return tuple(quotas), tuple(costs) if differs else None
+
+    def check_fields(self, schema: Any) -> None:
+        """Check that every ``[tiers.<t>.fields]`` coordinate is a root field of ``schema``.
+
+        Raises:
+            ConfigError: a coordinate that is not a field of the query, mutation or
+                subscription type (naming the file, the key, its line and the closest
+                root fields).
+        """
+        if not any(tier.fields for tier in self.tiers.values()):
+            return
+        graphql = graphql_schema(schema)
+        roots = [graphql.query_type, graphql.mutation_type, graphql.subscription_type]
+        fields = {
+            f"{root.name}.{name}" for root in roots if root is not None for name in root.fields
+        }
+        for tier in self.tiers.values():
+            for coordinate in tier.fields:
+                if coordinate in fields:
+                    continue
+                close = difflib.get_close_matches(coordinate, fields, n=3)
+                hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+                raise ConfigError(
+                    f"{coordinate!r} is not a root field of the schema (a field of its query,"
+                    f" mutation or subscription type){hint}",
+                    file=self.source,
+                    key=render_key(("tiers", tier.name, "fields", coordinate)),
+                    line=tier.field_lines.get(coordinate),
+                )
+
+    def _tier_quota(self, tenant: str | None, tier: TierConfig | None) -> tuple[TierConfig, Quota]:
+        """The tier and the own quota of ``tenant`` (``tier``: what a tier resolver chose)."""
+        if tier is not None:
+            return tier, tier.quota
+        known = self.tenants.get(tenant) if tenant is not None else None
+        if known is None:
+            tier = self.tiers[self.limits.default_tier]
+            return tier, tier.quota
+        tier = self.tiers[known.tier]
+        return tier, tier.quota if known.quota is None else known.quota
+
+
+@functools.lru_cache(maxsize=4096)
+def _per_user(quota: Quota, user: str) -> Quota:
+    """The ``per_user`` quota of one user: built once per user while it is busy."""
+    return quota.scoped(user)

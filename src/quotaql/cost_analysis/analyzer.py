@@ -7,7 +7,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from graphql import (
     DocumentNode,
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_NESTING",
     "CostReport",
+    "RootFieldCost",
     "analyze",
     "check_model",
     "parse_document",
@@ -81,6 +82,14 @@ _TOO_MANY_TOKENS = re.compile(r"more than (\d+) (tokens|code points)")
 _BRACES_STRINGS_COMMENTS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|[{}]')
 # How deep graphql-core's parser follows selection sets (it refuses deeper documents).
 _PARSER_NESTING = int(getattr(graphql_parser, "MAX_NESTING_DEPTH", MAX_NESTING))
+
+
+class RootFieldCost(NamedTuple):
+    """What the selections of one root field cost, summed over its aliases."""
+
+    cost: float
+    selections: int
+    """How many times the operation selects it (each alias, each fragment that does)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +113,10 @@ class CostReport:
     operation_name: str | None
     _explain: Callable[[], dict[str, float]] | None = field(default=None, repr=False, compare=False)
     _by_coordinate: dict[str, float] | None = field(default=None, repr=False, compare=False)
+    _roots: Callable[[], dict[str, RootFieldCost]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    _root_costs: dict[str, RootFieldCost] | None = field(default=None, repr=False, compare=False)
 
     @property
     def by_coordinate(self) -> dict[str, float]:
@@ -119,6 +132,21 @@ class CostReport:
             object.__setattr__(self, "_by_coordinate", ordered)
             object.__setattr__(self, "_explain", None)
         return cast("dict[str, float]", self._by_coordinate)
+
+    @property
+    def root_field_costs(self) -> dict[str, RootFieldCost]:
+        """The cost of each root field's selections, by coordinate (``"Mutation.export"``).
+
+        Every selection counts, however the operation reaches it: aliases, fragments and
+        inline fragments on the root type (``@skip`` / ``@include`` evaluated); each
+        field's cost is the one it adds to :attr:`cost`. Computed on first access, for
+        the quotas of root fields.
+        """
+        if self._root_costs is None:
+            found = self._roots() if self._roots is not None else {}
+            object.__setattr__(self, "_root_costs", found)
+            object.__setattr__(self, "_roots", None)
+        return cast("dict[str, RootFieldCost]", self._root_costs)
 
 
 def analyze(
@@ -399,6 +427,7 @@ class _Pricer:
             operation_type=operation_type,
             operation_name=name,
             _explain=lambda: self._explain_operation(operation, root),
+            _roots=lambda: self._root_costs(operation, root),
         )
 
     def _root_type(
@@ -712,6 +741,51 @@ class _Pricer:
         return sum(weight for name, weight in compiled_field.arg_weights if name in given)
 
     # -- explanation (by_coordinate), on demand ------------------------------------------
+
+    def _root_costs(
+        self, operation: OperationDefinitionNode, root: CompiledType
+    ) -> dict[str, RootFieldCost]:
+        # A pricer of its own: no limits to trip and no counters to disturb (depth and
+        # aliases were counted by the walk that priced the operation).
+        pricer = _Pricer(self.compiled, self.fragments, self.variable_values, _NO_LIMITS)
+        pricer.static, pricer.variables = self.static, self.variables
+        found: dict[str, RootFieldCost] = {}
+        pricer._collect_roots(operation.selection_set, root, found, frozenset())
+        return found
+
+    def _collect_roots(
+        self,
+        selection_set: SelectionSetNode,
+        root: CompiledType,
+        found: dict[str, RootFieldCost],
+        spreading: frozenset[str],
+    ) -> None:
+        for selection in selection_set.selections:
+            if selection.directives and not self._included(selection.directives):
+                continue
+            if isinstance(selection, FieldNode):
+                compiled_field = root.fields.get(selection.name.value)
+                if compiled_field is None:
+                    continue  # __typename, or a field validation refuses
+                alone = SelectionSetNode(selections=(selection,))
+                cost = self._walk(alone, root, 1, 1, 1.0, None, None)[0]
+                before = found.get(compiled_field.coordinate, RootFieldCost(0.0, 0))
+                found[compiled_field.coordinate] = RootFieldCost(
+                    before.cost + cost, before.selections + 1
+                )
+            elif isinstance(selection, InlineFragmentNode):
+                condition = selection.type_condition
+                if condition is None or condition.name.value == root.name:
+                    self._collect_roots(selection.selection_set, root, found, spreading)
+            else:
+                name = cast("FragmentSpreadNode", selection).name.value
+                definition = self.fragments.get(name)
+                if (
+                    definition is not None
+                    and name not in spreading
+                    and definition.type_condition.name.value == root.name
+                ):
+                    self._collect_roots(definition.selection_set, root, found, spreading | {name})
 
     def _explain_operation(
         self, operation: OperationDefinitionNode, root: CompiledType

@@ -191,6 +191,24 @@ class PrometheusMetrics:
             (names.LABEL_TENANT, names.LABEL_DECISION),
             registry=registry,
         )
+        self.identity = Counter(
+            _base(names.IDENTITY_TOTAL),
+            "Operations by how their subject (who pays) was identified.",
+            (names.LABEL_SOURCE,),
+            registry=registry,
+        )
+        self.subscription_events = Counter(
+            _base(names.SUBSCRIPTION_EVENTS_TOTAL),
+            "Subscription events after the first: charged (allowed) or refused (blocked).",
+            (names.LABEL_DECISION, names.LABEL_TIER),
+            registry=registry,
+        )
+        self.subscriptions_open = Gauge(
+            names.SUBSCRIPTIONS_OPEN,
+            "Subscriptions open now.",
+            registry=registry,
+            multiprocess_mode="livesum",  # every live worker's, summed
+        )
         build_info = Gauge(
             names.BUILD_INFO,
             "The running quotaql version (always 1).",
@@ -231,8 +249,10 @@ class PrometheusMetrics:
         actual: float | None = None,
         charged: float = 0.0,
         refunded: float = 0.0,
+        identity: str | None = None,
     ) -> None:
-        """Count one operation (``decision`` is one of ``names.DECISIONS``)."""
+        """Count one operation (``decision`` is one of ``names.DECISIONS``, ``identity`` one
+        of ``names.IDENTITY_SOURCES``)."""
         key = (decision, operation_type, tier)
         children = self._operations.get(key)
         if children is None:  # once per label set: labels() is the expensive part
@@ -257,6 +277,18 @@ class PrometheusMetrics:
             charged_points.inc(charged)
         if refunded:
             refunded_points.inc(refunded)
+        if identity is not None:
+            self._child(self.identity, identity).inc()
+
+    def event(self, decision: str, tier: str, charged: float) -> None:
+        """Count one subscription event after the first, and the points it was charged."""
+        self._child(self.subscription_events, decision, tier).inc()
+        if charged:
+            self._child(self.cost_points, tier, names.CHARGED).inc(charged)
+
+    def subscriptions(self, open_now: int) -> None:
+        """Follow how many subscriptions are open."""
+        self.subscriptions_open.set(open_now)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached.

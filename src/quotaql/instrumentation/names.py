@@ -31,6 +31,12 @@ TENANT_REQUESTS_TOTAL: Final = "quotaql_tenant_requests_total"
 """Counter: operations by ``tenant`` (allowlisted or top-N, others ``other``), ``decision``."""
 BUILD_INFO: Final = "quotaql_build_info"
 """Gauge, always 1: the running quotaql ``version``."""
+IDENTITY_TOTAL: Final = "quotaql_identity_total"
+"""Counter: operations by how their subject was identified (``source``)."""
+SUBSCRIPTION_EVENTS_TOTAL: Final = "quotaql_subscription_events_total"
+"""Counter: subscription events after the first, charged or refused, by ``decision``, ``tier``."""
+SUBSCRIPTIONS_OPEN: Final = "quotaql_subscriptions_open"
+"""Gauge: subscriptions open now (summed over a server's processes)."""
 
 # -- labels and their values -----------------------------------------------------------------
 
@@ -42,6 +48,7 @@ LABEL_BACKEND: Final = "backend"
 LABEL_ERROR_TYPE: Final = "error_type"
 LABEL_TENANT: Final = "tenant"
 LABEL_VERSION: Final = "version"
+LABEL_SOURCE: Final = "source"
 
 ALLOWED: Final = "allowed"
 BLOCKED: Final = "blocked"
@@ -52,7 +59,26 @@ REJECTED: Final = "rejected"
 """Refused by the analysis: a static limit, bad variables."""
 FAIL_OPEN: Final = "fail_open"
 FAIL_CLOSED: Final = "fail_closed"
-DECISIONS: Final = (ALLOWED, BLOCKED, SHADOW_BLOCKED, REJECTED, FAIL_OPEN, FAIL_CLOSED)
+UNKNOWN_KEY: Final = "unknown_key"
+"""Refused: an API key no tenant has (``[identity] unknown_keys = "reject"``)."""
+TOO_MANY_SUBSCRIPTIONS: Final = "too_many_subscriptions"
+"""Refused: the subject has ``[limits] max_subscriptions`` open already."""
+DECISIONS: Final = (
+    ALLOWED, BLOCKED, SHADOW_BLOCKED, REJECTED, FAIL_OPEN, FAIL_CLOSED, UNKNOWN_KEY,
+    TOO_MANY_SUBSCRIPTIONS,
+)  # fmt: skip
+
+#: Where a subject came from (``quotaql.identity.IdentitySource``): the values of ``source``.
+IDENTITY_SOURCES: Final = (
+    "key",  # a known API key
+    "user",  # an authenticated principal
+    "custom",  # what identify() returned
+    "address",  # no key: the client's address
+    "unknown_key",  # an unknown key, counted as the client's address
+    "rejected_key",  # an unknown key, refused
+    "unverified_key",  # an unknown key taken as a tenant (unknown_keys = "tenant")
+    "anonymous",  # no key, no principal, no address: one shared budget
+)
 
 CHARGED: Final = "charged"
 REFUNDED: Final = "refunded"
@@ -88,6 +114,10 @@ ATTR_DECISION: Final = "quotaql.decision"
 ATTR_REMAINING: Final = "quotaql.remaining"
 ATTR_RETRY_AFTER: Final = "quotaql.retry_after_s"
 ATTR_BACKEND: Final = "quotaql.backend"
+ATTR_IDENTITY: Final = "quotaql.identity"
+"""How the subject was identified (one of ``IDENTITY_SOURCES``)."""
+ATTR_EVENTS: Final = "quotaql.subscription.events"
+"""Events a subscription delivered (on its span, which ends when the subscription does)."""
 EVENT_FAIL_OPEN: Final = "quotaql.fail_open"
 EVENT_FAIL_CLOSED: Final = "quotaql.fail_closed"
 EVENT_REFUND: Final = "quotaql.refund"

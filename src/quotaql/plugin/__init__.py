@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from quotaql.plugin.extension import CostLimiter, current_operation, default_identify
+from quotaql.plugin.extension import CostLimiter, current_operation
 
-__all__ = ["CostLimiter", "current_operation", "default_identify"]
+__all__ = ["CostLimiter", "current_operation"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 import re
 from dataclasses import dataclass, field
@@ -51,6 +53,9 @@ class Quota:
         algorithm: one of ``token_bucket`` (default), ``gcra``, ``sliding_log``,
             ``sliding_counter``, ``fixed_window``.
         shared: one budget for every tenant (a platform-wide quota) instead of one each.
+        scope: one budget per scope inside each tenant (a user of the tenant, for the
+            ``per_user`` quota); its state is apart from the unscoped quota's and from
+            every other scope's.
     """
 
     name: str
@@ -60,6 +65,7 @@ class Quota:
     window_seconds: float | None = None
     algorithm: Algorithm = "token_bucket"
     shared: bool = False
+    scope: str | None = None
     params: tuple[float, float] = field(init=False, repr=False, compare=False)
     maximum: float = field(init=False, repr=False, compare=False)
     """The most this quota allows at once: its capacity or its limit."""
@@ -114,7 +120,26 @@ class Quota:
         object.__setattr__(self, "script_args", args)
         # "~" is not allowed in names: no quota's state name is another's.
         mark = _STATE_MARKS[self.algorithm]
-        object.__setattr__(self, "state_name", f"{self.name}~{mark}" if mark else self.name)
+        state_name = f"{self.name}~{mark}" if mark else self.name
+        if self.scope is not None:
+            if not isinstance(self.scope, str) or not self.scope:
+                raise ConfigError(f"{where}: scope must be a non-empty string, got {self.scope!r}")
+            # "!" is not allowed in names either: a scope never reads another quota's state.
+            state_name = f"{state_name}!{_scope_token(self.scope)}"
+        object.__setattr__(self, "state_name", state_name)
+
+    def scoped(self, scope: str) -> Quota:
+        """This quota with one budget per ``scope`` (a user inside the tenant)."""
+        return Quota(
+            self.name,
+            capacity=self.capacity,
+            refill_per_second=self.refill_per_second,
+            limit=self.limit,
+            window_seconds=self.window_seconds,
+            algorithm=self.algorithm,
+            shared=self.shared,
+            scope=scope,
+        )
 
     @property
     def policy(self) -> str:
@@ -124,6 +149,15 @@ class Quota:
         else:
             window = float(self.window_seconds or 0)
         return f'"{self.name}";q={_compact(self.maximum)};w={max(1, math.ceil(window))}'
+
+
+def _scope_token(scope: str) -> str:
+    """A scope as part of a storage key: ``s:<scope>`` if short and plain, else its hash
+    (``h:``), so that a plain scope never spells another's hash."""
+    if len(scope) <= 64 and _NAME.fullmatch(scope):
+        return f"s:{scope}"
+    digest = hashlib.sha256(scope.encode("utf-8", "surrogatepass")).digest()[:16]
+    return "h:" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def _positive(where: str, name: str, value: object) -> float:

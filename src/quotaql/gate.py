@@ -1,0 +1,989 @@
+"""The request gate: the whole story of one GraphQL operation, for any server.
+
+**identify → price → debit → run or refuse → settle → answer → observe.** A
+:class:`Gate` is configured once (the config, the limiter and its storage, the identity
+hooks, the instruments) and an adapter calls it for each operation:
+
+.. code-block:: python
+
+    op = gate.admit(schema, document, variables, operation_name, context=context)
+    if op.refused:
+        answer(errors=op.errors, status=op.status, headers=op.headers)
+    else:
+        result = execute(...)                 # run it
+        gate.settle(op, result.data)          # refund what it did not use
+        answer(result, extensions=gate.results(op), headers=op.headers)
+    gate.finish(op)                           # metrics and the span
+
+Each step that talks to the storage (admit, settle, and the charge of a subscription's
+events) is written once, as a flow that yields the limiter calls it needs; ``admit`` runs
+it with plain calls, ``admit_async`` awaits them (``AsyncRedisStorage``). Nothing here
+imports a web framework: the Strawberry extension (``quotaql.plugin``), Ariadne
+(``quotaql.ariadne``) and a plain graphql-core server are thin adapters over it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Literal
+
+from graphql import DocumentNode, GraphQLError
+
+from quotaql import web
+from quotaql.config import Config, TierConfig, default_config, load_config
+from quotaql.contract import (
+    RATE_LIMITED,
+    TOO_MANY_SUBSCRIPTIONS,
+    UNKNOWN_API_KEY,
+    cost_extension,
+    error_code,
+    rate_limit_error,
+    rate_limit_headers,
+    status_for,
+    too_many_subscriptions_error,
+    unknown_key_error,
+)
+from quotaql.cost_analysis import analyze, check_model
+from quotaql.cost_analysis.actual import actual_cost
+from quotaql.cost_analysis.analyzer import select_operation
+from quotaql.errors import ConfigError, CostAnalysisError, LimitExceeded
+from quotaql.identity import Identity, Subject
+from quotaql.instrumentation import names
+from quotaql.instrumentation.logs import LogRecorder, StructuredLog
+from quotaql.instrumentation.tracing import Tracing, hashed_tenant
+from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
+from quotaql.storage.memory import MemoryStorage
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from quotaql.cost_analysis import CostReport
+    from quotaql.instrumentation.metrics import PrometheusMetrics
+    from quotaql.limiter import Recorder
+    from quotaql.policy.quota import Decision, Quota
+
+__all__ = ["CostHeader", "Gate", "Operation", "TierResolver", "current_operation"]
+
+#: ``tier_resolver(subject, context) -> tier name | None``.
+TierResolver = Callable[[Subject, Any], "str | None"]
+#: What the ``GraphQL-Cost`` request header asks: price without running, or add a breakdown.
+CostHeader = Literal["validate", "report"]
+
+# What the address of a refused unknown key pays for the attempt: a key-guessing client
+# runs down its own address's budget, nobody else's.
+_REJECTED_KEY_CHARGE = 1.0
+
+# One step a flow asks its driver for: a limiter call, or an awaitable from a hook.
+_Step = tuple[Any, ...]
+_Flow = Generator[_Step, Any, Any]
+
+
+class Operation:
+    """One operation as the gate worked it out: who pays, the price, the decision, the answer.
+
+    Attributes:
+        subject: who pays (:class:`~quotaql.identity.Subject`).
+        tier: the subject's tier.
+        mode: ``enforce``, ``shadow`` or ``off`` for this tier.
+        header: what the ``GraphQL-Cost`` header asked (``validate``, ``report``), if anything.
+        report: the static price (None when the analysis refused the operation).
+        quotas: the quotas debited, and ``costs`` what each was debited when they differ.
+        decision: the limiter's answer (None when nothing was debited).
+        actual: the actual cost once executed.
+        refunded: what was given back after execution.
+        error: the refusal to answer instead of running the operation.
+        violation: the code of a static limit shadow mode let pass.
+        events: subscription events delivered so far.
+    """
+
+    __slots__ = (
+        "actual",
+        "breakdown",
+        "costs",
+        "decision",
+        "document",
+        "error",
+        "events",
+        "header",
+        "kind",
+        "mode",
+        "quotas",
+        "refunded",
+        "report",
+        "schema",
+        "slot",
+        "span",
+        "status",
+        "subject",
+        "tier",
+        "variables",
+        "violation",
+    )
+
+    def __init__(
+        self, subject: Subject, tier: TierConfig, mode: str, header: CostHeader | None
+    ) -> None:
+        self.subject = subject
+        self.tier = tier
+        self.mode = mode
+        self.header = header
+        self.report: CostReport | None = None
+        self.quotas: tuple[Quota, ...] = ()
+        self.costs: tuple[float, ...] | None = None
+        self.decision: Decision | None = None
+        self.actual: float | None = None
+        self.refunded = 0.0
+        self.breakdown: dict[str, float] | None = None
+        self.error: GraphQLError | None = None
+        self.violation: str | None = None
+        self.span: Any = None
+        self.events = 0
+        self.kind: str | None = None  # the operation type, once known
+        self.slot = False  # holds one of the subject's subscription slots
+        self.status: int | None = None
+        self.schema: Any = None
+        self.document: Any = None
+        self.variables: Mapping[str, Any] | None = None
+
+    def refuse(self, error: GraphQLError, status: int | None = None) -> None:
+        """Answer ``error`` (with HTTP ``status``, for a limiter's refusal) instead of
+        running the operation."""
+        self.error = error
+        self.status = status
+
+    @property
+    def tenant(self) -> str:
+        """The subject's key (``key:acme``, ``ip:203.0.113.9``): whose budgets pay."""
+        return self.subject.key
+
+    @property
+    def cost(self) -> float:
+        """The requested (estimated) cost."""
+        return self.report.cost if self.report is not None else 0.0
+
+    @property
+    def operation_type(self) -> str | None:
+        """``query``, ``mutation`` or ``subscription`` (None: the document has no such
+        operation)."""
+        return self.report.operation_type if self.report is not None else self.kind
+
+    @property
+    def refused(self) -> bool:
+        """The operation must not run: answer :attr:`errors` instead."""
+        return self.error is not None
+
+    @property
+    def validate_only(self) -> bool:
+        """``GraphQL-Cost: validate``: priced, not run, nothing debited."""
+        return self.header == "validate" and self.error is None
+
+    @property
+    def errors(self) -> list[GraphQLError]:
+        """The GraphQL errors to answer with (empty when the operation runs)."""
+        return [] if self.error is None else [self.error]
+
+    @property
+    def debited(self) -> bool:
+        """The cost was taken from the budget (a fail-open decision takes nothing)."""
+        decision = self.decision
+        return decision is not None and decision.allowed and decision.source != "fail_open"
+
+    @property
+    def code(self) -> str | None:
+        """The ``extensions.code`` of the refusal, if any."""
+        if self.error is None or not self.error.extensions:
+            return None
+        code = self.error.extensions.get("code")
+        return code if isinstance(code, str) else None
+
+    @property
+    def outcome(self) -> str:
+        """The ``decision`` label of this operation's metrics (``names.DECISIONS``)."""
+        decision = self.decision
+        code = self.code
+        if code == UNKNOWN_API_KEY:
+            return names.UNKNOWN_KEY
+        if code == TOO_MANY_SUBSCRIPTIONS:
+            return names.TOO_MANY_SUBSCRIPTIONS
+        if self.report is None and decision is None:
+            return names.REJECTED
+        if decision is not None:
+            if decision.source == "fail_open":
+                return names.FAIL_OPEN
+            if decision.source == "fail_closed":
+                return names.FAIL_CLOSED
+            if not decision.allowed:
+                return names.BLOCKED if self.mode == "enforce" else names.SHADOW_BLOCKED
+        return names.SHADOW_BLOCKED if self.violation else names.ALLOWED
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """``RateLimit``, ``RateLimit-Policy``, ``X-RateLimit-*`` and ``Retry-After``."""
+        decision = self.decision
+        if decision is None or (not decision.allowed and self.error is None):
+            return {}  # nothing debited, or a shadow refusal: no refusal headers
+        return rate_limit_headers(decision, self.quotas)
+
+
+_current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(
+    "quotaql_operation", default=None
+)
+
+
+def current_operation() -> Operation | None:
+    """The operation the gate is working on (for resolvers such as ``rateLimit``)."""
+    return _current.get()
+
+
+class _Reloader:
+    """Reads the config file again when it changes, at most once per ``interval`` seconds."""
+
+    def __init__(self, path: str, interval: float, loaded: Config, log: StructuredLog) -> None:
+        self.log = log
+        self.path = path
+        self.interval = interval
+        self._seen = self._stamp()
+        self._next = time.monotonic() + interval
+        self._lock = threading.Lock()
+        self.config = loaded
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size
+
+    def poll(self, schema: Any) -> Config | None:
+        """A new valid config if the file changed since the last look, else None."""
+        if self.interval <= 0 or time.monotonic() < self._next:
+            return None
+        if not self._lock.acquire(blocking=False):
+            return None  # another thread is looking
+        try:
+            self._next = time.monotonic() + self.interval
+            stamp = self._stamp()
+            if stamp is None or stamp == self._seen:
+                return None
+            self._seen = stamp
+            try:
+                config = load_config(self.path)
+                check_model(schema, config.cost.model)
+            except ConfigError as error:
+                self.log.log(
+                    logging.ERROR,
+                    "config_reload_failed",
+                    "quotaql: %s; keeping the previous configuration",
+                    error,
+                    file=self.path,
+                )
+                return None
+            self.log.log(
+                logging.INFO,
+                "config_reloaded",
+                "quotaql: configuration reloaded from %s",
+                self.path,
+                file=self.path,
+            )
+            self.config = config
+            self.interval = config.limits.reload_interval
+            return config
+        finally:
+            self._lock.release()
+
+
+class _Slots:
+    """Open subscriptions per subject, in this process (``[limits] max_subscriptions``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}
+
+    def take(self, key: str, limit: int | None) -> bool:
+        with self._lock:
+            count = self._open.get(key, 0)
+            if limit is not None and count >= limit:
+                return False
+            self._open[key] = count + 1
+            return True
+
+    def give_back(self, key: str) -> None:
+        with self._lock:
+            count = self._open.get(key, 0) - 1
+            if count > 0:
+                self._open[key] = count
+            else:
+                self._open.pop(key, None)
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._open.values())
+
+
+class _Responses:
+    """The operations that share one HTTP response (a batch), so that its status and headers
+    say what all of them did: 200 when any ran, a refusal only when every one was refused."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_response: weakref.WeakKeyDictionary[Any, list[Operation]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def add(self, response: Any, op: Operation) -> list[Operation]:
+        with self._lock:
+            try:
+                ops = self._by_response.setdefault(response, [])
+            except TypeError:  # no weak references to it: answer for this operation alone
+                return [op]
+            ops.append(op)
+            return list(ops)
+
+
+def _answer(ops: Sequence[Operation]) -> tuple[int | None, dict[str, str]]:
+    """The status and headers of a response that the operations ``ops`` share."""
+    if len(ops) == 1:
+        return ops[0].status, ops[0].headers
+    refused = [op for op in ops if op.status is not None]
+    decided = [op for op in ops if op.decision is not None and op.headers]
+    tightest = min(decided, key=_tightness, default=None)
+    headers = tightest.headers if tightest is not None else {}
+    if len(refused) < len(ops):  # something ran: the response is a success
+        status = 200 if refused else None
+        headers = {name: value for name, value in headers.items() if name != "Retry-After"}
+        return status, headers
+    limited = [op for op in refused if op.code == RATE_LIMITED]
+    if limited:  # waiting helps: answer the longest wait of them
+        longest = max(limited, key=_wait)
+        return longest.status, longest.headers
+    return refused[0].status, headers
+
+
+def _tightness(op: Operation) -> tuple[float, float]:
+    """Least remaining first; of equals, the longest wait."""
+    decision = op.decision
+    assert decision is not None  # only decided operations are compared
+    return decision.remaining, -_wait(op)
+
+
+def _wait(op: Operation) -> float:
+    decision = op.decision
+    return (decision.retry_after or 0.0) if decision is not None else 0.0
+
+
+class Gate:
+    """Prices, debits, refuses and refunds GraphQL operations: the core every adapter uses.
+
+    Example:
+        >>> from graphql import build_schema, parse
+        >>> schema = build_schema("type Query { hello: String }")
+        >>> gate = Gate()
+        >>> request = {"type": "http", "client": ("203.0.113.9", 5123), "headers": []}
+        >>> op = gate.admit(schema, parse("{ hello }"), request=request)
+        >>> op.subject.key, op.refused, op.headers["RateLimit-Policy"]
+        ('ip:203.0.113.9', False, '"tenant";q=1000;w=20')
+
+    Args:
+        config: the configuration (default: :func:`quotaql.config.default_config`).
+        storage: where budgets live: a :class:`MemoryStorage` (default), a
+            :class:`~quotaql.storage.redis.RedisStorage`, or an
+            :class:`~quotaql.storage.redis.AsyncRedisStorage` (then only the ``*_async``
+            entry points work).
+        identify: ``identify(context) -> str | None``: the subject, in its own ``id:``
+            namespace; None goes on with the default identification.
+        key_resolver: ``key_resolver(key, context) -> tenant | None``: accepts API keys
+            (a database lookup; with a resolver, ``[tenants]`` names tenants, not keys).
+        principal: ``principal(context) -> user id | None``: the authenticated user
+            (default: Django's ``request.user``).
+        tier_resolver: ``tier_resolver(subject, context) -> str | None``: the subject's
+            tier name, instead of the ``[tenants]`` table (None: the default tier).
+        metrics: Prometheus metrics of every operation and decision.
+        tracer_provider: an OpenTelemetry ``TracerProvider``: a ``quotaql.check`` span per
+            operation (none at all without one).
+        log: the rate-limited structured log (default: 5 records/s per event kind).
+        recorder: another hook for the limiter's decisions, errors and breaker changes.
+        breaker: the circuit breaker in front of the storage.
+        config_path: the file ``config`` came from, read again when it changes.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        storage: Any = None,
+        identify: Callable[[Any], Any] | None = None,
+        key_resolver: Callable[[str, Any], Any] | None = None,
+        principal: Callable[[Any], Any] | None = None,
+        tier_resolver: TierResolver | None = None,
+        metrics: PrometheusMetrics | None = None,
+        tracer_provider: Any = None,
+        log: StructuredLog | None = None,
+        recorder: Recorder | None = None,
+        breaker: CircuitBreaker | None = None,
+        config_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._config = config if config is not None else default_config()
+        self.storage = storage if storage is not None else MemoryStorage()
+        self.tier_resolver = tier_resolver
+        self.is_async = inspect.iscoroutinefunction(getattr(self.storage, "acquire", None))
+        self.metrics = metrics
+        self.tracing = Tracing(tracer_provider) if tracer_provider is not None else None
+        self.log = log if log is not None else StructuredLog()
+        self.identity = Identity(
+            identify=identify, key_resolver=key_resolver, principal=principal, log=self.log
+        )
+        hooks = [hook for hook in (metrics, recorder) if hook is not None]
+        logs = LogRecorder(self.log)
+        limiter_class = AsyncLimiter if self.is_async else Limiter
+        self.limiter: Limiter | AsyncLimiter = limiter_class(
+            self.storage,
+            on_backend_error=self._config.limits.on_backend_error,
+            breaker=breaker,
+            recorder=MultiRecorder(logs, *hooks) if hooks else logs,
+        )
+        self._reloader = (
+            _Reloader(
+                os.fspath(config_path), self._config.limits.reload_interval, self._config, self.log
+            )
+            if config_path is not None
+            else None
+        )
+        self._checked_schema: Any = None
+        self._slots = _Slots()
+        self._responses = _Responses()
+        self._said: set[str] = set()  # what has been logged once
+        self._configured(self._config)
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> Gate:
+        """A gate configured by ``path`` (``quotaql.toml``), reloaded when it changes.
+
+        Raises:
+            ConfigError: the file is invalid (the error names the file, key and line).
+        """
+        return cls(load_config(path), config_path=path, **kwargs)
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force."""
+        return self._config
+
+    def check(self, schema: Any) -> None:
+        """Check the cost model and the root-field quotas against ``schema`` (at startup).
+
+        Raises:
+            ConfigError: a weight or a ``[tiers.<t>.fields]`` quota names a coordinate that
+                is not in the schema.
+        """
+        check_model(schema, self._config.cost.model)
+        self._config.check_fields(schema)
+        self._checked_schema = schema
+
+    def open_subscriptions(self) -> int:
+        """How many subscriptions this process holds open (the gauge's value)."""
+        return self._slots.total()
+
+    # -- the entry points ------------------------------------------------------------------
+
+    def admit(
+        self,
+        schema: Any,
+        document: Any,
+        variables: Mapping[str, Any] | None = None,
+        operation_name: str | None = None,
+        *,
+        context: Any = None,
+        request: Any = None,
+    ) -> Operation:
+        """Identify, price and debit one operation; its :attr:`Operation.error` says if it
+        must not run.
+
+        Args:
+            schema: a ``graphql.GraphQLSchema`` or a ``strawberry.Schema``.
+            document: the parsed ``DocumentNode`` (or the query text).
+            variables: the request's raw JSON variables.
+            operation_name: which operation of the document runs.
+            context: the GraphQL context, passed to the hooks (``identify``, ...).
+            request: the web framework's request (default: ``context["request"]``).
+
+        Raises:
+            TypeError: the storage is async: use :meth:`admit_async`.
+        """
+        flow = self._admit(schema, document, variables, operation_name, context, request, False)
+        op: Operation = self._drive(flow)
+        return op
+
+    async def admit_async(
+        self,
+        schema: Any,
+        document: Any,
+        variables: Mapping[str, Any] | None = None,
+        operation_name: str | None = None,
+        *,
+        context: Any = None,
+        request: Any = None,
+    ) -> Operation:
+        """:meth:`admit` on an event loop: storage calls and async hooks are awaited."""
+        flow = self._admit(schema, document, variables, operation_name, context, request, True)
+        op: Operation = await self._drive_async(flow)
+        return op
+
+    def settle(self, op: Operation, data: Any) -> None:
+        """After execution: count the actual cost from ``data`` and refund what was unused."""
+        self._drive(self._settle(op, data))
+
+    async def settle_async(self, op: Operation, data: Any) -> None:
+        """:meth:`settle` on an event loop."""
+        await self._drive_async(self._settle(op, data))
+
+    def event(self, op: Operation) -> GraphQLError | None:
+        """Charge a subscription event about to be delivered; an error ends the subscription.
+
+        The first event is paid by the debit at the start; each later one costs the
+        subscription's price again. A subject out of budget gets ``RATE_LIMITED`` (with
+        ``retryAfter``) instead of the event, and the subscription should end.
+        """
+        error: GraphQLError | None = self._drive(self._event(op))
+        return error
+
+    async def event_async(self, op: Operation) -> GraphQLError | None:
+        """:meth:`event` on an event loop."""
+        error: GraphQLError | None = await self._drive_async(self._event(op))
+        return error
+
+    def respond(self, op: Operation, response: Any) -> None:
+        """Write ``op``'s status and rate-limit headers on the framework's ``response``.
+
+        Operations that share one response (a batch) answer together: 200 when any ran
+        (each refused one carries its error), a refusal status only when all were
+        refused; the headers describe the most restrictive quota. Nothing is written to a
+        websocket, or for a subscription.
+        """
+        if response is None or op.operation_type == "subscription" or web.is_websocket(response):
+            return
+        ops = self._responses.add(response, op)
+        status, headers = _answer(ops)
+        if status is not None:
+            web.set_status(response, status)
+        web.set_headers(response, headers, remove=("Retry-After",) if len(ops) > 1 else ())
+
+    def results(self, op: Operation | None) -> dict[str, Any]:
+        """The response's ``extensions``: ``{"cost": ...}`` (empty when not exposed)."""
+        if (
+            op is None
+            or op.report is None
+            or (not self._config.limits.expose_cost and op.header is None)
+        ):
+            return {}
+        restore = _restore_rate(op.quotas[0]) if op.quotas else None
+        return {"cost": cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)}
+
+    def finish(self, op: Operation | None) -> None:
+        """Record the operation (metrics, its span) and free its subscription slot."""
+        if op is None:
+            return
+        if op.slot:
+            op.slot = False
+            self._slots.give_back(op.subject.key)
+        if op.header == "validate" and op.error is None:
+            return
+        report, decision = op.report, op.decision
+        operation_type = op.operation_type or "unknown"
+        outcome = op.outcome
+        if self.metrics is not None:
+            self.metrics.operation(
+                outcome,
+                operation_type,
+                op.tier.name,
+                op.subject.key,
+                cost=report.cost if report else None,
+                depth=report.depth if report else None,
+                actual=op.actual,
+                charged=report.cost if report and op.debited else 0.0,
+                refunded=op.refunded,
+                identity=op.subject.source,
+            )
+            if operation_type == "subscription":
+                self.metrics.subscriptions(self._slots.total())
+        span = op.span
+        if span is not None:
+            attributes: dict[str, Any] = {
+                names.ATTR_OPERATION_TYPE: operation_type,
+                names.ATTR_TENANT: hashed_tenant(op.subject.key),
+                names.ATTR_IDENTITY: op.subject.source,
+                names.ATTR_TIER: op.tier.name,
+                names.ATTR_DECISION: outcome,
+            }
+            if report is not None and report.operation_name:
+                attributes[names.ATTR_OPERATION_NAME] = report.operation_name
+            if report is not None:
+                attributes[names.ATTR_COST_ESTIMATED] = report.cost
+                attributes[names.ATTR_DEPTH] = report.depth
+            if op.actual is not None:
+                attributes[names.ATTR_COST_ACTUAL] = op.actual
+            if op.events:
+                attributes[names.ATTR_EVENTS] = op.events
+            if decision is not None:
+                attributes[names.ATTR_REMAINING] = decision.remaining
+                attributes[names.ATTR_BACKEND] = decision.source
+                if decision.retry_after:
+                    attributes[names.ATTR_RETRY_AFTER] = decision.retry_after
+            span.set_attributes(attributes)
+            span.end()
+
+    # -- the flows -------------------------------------------------------------------------
+
+    def _admit(
+        self,
+        schema: Any,
+        document: Any,
+        variables: Mapping[str, Any] | None,
+        operation_name: str | None,
+        context: Any,
+        request: Any,
+        can_await: bool,
+    ) -> _Flow:
+        self._refresh(schema)
+        config = self._config
+        if request is None:
+            request = web.request_of(context)
+        subject: Subject = yield from self.identity.resolve(
+            request, context, config.identity, config.tenants, can_await=can_await
+        )
+        if subject.source == "anonymous":
+            self._say_once(
+                "no_client_address",
+                "quotaql: a request came without an API key, a principal or a client address"
+                " (the server reports no peer); such requests share the 'anonymous' budget"
+                " (docs/identity.md)",
+            )
+        tier = self._tier(subject, context)
+        header = _cost_header(request)
+        op = Operation(subject, tier, tier.mode or config.limits.mode, header)
+        if document is None or (op.mode == "off" and header is None):
+            return op
+        _current.set(op)
+        op.schema, op.document, op.variables = schema, document, variables
+        op.kind = _operation_type(document, operation_name)
+        if self.tracing is not None:
+            op.span = self.tracing.start()
+        if subject.rejected and op.mode != "off":
+            yield from self._reject_key(op)  # before any pricing: guessing keys is cheap
+            if op.error is not None:
+                return op
+        if not self._price(op, schema, document, variables, operation_name):
+            return op
+        report = op.report
+        assert report is not None  # priced
+        if header is not None:
+            op.breakdown = report.by_coordinate
+        if header == "validate" or op.mode == "off":
+            return op  # priced, not run (validate) or not limited (off): nothing debited
+        op.quotas, op.costs = config.charges_for(
+            subject, report, tier if self.tier_resolver is not None else None
+        )
+        subscription = report.operation_type == "subscription"
+        if subscription:
+            limit = config.limits.max_subscriptions
+            if not self._slots.take(subject.key, limit if op.mode == "enforce" else None):
+                op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
+                self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
+                return op
+            op.slot = True
+        decision: Decision = yield ("acquire", subject.key, op.cost, op.quotas, op.costs)
+        self._decided(op, decision)
+        if op.error is not None and op.slot:  # refused: the subscription never opens
+            op.slot = False
+            self._slots.give_back(subject.key)
+        return op
+
+    def _price(
+        self,
+        op: Operation,
+        schema: Any,
+        document: Any,
+        variables: Mapping[str, Any] | None,
+        operation_name: str | None,
+    ) -> bool:
+        """Price ``op``; False (with its error set) when the analysis refuses it."""
+        cost = self._config.cost
+        try:
+            try:
+                op.report = analyze(
+                    schema, document, variables, operation_name, cost.model, cost.limits
+                )
+            except LimitExceeded as exceeded:
+                if op.mode != "shadow":
+                    raise
+                op.violation = exceeded.code
+                self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, exceeded.code)
+                op.report = analyze(schema, document, variables, operation_name, cost.model)
+        except CostAnalysisError as error:
+            op.refuse(GraphQLError(str(error), extensions=error.extensions))
+            self._log(op, names.REJECTED, "quotaql: rejected %s: %s", error.code, error)
+            return False
+        return True
+
+    def _reject_key(self, op: Operation) -> _Flow:
+        """An unknown key under ``unknown_keys = "reject"``: the address pays for the try."""
+        quota = op.tier.quota
+        decision: Decision = yield ("acquire", op.subject.key, _REJECTED_KEY_CHARGE, (quota,), None)
+        op.quotas, op.decision = (quota,), decision
+        header = self._config.identity.api_key_header
+        if op.mode != "enforce":
+            self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, "UNKNOWN_API_KEY")
+            return
+        if not decision.allowed and decision.reason == "rate_limited":
+            self._refuse(op, rate_limit_error(decision))  # key guessing runs its address dry
+        else:
+            self._refuse(op, unknown_key_error(header))
+            op.decision = None  # no budget headers on a 401
+        self._log(op, names.UNKNOWN_KEY, "quotaql: refused %s", op.code)
+
+    def _decided(self, op: Operation, decision: Decision) -> None:
+        op.decision = decision
+        if not decision.allowed:
+            code = error_code(decision)
+            if op.mode == "enforce":
+                error = self._refuse(op, rate_limit_error(decision))
+                self._log(op, names.BLOCKED, "quotaql: blocked %s: %s", code, error.message)
+                return
+            self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, code)
+        if op.span is not None and decision.source in ("fail_open", "fail_closed"):
+            fail_open = decision.source == "fail_open"
+            op.span.add_event(names.EVENT_FAIL_OPEN if fail_open else names.EVENT_FAIL_CLOSED)
+
+    def _settle(self, op: Operation, data: Any) -> _Flow:
+        amount, amounts = self._refund_amounts(op, data)
+        if amount > 0:
+            yield ("refund", op.subject.key, amount, op.quotas, amounts)
+        op.refunded = amount
+        if amount > 0:
+            if op.span is not None:
+                op.span.add_event(names.EVENT_REFUND, {"quotaql.refund": amount})
+            decision = op.decision
+            if decision is not None:
+                remaining = min(decision.limit, decision.remaining + amount)
+                op.decision = decision._replace(remaining=remaining)
+
+    def _refund_amounts(self, op: Operation, data: Any) -> tuple[float, tuple[float, ...] | None]:
+        """The actual cost (when shown or refunded), and what to give back to each quota."""
+        report = op.report
+        if report is None or op.error is not None or op.header == "validate":
+            return 0.0, None
+        if report.operation_type == "subscription":
+            return 0.0, None  # each event is charged as it is delivered
+        limits = self._config.limits
+        refund = limits.refund_unused and op.debited
+        if not (refund or limits.expose_cost or op.header is not None):
+            return 0.0, None
+        op.actual = actual_cost(
+            op.schema, op.document, data, op.variables, report.operation_name,
+            self._config.cost.model,
+        )  # fmt: skip
+        amount = max(0.0, report.cost - op.actual) if refund else 0.0
+        if amount <= 0 or op.costs is None:
+            return amount, None
+        # A root field's quota paid its own estimate; the actual cost is not known per root
+        # field, so it gets nothing back (a refund it did not earn would be an escape).
+        return amount, tuple(
+            0.0 if quota.name.startswith("field:") else amount for quota in op.quotas
+        )
+
+    def _event(self, op: Operation) -> _Flow:
+        op.events += 1
+        if op.events == 1 or op.mode == "off" or not op.quotas or op.error is not None:
+            return None  # the first event was paid when the subscription started
+        decision: Decision = yield ("acquire", op.subject.key, op.cost, op.quotas, op.costs)
+        if self.metrics is not None:
+            outcome = names.ALLOWED if decision.allowed else names.BLOCKED
+            if not decision.allowed and op.mode != "enforce":
+                outcome = names.SHADOW_BLOCKED
+            charged = op.cost if decision.allowed and decision.source != "fail_open" else 0.0
+            self.metrics.event(outcome, op.tier.name, charged)
+        if decision.allowed:
+            return None
+        if op.mode != "enforce":
+            self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, error_code(decision))
+            return None
+        op.decision = decision
+        error = self._refuse(op, rate_limit_error(decision))
+        self._log(op, names.BLOCKED, "quotaql: ended a subscription %s: %s", RATE_LIMITED,
+                  error.message)  # fmt: skip
+        return error
+
+    # -- drivers: the same flow with plain calls, or awaited --------------------------------
+
+    def _step(self, step: _Step) -> Any:
+        """Run one step of a flow: a limiter call (its result or an awaitable of it)."""
+        kind = step[0]
+        if kind == "await":
+            return step[1]
+        _, key, amount, quotas, amounts = step
+        limiter = self.limiter
+        if kind == "acquire":
+            if amounts is None:
+                return limiter.acquire(key, amount, quotas)
+            return limiter.acquire(key, amount, quotas, costs=amounts)
+        return limiter.refund(key, amount, quotas, amounts=amounts)
+
+    def _drive(self, flow: _Flow) -> Any:
+        value: Any = None
+        try:
+            while True:
+                value = self._step(flow.send(value))
+                if inspect.isawaitable(value):
+                    _close(value)
+                    flow.close()
+                    raise TypeError(
+                        "quotaql: this gate's storage is async (AsyncRedisStorage): use the"
+                        " async entry points (schema.execute, not execute_sync)"
+                    )
+        except StopIteration as stop:
+            return stop.value
+
+    async def _drive_async(self, flow: _Flow) -> Any:
+        value: Any = None
+        try:
+            step = flow.send(None)
+            while True:
+                value = self._step(step)
+                if inspect.isawaitable(value):
+                    try:
+                        value = await value
+                    except Exception as error:  # a hook's coroutine failed: the flow decides
+                        step = flow.throw(error)
+                        continue
+                step = flow.send(value)
+        except StopIteration as stop:
+            return stop.value
+
+    # -- pieces ----------------------------------------------------------------------------
+
+    def _refuse(self, op: Operation, error: GraphQLError) -> GraphQLError:
+        """Refuse ``op`` with a limiter's ``error`` and the HTTP status its code has."""
+        code = (error.extensions or {}).get("code")
+        op.refuse(error, status_for(str(code), self._config.limits.http_status))
+        return error
+
+    def _refresh(self, schema: Any) -> None:
+        if self._checked_schema is not schema:
+            self.check(schema)
+        if self._reloader is not None:
+            config = self._reloader.poll(schema)
+            if config is not None:
+                try:
+                    config.check_fields(schema)
+                except ConfigError as error:
+                    self.log.log(
+                        logging.ERROR,
+                        "config_reload_failed",
+                        "quotaql: %s; keeping the previous configuration",
+                        error,
+                        file=self._reloader.path,
+                    )
+                    return
+                self._config = config
+                self._configured(config)
+
+    def _configured(self, config: Config) -> None:
+        """Say once what an unsafe setting of ``config`` means."""
+        if config.identity.unknown_keys == "tenant":
+            self._say_once(
+                "unknown_keys_tenant",
+                'quotaql: [identity] unknown_keys = "tenant": every API key is a tenant of its'
+                " own, so a client that sends a new key each time gets a new budget each"
+                " time; do not use it on a public API (docs/identity.md)",
+                logging.WARNING,
+            )
+
+    def _say_once(self, event: str, message: str, level: int = logging.WARNING) -> None:
+        if event in self._said:
+            return
+        self._said.add(event)
+        self.log.log(level, event, message)
+
+    def _tier(self, subject: Subject, context: Any) -> TierConfig:
+        config = self._config
+        if self.tier_resolver is None:
+            return config.tier_of(subject.tenant)
+        try:
+            name = self.tier_resolver(subject, context)
+        except Exception as error:  # a bug in the resolver must not fail the request
+            self.log.log(
+                logging.ERROR,
+                "tier_resolver_failed",
+                "quotaql: tier_resolver() failed (%s: %s); using the default tier",
+                type(error).__name__,
+                error,
+            )
+            name = None
+        if name is None:
+            return config.tier_of(None)
+        tier = config.tiers.get(str(name))
+        if tier is None:
+            self.log.log(
+                logging.WARNING,
+                "unknown_tier",
+                "quotaql: the tier resolver named an unknown tier %r; using the default tier",
+                name,
+                tier=name,
+            )
+            return config.tier_of(None)
+        return tier
+
+    def _log(self, op: Operation, event: str, message: str, *args: object) -> None:
+        """Log ``message % args`` about ``op`` with its subject (hashed once), tier and cost."""
+        fields = {
+            "tenant": hashed_tenant(op.subject.key),
+            "identity": op.subject.source,
+            "tier": op.tier.name,
+            "cost": op.cost,
+        }
+        message += " (tenant %s, tier %s)"
+        self.log.log(logging.INFO, event, message, *args, fields["tenant"], op.tier.name, **fields)
+
+
+_SHADOW_MESSAGE = "quotaql: shadow mode would have blocked %s"
+
+
+def _operation_type(document: Any, operation_name: str | None) -> str | None:
+    """The type of the operation that runs, before (or without) pricing it."""
+    if not isinstance(document, DocumentNode):
+        return None
+    try:
+        operation, _ = select_operation(document, operation_name)
+    except CostAnalysisError:
+        return None
+    return operation.operation.value
+
+
+def _cost_header(request: Any) -> CostHeader | None:
+    value = web.header(request, "graphql-cost")
+    if value is None:
+        return None
+    value = value.strip().lower()
+    if value == "validate":
+        return "validate"
+    if value == "report":
+        return "report"
+    return None
+
+
+def _restore_rate(quota: Quota) -> float:
+    if quota.refill_per_second is not None:
+        return float(quota.refill_per_second)
+    return quota.maximum / float(quota.window_seconds or 1)
+
+
+def _close(awaitable: Any) -> None:
+    close = getattr(awaitable, "close", None)  # a coroutine never awaited must not warn
+    if callable(close):
+        close()

@@ -1,0 +1,512 @@
+"""Who pays for a request: namespaced subjects from known API keys, principals and addresses.
+
+The subject is the budget a request is debited from, and quotaql is only as good as it: a
+client that can choose its subject can choose a fresh budget. So every source says what it
+trusts (``docs/identity.md``):
+
+- an API key counts as its own tenant only when it is *known* (listed under ``[tenants]``
+  by its raw value, or accepted by a ``key_resolver``); an unknown key counts as the
+  client's address (``unknown_keys = "address"``), is refused (``"reject"``), or, unsafe
+  on a public API, becomes a tenant anyway (``"tenant"``);
+- the client's address is the socket peer's, unless that peer is a trusted proxy: then
+  ``X-Forwarded-For`` (or ``Forwarded``) is read right to left, skipping trusted hops, and
+  the first untrusted address is the client, so a spoofed leftmost entry changes nothing;
+  an IPv6 client is limited per ``/64`` (``ipv6_prefix``), as one host usually owns one;
+- an authenticated principal (Django's ``request.user``, or a ``principal`` hook reading a
+  verified JWT claim) is a ``user:`` subject, or, beside a known key, a user inside that
+  tenant (``[tiers.<tier>.per_user]``).
+
+Subjects are namespaced, ``key:<tenant>``, ``ip:<address>``, ``user:<id>``, ``id:<what
+identify() returned>`` and ``anonymous``, so that no two sources ever share a budget (an
+API key spelled like an IP address is still a key).
+"""
+
+from __future__ import annotations
+
+import inspect
+import ipaddress
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+
+from quotaql import web
+from quotaql.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Generator, Mapping
+
+    from quotaql.instrumentation.logs import StructuredLog
+
+__all__ = [
+    "ANONYMOUS",
+    "Identify",
+    "Identity",
+    "IdentityConfig",
+    "IdentitySource",
+    "KeyResolver",
+    "Principal",
+    "Subject",
+    "UnknownKeys",
+    "client_address",
+]
+
+ANONYMOUS: Final = "anonymous"
+
+#: What an unknown API key counts as: its client's address, a refusal, or a tenant anyway.
+UnknownKeys = Literal["address", "reject", "tenant"]
+#: Where a subject came from; the ``source`` label of ``quotaql_identity_total``.
+IdentitySource = Literal[
+    "key",  # a known API key
+    "user",  # an authenticated principal
+    "custom",  # what identify() returned
+    "address",  # no key: the client's address
+    "unknown_key",  # an unknown key, counted as the client's address
+    "rejected_key",  # an unknown key, refused (unknown_keys = "reject")
+    "unverified_key",  # an unknown key taken as a tenant (unknown_keys = "tenant")
+    "anonymous",  # no key, no principal, no address
+]
+
+#: ``key_resolver(key, context) -> tenant | None``, or a coroutine function answering that.
+KeyResolver = Callable[[str, Any], Any]
+#: ``principal(context) -> user id | None``, or a coroutine function answering that.
+Principal = Callable[[Any], Any]
+#: ``identify(context) -> subject | None``, or a coroutine function answering that.
+Identify = Callable[[Any], Any]
+
+UNKNOWN_KEY_MODES: Final[tuple[UnknownKeys, ...]] = get_args(UnknownKeys)
+ForwardedHeader = Literal["x-forwarded-for", "forwarded"]
+FORWARDED_HEADERS: Final[tuple[ForwardedHeader, ...]] = get_args(ForwardedHeader)
+# Proxy headers are read from the right; more entries than this are never looked at, so a
+# hostile header of thousands of entries costs what a short one does.
+MAX_HOPS: Final = 32
+_MAX_KEY_LENGTH: Final = 512
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityConfig:
+    """The ``[identity]`` table of ``quotaql.toml``: where subjects come from.
+
+    Attributes:
+        api_key_header: the request header that carries the API key.
+        unknown_keys: what a key that is neither in ``[tenants]`` nor accepted by the
+            ``key_resolver`` counts as: ``"address"`` (its client's address, the default),
+            ``"reject"`` (``UNKNOWN_API_KEY``, HTTP 401; the address pays one point for
+            the attempt) or ``"tenant"`` (a tenant of its own: every new key is a fresh
+            budget, so unsafe on a public API).
+        trusted_proxies: CIDRs of the proxies in front of the server (default none). Only
+            a request whose socket peer is one of them has its proxy header read.
+        trusted_hops: a fixed number of proxies in front of the server: the client is the
+            address this many entries from the right of the proxy header (0: walk it and
+            skip ``trusted_proxies`` instead). With ``trusted_proxies`` set too, the peer
+            must be one of them.
+        forwarded_header: which proxy header the proxies write: ``"x-forwarded-for"``
+            (nginx, cloud load balancers, Kubernetes ingresses) or ``"forwarded"`` (RFC
+            7239). Only that one is read: a client could send the other one itself.
+        ipv6_prefix: IPv6 clients are limited per network of this prefix length (one
+            host usually owns a whole /64); 128 limits each address.
+    """
+
+    api_key_header: str = "x-api-key"
+    unknown_keys: UnknownKeys = "address"
+    trusted_proxies: tuple[str, ...] = ()
+    trusted_hops: int = 0
+    forwarded_header: ForwardedHeader = "x-forwarded-for"
+    ipv6_prefix: int = 64
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.api_key_header, str) or not _is_token(self.api_key_header):
+            raise ConfigError(
+                f"api_key_header must be an HTTP header name, got {self.api_key_header!r}"
+            )
+        object.__setattr__(self, "api_key_header", self.api_key_header.lower())
+        if self.unknown_keys not in UNKNOWN_KEY_MODES:
+            raise ConfigError(
+                f"unknown_keys must be one of {', '.join(UNKNOWN_KEY_MODES)},"
+                f" got {self.unknown_keys!r}"
+            )
+        if self.forwarded_header not in FORWARDED_HEADERS:
+            raise ConfigError(
+                f"forwarded_header must be one of {', '.join(FORWARDED_HEADERS)},"
+                f" got {self.forwarded_header!r}"
+            )
+        hops = self.trusted_hops
+        if isinstance(hops, bool) or not isinstance(hops, int) or not 0 <= hops <= MAX_HOPS:
+            raise ConfigError(f"trusted_hops must be an integer from 0 to {MAX_HOPS}, got {hops!r}")
+        prefix = self.ipv6_prefix
+        if isinstance(prefix, bool) or not isinstance(prefix, int) or not 1 <= prefix <= 128:
+            raise ConfigError(f"ipv6_prefix must be an integer from 1 to 128, got {prefix!r}")
+        proxies: object = self.trusted_proxies
+        if isinstance(proxies, str) or not isinstance(proxies, list | tuple):
+            raise ConfigError(f"trusted_proxies must be a list of CIDRs, got {proxies!r}")
+        networks = []
+        for cidr in proxies:
+            try:
+                networks.append(ipaddress.ip_network(cidr, strict=False))
+            except (TypeError, ValueError) as error:
+                raise ConfigError(
+                    f"trusted_proxies: {cidr!r} is not an IP network such as 10.0.0.0/8"
+                    f" or 2001:db8::/32 ({error})"
+                ) from None
+        object.__setattr__(self, "trusted_proxies", tuple(str(cidr) for cidr in proxies))
+        object.__setattr__(self, "networks", tuple(networks))
+
+    def trusts(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        """Is ``address`` one of the trusted proxies?"""
+        return any(address in network for network in self.networks)
+
+
+def _is_token(name: str) -> bool:
+    return bool(name) and all(c.isalnum() or c in "-_" for c in name)
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """Who pays for one request.
+
+    Attributes:
+        key: the namespaced subject, the key of its budgets in the storage:
+            ``key:<tenant>``, ``ip:<address or /64 network>``, ``user:<id>``,
+            ``id:<identify() value>`` or ``anonymous``.
+        source: how it was identified (``IdentitySource``).
+        tenant: the name ``[tenants]`` and tiers know it by (a known key's tenant, what
+            ``identify`` returned), else None (the default tier).
+        user: an authenticated principal inside a tenant (``[tiers.<t>.per_user]``).
+        address: the client's address as identified (before the /64 folding), if known.
+    """
+
+    key: str
+    source: IdentitySource
+    tenant: str | None = None
+    user: str | None = None
+    address: str | None = None
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def rejected(self) -> bool:
+        """An unknown API key refused by ``unknown_keys = "reject"``."""
+        return self.source == "rejected_key"
+
+
+# -- the client address -------------------------------------------------------------------
+
+_IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _parse_ip(text: str) -> _IP | None:
+    """An address from a proxy header entry or a peer: ``1.2.3.4``, ``1.2.3.4:80``,
+    ``[2001:db8::1]:443``, ``"[2001:db8::1]"``, ``fe80::1%eth0``; None for anything else
+    (``unknown``, ``_hidden``, garbage)."""
+    text = text.strip().strip('"').strip()
+    if not text or len(text) > 64:
+        return None
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            return None
+        text = text[1:end]
+    elif text.count(":") == 1:  # IPv4 with a port
+        text = text.split(":", 1)[0]
+    text = text.split("%", 1)[0]  # an IPv6 zone
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _forwarded_entries(request: Any, header: str) -> list[str]:
+    """The addresses a proxy header lists, left to right (at most the last ``MAX_HOPS``)."""
+    values = web.header_values(request, header)
+    if not values:
+        return []
+    joined = ",".join(values)
+    parts = joined.rsplit(",", MAX_HOPS)[-MAX_HOPS:]
+    if header == "x-forwarded-for":
+        return [part.strip() for part in parts]
+    entries = []
+    for element in parts:  # RFC 7239: for=...;proto=...;by=...
+        found = ""
+        for pair in element.split(";"):
+            name, _, value = pair.partition("=")
+            if name.strip().lower() == "for":
+                found = value.strip()
+                break
+        entries.append(found)
+    return entries
+
+
+def client_address(request: Any, config: IdentityConfig) -> str | None:
+    """The client's address: the socket peer's, or what trusted proxies say it is.
+
+    Only when the peer is a trusted proxy (``trusted_proxies``, or any peer with
+    ``trusted_hops`` and no ``trusted_proxies``) is the proxy header read, right to left:
+    with ``trusted_hops = N`` the client is the N-th entry from the right; otherwise the
+    first entry that is not a trusted proxy. An entry that is not an address stops the walk
+    at the last hop known good. Nothing a client writes to the left of what the proxies
+    appended can change the result.
+
+    Returns:
+        The address as text (IPv4-mapped IPv6 as IPv4), or None when the framework
+        reports no peer.
+    """
+    peer_text = web.peer_address(request)
+    if peer_text is None:
+        return None
+    peer = _parse_ip(peer_text)
+    if peer is None:
+        return peer_text  # a unix socket, a test client: as the server names it
+    hops = config.trusted_hops
+    trusted = config.trusts(peer) if config.networks else hops > 0
+    if not trusted:
+        return str(peer)
+    entries = _forwarded_entries(request, config.forwarded_header)
+    if not entries:
+        return str(peer)
+    if hops:
+        index = max(0, len(entries) - hops)
+        found = _parse_ip(entries[index])
+        return str(found) if found is not None else str(peer)
+    client = peer
+    for entry in reversed(entries):
+        address = _parse_ip(entry)
+        if address is None:
+            break  # garbage written by a trusted hop: the hop is the last address we know
+        client = address
+        if not config.trusts(address):
+            break
+    return str(client)
+
+
+def address_subject(address: str, config: IdentityConfig) -> str:
+    """``ip:<address>``; an IPv6 address as its ``/ipv6_prefix`` network."""
+    parsed = _parse_ip(address)
+    if isinstance(parsed, ipaddress.IPv6Address) and config.ipv6_prefix < 128:
+        network = ipaddress.IPv6Network(f"{parsed}/{config.ipv6_prefix}", strict=False)
+        return f"ip:{network}"
+    return f"ip:{parsed if parsed is not None else address}"
+
+
+# -- resolving ----------------------------------------------------------------------------
+
+# One storage call or awaitable a resolution asks its driver for (see quotaql.gate).
+_Await = tuple[Literal["await"], Any]
+
+
+class _KeyCache:
+    """A bounded, expiring cache of ``key_resolver`` answers (None answers too).
+
+    A flood of random keys would otherwise cost one database lookup each; with the cache
+    it costs one per key per ``ttl``, and evicts the least recently used answers first.
+    """
+
+    def __init__(self, size: int, ttl: float, clock: Callable[[], float]) -> None:
+        self.size = size
+        self.ttl = ttl
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
+
+    def get(self, key: str) -> tuple[bool, str | None]:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return False, None
+            if entry[0] <= self.clock():
+                del self._entries[key]
+                return False, None
+            self._entries.move_to_end(key)
+            return True, entry[1]
+
+    def put(self, key: str, tenant: str | None) -> None:
+        if self.size <= 0 or self.ttl <= 0:
+            return
+        with self._lock:
+            self._entries[key] = (self.clock() + self.ttl, tenant)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+
+class Identity:
+    """Finds the subject of each request from its headers, peer, principal and hooks.
+
+    Example:
+        >>> identity = Identity()
+        >>> request = {"type": "http", "client": ("203.0.113.9", 5123),
+        ...            "headers": [(b"x-api-key", b"acme")]}
+        >>> identity.subject(request, None, IdentityConfig(), tenants={"acme": ...}).key
+        'key:acme'
+        >>> identity.subject(request, None, IdentityConfig(), tenants={}).key
+        'ip:203.0.113.9'
+
+    Args:
+        identify: ``identify(context) -> str | None``: the subject, in its own ``id:``
+            namespace, before anything else is looked at; None goes on with the
+            default (a known key, a principal, the client's address).
+        key_resolver: ``key_resolver(key, context) -> tenant | None``: the tenant of an
+            API key (a database lookup; it may be a coroutine function on async
+            servers); None: an unknown key. With a resolver, ``[tenants]`` names
+            tenants (for their tiers), not keys.
+        principal: ``principal(context) -> id | None``: the authenticated user (a
+            verified JWT's ``sub``, a session's user); default: Django's
+            ``request.user``.
+        log: where a failing hook is reported.
+        key_cache_size: how many ``key_resolver`` answers are kept.
+        key_cache_ttl: how long one is kept, in seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        identify: Callable[[Any], Any] | None = None,
+        key_resolver: Callable[[str, Any], Any] | None = None,
+        principal: Callable[[Any], Any] | None = None,
+        log: StructuredLog | None = None,
+        key_cache_size: int = 10_000,
+        key_cache_ttl: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.identify = identify
+        self.key_resolver = key_resolver
+        self.principal = principal
+        self.log = log
+        self._keys = _KeyCache(key_cache_size, key_cache_ttl, clock)
+        self._warned: set[str] = set()
+
+    def subject(
+        self,
+        request: Any,
+        context: Any,
+        config: IdentityConfig,
+        tenants: Mapping[str, object],
+    ) -> Subject:
+        """:meth:`resolve` for synchronous hooks: the subject of one request."""
+        flow = self.resolve(request, context, config, tenants, can_await=False)
+        try:
+            while True:
+                next(flow)  # never yields without can_await
+        except StopIteration as stop:
+            found: Subject = stop.value
+            return found
+
+    def resolve(
+        self,
+        request: Any,
+        context: Any,
+        config: IdentityConfig,
+        tenants: Mapping[str, object],
+        *,
+        can_await: bool,
+    ) -> Generator[_Await, Any, Subject]:
+        """The subject of one request, as a flow that yields the awaitables it needs.
+
+        ``can_await``: the caller's driver awaits what is yielded (async servers); else an
+        awaitable a hook returns is a hook failure.
+        """
+        if self.identify is not None:
+            custom = yield from self._call("identify", self.identify, (context,), can_await)
+            if custom is not None:
+                value = _clean(custom)
+                if value is not None:
+                    principal = yield from self._principal(request, context, can_await)
+                    return Subject(f"id:{value}", "custom", tenant=value, user=principal)
+        key = web.header(request, config.api_key_header)
+        key = key.strip() if key is not None else None
+        principal = yield from self._principal(request, context, can_await)
+        rejected = False
+        if key:
+            tenant = yield from self._tenant_of(key, context, tenants, can_await)
+            if tenant is not None:
+                return Subject(f"key:{tenant}", "key", tenant=tenant, user=principal)
+            if config.unknown_keys == "tenant":
+                value = key[:_MAX_KEY_LENGTH]
+                return Subject(f"key:{value}", "unverified_key", tenant=value, user=principal)
+            rejected = config.unknown_keys == "reject"
+        if principal is not None:
+            return Subject(f"user:{principal}", "rejected_key" if rejected else "user")
+        address = client_address(request, config)
+        if address is None:
+            return Subject(ANONYMOUS, "rejected_key" if rejected else "anonymous")
+        source: IdentitySource = "address"
+        if key:
+            source = "rejected_key" if rejected else "unknown_key"
+        return Subject(address_subject(address, config), source, address=address)
+
+    def _tenant_of(
+        self, key: str, context: Any, tenants: Mapping[str, object], can_await: bool
+    ) -> Generator[_Await, Any, str | None]:
+        if len(key) > _MAX_KEY_LENGTH:
+            return None  # no real key is this long; a hostile one is not looked up
+        if self.key_resolver is None:
+            return key if key in tenants else None
+        cached, tenant = self._keys.get(key)
+        if cached:
+            return tenant
+        found = yield from self._call("key_resolver", self.key_resolver, (key, context), can_await)
+        tenant = _clean(found) if found is not None else None
+        self._keys.put(key, tenant)
+        return tenant
+
+    def _principal(
+        self, request: Any, context: Any, can_await: bool
+    ) -> Generator[_Await, Any, str | None]:
+        if self.principal is not None:
+            found = yield from self._call("principal", self.principal, (context,), can_await)
+        else:
+            found = web.authenticated_user(request, can_await=can_await)
+            if inspect.isawaitable(found):
+                found = yield ("await", found)
+        return _clean(found) if found is not None else None
+
+    def _call(
+        self, name: str, hook: Callable[..., Any], args: tuple[Any, ...], can_await: bool
+    ) -> Generator[_Await, Any, Any]:
+        """A hook's answer; a hook that fails counts as having answered None (logged)."""
+        try:
+            result = hook(*args)
+            if inspect.isawaitable(result):
+                if not can_await:
+                    _discard(result)
+                    raise TypeError(
+                        "it returned an awaitable, but this server runs it synchronously"
+                    )
+                result = yield ("await", result)
+        except Exception as error:  # a bug in a hook must not fail the request
+            self._failed(name, error)
+            return None
+        return result
+
+    def _failed(self, name: str, error: Exception) -> None:
+        if self.log is None:
+            return
+        self.log.log(
+            logging.ERROR,
+            f"{name}_failed",
+            "quotaql: %s() failed (%s: %s); going on without it",
+            name,
+            type(error).__name__,
+            error,
+        )
+
+
+def _clean(value: object) -> str | None:
+    """A hook's answer as a subject part: a non-empty string of bounded length."""
+    text = str(value).strip()
+    return text[:_MAX_KEY_LENGTH] if text else None
+
+
+def _discard(awaitable: Any) -> None:
+    close = getattr(awaitable, "close", None)  # a coroutine never awaited must not warn
+    if callable(close):
+        close()

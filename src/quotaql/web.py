@@ -1,0 +1,247 @@
+"""What quotaql reads from and writes to the web frameworks' request and response objects.
+
+Duck typing only: no framework is imported here. Every Strawberry integration (ASGI,
+FastAPI, Django, Flask, aiohttp, Litestar, Sanic, Quart, Channels, Chalice), Ariadne and a
+plain ASGI scope or WSGI environ keep the client's address, the request headers and the
+response status in their own places; these functions know each of them, so that the gate
+and its adapters never branch on the framework.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "authenticated_user",
+    "header",
+    "header_values",
+    "is_websocket",
+    "peer_address",
+    "request_of",
+    "response_of",
+    "set_headers",
+    "set_status",
+]
+
+# A header value longer than this is cut: a client address or a key never needs more, and a
+# hostile 1 MB header must not cost more than a short one.
+MAX_HEADER_LENGTH = 8192
+
+
+def _item(context: Any, name: str) -> Any:
+    """``context[name]`` for dict contexts, ``context.name`` for context objects."""
+    if isinstance(context, Mapping):
+        return context.get(name)
+    return getattr(context, name, None)
+
+
+def request_of(context: Any) -> Any:
+    """The request (or websocket) a GraphQL context carries, or None.
+
+    ``context["request"]`` / ``context.request`` on every integration; Litestar's websocket
+    context calls it ``socket``, FastAPI's ``websocket``.
+    """
+    if context is None:
+        return None
+    for name in ("request", "socket", "websocket"):
+        found = _item(context, name)
+        if found is not None:
+            return found
+    return None
+
+
+def response_of(context: Any) -> Any:
+    """The response a resolver may set a status and headers on, or None (a websocket)."""
+    if context is None:
+        return None
+    response = _item(context, "response")
+    return None if response is None or is_websocket(response) else response
+
+
+def is_websocket(obj: Any) -> bool:
+    """A websocket connection (Starlette, aiohttp, Litestar, Quart, Channels): no status,
+    no headers once open."""
+    for cls in type(obj).__mro__:
+        name = cls.__name__.lower()
+        if "websocket" in name or name.endswith("wsconsumer"):
+            return True
+    return False
+
+
+# -- request headers ----------------------------------------------------------------------
+
+
+def header_values(request: Any, name: str) -> list[str]:
+    """Every value of the request header ``name`` (any case), in the order received.
+
+    Frameworks that join repeated headers into one value (WSGI, Django) give one item;
+    callers that need each element of a list header split on commas themselves.
+    """
+    lowered = name.lower()
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return _raw_header_values(request, lowered)
+    values: Any = None
+    for method in ("getlist", "getall", "get_all"):  # Starlette/werkzeug, multidict, email
+        getter = getattr(headers, method, None)
+        if getter is not None:
+            try:
+                values = getter(lowered)
+            except (KeyError, TypeError):  # multidict's getall without a default
+                values = []
+            break
+    else:
+        value = headers.get(lowered) if hasattr(headers, "get") else None
+        values = [] if value is None else [value]
+    return [_text(value) for value in values or () if value is not None]
+
+
+def header(request: Any, name: str) -> str | None:
+    """The first value of the request header ``name`` (any case), or None."""
+    headers = getattr(request, "headers", None)
+    if headers is not None and hasattr(headers, "get"):
+        value = headers.get(name.lower())
+        return None if value is None else _text(value)
+    values = _raw_header_values(request, name.lower())
+    return values[0] if values else None
+
+
+def _raw_header_values(request: Any, lowered: str) -> list[str]:
+    """Headers of a bare ASGI scope or WSGI environ."""
+    if not isinstance(request, Mapping):
+        return []
+    raw = request.get("headers")
+    if isinstance(raw, list | tuple):  # an ASGI scope: [(b"name", b"value"), ...]
+        wanted = lowered.encode("latin-1")
+        return [_text(value) for key, value in raw if bytes(key).lower() == wanted]
+    value = request.get("HTTP_" + lowered.upper().replace("-", "_"))  # a WSGI environ
+    return [] if value is None else [_text(value)]
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("latin-1")
+    text = str(value)
+    return text[:MAX_HEADER_LENGTH] if len(text) > MAX_HEADER_LENGTH else text
+
+
+# -- who is asking ------------------------------------------------------------------------
+
+
+def peer_address(request: Any) -> str | None:
+    """The address of the socket peer that sent ``request``, as its framework reports it.
+
+    Where the framework or its server was configured to take the address from proxy
+    headers (werkzeug's ``ProxyFix``, aiohttp-remotes, uvicorn's ``--proxy-headers``),
+    that is what it reports; quotaql's own ``trusted_proxies`` start from this address.
+    """
+    if request is None:
+        return None
+    meta = getattr(request, "META", None)  # Django (sync and async views)
+    if isinstance(meta, Mapping):
+        return _address(meta.get("REMOTE_ADDR"))
+    consumer = getattr(request, "consumer", None)  # Strawberry's Channels request
+    if consumer is not None:
+        return _scope_client(getattr(consumer, "scope", None))
+    if getattr(request, "conn_info", None) is not None:  # Sanic: .ip is the socket peer
+        return _address(getattr(request, "ip", None))
+    client = getattr(request, "client", None)  # Starlette, FastAPI, Litestar
+    if client is not None and not isinstance(client, Mapping):
+        host = getattr(client, "host", None)
+        if host is None and isinstance(client, tuple) and client:
+            host = client[0]
+        return _address(host)
+    for name in ("remote_addr", "remote"):  # werkzeug (Flask), Quart; aiohttp
+        value = getattr(request, name, None)
+        if isinstance(value, str):
+            return _address(value)
+    chalice = getattr(request, "context", None)  # Chalice: API Gateway's request context
+    if isinstance(chalice, Mapping):
+        identity = chalice.get("identity")
+        if isinstance(identity, Mapping):
+            return _address(identity.get("sourceIp"))
+    if isinstance(request, Mapping):
+        if "REMOTE_ADDR" in request:  # a WSGI environ
+            return _address(request.get("REMOTE_ADDR"))
+        return _scope_client(request)  # an ASGI scope
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, Mapping):
+        return _scope_client(scope)
+    return None
+
+
+def _scope_client(scope: Any) -> str | None:
+    if not isinstance(scope, Mapping):
+        return None
+    client = scope.get("client")
+    if isinstance(client, list | tuple) and client:
+        return _address(client[0])
+    return None
+
+
+def _address(value: object) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return value[:256]
+
+
+def authenticated_user(request: Any, *, can_await: bool) -> Any:
+    """The authenticated principal's id the framework knows, or None (or an awaitable of it).
+
+    Django: ``request.user`` when it is authenticated, by its primary key (in an async
+    view, ``request.auser()``, which is awaited: ``request.user`` would query the database
+    from the event loop). Other frameworks have no standard place: pass a ``principal``
+    hook instead.
+    """
+    if request is None or not isinstance(getattr(request, "META", None), Mapping):
+        return None
+    if can_await:
+        auser = getattr(request, "auser", None)
+        if callable(auser):
+            return _django_user_id_async(auser)
+    if "user" not in getattr(request, "__dict__", {}) and not hasattr(type(request), "user"):
+        return None  # no AuthenticationMiddleware
+    return _django_user_id(getattr(request, "user", None))
+
+
+async def _django_user_id_async(auser: Any) -> str | None:
+    return _django_user_id(await auser())
+
+
+def _django_user_id(user: Any) -> str | None:
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    pk = getattr(user, "pk", None)
+    return None if pk is None else str(pk)
+
+
+# -- the response -------------------------------------------------------------------------
+
+
+def set_status(response: Any, status: int) -> None:
+    """Set the HTTP status of ``response`` (nothing for None or a websocket)."""
+    if response is None or is_websocket(response):
+        return
+    setter = getattr(response, "set_status", None)  # aiohttp: .status is read-only
+    if callable(setter):
+        setter(status)
+    elif hasattr(response, "status_code"):
+        response.status_code = status
+
+
+def set_headers(response: Any, headers: Mapping[str, str], *, remove: Sequence[str] = ()) -> None:
+    """Set ``headers`` on ``response``, replacing earlier values, and drop the ``remove``
+    headers it does not set (nothing on a websocket)."""
+    if (not headers and not remove) or response is None or is_websocket(response):
+        return
+    target = getattr(response, "headers", None)
+    if target is None:
+        return
+    for name, value in headers.items():
+        target[name] = value
+    for name in remove:
+        if name not in headers:
+            with contextlib.suppress(KeyError):
+                del target[name]
