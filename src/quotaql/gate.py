@@ -27,12 +27,14 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
+import math
 import os
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from graphql import DocumentNode, GraphQLError
 
@@ -327,55 +329,70 @@ class _Slots:
             return sum(self._open.values())
 
 
+class _Reply(NamedTuple):
+    """What one operation answers for the HTTP response it shares with a batch."""
+
+    status: int | None  # a limiter's refusal, else None
+    code: str | None
+    headers: dict[str, str]
+    remaining: float  # of the quota the headers describe (inf: no decision)
+    wait: float  # seconds until a refusal would pass
+
+
+def _reply(op: Operation) -> _Reply:
+    decision = op.decision
+    headers = op.headers
+    if decision is None or not headers:
+        return _Reply(op.status, op.code, {}, math.inf, 0.0)
+    return _Reply(op.status, op.code, headers, decision.remaining, decision.retry_after or 0.0)
+
+
 class _Responses:
     """The operations that share one HTTP response (a batch), so that its status and headers
-    say what all of them did: 200 when any ran, a refusal only when every one was refused."""
+    say what all of them did: 200 when any ran, a refusal only when every one was refused.
+
+    Kept by weak reference to the response (gone with it); a response that takes no weak
+    references (Litestar's) is kept, with its replies, among the last ``_STRONG`` such
+    responses, which bounds the memory and keeps its ``id`` from being reused meanwhile.
+    """
+
+    _STRONG = 256
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_response: weakref.WeakKeyDictionary[Any, list[Operation]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._weak: weakref.WeakKeyDictionary[Any, list[_Reply]] = weakref.WeakKeyDictionary()
+        self._strong: OrderedDict[int, tuple[Any, list[_Reply]]] = OrderedDict()
 
-    def add(self, response: Any, op: Operation) -> list[Operation]:
+    def add(self, response: Any, reply: _Reply) -> list[_Reply]:
         with self._lock:
             try:
-                ops = self._by_response.setdefault(response, [])
-            except TypeError:  # no weak references to it: answer for this operation alone
-                return [op]
-            ops.append(op)
-            return list(ops)
+                replies = self._weak.setdefault(response, [])
+            except TypeError:
+                entry = self._strong.get(id(response))
+                if entry is None or entry[0] is not response:
+                    entry = self._strong[id(response)] = (response, [])
+                    if len(self._strong) > self._STRONG:
+                        self._strong.popitem(last=False)
+                replies = entry[1]
+            replies.append(reply)
+            return list(replies)
 
 
-def _answer(ops: Sequence[Operation]) -> tuple[int | None, dict[str, str]]:
-    """The status and headers of a response that the operations ``ops`` share."""
-    if len(ops) == 1:
-        return ops[0].status, ops[0].headers
-    refused = [op for op in ops if op.status is not None]
-    decided = [op for op in ops if op.decision is not None and op.headers]
-    tightest = min(decided, key=_tightness, default=None)
-    headers = tightest.headers if tightest is not None else {}
-    if len(refused) < len(ops):  # something ran: the response is a success
+def _answer(replies: Sequence[_Reply]) -> tuple[int | None, dict[str, str]]:
+    """The status and headers of a response that the operations of ``replies`` share."""
+    if len(replies) == 1:
+        return replies[0].status, replies[0].headers
+    refused = [reply for reply in replies if reply.status is not None]
+    tightest = min(replies, key=lambda reply: (reply.remaining, -reply.wait))
+    if len(refused) < len(replies):  # something ran: the response is a success
         status = 200 if refused else None
-        headers = {name: value for name, value in headers.items() if name != "Retry-After"}
+        headers = {k: v for k, v in tightest.headers.items() if k != "Retry-After"}
         return status, headers
-    limited = [op for op in refused if op.code == RATE_LIMITED]
+    limited = [reply for reply in refused if reply.code == RATE_LIMITED]
     if limited:  # waiting helps: answer the longest wait of them
-        longest = max(limited, key=_wait)
+        longest = max(limited, key=lambda reply: reply.wait)
         return longest.status, longest.headers
-    return refused[0].status, headers
-
-
-def _tightness(op: Operation) -> tuple[float, float]:
-    """Least remaining first; of equals, the longest wait."""
-    decision = op.decision
-    assert decision is not None  # only decided operations are compared
-    return decision.remaining, -_wait(op)
-
-
-def _wait(op: Operation) -> float:
-    decision = op.decision
-    return (decision.retry_after or 0.0) if decision is not None else 0.0
+    return refused[0].status, tightest.headers
 
 
 class Gate:
@@ -568,11 +585,11 @@ class Gate:
         """
         if response is None or op.operation_type == "subscription" or web.is_websocket(response):
             return
-        ops = self._responses.add(response, op)
-        status, headers = _answer(ops)
+        replies = self._responses.add(response, _reply(op))
+        status, headers = _answer(replies)
         if status is not None:
             web.set_status(response, status)
-        web.set_headers(response, headers, remove=("Retry-After",) if len(ops) > 1 else ())
+        web.set_headers(response, headers, remove=("Retry-After",) if len(replies) > 1 else ())
 
     def results(self, op: Operation | None) -> dict[str, Any]:
         """The response's ``extensions``: ``{"cost": ...}`` (empty when not exposed)."""

@@ -25,8 +25,9 @@ __all__ = [
     "set_status",
 ]
 
-# A header value longer than this is cut: a client address or a key never needs more, and a
-# hostile 1 MB header must not cost more than a short one.
+# A header value longer than this is cut to its last MAX_HEADER_LENGTH characters (proxy
+# headers are read from the right; no key is this long): a hostile megabyte header must not
+# cost more than a short one.
 MAX_HEADER_LENGTH = 8192
 
 
@@ -124,7 +125,7 @@ def _text(value: object) -> str:
     if isinstance(value, bytes | bytearray):
         value = bytes(value).decode("latin-1")
     text = str(value)
-    return text[:MAX_HEADER_LENGTH] if len(text) > MAX_HEADER_LENGTH else text
+    return text[-MAX_HEADER_LENGTH:] if len(text) > MAX_HEADER_LENGTH else text
 
 
 # -- who is asking ------------------------------------------------------------------------
