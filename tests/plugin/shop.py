@@ -9,9 +9,11 @@ query asking for more gets fewer: the actual cost is lower and the difference is
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator  # noqa: TC003  (Strawberry reads annotations at runtime)
 
 import strawberry
+from strawberry.schema.config import StrawberryConfig
 
 from quotaql.cost_analysis.directives import Cost, ListSize
 from quotaql.plugin.schema import RateLimit, rate_limit_field
@@ -66,12 +68,19 @@ class Mutation:
 @strawberry.type
 class Subscription:
     @strawberry.subscription(directives=[Cost(weight="30")])
-    async def ticks(self, count: int = 3) -> AsyncGenerator[int, None]:
+    async def ticks(self, count: int = 3, interval: float = 0.0) -> AsyncGenerator[int, None]:
         for i in range(count):
+            if interval:
+                await asyncio.sleep(interval)
             yield i
 
 
-def make_schema(*extensions: object) -> strawberry.Schema:
+def make_schema(*extensions: object, batching: bool = False) -> strawberry.Schema:
+    config = StrawberryConfig(batching_config={"max_operations": 10}) if batching else None
     return strawberry.Schema(
-        query=Query, mutation=Mutation, subscription=Subscription, extensions=list(extensions)
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        extensions=list(extensions),
+        config=config,
     )
