@@ -316,3 +316,15 @@ def test_identity_sources_match_the_metric_label_values() -> None:
     from quotaql.identity import IdentitySource
 
     assert get_args(IdentitySource) == names.IDENTITY_SOURCES
+
+
+def test_a_websocket_client_may_send_its_key_in_connection_init() -> None:
+    context = {"connection_params": {"X-API-Key": "acme"}}
+    found = Identity().subject(scope(), context, IdentityConfig(), TENANTS)
+    assert found.key == "key:acme"
+    # The header wins when both are there, and junk params are ignored.
+    header = Identity().subject(scope(x_api_key="203.0.113.9"), context, IdentityConfig(), TENANTS)
+    assert header.key == "key:203.0.113.9"
+    for junk in ({"X-API-Key": 7}, ["acme"], None):
+        other = Identity().subject(scope(), {"connection_params": junk}, IdentityConfig(), TENANTS)
+        assert other.key == "ip:203.0.113.9"

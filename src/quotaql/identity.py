@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
@@ -37,7 +37,7 @@ from quotaql import web
 from quotaql.errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Mapping
+    from collections.abc import Generator
 
     from quotaql.instrumentation.logs import StructuredLog
 
@@ -422,6 +422,8 @@ class Identity:
                     principal = yield from self._principal(request, context, can_await)
                     return Subject(f"id:{value}", "custom", tenant=value, user=principal)
         key = web.header(request, config.api_key_header)
+        if key is None:  # a browser cannot set headers on a websocket: connection_init's
+            key = _connection_param(context, config.api_key_header)
         key = key.strip() if key is not None else None
         principal = yield from self._principal(request, context, can_await)
         rejected = False
@@ -498,6 +500,18 @@ class Identity:
             type(error).__name__,
             error,
         )
+
+
+def _connection_param(context: Any, name: str) -> str | None:
+    """The API key a websocket client sent in its ``connection_init`` payload, which
+    Strawberry and Ariadne keep as the context's ``connection_params`` (any case)."""
+    params = web.context_item(context, "connection_params")
+    if not isinstance(params, Mapping):
+        return None
+    for key, value in params.items():
+        if isinstance(key, str) and key.lower() == name and isinstance(value, str):
+            return value
+    return None
 
 
 def _clean(value: object) -> str | None:

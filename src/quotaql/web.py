@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "authenticated_user",
+    "context_item",
     "header",
     "header_values",
     "is_websocket",
@@ -31,7 +32,7 @@ __all__ = [
 MAX_HEADER_LENGTH = 8192
 
 
-def _item(context: Any, name: str) -> Any:
+def context_item(context: Any, name: str) -> Any:
     """``context[name]`` for dict contexts, ``context.name`` for context objects."""
     if isinstance(context, Mapping):
         return context.get(name)
@@ -47,7 +48,7 @@ def request_of(context: Any) -> Any:
     if context is None:
         return None
     for name in ("request", "socket", "websocket"):
-        found = _item(context, name)
+        found = context_item(context, name)
         if found is not None:
             return found
     return None
@@ -57,7 +58,7 @@ def response_of(context: Any) -> Any:
     """The response a resolver may set a status and headers on, or None (a websocket)."""
     if context is None:
         return None
-    response = _item(context, "response")
+    response = context_item(context, "response")
     return None if response is None or is_websocket(response) else response
 
 
@@ -87,7 +88,9 @@ def header_values(request: Any, name: str) -> list[str]:
     values: Any = None
     for method in ("getlist", "getall", "get_all"):  # Starlette/werkzeug, multidict, email
         getter = getattr(headers, method, None)
-        if getter is not None:
+        # Sanic's Header answers any attribute with the header of that name ("" when
+        # absent): only a callable is the multi-value getter.
+        if callable(getter):
             try:
                 values = getter(lowered)
             except (KeyError, TypeError):  # multidict's getall without a default

@@ -61,14 +61,21 @@ def server(request: pytest.FixtureRequest, write_config: Callable[..., Path]) ->
 
 
 @contextlib.contextmanager
-def connect(url: str, key: str = "subscriber") -> Iterator[ClientConnection]:
+def connect(
+    url: str, key: str = "subscriber", *, in_init: bool = False
+) -> Iterator[ClientConnection]:
+    """A graphql-transport-ws connection; the API key in the handshake's headers, or (as a
+    browser must send it) in the ``connection_init`` payload."""
     with websockets.sync.client.connect(
         url,
         subprotocols=[websockets.Subprotocol("graphql-transport-ws")],
-        additional_headers={"X-API-Key": key},
+        additional_headers={} if in_init else {"X-API-Key": key},
         open_timeout=10,
     ) as socket:
-        socket.send(json.dumps({"type": "connection_init"}))
+        init: dict[str, Any] = {"type": "connection_init"}
+        if in_init:
+            init["payload"] = {"x-api-key": key}
+        socket.send(json.dumps(init))
         assert json.loads(socket.recv(timeout=10))["type"] == "connection_ack"
         yield socket
 
@@ -114,6 +121,15 @@ def test_each_event_after_the_first_is_charged_and_exhaustion_ends_it(server: st
     assert nexts[3].get("data") is None
     assert len(nexts) == 4
     assert got[-1]["type"] == "complete"
+
+
+def test_a_key_sent_in_connection_init_is_the_subscriber(server: str) -> None:
+    # A browser cannot set headers on a websocket. The big tier's key streams on where the
+    # keyless address (the free tier, like "subscriber") would run dry after three events.
+    with connect(server, key="streamer", in_init=True) as socket:
+        subscribe(socket, "1", "subscription { ticks(count: 8) }")
+        got = messages(socket, "1")
+    assert [m["payload"]["data"]["ticks"] for m in got if m["type"] == "next"] == list(range(8))
 
 
 def test_a_subscriber_out_of_budget_cannot_start_one(server: str) -> None:
