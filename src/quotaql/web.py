@@ -79,9 +79,13 @@ def header_values(request: Any, name: str) -> list[str]:
     """Every value of the request header ``name`` (any case), in the order received.
 
     Frameworks that join repeated headers into one value (WSGI, Django) give one item;
-    callers that need each element of a list header split on commas themselves.
+    callers that need each element of a list header split on commas themselves. Chalice's
+    local server keeps only the first of repeated header lines: nothing else reaches here.
     """
     lowered = name.lower()
+    scope = _consumer_scope(request)
+    if scope is not None:
+        return _raw_header_values(scope, lowered)
     headers = getattr(request, "headers", None)
     if headers is None:
         return _raw_header_values(request, lowered)
@@ -104,12 +108,27 @@ def header_values(request: Any, name: str) -> list[str]:
 
 def header(request: Any, name: str) -> str | None:
     """The first value of the request header ``name`` (any case), or None."""
+    scope = _consumer_scope(request)
+    if scope is not None:
+        values = _raw_header_values(scope, name.lower())
+        return values[0] if values else None
     headers = getattr(request, "headers", None)
     if headers is not None and hasattr(headers, "get"):
         value = headers.get(name.lower())
         return None if value is None else _text(value)
     values = _raw_header_values(request, name.lower())
     return values[0] if values else None
+
+
+def _consumer_scope(request: Any) -> Mapping[str, Any] | None:
+    """The ASGI scope of Strawberry's Channels request (``request.consumer.scope``).
+
+    Its ``headers`` is a dict built from the scope, where a repeated header keeps only its
+    last value (the last ``X-Forwarded-For`` line, say): the scope has them all.
+    """
+    consumer = getattr(request, "consumer", None)
+    scope = getattr(consumer, "scope", None) if consumer is not None else None
+    return scope if isinstance(scope, Mapping) else None
 
 
 def _raw_header_values(request: Any, lowered: str) -> list[str]:
