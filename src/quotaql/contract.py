@@ -51,6 +51,12 @@ def _points(value: float) -> str:
     return str(int(rounded)) if rounded == int(rounded) else f"{rounded:g}"
 
 
+def _counted(value: float) -> str:
+    """``1 point``, ``120 points``."""
+    text = _points(value)
+    return f"{text} point" if text == "1" else f"{text} points"
+
+
 def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{math.ceil(value)} s"
 
@@ -87,7 +93,7 @@ def rate_limit_error(decision: Decision) -> GraphQLError:
     }
     if code == COST_EXCEEDS_CAPACITY:
         message = (
-            f"This query costs {_points(cost)} points, more than the {_points(limit)} your"
+            f"This query costs {_counted(cost)}, more than the {_points(limit)} your"
             f" '{decision.limited_by}' budget can ever hold; ask for less (smaller pages,"
             " fewer fields) to run it."
         )
@@ -102,7 +108,7 @@ def rate_limit_error(decision: Decision) -> GraphQLError:
         retry = decision.retry_after or 0.0
         extensions["retryAfter"] = retry
         message = (
-            f"This query costs {_points(cost)} points but only {_points(remaining)} of {whose}"
+            f"This query costs {_counted(cost)} but only {_points(remaining)} of {whose}"
             f" {_points(limit)} remain; retry in {_seconds(retry)}."
         )
     return GraphQLError(message, extensions=extensions)

@@ -10,6 +10,7 @@ and its adapters never branch on the framework.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = [
     "header_values",
     "is_websocket",
     "peer_address",
+    "quiet_refusal",
     "request_of",
     "response_of",
     "set_headers",
@@ -268,3 +270,31 @@ def set_headers(response: Any, headers: Mapping[str, str], *, remove: Sequence[s
         if name not in headers:
             with contextlib.suppress(KeyError):
                 del target[name]
+
+
+# -- the frameworks' own logs -------------------------------------------------------------
+
+
+class _RefusedByQuotaql(logging.Filter):
+    """Drops Django's per-response WARNING (``django.request``: "Too Many Requests:
+    /graphql") for a response quotaql refused: quotaql logs its refusals itself, with fields
+    and rate-limited, so that a flood of refused requests cannot flood the logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(getattr(record, "request", None), "quotaql_refused", False)
+
+
+_DJANGO_REFUSALS = _RefusedByQuotaql()
+
+
+def quiet_refusal(request: Any) -> None:
+    """Mark ``request`` as refused by quotaql, so the framework's own per-response warning
+    for it is dropped (Django's ``django.request`` logger; other frameworks log no such
+    line, or only the server's access line)."""
+    if request is None or not isinstance(getattr(request, "META", None), Mapping):
+        return  # only Django writes a warning per 4xx response
+    try:
+        request.quotaql_refused = True
+    except AttributeError:  # pragma: no cover  (Django's requests take attributes)
+        return
+    logging.getLogger("django.request").addFilter(_DJANGO_REFUSALS)  # idempotent

@@ -9,6 +9,7 @@ price, debit) before execution, refuse it or let it run, settle it (refund) afte
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -75,31 +76,33 @@ class CostLimiter:
         >>> result.data, result.extensions["cost"]["requestedQueryCost"]
         ({'hello': 'world'}, 0.0)
 
-    Every keyword but ``quiet_strawberry`` and ``gate`` configures the
+    Every keyword but ``quiet_logs`` and ``gate`` configures the
     :class:`~quotaql.gate.Gate` (see there): ``config``, ``storage`` (an
     ``AsyncRedisStorage`` works with ``schema.execute`` only, not ``execute_sync``),
     ``identify``, ``key_resolver``, ``principal``, ``tier_resolver``, ``metrics``,
     ``tracer_provider``, ``log``, ``recorder``, ``breaker``, ``config_path``.
 
     Args:
-        quiet_strawberry: drop Strawberry's own log record of each refusal quotaql answers
-            (a filter on the ``strawberry.execution`` logger): quotaql logs them itself,
-            rate-limited, so that refused floods cannot flood the logs.
-        gate: a gate built already (then no other keyword but ``quiet_strawberry``).
+        quiet_logs: drop the log record Strawberry (the ``strawberry.execution`` logger)
+            and Django (``django.request``: "Too Many Requests: /graphql") write for each
+            refusal quotaql answers: quotaql logs them itself, rate-limited, so that a flood
+            of refused requests cannot flood the logs.
+        gate: a gate built already (then no other keyword but ``quiet_logs``).
     """
 
     def __init__(
         self,
         config: Config | None = None,
         *,
-        quiet_strawberry: bool = True,
+        quiet_logs: bool = True,
         gate: Gate | None = None,
         **options: Any,
     ) -> None:
         if gate is not None and (config is not None or options):
             raise TypeError("CostLimiter(gate=...) takes no other configuration")
         self.gate = gate if gate is not None else Gate(config, **options)
-        if quiet_strawberry:
+        self.quiet_logs = quiet_logs
+        if quiet_logs:
             logging.getLogger("strawberry.execution").addFilter(_OWN_REFUSALS)  # idempotent
 
     @classmethod
@@ -145,20 +148,28 @@ class CostLimiter:
         self.gate.check(schema)
 
     def __call__(self) -> SchemaExtension:
-        """A fresh extension for one request (Strawberry calls this)."""
+        """A fresh extension for one request (Strawberry calls this).
+
+        The async hooks whenever the request runs on an event loop (``schema.execute``),
+        whatever the storage: a hook may have to await there (Django's ``request.auser()``
+        in an async view); the sync hooks for ``schema.execute_sync``.
+        """
         limits = self.gate.config.cost.limits
         parsing = limits.max_tokens is not None or limits.max_length is not None
-        if self.gate.is_async:
-            return _AsyncParsingExtension(self.gate) if parsing else _AsyncExtension(self.gate)
-        return _SyncParsingExtension(self.gate) if parsing else _SyncExtension(self.gate)
+        if self.gate.is_async or _on_event_loop():
+            kind: type[_Extension] = _AsyncParsingExtension if parsing else _AsyncExtension
+        else:
+            kind = _SyncParsingExtension if parsing else _SyncExtension
+        return kind(self.gate, quiet=self.quiet_logs)
 
 
 class _Extension(SchemaExtension):
     """What the sync and async extensions share: everything but the gate calls' colour."""
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, *, quiet: bool = True) -> None:
         super().__init__()
         self._gate = gate
+        self._quiet = quiet
         self._op: Operation | None = None
 
     def on_operation(self) -> Iterator[None]:
@@ -180,6 +191,8 @@ class _Extension(SchemaExtension):
         self._op = op
         if op.error is not None:
             self._gate.respond(op, web.response_of(ctx.context))
+            if self._quiet and op.status is not None:
+                web.quiet_refusal(web.request_of(ctx.context))
             if ctx.operation_type is OperationType.SUBSCRIPTION:
                 raise op.error  # Strawberry does not look at ctx.result before subscribing
             ctx.result = ExecutionResult(data=None, errors=[op.error])
@@ -201,6 +214,14 @@ class _Extension(SchemaExtension):
     def _admit_arguments(self) -> tuple[Any, ...]:
         ctx = self.execution_context
         return ctx.schema, ctx.graphql_document, ctx.variables, ctx.operation_name
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class _SyncExtension(_Extension):
