@@ -124,6 +124,9 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlFailingClosed",
         "QuotaqlCircuitOpen",
         "QuotaqlManyTenantsLimited",
+        "QuotaqlAnonymousRequests",
+        "QuotaqlUnknownApiKeys",
+        "QuotaqlUnverifiedApiKeys",
         "QuotaqlMetricsAbsent",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
@@ -169,7 +172,12 @@ def test_every_label_in_every_expr_is_defined_in_names_or_by_prometheus(rule):
     matched = re.findall(r"(\w+)\s*(?:=|!=|=~|!~)\s*\"", expr)
     assert set(grouped + matched) <= LABELS
     values = set(re.findall(r"(?:=|!=)\"([^\"]*)\"", expr))
-    assert values <= {*names.DECISIONS, names.OTHER_TENANT}
+    values.update(
+        value
+        for alternatives in re.findall(r"(?:=~|!~)\"([^\"]*)\"", expr)
+        for value in alternatives.split("|")
+    )
+    assert values <= {*names.DECISIONS, *names.IDENTITY_SOURCES, names.OTHER_TENANT}
 
 
 def test_the_exprs_compare_with_the_default_thresholds():
@@ -188,7 +196,35 @@ def test_the_exprs_compare_with_the_default_thresholds():
     assert 'decision="fail_closed"}[2m]' in exprs["QuotaqlFailingClosed"]
     assert 'tenant!="other"' in exprs["QuotaqlManyTenantsLimited"]
     assert exprs["QuotaqlManyTenantsLimited"].endswith(">= 10")
+    assert exprs["QuotaqlAnonymousRequests"] == (
+        'sum by (job) (rate(quotaql_identity_total{source="anonymous"}[5m]))\n  > 0'
+    )
+    assert exprs["QuotaqlUnknownApiKeys"] == (
+        "sum by (job) (rate(quotaql_identity_total"
+        '{source=~"unknown_key|rejected_key"}[5m]))\n  > 0.1'
+    )
+    assert exprs["QuotaqlUnverifiedApiKeys"] == (
+        'sum by (job) (rate(quotaql_identity_total{source="unverified_key"}[5m]))\n  > 0'
+    )
     assert exprs["QuotaqlMetricsAbsent"] == f"absent({names.BUILD_INFO})"
+
+
+def test_the_identity_alerts_wait_longer_than_their_window_by_default():
+    """A stray anonymous request or unknown key keeps the rate above 0 for one window: the
+    ``for`` must be longer for such a request to stay quiet."""
+    rules = {rule["alert"]: rule for rule in rules_of(alert_rules())}
+    config = AlertsConfig()
+
+    assert config.anonymous_per_second == 0
+    assert (config.rate_window, rules["QuotaqlAnonymousRequests"]["for"]) == ("5m", "10m")
+    assert rules["QuotaqlUnknownApiKeys"]["for"] == "5m"
+    assert rules["QuotaqlUnverifiedApiKeys"]["for"] == "5m"
+    # A threshold above 0 is quoted in the description; 0 ("any") is not.
+    described = alert_rules(AlertsConfig(anonymous_per_second=0.5))
+    (anonymous,) = [r for r in rules_of(described) if r["alert"] == "QuotaqlAnonymousRequests"]
+    assert "above 0.5/s" in anonymous["annotations"]["description"]
+    assert anonymous["expr"].endswith("> 0.5")
+    assert "above 0/s" not in rules["QuotaqlAnonymousRequests"]["annotations"]["description"]
 
 
 # --- the runbook ---------------------------------------------------------------------------
@@ -233,7 +269,7 @@ def test_the_runbook_shows_every_alerts_key():
 
 
 def test_promtool_checks_the_committed_rules():
-    assert "SUCCESS: 9 rules found" in promtool("check", "rules", RULES)
+    assert f"SUCCESS: {len(ALERT_NAMES)} rules found" in promtool("check", "rules", RULES)
 
 
 def test_promtool_unit_tests_pass():
@@ -270,6 +306,11 @@ failing_for = "6m"
 circuit_open_for = "45s"
 many_tenants_limited = 25
 many_tenants_limited_for = "30m"
+anonymous_per_second = 0.25
+anonymous_for = "20m"
+unknown_keys_per_second = 2
+unknown_keys_for = "15m"
+unverified_keys_for = "1h"
 metrics_absent_for = "1h30m"
 """
 
@@ -293,6 +334,9 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
     assert 'decision="fail_open"}[4m]' in expr["QuotaqlFailingOpen"]
     assert 'decision="fail_closed"}[4m]' in expr["QuotaqlFailingClosed"]
     assert expr["QuotaqlManyTenantsLimited"].endswith(">= 25")
+    assert expr["QuotaqlAnonymousRequests"].endswith("[3m]))\n  > 0.25")
+    assert expr["QuotaqlUnknownApiKeys"].endswith("[3m]))\n  > 2")
+    assert expr["QuotaqlUnverifiedApiKeys"].endswith("[3m]))\n  > 0")
     assert for_ == {
         "QuotaqlBlockedRatioHigh": "20m",
         "QuotaqlBlockSpike": "15m",
@@ -302,6 +346,9 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlFailingClosed": "6m",
         "QuotaqlCircuitOpen": "45s",
         "QuotaqlManyTenantsLimited": "30m",
+        "QuotaqlAnonymousRequests": "20m",
+        "QuotaqlUnknownApiKeys": "15m",
+        "QuotaqlUnverifiedApiKeys": "1h",
         "QuotaqlMetricsAbsent": "1h30m",
     }
     for name, rule in rules.items():
@@ -316,7 +363,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
     assert "above 100ms" in rules["QuotaqlCheckLatencyHigh"]["annotations"]["description"]
 
     path = write_alerts(tmp_path / "alerts", load_config(config_file).alerts)
-    assert "SUCCESS: 9 rules found" in promtool("check", "rules", path)
+    assert f"SUCCESS: {len(ALERT_NAMES)} rules found" in promtool("check", "rules", path)
 
 
 def test_tiny_and_large_thresholds_are_written_as_promql_reads_them(tmp_path):

@@ -51,12 +51,23 @@ METRICS = {
     names.CIRCUIT_OPEN,
     names.TENANT_REQUESTS_TOTAL,
     names.BUILD_INFO,
+    names.IDENTITY_TOTAL,
+    names.SUBSCRIPTION_EVENTS_TOTAL,
+    names.SUBSCRIPTIONS_OPEN,
 }
 
 OVERVIEW_ROWS = [
     (
         "Overview",
         ["Decisions per second", "Blocked ratio", "Fail-open / fail-closed decisions"],
+    ),
+    (
+        "Identity",
+        [
+            "Operations by identity source",
+            "Anonymous and unknown-key share",
+            "Unknown-key and subscription-cap refusals",
+        ],
     ),
     (
         "Cost",
@@ -66,6 +77,10 @@ OVERVIEW_ROWS = [
             "Actual vs estimated cost",
         ],
     ),
+    (
+        "Subscriptions",
+        ["Subscriptions open", "Subscription events per second", "Subscriptions by decision"],
+    ),
     ("Latency", ["Check latency p50 / p95 / p99", "Check latency heatmap"]),
     ("Backend", ["Backend errors per second", "Circuit breaker state"]),
     ("Tenants", ["Top blocked tenants", "Top tenants by requests", "Top cost by tier"]),
@@ -73,7 +88,12 @@ OVERVIEW_ROWS = [
 TENANT_ROWS = [
     (
         "Tenant $tenant",
-        ["Tenant decisions per second", "Tenant blocked ratio", "Tenant blocked in range"],
+        [
+            "Tenant decisions per second",
+            "Tenant blocked ratio",
+            "Tenant blocked in range",
+            "Tenant refusals by reason",
+        ],
     ),
     (
         "Tier $tier",
@@ -86,6 +106,8 @@ TENANT_ROWS = [
             "Estimated cost p50 / p95 / p99",
             "Tier estimated cost heatmap",
             "Query depth p50 / p95 (all tiers)",
+            "Tier subscription events per second",
+            "Tier subscriptions by decision",
         ],
     ),
 ]
@@ -215,10 +237,7 @@ def test_overview_rows_and_panels_in_order(dashboards: dict[str, dict[str, Any]]
     ] == OVERVIEW_ROWS
     # The per-tenant metric is opt-in: its row starts collapsed, the others expanded.
     assert [_row(dashboards["overview"], title)["collapsed"] for title, _ in rows] == [
-        False,
-        False,
-        False,
-        False,
+        *[False] * (len(OVERVIEW_ROWS) - 1),
         True,
     ]
 
@@ -325,7 +344,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 17), ("tenant", 15)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 24), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -395,6 +414,103 @@ def test_blocked_ratio_and_actual_vs_estimated(dashboards: dict[str, dict[str, A
         f'sum(rate({metric}_sum{{job=~"$job", tier=~"$tier"}}[$__rate_interval]))'
         for metric in (names.QUERY_COST, names.QUERY_ACTUAL_COST)
     ]
+
+
+def _fixed_colours(panel: dict[str, Any]) -> dict[str, str]:
+    """The series a panel gives a fixed colour: {legend name: colour}."""
+    colours = {}
+    for override in panel["fieldConfig"]["overrides"]:
+        assert override["matcher"]["id"] == "byName"
+        (prop,) = override["properties"]
+        assert prop["id"] == "color"
+        assert prop["value"]["mode"] == "fixed"
+        colours[override["matcher"]["options"]] = prop["value"]["fixedColor"]
+    return colours
+
+
+SUSPECT = {
+    names.SOURCE_ANONYMOUS,
+    names.SOURCE_UNKNOWN_KEY,
+    names.SOURCE_REJECTED_KEY,
+    names.SOURCE_UNVERIFIED_KEY,
+}
+
+
+def test_identity_panels_single_out_anonymous_and_unknown_keys(
+    dashboards: dict[str, dict[str, Any]],
+) -> None:
+    overview = dashboards["overview"]
+    sources = _panel(overview, "Operations by identity source")
+    share = _panel(overview, "Anonymous and unknown-key share")
+    refusals = _panel(overview, "Unknown-key and subscription-cap refusals")
+
+    assert set(names.SUSPECT_SOURCES) == SUSPECT
+    assert set(names.IDENTITY_SOURCES) >= SUSPECT
+    # Every source, by source; the suspect ones in fixed colours, anonymous in red.
+    (target,) = sources["targets"]
+    assert target["expr"] == (
+        f'sum by (source) (rate({names.IDENTITY_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    )
+    assert target["legendFormat"] == "{{source}}"
+    for panel in (sources, share):
+        assert set(_fixed_colours(panel)) == SUSPECT
+        assert _fixed_colours(panel)[names.SOURCE_ANONYMOUS] == "red"
+    # The share in all is 0, not absent, when nothing is suspect; per source, a share of all.
+    total, per_source = (t["expr"] for t in share["targets"])
+    suspect = 'source=~"' + "|".join(names.SUSPECT_SOURCES) + '"'
+    assert total.startswith("(sum(rate(")
+    assert ") or vector(0)) / sum(rate(" in total
+    assert suspect in total
+    assert suspect in per_source
+    assert " / ignoring (source) group_left () sum(" in per_source
+    assert share["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    assert share["fieldConfig"]["defaults"]["max"] == 1
+    (refused,) = refusals["targets"]
+    assert 'decision=~"unknown_key|too_many_subscriptions"' in refused["expr"]
+    assert refused["expr"].startswith(f"sum by (decision) (rate({names.REQUESTS_TOTAL}{{")
+    assert {names.UNKNOWN_KEY, names.TOO_MANY_SUBSCRIPTIONS} <= set(names.DECISIONS)
+    assert refusals["fieldConfig"]["defaults"]["unit"] == "reqps"
+
+
+def test_subscription_panels(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview, tenant = dashboards["overview"], dashboards["tenant"]
+
+    def exprs(dashboard: dict[str, Any], title: str) -> list[str]:
+        return [t["expr"] for t in _panel(dashboard, title)["targets"]]
+
+    assert exprs(overview, "Subscriptions open") == [
+        f'sum({names.SUBSCRIPTIONS_OPEN}{{job=~"$job"}})'
+    ]
+    events = f'{names.SUBSCRIPTION_EVENTS_TOTAL}{{job=~"$job", tier=~"$tier"}}'
+    assert exprs(overview, "Subscription events per second") == [
+        f"sum by (decision) (rate({events}[$__rate_interval]))"
+    ]
+    assert exprs(tenant, "Tier subscription events per second") == [
+        f"sum by (tier, decision) (rate({events}[$__rate_interval]))"
+    ]
+    for dashboard, title in ((overview, "Subscriptions by decision"),
+                             (tenant, "Tier subscriptions by decision")):  # fmt: skip
+        (expr,) = exprs(dashboard, title)
+        assert 'operation_type="subscription"' in expr
+        assert names.REQUESTS_TOTAL in expr
+    colours = _fixed_colours(_panel(overview, "Subscription events per second"))
+    assert colours[names.ALLOWED] == "green"
+    assert colours[names.BLOCKED] == "red"
+
+
+def test_tenant_refusals_count_every_refusing_decision(
+    dashboards: dict[str, dict[str, Any]],
+) -> None:
+    (target,) = _panel(dashboards["tenant"], "Tenant refusals by reason")["targets"]
+    refusing = re.search(r'decision=~"([^"]+)"', target["expr"])
+
+    assert refusing is not None
+    assert set(refusing[1].split("|")) == set(names.DECISIONS) - {
+        names.ALLOWED,
+        names.SHADOW_BLOCKED,
+        names.FAIL_OPEN,
+    }
+    assert 'tenant="$tenant"' in target["expr"]
 
 
 # -- substitute -----------------------------------------------------------------------------------

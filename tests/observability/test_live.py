@@ -2,24 +2,36 @@
 
 A real uvicorn serves the shop API (memory-free: Redis storage on a private redis-server)
 and its /metrics; a real ``prometheus`` scrapes it every second and evaluates the generated
-rules every second. Traffic: polite tenants, a flooding tenant, then a Redis kill. The
-rules are generated from an ``[alerts]`` table with short windows and ``for: 0s`` (the
-test-only overrides the issue allows; the shipped rules keep production values).
+rules every second. Traffic: polite tenants, a flooding tenant, a subscriber over a websocket
+that opens one subscription too many and runs out of budget mid-stream, then a Redis kill;
+all along, a client guessing API keys (refused: ``unknown_keys = "reject"``), clients
+without a key on the same app served over a Unix socket (no client address: ``anonymous``,
+as behind a proxy that loses it) and an internal endpoint that takes unknown keys as
+tenants (``unknown_keys = "tenant"``). The rules are generated from an ``[alerts]`` table
+with short windows and ``for: 0s`` (the test-only overrides the issue allows; the shipped
+rules keep production values).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
+import secrets
 import time
+from collections.abc import AsyncGenerator  # noqa: TC003  (Strawberry reads annotations at runtime)
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import strawberry
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from strawberry.asgi import GraphQL
+from websockets.sync.client import connect
 
 from quotaql.config import AlertsConfig
+from quotaql.cost_analysis.directives import Cost
 from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.observability.alerts import alert_rules, render_rules
 from quotaql.observability.dashboards import (
@@ -31,8 +43,8 @@ from quotaql.observability.dashboards import (
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
 from tests.observability.prometheus import PrometheusServer
+from tests.observability.unix_server import TcpAndUnixServer
 from tests.plugin import shop
-from tests.plugin.asgi import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,9 +54,13 @@ if TYPE_CHECKING:
 
 JOB = "quotaql-live"
 FLOODER = "flooder"
+SUBSCRIBER = "streamer"
 TOML = """
+[identity]
+unknown_keys = "reject"
 [limits]
 on_backend_error = "open"
+max_subscriptions = 1
 [tiers.free]
 capacity = 200
 refill_per_second = 5
@@ -54,6 +70,13 @@ tier = "free"
 tier = "free"
 [tenants.polite-2]
 tier = "free"
+[tenants.streamer]
+tier = "free"
+"""
+# An internal endpoint behind a gateway that (we are told) verified every key already.
+INTERNAL_TOML = """
+[identity]
+unknown_keys = "tenant"
 """
 # Short windows so a minute of test traffic is enough; for: 0s everywhere.
 TEST_ALERTS = AlertsConfig(
@@ -70,10 +93,34 @@ TEST_ALERTS = AlertsConfig(
     circuit_open_for="0s",
     many_tenants_limited=1,
     many_tenants_limited_for="0s",
+    anonymous_for="0s",
+    unknown_keys_for="0s",
+    unverified_keys_for="0s",
     metrics_absent_for="0s",
 )
+IDENTITY_ALERTS = {"QuotaqlAnonymousRequests", "QuotaqlUnknownApiKeys", "QuotaqlUnverifiedApiKeys"}
 EXPENSIVE = "{ products(first: 10) { name reviews(first: 5) { stars } } }"  # 70, actual 16
 CHEAP = "{ products(first: 2) { name } }"  # 4
+# 30 points at the start (the first event), 30 per later event: a free budget of 200 pays
+# for about six events, then an event is blocked and ends the subscription.
+TICKS = "subscription { ticks(count: 20, interval: 0.05) }"
+
+
+@strawberry.type
+class Subscription:
+    """The shop's ``ticks``, but slow enough for a second subscription to find it open."""
+
+    @strawberry.subscription(directives=[Cost(weight="30")])
+    async def ticks(self, count: int = 3, interval: float = 0.0) -> AsyncGenerator[int, None]:
+        for i in range(count):
+            await asyncio.sleep(interval)
+            yield i
+
+
+def make_schema(limiter: CostLimiter) -> strawberry.Schema:
+    return strawberry.Schema(
+        query=shop.Query, mutation=shop.Mutation, subscription=Subscription, extensions=[limiter]
+    )
 
 
 def tenant_label(tenant: str) -> str:
@@ -106,32 +153,82 @@ def eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
         time.sleep(0.5)
 
 
-def post(client: httpx.Client, tenant: str, query: str) -> int:
-    response = client.post("/graphql", json={"query": query}, headers={"X-API-Key": tenant})
+def post(client: httpx.Client, tenant: str | None, query: str, path: str = "/graphql") -> int:
+    headers = {"X-API-Key": tenant} if tenant is not None else {}
+    response = client.post(path, json={"query": query}, headers=headers)
     return response.status_code
 
 
+def subscribe_twice(ws_url: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Over one graphql-transport-ws connection: subscription ``a``, then ``b`` while ``a``
+    is open (``max_subscriptions = 1``); ``b``'s answer, and ``a``'s payloads to its end."""
+    headers = {"X-API-Key": SUBSCRIBER}
+    with connect(ws_url, subprotocols=["graphql-transport-ws"], additional_headers=headers) as ws:
+
+        def receive() -> dict[str, Any]:
+            message: dict[str, Any] = json.loads(ws.recv(10))
+            return message
+
+        ws.send(json.dumps({"type": "connection_init"}))
+        assert receive()["type"] == "connection_ack"
+        ws.send(json.dumps({"type": "subscribe", "id": "a", "payload": {"query": TICKS}}))
+        first = receive()
+        assert (first["id"], first["type"]) == ("a", "next"), first
+        ws.send(json.dumps({"type": "subscribe", "id": "b", "payload": {"query": TICKS}}))
+        second: dict[str, Any] = {}
+        payloads = [first["payload"]]
+        while True:
+            message = receive()
+            if message["id"] == "b":
+                second = second or message
+            elif message["type"] == "next":
+                payloads.append(message["payload"])
+            else:
+                assert message["type"] == "complete", message
+                break
+        return second, payloads
+
+
+def codes(payload: dict[str, Any]) -> list[str]:
+    return [error["extensions"]["code"] for error in payload.get("errors") or []]
+
+
 def test_dashboards_have_data_and_alerts_fire(
-    write_config: Callable[..., Path], fresh_redis_server: RedisServer
+    write_config: Callable[..., Path], fresh_redis_server: RedisServer, tmp_path: Path
 ) -> None:
     registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry, top_tenants=5)
     limiter = CostLimiter.from_config(
         write_config(base=TOML),
         storage=AsyncRedisStorage.from_url(fresh_redis_server.url, timeout=0.2),
-        metrics=PrometheusMetrics(registry, top_tenants=5),
+        metrics=metrics,
     )
+    internal_toml = tmp_path / "internal.toml"
+    internal_toml.write_text(INTERNAL_TOML, encoding="utf-8")
+    internal = CostLimiter.from_config(internal_toml, metrics=metrics)  # in memory
     app = Starlette(
         routes=[
             Mount("/metrics", metrics_app(registry)),
-            Mount("/", GraphQL(shop.make_schema(limiter))),
+            Mount("/internal", GraphQL(make_schema(internal))),
+            Mount("/", GraphQL(make_schema(limiter))),
         ]
     )
     rules = render_rules(alert_rules(TEST_ALERTS))
     with (
-        UvicornServer(app) as server,
+        TcpAndUnixServer(app) as server,
         PrometheusServer(prometheus_config(server.port), {"quotaql.rules.yml": rules}) as prom,
         httpx.Client(base_url=server.url, timeout=10) as client,
+        server.unix_client(timeout=10) as no_address,
     ):
+
+        def identity_traffic() -> None:
+            """A key guesser, keyless clients nobody can tell apart, an unverified key."""
+            for _ in range(3):
+                assert post(client, secrets.token_hex(8), CHEAP) == 401  # UNKNOWN_API_KEY
+            for _ in range(2):
+                assert post(no_address, None, CHEAP) == 200  # anonymous
+            assert post(client, "internal-batch-7", CHEAP, "/internal/graphql") == 200
+
         eventually(lambda: prom.query(f'up{{job="{JOB}"}} == 1'), 30, "the first scrape")
         # Traffic, bounded in count: polite tenants, then a flood from one tenant.
         statuses: list[int] = []
@@ -144,6 +241,12 @@ def test_dashboards_have_data_and_alerts_fire(
             if round_ % 5 == 0:
                 time.sleep(0.5)  # let a few scrapes see the counters grow
         assert 429 in statuses, "the flood was never blocked"
+        # A subscriber: one subscription too many, and events until its budget runs out.
+        second, payloads = subscribe_twice(server.url.replace("http", "ws", 1) + "/graphql")
+        assert codes(second["payload"]) == ["TOO_MANY_SUBSCRIPTIONS"], second
+        assert codes(payloads[-1]) == ["RATE_LIMITED"], payloads[-1]
+        assert len(payloads) > 2, "no event was charged before the budget ran out"
+        identity_traffic()
         eventually(
             lambda: prom.query(
                 f'sum(quotaql_requests_total{{job="{JOB}", decision="blocked"}}) > 20'
@@ -156,6 +259,7 @@ def test_dashboards_have_data_and_alerts_fire(
         for _ in range(6):
             for _ in range(10):
                 assert post(client, "polite-1", CHEAP) == 200
+            identity_traffic()  # an unknown key is refused even while failing open
             time.sleep(1)
 
         values = {
@@ -170,7 +274,20 @@ def test_dashboards_have_data_and_alerts_fire(
             for dashboard in (overview_dashboard(), tenant_dashboard())
             for expr in dashboard_queries(dashboard)
         ]
-        assert len(queries) >= 30
+        assert len(queries) >= 40
+        # Beyond "some data": each new kind of decision reached Prometheus.
+        queries += [
+            f'{metric}{{job="{JOB}", {label}="{value}"}} > 0'
+            for metric, label, value in (
+                ("quotaql_identity_total", "source", "anonymous"),
+                ("quotaql_identity_total", "source", "rejected_key"),
+                ("quotaql_identity_total", "source", "unverified_key"),
+                ("quotaql_requests_total", "decision", "unknown_key"),
+                ("quotaql_requests_total", "decision", "too_many_subscriptions"),
+                ("quotaql_subscription_events_total", "decision", "allowed"),
+                ("quotaql_subscription_events_total", "decision", "blocked"),
+            )
+        ]
 
         def empty() -> list[str]:
             return [query for query in queries if not prom.query(query)]
@@ -186,9 +303,16 @@ def test_dashboards_have_data_and_alerts_fire(
             alerts = prom.api("alerts")["alerts"]
             return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
 
+        def fired() -> set[str]:
+            """Every alert that was firing at some point of the run: the identity traffic
+            may have left the 20s windows by now, and a resolved alert leaves /alerts."""
+            series = prom.query('max_over_time(ALERTS{alertstate="firing"}[5m])')
+            return {entry["metric"]["alertname"] for entry in series}
+
         wanted = {"QuotaqlBlockSpike", "QuotaqlBackendErrors"}
         active = eventually(lambda: wanted <= firing() and firing(), 60, f"alerts {wanted}")
         assert wanted <= active
         assert "QuotaqlFailingOpen" in active
         assert "QuotaqlCircuitOpen" in active
         assert "QuotaqlMetricsAbsent" not in active
+        eventually(lambda: fired() >= IDENTITY_ALERTS, 30, f"alerts {IDENTITY_ALERTS}")

@@ -69,16 +69,28 @@ DECISIONS: Final = (
 )  # fmt: skip
 
 #: Where a subject came from (``quotaql.identity.IdentitySource``): the values of ``source``.
+SOURCE_ANONYMOUS: Final = "anonymous"
+"""No key, no principal, no address (the server reports no peer): one shared budget."""
+SOURCE_UNKNOWN_KEY: Final = "unknown_key"
+"""An unknown key, counted as the client's address (``unknown_keys = "address"``)."""
+SOURCE_REJECTED_KEY: Final = "rejected_key"
+"""An unknown key, refused (``unknown_keys = "reject"``)."""
+SOURCE_UNVERIFIED_KEY: Final = "unverified_key"
+"""An unknown key taken as a tenant of its own (``unknown_keys = "tenant"``: unsafe)."""
 IDENTITY_SOURCES: Final = (
     "key",  # a known API key
     "user",  # an authenticated principal
     "custom",  # what identify() returned
     "address",  # no key: the client's address
-    "unknown_key",  # an unknown key, counted as the client's address
-    "rejected_key",  # an unknown key, refused
-    "unverified_key",  # an unknown key taken as a tenant (unknown_keys = "tenant")
-    "anonymous",  # no key, no principal, no address: one shared budget
+    SOURCE_UNKNOWN_KEY,
+    SOURCE_REJECTED_KEY,
+    SOURCE_UNVERIFIED_KEY,
+    SOURCE_ANONYMOUS,
 )
+#: The sources that say something is wrong: shared, unknown or unverified identities.
+SUSPECT_SOURCES: Final = (
+    SOURCE_ANONYMOUS, SOURCE_UNKNOWN_KEY, SOURCE_REJECTED_KEY, SOURCE_UNVERIFIED_KEY,
+)  # fmt: skip
 
 CHARGED: Final = "charged"
 REFUNDED: Final = "refunded"

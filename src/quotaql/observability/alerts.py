@@ -57,6 +57,9 @@ ALERT_NAMES: Final = (
     "QuotaqlFailingClosed",
     "QuotaqlCircuitOpen",
     "QuotaqlManyTenantsLimited",
+    "QuotaqlAnonymousRequests",
+    "QuotaqlUnknownApiKeys",
+    "QuotaqlUnverifiedApiKeys",
     "QuotaqlMetricsAbsent",
 )
 """Every alert, in the order of the rule file and of ``docs/runbook.md``."""
@@ -99,6 +102,9 @@ def alert_rules(config: AlertsConfig = _DEFAULTS) -> dict[str, list[dict[str, ob
         _failing(config, names.FAIL_CLOSED),
         _circuit_open(config),
         _many_tenants(config),
+        _anonymous(config),
+        _unknown_keys(config),
+        _unverified_keys(config),
         _metrics_absent(config),
     ]
     return {"groups": [{"name": GROUP, "rules": rules}]}
@@ -292,6 +298,81 @@ def _many_tenants(config: AlertsConfig) -> dict[str, object]:
         f" rather than one tenant. Only tenants with their own label in"
         f" {names.TENANT_REQUESTS_TOTAL} count, not"
         f' {names.LABEL_TENANT}="{names.OTHER_TENANT}".',
+        config,
+    )
+
+
+def _identified_as(*sources: str) -> str:
+    """``quotaql_identity_total`` of the operations whose subject came from ``sources``."""
+    if len(sources) == 1:
+        return _selector(names.IDENTITY_TOTAL, (names.LABEL_SOURCE, "=", sources[0]))
+    return _selector(names.IDENTITY_TOTAL, (names.LABEL_SOURCE, "=~", "|".join(sources)))
+
+
+def _anonymous(config: AlertsConfig) -> dict[str, object]:
+    """Operations without a key, a principal or a client address: they all share the one
+    ``anonymous`` budget, so the limiter can neither tell their clients apart nor stop one.
+
+    With the default threshold of 0 the rule fires on any such operation, but only after
+    ``anonymous_for`` (longer than the rate window): a stray request stays quiet.
+    """
+    window, threshold = config.rate_window, config.anonymous_per_second
+    rate = _sum_by((_JOB,), _rate(_identified_as(names.SOURCE_ANONYMOUS), window))
+    above = f", above {_num(threshold)}/s" if threshold else ""
+    return _rule(
+        "QuotaqlAnonymousRequests",
+        f"{rate}\n  > {_num(threshold)}",
+        config.anonymous_for,
+        "warning",
+        "{{ $labels.job }} serves {{ $value | humanize }} anonymous operations/s: their"
+        " clients share one budget",
+        f"Job {{{{ $labels.job }}}} served {{{{ $value | humanize }}}} operations/s (rate over"
+        f" {window}{above}) identified as"
+        f' {names.LABEL_SOURCE}="{names.SOURCE_ANONYMOUS}": no API key, no principal and no'
+        f" client address, because the server reports no peer (a unix socket, a proxy or an"
+        f" integration that loses it). All of these clients share one budget: one of them can"
+        f" exhaust it for all, and none can be told apart.",
+        config,
+    )
+
+
+def _unknown_keys(config: AlertsConfig) -> dict[str, object]:
+    """Unknown keys, whether counted as their client's address or refused: either way a
+    client sends keys no tenant has (guessing them, or a wrong one)."""
+    window, threshold = config.rate_window, config.unknown_keys_per_second
+    unknown = _identified_as(names.SOURCE_UNKNOWN_KEY, names.SOURCE_REJECTED_KEY)
+    rate = _sum_by((_JOB,), _rate(unknown, window))
+    return _rule(
+        "QuotaqlUnknownApiKeys",
+        f"{rate}\n  > {_num(threshold)}",
+        config.unknown_keys_for,
+        "warning",
+        "{{ $labels.job }} receives {{ $value | humanize }} operations/s with unknown API keys",
+        f"Job {{{{ $labels.job }}}} received {{{{ $value | humanize }}}} operations/s with an"
+        f" API key that no tenant has (rate over {window}, above {_num(threshold)}/s;"
+        f' {names.LABEL_SOURCE}="{names.SOURCE_UNKNOWN_KEY}": charged to the client\'s'
+        f' address, or "{names.SOURCE_REJECTED_KEY}": refused with UNKNOWN_API_KEY, HTTP'
+        f" 401). A client is guessing keys, or sends a wrong, revoked or mistyped one.",
+        config,
+    )
+
+
+def _unverified_keys(config: AlertsConfig) -> dict[str, object]:
+    """``unknown_keys = "tenant"`` in use: visible only through the unknown keys it takes."""
+    window = config.rate_window
+    rate = _sum_by((_JOB,), _rate(_identified_as(names.SOURCE_UNVERIFIED_KEY), window))
+    return _rule(
+        "QuotaqlUnverifiedApiKeys",
+        f"{rate}\n  > 0",
+        config.unverified_keys_for,
+        "warning",
+        '{{ $labels.job }} takes unknown API keys as tenants (unknown_keys = "tenant")',
+        f"Job {{{{ $labels.job }}}} took {{{{ $value | humanize }}}} operations/s with unknown"
+        f" API keys as tenants of their own"
+        f' ({names.LABEL_SOURCE}="{names.SOURCE_UNVERIFIED_KEY}", rate over {window}):'
+        f' [identity] unknown_keys = "tenant" is in force, so a client that sends a new key'
+        f" each time gets a new budget each time. It is safe only where every key was"
+        f" verified before quotaql sees it.",
         config,
     )
 

@@ -99,6 +99,18 @@ class AlertsConfig:
             tenants (labelled in ``quotaql_tenant_requests_total``, not ``other``) of a job
             have operations blocked at once (10).
         many_tenants_limited_for: 10m.
+        anonymous_per_second: ``QuotaqlAnonymousRequests`` fires when a job serves more
+            than this many operations a second identified as ``anonymous`` (no API key, no
+            principal, no client address: every such client shares one budget) (0: any).
+        anonymous_for: 10m: longer than ``rate_window``, so that a stray request does not
+            fire, a proxy or server setup that loses every client's address does.
+        unknown_keys_per_second: ``QuotaqlUnknownApiKeys`` fires when a job receives more
+            than this many operations a second with an API key no tenant has (``source``
+            ``unknown_key`` or ``rejected_key``: key guessing, or a misconfigured client) (0.1).
+        unknown_keys_for: 5m.
+        unverified_keys_for: how long operations with unknown keys taken as tenants of their
+            own (``source="unverified_key"``: ``[identity] unknown_keys = "tenant"``) must go
+            on before ``QuotaqlUnverifiedApiKeys`` fires (5m).
         metrics_absent_for: how long ``quotaql_build_info`` may be missing before
             ``QuotaqlMetricsAbsent`` fires (10m).
     """
@@ -122,6 +134,11 @@ class AlertsConfig:
     circuit_open_for: str = "1m"
     many_tenants_limited: int = 10
     many_tenants_limited_for: str = "10m"
+    anonymous_per_second: float = 0.0
+    anonymous_for: str = "10m"
+    unknown_keys_per_second: float = 0.1
+    unknown_keys_for: str = "5m"
+    unverified_keys_for: str = "5m"
     metrics_absent_for: str = "10m"
 
     def __post_init__(self) -> None:
@@ -156,6 +173,11 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "circuit_open_for": "duration",
     "many_tenants_limited": "count",
     "many_tenants_limited_for": "duration",
+    "anonymous_per_second": "non_negative",
+    "anonymous_for": "duration",
+    "unknown_keys_per_second": "non_negative",
+    "unknown_keys_for": "duration",
+    "unverified_keys_for": "duration",
     "metrics_absent_for": "duration",
 }
 
