@@ -1,0 +1,614 @@
+"""Ariadne glue: the :class:`CostLimiter` for ``ariadne.asgi.GraphQL`` and ``ariadne.wsgi``.
+
+The :class:`~quotaql.gate.Gate` tells the story of each operation; this module only finds
+Ariadne's places for it. Ariadne calls a callable ``root_value`` with ``(context,
+operation_name, variables, document)`` after it parsed and validated the document and
+before it executes it (``ariadne.graphql.graphql``, ``graphql_sync`` and ``subscribe``):
+that is where the gate admits the operation, and a refusal raised there means no
+resolver runs. The handlers' ``execute_graphql_query`` (ASGI) and ``execute_query``
+(WSGI) see the result, so they settle the refund and add ``extensions.cost``; the ASGI
+``handle_request`` and the WSGI ``start_response`` hold the response, so they write the
+status and the rate-limit headers; the websocket handlers' ``observe_async_results``
+holds a subscription's stream, so it charges each event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import weakref
+import wsgiref.headers
+from http import HTTPStatus
+from inspect import isawaitable
+from typing import TYPE_CHECKING, Any, Literal
+
+from ariadne.asgi import GraphQL as ASGIGraphQL
+from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
+from ariadne.wsgi import GraphQL as WSGIGraphQL
+from graphql import ExecutionResult, GraphQLError, parse
+
+from quotaql.config import Config, load_config
+from quotaql.cost_analysis.analyzer import parse_document
+from quotaql.errors import CostAnalysisError
+from quotaql.gate import Gate, Operation, _current, current_operation
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
+
+    from ariadne.asgi.handlers.graphql_transport_ws import ClientContext
+    from ariadne.types import GraphQLResult
+    from ariadne.types import Operation as AriadneOperation
+    from graphql import DocumentNode, GraphQLSchema
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.websockets import WebSocket
+
+__all__ = [
+    "CostLimitedHTTPHandler",
+    "CostLimitedTransportWSHandler",
+    "CostLimitedWSGI",
+    "CostLimitedWSHandler",
+    "CostLimiter",
+    "current_operation",
+]
+
+WebsocketProtocol = Literal["graphql-transport-ws", "graphql-ws"]
+
+
+class _Scope:
+    """One operation inside a handler: its request, what the gate made of it, and whether
+    a subscription stream took it over (and so finishes it when the stream ends)."""
+
+    __slots__ = ("loose", "op", "request", "streaming")
+
+    def __init__(self, request: Any, *, loose: bool = False) -> None:
+        self.request = request
+        self.op: Operation | None = None
+        self.streaming = False
+        self.loose = loose  # root_value was called outside the CostLimiter's handlers
+
+    @property
+    def running(self) -> Operation | None:
+        """The operation, when it was let run (not refused, not only priced)."""
+        op = self.op
+        if op is None or op.error is not None or op.validate_only:
+            return None
+        return op
+
+
+# The operation being handled, set by the handlers around Ariadne's own code and read by
+# the root value that Ariadne calls in between (it gets no handler argument).
+_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
+    "quotaql_ariadne_scope", default=None
+)
+# The operations that share the HTTP response being built (an Ariadne request carries one:
+# it answers batches with an error).
+_answer: contextvars.ContextVar[list[Operation] | None] = contextvars.ContextVar(
+    "quotaql_ariadne_answer", default=None
+)
+
+
+# Set on each error quotaql answers with, so that only those are dropped from Ariadne's log.
+_MARK = "quotaql_answer"
+
+
+def _ours(error: GraphQLError) -> GraphQLError:
+    setattr(error, _MARK, True)
+    return error
+
+
+class _Priced(GraphQLError):
+    """Stops a ``GraphQL-Cost: validate`` operation before it runs; the handler answers
+    ``{"data": null, "extensions": {"cost": ...}}`` in its place."""
+
+    def __init__(self, extensions: dict[str, Any]) -> None:
+        super().__init__("Priced, not run: the request asked GraphQL-Cost: validate.",
+                         extensions=extensions)  # fmt: skip
+        _ours(self)
+
+
+class _OwnRefusals(logging.Filter):
+    """Drops Ariadne's own ERROR record (with a traceback) of each refusal quotaql answers.
+
+    Ariadne logs every error of every response; quotaql logs its refusals itself, with
+    fields and rate-limited, so that a flood of refused requests cannot flood the logs.
+    The application's own errors, whatever their code, are still logged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record.msg, _MARK, False)
+
+
+_OWN_REFUSALS = _OwnRefusals()
+
+
+def _quiet(logger: Any) -> None:
+    """Put the filter on the logger Ariadne's ``logger`` option names (default ``ariadne``)."""
+    if logger is None or isinstance(logger, str):
+        logger = logging.getLogger(logger or "ariadne")
+    logger = getattr(logger, "logger", logger)  # a LoggerAdapter
+    if isinstance(logger, logging.Logger):
+        logger.addFilter(_OWN_REFUSALS)  # idempotent
+
+
+class CostLimiter:
+    """Cost-based rate limiting for an Ariadne server, over HTTP (ASGI or WSGI) and websockets.
+
+    Example:
+        >>> import io, json
+        >>> from ariadne import make_executable_schema
+        >>> schema = make_executable_schema("type Query { hello: String }")
+        >>> app = CostLimiter().wsgi(schema)  # ariadne.wsgi.GraphQL, limited
+        >>> body = json.dumps({"query": "{ hello }"}).encode()
+        >>> environ = {"REQUEST_METHOD": "POST", "CONTENT_TYPE": "application/json",
+        ...            "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body),
+        ...            "REMOTE_ADDR": "203.0.113.9"}
+        >>> answer = {}
+        >>> chunks = app(environ, lambda status, headers: answer.update(headers, status=status))
+        >>> answer["status"], answer["RateLimit-Policy"]
+        ('200 OK', '"tenant";q=1000;w=20')
+        >>> json.loads(b"".join(chunks))["extensions"]["cost"]["requestedQueryCost"]
+        0.0
+
+    On ASGI, give ``ariadne.asgi.GraphQL`` both handlers (or call :meth:`asgi`)::
+
+        limiter = CostLimiter.from_config("quotaql.toml", storage=AsyncRedisStorage(...))
+        app = GraphQL(schema, http_handler=limiter.http_handler(),
+                      websocket_handler=limiter.websocket_handler())
+
+    Every keyword but ``quiet_logs`` and ``gate`` configures the
+    :class:`~quotaql.gate.Gate` (see there): ``config``, ``storage`` (an
+    ``AsyncRedisStorage`` works on ASGI only), ``identify``, ``key_resolver``,
+    ``principal``, ``tier_resolver``, ``metrics``, ``tracer_provider``, ``log``,
+    ``recorder``, ``breaker``, ``config_path``. The hooks get Ariadne's context value; the
+    default identity reads the request Ariadne handles (Starlette's ``Request`` or
+    ``WebSocket``, or the WSGI environ), whatever the context holds.
+
+    Args:
+        quiet_logs: drop Ariadne's own log record of each refusal quotaql answers (a
+            filter on the logger of Ariadne's ``logger`` option, default ``ariadne``):
+            quotaql logs them itself, rate-limited.
+        gate: a gate built already (then no other keyword but ``quiet_logs``).
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        quiet_logs: bool = True,
+        gate: Gate | None = None,
+        **options: Any,
+    ) -> None:
+        if gate is not None and (config is not None or options):
+            raise TypeError("CostLimiter(gate=...) takes no other configuration")
+        self.gate = gate if gate is not None else Gate(config, **options)
+        self.quiet_logs = quiet_logs
+        # The subscriptions whose stream has been handed to Ariadne, by Ariadne's generator:
+        # a stream stopped before its task ever ran must still be finished once.
+        self._streams: weakref.WeakKeyDictionary[Any, _Subscription] = weakref.WeakKeyDictionary()
+        self._warned_loose = False
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> CostLimiter:
+        """A limiter configured by ``path`` (``quotaql.toml``), reloaded when it changes.
+
+        Raises:
+            ConfigError: the file is invalid (the error names the file, key and line).
+        """
+        return cls(load_config(path), config_path=path, **kwargs)
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force."""
+        return self.gate.config
+
+    def check(self, schema: GraphQLSchema) -> None:
+        """Check the cost model and root-field quotas against ``schema`` (at startup).
+
+        Raises:
+            ConfigError: a weight or a field quota names a coordinate that is not in it.
+        """
+        self.gate.check(schema)
+
+    # -- what the application is given --------------------------------------------------
+
+    def http_handler(self, **options: Any) -> CostLimitedHTTPHandler:
+        """An ``ariadne.asgi.handlers.GraphQLHTTPHandler`` (same ``options``) that limits."""
+        return CostLimitedHTTPHandler(self, **options)
+
+    def websocket_handler(
+        self, *, protocol: WebsocketProtocol = "graphql-transport-ws", **options: Any
+    ) -> CostLimitedTransportWSHandler | CostLimitedWSHandler:
+        """A websocket handler for ``protocol`` (``options`` as Ariadne's) that limits."""
+        if protocol == "graphql-transport-ws":
+            return CostLimitedTransportWSHandler(self, **options)
+        if protocol == "graphql-ws":
+            return CostLimitedWSHandler(self, **options)
+        raise ValueError(f"unknown websocket protocol {protocol!r}")
+
+    def asgi(
+        self,
+        schema: GraphQLSchema,
+        *,
+        websocket_protocol: WebsocketProtocol = "graphql-transport-ws",
+        **options: Any,
+    ) -> ASGIGraphQL:
+        """``ariadne.asgi.GraphQL(schema, **options)`` with this limiter's two handlers."""
+        return ASGIGraphQL(
+            schema,
+            http_handler=self.http_handler(),
+            websocket_handler=self.websocket_handler(protocol=websocket_protocol),
+            **options,
+        )
+
+    def wsgi(self, schema: GraphQLSchema, **options: Any) -> CostLimitedWSGI:
+        """``ariadne.wsgi.GraphQL(schema, **options)``, limited."""
+        return CostLimitedWSGI(self, schema, **options)
+
+    # -- what the handlers share ------------------------------------------------------------
+
+    def _install(self, target: Any, *, is_async: bool) -> None:
+        """Wrap a configured handler's (or WSGI app's) root value; parse within limits."""
+        admission = _AsyncAdmission if is_async else _SyncAdmission
+        target.root_value = admission(self, target, target.root_value)
+        if target.query_parser is None:
+            target.query_parser = self._parse
+        if self.quiet_logs:
+            _quiet(target.logger)
+
+    def _parse(self, context: Any, data: dict[str, Any]) -> DocumentNode:
+        """Ariadne's ``query_parser``: the parser limits of ``[cost]`` answer their codes."""
+        limits = self.gate.config.cost.limits
+        if limits.max_tokens is None and limits.max_length is None:
+            return parse(data["query"])
+        try:
+            return parse_document(data["query"], limits)
+        except CostAnalysisError as error:
+            raise _ours(GraphQLError(str(error), extensions=error.extensions)) from None
+
+    @contextlib.contextmanager
+    def _operation(self, request: Any) -> Iterator[_Scope]:
+        """The scope of one operation: recorded when it ends, unless a stream took it."""
+        scope = _Scope(request)
+        token, current = _scope.set(scope), _current.set(None)
+        try:
+            yield scope
+        finally:
+            _current.reset(current)
+            _scope.reset(token)
+            if not scope.streaming:
+                self.gate.finish(scope.op)
+
+    def _admitted(self, scope: _Scope, op: Operation) -> None:
+        """After the gate's admission: keep it, and refuse (or only price) by raising."""
+        scope.op = op
+        if scope.loose:
+            self._loose(op)
+        if op.error is not None:
+            raise _ours(op.error)  # Ariadne answers it as a request error: nothing runs
+        if op.validate_only:
+            raise _Priced(self.gate.results(op))
+
+    def _loose(self, op: Operation) -> None:
+        """An operation Ariadne ran outside these handlers (its SSE subscription handler,
+        or a server's own ``subscribe`` call): priced and debited, recorded at once."""
+        self.gate.finish(op)
+        if not self._warned_loose:
+            self._warned_loose = True
+            self.gate.log.log(
+                logging.WARNING,
+                "ariadne_unscoped_operation",
+                "quotaql: an operation ran outside the CostLimiter's handlers (an SSE"
+                " subscription?): it was priced and debited when it started, but it is not"
+                " refunded and its later events are not charged (docs/ariadne.md)",
+            )
+
+    def _answered(self, scope: _Scope, success: bool, result: dict[str, Any]) -> GraphQLResult:
+        """The result to answer once the operation ran (or did not): ``extensions.cost``,
+        ``data: null`` for a refusal, and the operation joins its response's answer."""
+        op = scope.op
+        if op is None:
+            return success, result  # Ariadne refused it before the gate saw it
+        if op.validate_only:
+            kept = {"extensions": result["extensions"]} if "extensions" in result else {}
+            success, result = True, {"data": None, **kept}
+        elif op.error is not None:
+            result = {"data": None, **result}
+        extensions = self.gate.results(op)
+        if extensions:
+            result["extensions"] = {**result.get("extensions", {}), **extensions}
+        ops = _answer.get()
+        if ops is not None:
+            ops.append(op)
+        return success, result
+
+    @contextlib.contextmanager
+    def _response(self) -> Iterator[list[Operation]]:
+        """The operations answered by one HTTP response."""
+        ops: list[Operation] = []
+        token = _answer.set(ops)
+        try:
+            yield ops
+        finally:
+            _answer.reset(token)
+
+    def _respond(self, ops: list[Operation], response: Any) -> None:
+        for op in ops:
+            self.gate.respond(op, response)
+
+    def _stream(self, results: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        """The subscription's results, charged per event, if the current scope holds an
+        admitted subscription (a query over the websocket is answered already)."""
+        scope = _scope.get()
+        op = scope.running if scope is not None else None
+        if scope is None or op is None or op.operation_type != "subscription":
+            return results
+        scope.streaming = True
+        subscription = _Subscription(self.gate, op)
+        self._streams[results] = subscription
+        return subscription.events(results)
+
+    def _stopped(self, results: AsyncGenerator[Any, None]) -> None:
+        """Ariadne stopped the stream ``results``: the subscription is over."""
+        subscription = self._streams.pop(results, None)
+        if subscription is not None:
+            subscription.close()
+
+
+class _Admission:
+    """Ariadne's ``root_value``: the gate admits each operation, validated, before it runs;
+    then the application's own root value (a value or a callable) is what resolvers get."""
+
+    __slots__ = ("limiter", "root_value", "target")
+
+    def __init__(self, limiter: CostLimiter, target: Any, root_value: Any) -> None:
+        self.limiter = limiter
+        self.target = target  # the handler, whose schema Ariadne configured
+        self.root_value = root_value
+
+    def _scope(self) -> _Scope:
+        scope = _scope.get()
+        return scope if scope is not None else _Scope(None, loose=True)
+
+    def _root(self, args: tuple[Any, Any, Any, Any]) -> Any:
+        root_value = self.root_value
+        return root_value(*args) if callable(root_value) else root_value
+
+
+class _SyncAdmission(_Admission):
+    __slots__ = ()
+
+    def __call__(
+        self, context: Any, operation_name: str | None, variables: Any, document: DocumentNode
+    ) -> Any:
+        scope = self._scope()
+        op = self.limiter.gate.admit(
+            self.target.schema, document, variables, operation_name,
+            context=context, request=scope.request,
+        )  # fmt: skip
+        self.limiter._admitted(scope, op)
+        return self._root((context, operation_name, variables, document))
+
+
+class _AsyncAdmission(_Admission):
+    __slots__ = ()
+
+    async def __call__(
+        self, context: Any, operation_name: str | None, variables: Any, document: DocumentNode
+    ) -> Any:
+        scope = self._scope()
+        op = await self.limiter.gate.admit_async(
+            self.target.schema, document, variables, operation_name,
+            context=context, request=scope.request,
+        )  # fmt: skip
+        self.limiter._admitted(scope, op)
+        value = self._root((context, operation_name, variables, document))
+        return await value if isawaitable(value) else value
+
+
+class _Subscription:
+    """One open subscription: each event after the first is charged, and the operation is
+    finished exactly once (the stream ended, was refused, or was stopped)."""
+
+    __slots__ = ("closed", "gate", "op")
+
+    def __init__(self, gate: Gate, op: Operation) -> None:
+        self.gate = gate
+        self.op = op
+        self.closed = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.gate.finish(self.op)
+
+    async def events(self, results: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        try:
+            async for result in results:
+                error = await self.gate.event_async(self.op)
+                if error is not None:  # out of budget: this error is the last payload
+                    yield ExecutionResult(data=None, errors=[_ours(error)])
+                    return
+                yield result
+        finally:
+            self.close()
+            await results.aclose()  # the source stops too (a no-op once it has ended)
+
+
+class CostLimitedHTTPHandler(GraphQLHTTPHandler):
+    """Ariadne's ASGI HTTP handler, limited by ``limiter`` (see :class:`CostLimiter`).
+
+    Queries and mutations over a websocket run through it too (Ariadne's websocket
+    handlers call its ``execute_graphql_query``); they get ``extensions.cost``, no headers.
+    """
+
+    def __init__(self, limiter: CostLimiter, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limiter = limiter
+
+    def configure(self, *args: Any, **kwargs: Any) -> None:
+        super().configure(*args, **kwargs)
+        self.limiter._install(self, is_async=True)
+
+    async def handle_request(self, request: Request) -> Response:
+        with self.limiter._response() as ops:
+            response = await super().handle_request(request)
+        self.limiter._respond(ops, response)
+        return response
+
+    async def execute_graphql_query(
+        self,
+        request: Any,
+        data: Any,
+        *,
+        context_value: Any = None,
+        query_document: DocumentNode | None = None,
+    ) -> GraphQLResult:
+        with self.limiter._operation(request) as scope:
+            success, result = await super().execute_graphql_query(
+                request, data, context_value=context_value, query_document=query_document
+            )
+            op = scope.running
+            if op is not None:
+                await self.limiter.gate.settle_async(op, result.get("data"))
+            return self.limiter._answered(scope, success, result)
+
+
+class CostLimitedTransportWSHandler(GraphQLTransportWSHandler):
+    """Ariadne's ``graphql-transport-ws`` handler, limited by ``limiter``.
+
+    A subscription is priced and debited when it starts (a refusal answers its ``error``
+    message); each event after the first costs its price again, and a refused event ends
+    the subscription with the ``RATE_LIMITED`` error as its last ``next`` payload.
+    """
+
+    def __init__(self, limiter: CostLimiter, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limiter = limiter
+
+    def configure(self, *args: Any, **kwargs: Any) -> None:
+        super().configure(*args, **kwargs)
+        self.limiter._install(self, is_async=True)
+
+    async def handle_websocket_subscribe(
+        self, websocket: WebSocket, data: Any, operation_id: str, client_context: ClientContext
+    ) -> None:
+        with self.limiter._operation(websocket):
+            await super().handle_websocket_subscribe(websocket, data, operation_id, client_context)
+
+    # A plain def, not async: Ariadne calls it inside handle_websocket_subscribe to make
+    # the stream's task, so the operation's scope is still the current one here.
+    def observe_async_results(
+        self,
+        websocket: WebSocket,
+        results_producer: AsyncGenerator[Any, None],
+        operation_id: str,
+        client_context: ClientContext,
+    ) -> Coroutine[Any, Any, None]:
+        results = self.limiter._stream(results_producer)
+        return super().observe_async_results(websocket, results, operation_id, client_context)
+
+    async def stop_websocket_operation(
+        self, websocket: WebSocket, operation_id: str, client_context: ClientContext
+    ) -> None:
+        operation = client_context.operations.get(operation_id)
+        try:
+            await super().stop_websocket_operation(websocket, operation_id, client_context)
+        finally:
+            if operation is not None:
+                self.limiter._stopped(operation.generator)
+
+
+class CostLimitedWSHandler(GraphQLWSHandler):
+    """Ariadne's (older) ``graphql-ws`` handler, limited by ``limiter``; as
+    :class:`CostLimitedTransportWSHandler`, the refused event's error is the last ``data``."""
+
+    def __init__(self, limiter: CostLimiter, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limiter = limiter
+
+    def configure(self, *args: Any, **kwargs: Any) -> None:
+        super().configure(*args, **kwargs)
+        self.limiter._install(self, is_async=True)
+
+    async def start_websocket_operation(
+        self,
+        websocket: WebSocket,
+        data: Any,
+        context_value: Any,
+        query_document: DocumentNode,
+        operation_id: str,
+        operations: dict[str, AriadneOperation],
+    ) -> None:
+        with self.limiter._operation(websocket):
+            await super().start_websocket_operation(
+                websocket, data, context_value, query_document, operation_id, operations
+            )
+
+    def observe_async_results(  # a plain def: see CostLimitedTransportWSHandler
+        self, websocket: WebSocket, results: AsyncGenerator[Any, None], operation_id: str
+    ) -> Coroutine[Any, Any, None]:
+        return super().observe_async_results(websocket, self.limiter._stream(results), operation_id)
+
+    async def stop_websocket_operation(
+        self, websocket: WebSocket, operation: AriadneOperation
+    ) -> None:
+        try:
+            await super().stop_websocket_operation(websocket, operation)
+        finally:
+            self.limiter._stopped(operation.generator)
+
+
+class _WSGIResponse:
+    """A WSGI status and header list as the response object ``Gate.respond`` writes on."""
+
+    def __init__(self, status: str, headers: list[tuple[str, str]]) -> None:
+        self.status_code = int(status.split(" ", 1)[0])
+        self.headers = wsgiref.headers.Headers(headers)  # writes go to the list itself
+
+    @property
+    def status(self) -> str:
+        try:
+            phrase = HTTPStatus(self.status_code).phrase
+        except ValueError:  # an http_status of the configuration's own
+            phrase = "Unknown"
+        return f"{self.status_code} {phrase}"
+
+
+class CostLimitedWSGI(WSGIGraphQL):
+    """``ariadne.wsgi.GraphQL``, limited by ``limiter`` (see :class:`CostLimiter`).
+
+    Raises:
+        TypeError: the limiter's storage is async (``AsyncRedisStorage``): a WSGI server
+            cannot await it; use ``RedisStorage`` or the ASGI app.
+    """
+
+    def __init__(self, limiter: CostLimiter, schema: GraphQLSchema, **options: Any) -> None:
+        if limiter.gate.is_async:
+            raise TypeError(
+                "quotaql: this CostLimiter's storage is async (AsyncRedisStorage), which a"
+                " WSGI server cannot await: use RedisStorage, or serve the ASGI app"
+            )
+        super().__init__(schema, **options)
+        self.limiter = limiter
+        limiter._install(self, is_async=False)
+
+    def handle_request(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        with self.limiter._response() as ops:
+
+            def respond(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+                response = _WSGIResponse(status, headers)
+                self.limiter._respond(ops, response)
+                return start_response(response.status, headers, *exc_info)
+
+            return super().handle_request(environ, respond)
+
+    def execute_query(self, environ: dict[str, Any], data: Any) -> GraphQLResult:
+        with self.limiter._operation(environ) as scope:
+            success, result = super().execute_query(environ, data)
+            op = scope.running
+            if op is not None:
+                self.limiter.gate.settle(op, result.get("data"))
+            return self.limiter._answered(scope, success, result)
