@@ -2,38 +2,24 @@
 
 from __future__ import annotations
 
-import re
-import sys
-import types
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+from tests.docs import NEEDS, new_module, run, snippets
 
-
-def _snippets() -> list[tuple[str, str]]:
-    found = []
-    for path in DOCS:
-        text = path.read_text(encoding="utf-8")
-        for match in _BLOCK.finditer(text):
-            line = text.count("\n", 0, match.start()) + 1
-            found.append((f"{path.relative_to(ROOT)}:{line}", match.group(1)))
-    return found
-
-
-SNIPPETS = _snippets()
+ALL = snippets()
+# The ones this environment runs; tests/graphene3 runs those that need Graphene.
+SNIPPETS = [snippet for snippet in ALL if snippet.needs is None]
 
 
 def test_the_docs_have_python_snippets():
     assert len(SNIPPETS) >= 2
 
 
-@pytest.mark.parametrize(("where", "code"), SNIPPETS, ids=[where for where, _ in SNIPPETS])
-def test_snippet_runs(where, code, monkeypatch):
-    # A real module: Strawberry resolves annotations through sys.modules.
-    module = types.ModuleType(f"snippet_{abs(hash(where))}")
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    exec(compile(code, where, "exec"), module.__dict__)
+def test_every_snippet_needs_something_a_test_environment_has():
+    # A misspelt fence (```python grapehne) would otherwise be run by no environment.
+    assert [snippet.where for snippet in ALL if snippet.needs not in NEEDS] == []
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=[snippet.where for snippet in SNIPPETS])
+def test_snippet_runs(snippet, monkeypatch):
+    run(snippet.code, snippet.where, new_module(snippet.where, monkeypatch))

@@ -1,14 +1,15 @@
-"""quotaql on a plain graphql-core server: no Strawberry, one Starlette route.
+"""quotaql on a plain graphql-core server: no Strawberry, one Starlette route over the gate.
 
 Run it from the repository root::
 
     uvicorn examples.graphql_core.app:app --port 8001
 
-Every request is parsed, validated and priced before anything runs; its cost is debited
-from the caller's budget (tenant = the ``X-API-Key`` header); what the operation did not
-use is refunded afterwards. The answers (errors, ``extensions.cost``, HTTP status and
-``RateLimit`` headers) are built by ``quotaql.contract``, exactly as the Strawberry
-extension builds them.
+Every request is parsed (within the parser limits of ``[cost]``) and validated here; the
+gate (``quotaql.gate.Gate``) identifies who pays (the ``X-API-Key`` header, else the
+client's address), prices the operation, debits the budget or refuses it, and after
+execution refunds what it did not use. The answers (errors, ``extensions.cost``, HTTP
+status and ``RateLimit`` headers) are the gate's, exactly as the Strawberry extension's.
+This is the recipe of docs/graphql-core.md, on an async server.
 """
 
 from __future__ import annotations
@@ -17,22 +18,23 @@ import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphql import GraphQLError, GraphQLResolveInfo, build_schema, execute, validate
+from graphql import (
+    DocumentNode,
+    ExecutionResult,
+    GraphQLError,
+    GraphQLResolveInfo,
+    build_schema,
+    execute,
+    validate,
+)
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from quotaql import AsyncLimiter, CostAnalysisError, MemoryStorage
-from quotaql.config import load_config
-from quotaql.contract import (
-    cost_extension,
-    rate_limit_error,
-    rate_limit_headers,
-    status_for,
-)
-from quotaql.cost_analysis import actual_cost, analyze
+from quotaql import CostAnalysisError
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
+from quotaql.gate import Gate
 
 if TYPE_CHECKING:
     import os
@@ -74,14 +76,18 @@ class Root:
 # --- the app ------------------------------------------------------------------------------
 
 
+def parse_and_validate(gate: Gate, query: Any) -> DocumentNode | list[GraphQLError]:
+    """The document, or the errors to answer with (syntax, size, nesting, validation)."""
+    try:
+        document = parse_document(query if isinstance(query, str) else "", gate.config.cost.limits)
+    except CostAnalysisError as error:  # GRAPHQL_PARSE_FAILED, QUERY_TOO_LARGE, QUERY_TOO_DEEP
+        return [GraphQLError(error.message, extensions=error.extensions)]
+    return validate(SCHEMA, document) or document
+
+
 def create_app(config_path: str | os.PathLike[str] = CONFIG, storage: Any = None) -> Starlette:
     """The bookshop at ``POST /graphql``, its budgets in ``storage`` (default: memory)."""
-    config = load_config(config_path)
-    limiter = AsyncLimiter(
-        storage if storage is not None else MemoryStorage(),  # or AsyncRedisStorage(...)
-        on_backend_error=config.limits.on_backend_error,
-    )
-    model, limits = config.cost.model, config.cost.limits
+    gate = Gate.from_config(config_path, storage=storage)  # or AsyncRedisStorage(...)
 
     async def graphql(request: Request) -> JSONResponse:
         try:
@@ -89,70 +95,25 @@ def create_app(config_path: str | os.PathLike[str] = CONFIG, storage: Any = None
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            bad_request = GraphQLError("Send a JSON object: {query, variables, operationName}")
-            return answer(errors=[bad_request], status=400)
-        variables = body.get("variables")
-        try:
-            # 1. Parse within the parser limits, validate, price with the request's
-            #    variables. A static limit (max_cost, max_depth, ...) refuses here.
-            document = parse_document(body.get("query") or "", limits)
-            errors = validate(SCHEMA, document)
-            if errors:
-                return answer(errors=errors)
-            report = analyze(SCHEMA, document, variables, body.get("operationName"), model, limits)
-        except CostAnalysisError as error:
-            return answer(errors=[GraphQLError(error.message, extensions=error.extensions)])
-
-        # 2. Debit the tenant's quotas (its tier's, the operation's if the tier has one,
-        #    [global] if any) all or nothing.
-        client = request.client.host if request.client else "anonymous"
-        tenant = request.headers.get("x-api-key") or client
-        quotas = config.quotas_for(tenant, report.operation_name)
-        decision = await limiter.acquire(tenant, report.cost, quotas)
-        restore_rate = quotas[0].refill_per_second  # None for window algorithms
-        headers = rate_limit_headers(decision, quotas)
-        if not decision.allowed:
-            error = rate_limit_error(decision)  # RATE_LIMITED, COST_EXCEEDS_CAPACITY, ...
-            status = status_for(error.extensions["code"], config.limits.http_status)
-            cost = cost_extension(report.cost, None, decision, restore_rate)
-            return answer(errors=[error], cost=cost, status=status, headers=headers)
-
-        # 3. Run it.
-        name = report.operation_name
-        result = execute(SCHEMA, document, Root(), variable_values=variables, operation_name=name)
-        if inspect.isawaitable(result):  # async resolvers
-            result = await result
-
-        # 4. Price what really came back, and give back what was not used.
-        actual = actual_cost(SCHEMA, document, result.data, variables, name, model)
-        unused = max(0.0, report.cost - actual)
-        if config.limits.refund_unused and unused > 0:
-            await limiter.refund(tenant, unused, quotas)
-            decision = decision._replace(remaining=min(decision.limit, decision.remaining + unused))
-            headers = rate_limit_headers(decision, quotas)
-        cost = cost_extension(report.cost, actual, decision, restore_rate)
-        return answer(result.data, result.errors, cost=cost, headers=headers)
+            error = GraphQLError("Send a JSON object: {query, variables, operationName}")
+            return JSONResponse(ExecutionResult(None, [error]).formatted, status_code=400)
+        variables, name = body.get("variables"), body.get("operationName")
+        document = parse_and_validate(gate, body.get("query"))
+        if isinstance(document, list):  # refused before pricing: nothing was debited
+            return JSONResponse(ExecutionResult(None, document).formatted)
+        op = await gate.admit_async(SCHEMA, document, variables, name, request=request)
+        result = ExecutionResult(None, op.errors)  # refused, or `GraphQL-Cost: validate`
+        if not (op.refused or op.validate_only):
+            run = execute(SCHEMA, document, Root(), variable_values=variables, operation_name=name)
+            result = await run if inspect.isawaitable(run) else run  # async resolvers
+            await gate.settle_async(op, result.data)  # the actual cost; the rest goes back
+        gate.finish(op)
+        answer = {**result.formatted, "extensions": gate.results(op)}
+        return JSONResponse(answer, status_code=op.status or 200, headers=op.headers)
 
     app = Starlette(routes=[Route("/graphql", graphql, methods=["POST"])])
-    app.state.limiter = limiter
+    app.state.gate = gate
     return app
-
-
-def answer(
-    data: dict[str, Any] | None = None,
-    errors: list[GraphQLError] | None = None,
-    *,
-    cost: dict[str, Any] | None = None,
-    status: int = 200,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    """A GraphQL-over-HTTP response: ``data``, ``errors`` and ``extensions.cost``."""
-    body: dict[str, Any] = {"data": data}
-    if errors:
-        body["errors"] = [error.formatted for error in errors]
-    if cost is not None:
-        body["extensions"] = {"cost": cost}
-    return JSONResponse(body, status_code=status, headers=headers)
 
 
 app = create_app()

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
-import strawberry
 from graphql import (
     DocumentNode,
     FieldNode,
@@ -38,7 +37,7 @@ from hypothesis import strategies as st
 
 from quotaql.cost_analysis import CostModel, actual_cost, analyze
 from quotaql.cost_analysis.analyzer import MAX_NESTING
-from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL, Cost, ListSize
+from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
 from quotaql.errors import (
     FragmentCycle,
     InvalidVariables,
@@ -558,59 +557,6 @@ def test_a_graphql_core_execution_of_a_union(shop_schema):
     # Product: 4 + 1 review. Vendor: 4 + no products, and read as a Product it has no
     # reviews either. Customer: 4.
     assert actual_cost(shop_schema, query, result.data) == 3 + 5 + 4 + 4
-
-
-@strawberry.type(directives=[Cost(weight="3")])
-class Book:
-    id: strawberry.ID
-    title: str
-
-
-@strawberry.type
-class BookEdge:
-    node: Book
-
-
-@strawberry.type
-class BookConnection:
-    edges: list[BookEdge]
-    total: int
-
-
-BOOKS = [Book(id=strawberry.ID(str(i)), title=f"b{i}") for i in range(4)]
-
-
-@strawberry.type
-class Library:
-    @strawberry.field(directives=[ListSize(slicing_arguments=["first"])])
-    def books(self, first: int = 10) -> list[Book]:
-        return BOOKS[:first]
-
-    @strawberry.field(directives=[ListSize(slicing_arguments=["first"], sized_fields=["edges"])])
-    def connection(self, first: int) -> BookConnection:
-        return BookConnection(edges=[BookEdge(node=b) for b in BOOKS[:first]], total=len(BOOKS))
-
-    @strawberry.field
-    def search(
-        self, term: Annotated[str, strawberry.argument(directives=[Cost(weight="2")])]
-    ) -> list[Book] | None:
-        return None
-
-
-def test_a_strawberry_execution():
-    schema = strawberry.Schema(query=Library)
-    query = """
-    { books(first: 6) { title }
-      connection(first: 3) { edges { node { id } } total }
-      search(term: "x") { id } }
-    """
-    result = schema.execute_sync(query)
-    assert result.errors is None
-    # books 6 × 3; connection 1 + 3 edges × (1 + 3); search 2 + 10 × 3.
-    assert analyze(schema, query).cost == 18 + 13 + 32
-    # books: only 4 exist (4 × 3); connection: 3 edges as estimated; search returned
-    # null: its argument and its own weight (2 + 3).
-    assert actual_cost(schema, query, result.data) == 12 + 13 + 5
 
 
 # -- properties: the actual cost against the estimate -------------------------------------

@@ -247,9 +247,11 @@ def slicing_of(parent: str, name: str, definition: GraphQLField) -> Slicing:
         arguments, require_one = (), False
     defaults = []
     for arg in arguments:
-        default = definition.args[arg].default
-        if default is not None and default.literal is not None:
-            defaults.append(float(default.literal.value))
+        # Read from the SDL itself (every schema here is built from SDL): graphql-core 3.2
+        # and 3.3 keep coerced defaults in different attributes, the AST is the same.
+        node = definition.args[arg].ast_node
+        if node is not None and node.default_value is not None:
+            defaults.append(float(node.default_value.value))
     assumed = directive.assumed_size if directive and directive.assumed_size is not None else None
     return Slicing(
         arguments=arguments,

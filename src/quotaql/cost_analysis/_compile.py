@@ -20,14 +20,13 @@ from graphql import (
     GraphQLSchema,
     GraphQLUnionType,
     Undefined,
-    coerce_input_literal,
-    coerce_input_value,
     get_named_type,
     is_composite_type,
     is_leaf_type,
 )
 from graphql.type.introspection import SchemaMetaFieldDef, TypeMetaFieldDef
 
+from quotaql._graphql_compat import argument_default
 from quotaql.cost_analysis.directives import read_cost, read_list_size
 from quotaql.cost_analysis.model import CostModel, FieldCost
 from quotaql.errors import ConfigError
@@ -107,14 +106,18 @@ class CompiledSchema:
 
 
 def graphql_schema(schema: Any) -> GraphQLSchema:
-    """The graphql-core schema behind a ``GraphQLSchema`` or a ``strawberry.Schema``."""
+    """The graphql-core schema behind a ``GraphQLSchema``, a ``strawberry.Schema`` or a
+    ``graphene.Schema``."""
     if isinstance(schema, GraphQLSchema):
         return schema
-    inner = getattr(schema, "_schema", None)
-    if isinstance(inner, GraphQLSchema):
-        return inner
+    # strawberry.Schema keeps it in ``_schema``, graphene.Schema in ``graphql_schema``.
+    for attribute in ("_schema", "graphql_schema"):
+        inner = getattr(schema, attribute, None)
+        if isinstance(inner, GraphQLSchema):
+            return inner
     raise TypeError(
-        f"expected a graphql.GraphQLSchema or a strawberry.Schema, got {type(schema).__name__}"
+        "expected a graphql.GraphQLSchema, a strawberry.Schema or a graphene.Schema,"
+        f" got {type(schema).__name__}"
     )
 
 
@@ -378,14 +381,7 @@ def _suggest(word: str, candidates: Any) -> list[str]:
 
 def _argument_default(arg: GraphQLArgument, where: str) -> float | None:
     """The schema default of a slicing argument, as a size (or None when it has none)."""
-    default = arg.default
-    if default is not None:
-        if default.literal is not None:
-            value = coerce_input_literal(default.literal, arg.type)
-        else:
-            value = coerce_input_value(default.value, arg.type)
-    else:
-        value = arg.default_value
+    value = argument_default(arg)
     if value is Undefined or value is None:
         return None
     size = list_size_value(value)

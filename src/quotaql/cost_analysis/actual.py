@@ -61,9 +61,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from graphql import FragmentDefinitionNode, GraphQLSchema, OperationDefinitionNode
-    from graphql.execution.values import VariableValues
     from graphql.language import SelectionSetNode
 
+    from quotaql._graphql_compat import VariableValues
     from quotaql.cost_analysis._compile import CompiledField, CompiledSchema, CompiledType
     from quotaql.cost_analysis.model import OperationType
 
@@ -96,7 +96,7 @@ def actual_cost(
         The analyzer charged 3 up front (three users); two came back.
 
     Args:
-        schema: a ``graphql.GraphQLSchema`` or a ``strawberry.Schema``.
+        schema: a ``graphql.GraphQLSchema``, a ``strawberry.Schema`` or a ``graphene.Schema``.
         document: the query text, or an already parsed ``DocumentNode``.
         data: the response's ``data`` (``ExecutionResult.data``), keyed by response keys
             (aliases). ``None`` (nothing ran) costs 0; a value that is not an object

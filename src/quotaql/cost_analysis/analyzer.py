@@ -23,13 +23,17 @@ from graphql import (
     SelectionSetNode,
     Undefined,
     VariableNode,
-    coerce_input_literal,
-    get_variable_values,
     parse,
     value_from_ast_untyped,
 )
-from graphql.language import parser as graphql_parser
 
+from quotaql._graphql_compat import (
+    GRAPHQL_CORE_VERSION,
+    HAS_PARSER_LIMITS,
+    PARSER_NESTING,
+    coerce_input_literal,
+    get_variable_values,
+)
 from quotaql.cost_analysis._compile import (
     CompiledField,
     CompiledSchema,
@@ -56,8 +60,9 @@ from quotaql.errors import (
 )
 
 if TYPE_CHECKING:
-    from graphql.execution.values import VariableValues
     from graphql.language import DirectiveNode, ValueNode
+
+    from quotaql._graphql_compat import VariableValues
 
 __all__ = [
     "MAX_NESTING",
@@ -81,7 +86,7 @@ _MAX_COST = sys.float_info.max
 _TOO_MANY_TOKENS = re.compile(r"more than (\d+) (tokens|code points)")
 _BRACES_STRINGS_COMMENTS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|[{}]')
 # How deep graphql-core's parser follows selection sets (it refuses deeper documents).
-_PARSER_NESTING = int(getattr(graphql_parser, "MAX_NESTING_DEPTH", MAX_NESTING))
+_PARSER_NESTING = PARSER_NESTING if PARSER_NESTING is not None else MAX_NESTING
 
 
 class RootFieldCost(NamedTuple):
@@ -168,7 +173,7 @@ def analyze(
         3.0
 
     Args:
-        schema: a ``graphql.GraphQLSchema`` or a ``strawberry.Schema``.
+        schema: a ``graphql.GraphQLSchema``, a ``strawberry.Schema`` or a ``graphene.Schema``.
         document: the query text, or an already parsed ``DocumentNode`` (not parsed again).
         variables: the request's raw JSON variables, coerced as graphql-core does.
         operation_name: which operation to price when the document has several.
@@ -231,11 +236,15 @@ def parse_document(source: str, limits: CostLimits = _NO_LIMITS) -> DocumentNode
         QueryTooDeep: nested deeper than the parser can follow.
     """
     try:
+        if not HAS_PARSER_LIMITS:  # < 3.2.14: CostLimits refused max_tokens / max_length
+            return parse(source)
         return parse(
             source,
             max_lexical_tokens=limits.max_tokens,
             max_source_length=limits.max_length,
         )
+    except RecursionError:
+        pass
     except GraphQLSyntaxError as error:
         locations = tuple((loc.line, loc.column) for loc in error.locations or ())
         message = error.message.removeprefix("Syntax Error: ")
@@ -266,6 +275,19 @@ def parse_document(source: str, limits: CostLimits = _NO_LIMITS) -> DocumentNode
                 )
             )
         return _raise(QuerySyntaxError(message, locations=locations))
+    # A parser without a nesting guard (graphql-core < 3.2.14) ran out of stack. Out of
+    # the except clause, so that the frames of the exhausted stack are not kept alive.
+    depth = _brace_depth(source)
+    if limits.max_depth is not None and depth > limits.max_depth:
+        return _raise(QueryTooDeep(depth, limits.max_depth))
+    return _raise(
+        QueryTooDeep(
+            depth,
+            max(0, min(_PARSER_NESTING, depth - 1)),  # a limit the document exceeds
+            message=f"The document is nested too deeply for graphql-core {GRAPHQL_CORE_VERSION}"
+            f"'s parser ({depth} levels of selections)",
+        )
+    )
 
 
 def _raise(error: CostAnalysisError) -> DocumentNode:

@@ -23,7 +23,6 @@ from graphql import (
     DirectiveLocation,
     GraphQLArgument,
     GraphQLBoolean,
-    GraphQLDefaultInput,
     GraphQLDirective,
     GraphQLInt,
     GraphQLList,
@@ -32,6 +31,7 @@ from graphql import (
     value_from_ast_untyped,
 )
 
+from quotaql._graphql_compat import argument_with_default
 from quotaql.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -83,9 +83,7 @@ LIST_SIZE_DIRECTIVE = GraphQLDirective(
         "assumedSize": GraphQLArgument(GraphQLInt),
         "slicingArguments": GraphQLArgument(_NAMES),
         "sizedFields": GraphQLArgument(_NAMES),
-        "requireOneSlicingArgument": GraphQLArgument(
-            GraphQLBoolean, default=GraphQLDefaultInput(True)
-        ),
+        "requireOneSlicingArgument": argument_with_default(GraphQLBoolean, True),
     },
     description="How many items a list field returns (IBM GraphQL Cost Directives).",
 )

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from quotaql._graphql_compat import GRAPHQL_CORE_VERSION, HAS_PARSER_LIMITS
 from quotaql.errors import ConfigError
 
 __all__ = ["CostLimits", "CostModel", "FieldCost", "OperationType"]
@@ -194,6 +195,12 @@ class CostLimits:
             ):
                 kind = "an integer" if integral else "a number"
                 raise ConfigError(f"{name} must be {kind} >= 0, got {value!r}")
+        if not HAS_PARSER_LIMITS and (self.max_tokens is not None or self.max_length is not None):
+            # Refused here, when the config is read, rather than on the first request.
+            raise ConfigError(
+                "max_tokens and max_length need graphql-core 3.2.14 or later (3.3.2 or later"
+                f" on 3.3); graphql-core {GRAPHQL_CORE_VERSION} is installed"
+            )
 
 
 def _check_number(name: str, value: object) -> float:
