@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.installed
 GQL32       := .venv-gql32
 GQL32_BIN   := $(GQL32)/bin
 GQL32_STAMP := $(GQL32)/.installed
-# Every extra but strawberry and those that pull it in (demo, all).
+# The extras these suites use: not strawberry (nor demo and all, which pull it in), nor
+# ariadne, whose tests run in the main environment only.
 GQL32_EXTRAS := redis,otel,prometheus,dashboards,cli
 GQL32_TESTS  := tests/cost_analysis tests/policy tests/storage tests/test_limiter.py \
                 tests/test_config*.py tests/test_imports.py tests/graphene3 \
