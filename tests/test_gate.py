@@ -407,3 +407,55 @@ def test_a_reloaded_config_with_a_bad_field_quota_keeps_the_previous_one(
     failures = [r for r in caplog.records if r.quotaql_event == "config_reload_failed"]
     assert failures
     assert "Mutation.nope" in failures[0].getMessage()
+
+
+def test_a_subscription_asking_to_be_validated_is_priced_debited_and_run(gate: Gate) -> None:
+    # Its stream is not a result a header can replace: "validate" would be a free stream.
+    op = admit(gate, "subscription { ticks }", scope(key="t", graphql_cost="validate"))
+    assert (op.refused, op.validate_only, op.header) == (False, False, "report")
+    assert op.decision.remaining == pytest.approx(70, abs=0.01)
+    assert op.breakdown == {"Subscription.ticks": 30.0}
+
+
+def test_what_parse_refuses_is_answered_without_pricing_or_debiting(gate: Gate) -> None:
+    for query, code in (
+        ("{ hello", "GRAPHQL_PARSE_FAILED"),
+        ("{ nope }", None),  # graphql-core's validation error: no code
+        (42, "GRAPHQL_PARSE_FAILED"),
+    ):
+        document = gate.parse(SCHEMA, query)
+        assert isinstance(document, list)
+        op = gate.admit(SCHEMA, document, request=scope(key="t"))
+        assert op.refused
+        assert (op.errors[0].extensions or {}).get("code") == code
+        assert (op.report, op.decision, op.status, op.headers) == (None, None, None, {})
+        gate.finish(op)
+    document = gate.parse(SCHEMA, "{ a: hello b: nope c: nada }")
+    assert len(gate.admit(SCHEMA, document, request=scope(key="t")).errors) == 2  # all of them
+    assert admit(gate, "{ hello }").decision.remaining == pytest.approx(100, abs=0.01)
+
+
+def test_the_open_subscriptions_gauge_follows_every_slot(
+    config_path: Callable[[str], Path],
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from quotaql.instrumentation import names
+    from quotaql.instrumentation.metrics import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    gate = Gate(load_config(config_path(TOML)), metrics=PrometheusMetrics(registry))
+
+    def gauge() -> float | None:
+        return registry.get_sample_value(names.SUBSCRIPTIONS_OPEN)
+
+    first = admit(gate, "subscription { ticks }")
+    assert gauge() == 1  # as soon as it opens, not when it ends
+    second = admit(gate, "subscription { ticks }")
+    assert gauge() == 2
+    gate.event(first)
+    gate.event(first)  # charged: the decision follows what is left
+    assert first.decision.remaining == pytest.approx(10, abs=0.01)
+    gate.finish(first)
+    gate.finish(second)
+    assert gauge() == 0

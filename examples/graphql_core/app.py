@@ -19,20 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphql import (
-    DocumentNode,
     ExecutionResult,
     GraphQLError,
     GraphQLResolveInfo,
     build_schema,
     execute,
-    validate,
 )
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from quotaql import CostAnalysisError
-from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
 from quotaql.gate import Gate
 
@@ -76,15 +72,6 @@ class Root:
 # --- the app ------------------------------------------------------------------------------
 
 
-def parse_and_validate(gate: Gate, query: Any) -> DocumentNode | list[GraphQLError]:
-    """The document, or the errors to answer with (syntax, size, nesting, validation)."""
-    try:
-        document = parse_document(query if isinstance(query, str) else "", gate.config.cost.limits)
-    except CostAnalysisError as error:  # GRAPHQL_PARSE_FAILED, QUERY_TOO_LARGE, QUERY_TOO_DEEP
-        return [GraphQLError(error.message, extensions=error.extensions)]
-    return validate(SCHEMA, document) or document
-
-
 def create_app(config_path: str | os.PathLike[str] = CONFIG, storage: Any = None) -> Starlette:
     """The bookshop at ``POST /graphql``, its budgets in ``storage`` (default: memory)."""
     gate = Gate.from_config(config_path, storage=storage)  # or AsyncRedisStorage(...)
@@ -98,11 +85,9 @@ def create_app(config_path: str | os.PathLike[str] = CONFIG, storage: Any = None
             error = GraphQLError("Send a JSON object: {query, variables, operationName}")
             return JSONResponse(ExecutionResult(None, [error]).formatted, status_code=400)
         variables, name = body.get("variables"), body.get("operationName")
-        document = parse_and_validate(gate, body.get("query"))
-        if isinstance(document, list):  # refused before pricing: nothing was debited
-            return JSONResponse(ExecutionResult(None, document).formatted)
+        document = gate.parse(SCHEMA, body.get("query"))  # within the parser limits, validated
         op = await gate.admit_async(SCHEMA, document, variables, name, request=request)
-        result = ExecutionResult(None, op.errors)  # refused, or `GraphQL-Cost: validate`
+        result = ExecutionResult(None, op.errors)  # invalid, refused, or GraphQL-Cost: validate
         if not (op.refused or op.validate_only):
             run = execute(SCHEMA, document, Root(), variable_values=variables, operation_name=name)
             result = await run if inspect.isawaitable(run) else run  # async resolvers

@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
 from ariadne.wsgi import GraphQL as WSGIGraphQL
-from graphql import ExecutionResult, GraphQLError, parse
+from graphql import ExecutionResult, parse
 
 from quotaql.config import Config, load_config
+from quotaql.contract import QuotaqlGraphQLError, graphql_error
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.errors import CostAnalysisError
-from quotaql.gate import Gate, Operation, _current, current_operation
+from quotaql.gate import Gate, Operation, current_operation, operation_scope
 
 if TYPE_CHECKING:
     import os
@@ -90,23 +91,13 @@ _answer: contextvars.ContextVar[list[Operation] | None] = contextvars.ContextVar
 )
 
 
-# Set on each error quotaql answers with, so that only those are dropped from Ariadne's log.
-_MARK = "quotaql_answer"
-
-
-def _ours(error: GraphQLError) -> GraphQLError:
-    setattr(error, _MARK, True)
-    return error
-
-
-class _Priced(GraphQLError):
+class _Priced(QuotaqlGraphQLError):
     """Stops a ``GraphQL-Cost: validate`` operation before it runs; the handler answers
     ``{"data": null, "extensions": {"cost": ...}}`` in its place."""
 
     def __init__(self, extensions: dict[str, Any]) -> None:
         super().__init__("Priced, not run: the request asked GraphQL-Cost: validate.",
                          extensions=extensions)  # fmt: skip
-        _ours(self)
 
 
 class _OwnRefusals(logging.Filter):
@@ -118,7 +109,7 @@ class _OwnRefusals(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not getattr(record.msg, _MARK, False)
+        return not isinstance(record.msg, QuotaqlGraphQLError)
 
 
 _OWN_REFUSALS = _OwnRefusals()
@@ -266,17 +257,17 @@ class CostLimiter:
         try:
             return parse_document(data["query"], limits)
         except CostAnalysisError as error:
-            raise _ours(GraphQLError(str(error), extensions=error.extensions)) from None
+            raise graphql_error(error) from None
 
     @contextlib.contextmanager
     def _operation(self, request: Any) -> Iterator[_Scope]:
         """The scope of one operation: recorded when it ends, unless a stream took it."""
         scope = _Scope(request)
-        token, current = _scope.set(scope), _current.set(None)
+        token = _scope.set(scope)
         try:
-            yield scope
+            with operation_scope():
+                yield scope
         finally:
-            _current.reset(current)
             _scope.reset(token)
             if not scope.streaming:
                 self.gate.finish(scope.op)
@@ -287,7 +278,7 @@ class CostLimiter:
         if scope.loose:
             self._loose(op)
         if op.error is not None:
-            raise _ours(op.error)  # Ariadne answers it as a request error: nothing runs
+            raise op.error  # Ariadne answers it as a request error: nothing runs
         if op.validate_only:
             raise _Priced(self.gate.results(op))
 
@@ -429,7 +420,7 @@ class _Subscription:
             async for result in results:
                 error = await self.gate.event_async(self.op)
                 if error is not None:  # out of budget: this error is the last payload
-                    yield ExecutionResult(data=None, errors=[_ours(error)])
+                    yield ExecutionResult(data=None, errors=[error])
                     return
                 yield result
         finally:

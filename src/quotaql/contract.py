@@ -14,6 +14,7 @@ from graphql import GraphQLError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from quotaql.errors import CostAnalysisError
     from quotaql.policy.quota import Decision, Quota
 
 __all__ = [
@@ -23,7 +24,9 @@ __all__ = [
     "REFUSAL_CODES",
     "TOO_MANY_SUBSCRIPTIONS",
     "UNKNOWN_API_KEY",
+    "QuotaqlGraphQLError",
     "cost_extension",
+    "graphql_error",
     "rate_limit_error",
     "rate_limit_headers",
     "status_for",
@@ -41,6 +44,20 @@ REFUSAL_CODES = frozenset(
     {RATE_LIMITED, COST_EXCEEDS_CAPACITY, RATE_LIMITER_UNAVAILABLE, UNKNOWN_API_KEY,
      TOO_MANY_SUBSCRIPTIONS}
 )  # fmt: skip
+
+
+class QuotaqlGraphQLError(GraphQLError):
+    """A GraphQL error quotaql answers with: a refusal, or the analysis refusing a document.
+
+    Adapters drop the framework's own log record of these (quotaql logs them itself, with
+    fields and rate-limited), and only these: an application error with the same
+    ``extensions.code`` is still logged.
+    """
+
+
+def graphql_error(error: CostAnalysisError) -> QuotaqlGraphQLError:
+    """The GraphQL error of an analysis refusal (``QUERY_TOO_DEEP``, ``BAD_USER_INPUT``...)."""
+    return QuotaqlGraphQLError(str(error), extensions=error.extensions)
 
 
 def _points(value: float) -> str:
@@ -70,7 +87,7 @@ def error_code(decision: Decision) -> str:
     return RATE_LIMITED
 
 
-def rate_limit_error(decision: Decision) -> GraphQLError:
+def rate_limit_error(decision: Decision) -> QuotaqlGraphQLError:
     """The GraphQL error of a refused decision, with a message a person understands.
 
     Example:
@@ -111,25 +128,25 @@ def rate_limit_error(decision: Decision) -> GraphQLError:
             f"This query costs {_counted(cost)} but only {_points(remaining)} of {whose}"
             f" {_points(limit)} remain; retry in {_seconds(retry)}."
         )
-    return GraphQLError(message, extensions=extensions)
+    return QuotaqlGraphQLError(message, extensions=extensions)
 
 
-def unknown_key_error(header: str) -> GraphQLError:
+def unknown_key_error(header: str) -> QuotaqlGraphQLError:
     """The error of a request whose API key no tenant has (``unknown_keys = "reject"``).
 
     Example:
         >>> unknown_key_error("x-api-key").extensions["code"]
         'UNKNOWN_API_KEY'
     """
-    return GraphQLError(
+    return QuotaqlGraphQLError(
         f"The API key in the {header} header is not known; check the key, or send none.",
         extensions={"code": UNKNOWN_API_KEY},
     )
 
 
-def too_many_subscriptions_error(limit: int, retry_after: float = 1.0) -> GraphQLError:
+def too_many_subscriptions_error(limit: int, retry_after: float = 1.0) -> QuotaqlGraphQLError:
     """The error of a subscription over the tenant's ``max_subscriptions``."""
-    return GraphQLError(
+    return QuotaqlGraphQLError(
         f"You have {limit} subscriptions open, the most this API allows at once;"
         " close one to open another.",
         extensions={"code": TOO_MANY_SUBSCRIPTIONS, "limit": limit, "retryAfter": retry_after},

@@ -24,6 +24,7 @@ imports a web framework: the Strawberry extension (``quotaql.plugin``), Ariadne
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -36,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from graphql import DocumentNode, GraphQLError
+from graphql import DocumentNode, GraphQLError, validate
 
 from quotaql import web
 from quotaql.config import Config, TierConfig, default_config, load_config
@@ -44,8 +45,10 @@ from quotaql.contract import (
     RATE_LIMITED,
     TOO_MANY_SUBSCRIPTIONS,
     UNKNOWN_API_KEY,
+    QuotaqlGraphQLError,
     cost_extension,
     error_code,
+    graphql_error,
     rate_limit_error,
     rate_limit_headers,
     status_for,
@@ -53,8 +56,9 @@ from quotaql.contract import (
     unknown_key_error,
 )
 from quotaql.cost_analysis import analyze, check_model
+from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.actual import actual_cost
-from quotaql.cost_analysis.analyzer import select_operation
+from quotaql.cost_analysis.analyzer import parse_document, select_operation
 from quotaql.errors import ConfigError, CostAnalysisError, LimitExceeded
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
@@ -64,14 +68,23 @@ from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
 from quotaql.storage.memory import MemoryStorage
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Collection, Iterator, Mapping, Sequence
+
+    from graphql import ASTValidationRule
 
     from quotaql.cost_analysis import CostReport
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
     from quotaql.policy.quota import Decision, Quota
 
-__all__ = ["CostHeader", "Gate", "Operation", "TierResolver", "current_operation"]
+__all__ = [
+    "CostHeader",
+    "Gate",
+    "Operation",
+    "TierResolver",
+    "current_operation",
+    "operation_scope",
+]
 
 #: ``tier_resolver(subject, context) -> tier name | None``.
 TierResolver = Callable[[Subject, Any], "str | None"]
@@ -116,6 +129,7 @@ class Operation:
         "header",
         "kind",
         "mode",
+        "more",
         "quotas",
         "refunded",
         "report",
@@ -144,6 +158,7 @@ class Operation:
         self.refunded = 0.0
         self.breakdown: dict[str, float] | None = None
         self.error: GraphQLError | None = None
+        self.more: tuple[GraphQLError, ...] = ()
         self.violation: str | None = None
         self.span: Any = None
         self.events = 0
@@ -154,11 +169,12 @@ class Operation:
         self.document: Any = None
         self.variables: Mapping[str, Any] | None = None
 
-    def refuse(self, error: GraphQLError, status: int | None = None) -> None:
-        """Answer ``error`` (with HTTP ``status``, for a limiter's refusal) instead of
-        running the operation."""
+    def refuse(self, error: GraphQLError, status: int | None = None, *more: GraphQLError) -> None:
+        """Answer ``error`` (and ``more``; with HTTP ``status``, for a limiter's refusal)
+        instead of running the operation."""
         self.error = error
         self.status = status
+        self.more = more
 
     @property
     def tenant(self) -> str:
@@ -189,7 +205,7 @@ class Operation:
     @property
     def errors(self) -> list[GraphQLError]:
         """The GraphQL errors to answer with (empty when the operation runs)."""
-        return [] if self.error is None else [self.error]
+        return [] if self.error is None else [self.error, *self.more]
 
     @property
     def debited(self) -> bool:
@@ -242,6 +258,17 @@ _current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(
 def current_operation() -> Operation | None:
     """The operation the gate is working on (for resolvers such as ``rateLimit``)."""
     return _current.get()
+
+
+@contextlib.contextmanager
+def operation_scope() -> Iterator[None]:
+    """Where one operation runs: :func:`current_operation` starts empty inside and is
+    what it was again after (an adapter wraps each operation in it)."""
+    token = _current.set(None)
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 class _Reloader:
@@ -503,6 +530,30 @@ class Gate:
         self._config.check_fields(schema)
         self._checked_schema = schema
 
+    def parse(
+        self,
+        schema: Any,
+        query: object,
+        rules: Collection[type[ASTValidationRule]] | None = None,
+    ) -> DocumentNode | list[GraphQLError]:
+        """``query`` parsed within the ``[cost]`` parser limits and validated (graphql-core's
+        rules, or ``rules``): the document to admit, or the errors to answer with.
+
+        For servers that parse themselves (plain graphql-core, Graphene): nothing is
+        debited for a document this refuses. The errors: ``GRAPHQL_PARSE_FAILED``,
+        ``QUERY_TOO_LARGE`` (``max_tokens``, ``max_length``), ``QUERY_TOO_DEEP`` (nested
+        deeper than the parser follows), and graphql-core's validation errors.
+        """
+        if not isinstance(query, str):
+            return [QuotaqlGraphQLError("Send the query as a string.",
+                                        extensions={"code": "GRAPHQL_PARSE_FAILED"})]  # fmt: skip
+        try:
+            document = parse_document(query, self._config.cost.limits)
+        except CostAnalysisError as error:
+            return [graphql_error(error)]
+        errors = validate(graphql_schema(schema), document, rules)
+        return errors or document
+
     def open_subscriptions(self) -> int:
         """How many subscriptions this process holds open (the gauge's value)."""
         return self._slots.total()
@@ -523,8 +574,10 @@ class Gate:
         must not run.
 
         Args:
-            schema: a ``graphql.GraphQLSchema`` or a ``strawberry.Schema``.
-            document: the parsed ``DocumentNode`` (or the query text).
+            schema: a ``graphql.GraphQLSchema``, a ``strawberry.Schema`` or a Graphene one.
+            document: the parsed ``DocumentNode`` (or the query text), or what
+                :meth:`parse` answered: its errors are then the operation's, and nothing is
+                priced or debited.
             variables: the request's raw JSON variables.
             operation_name: which operation of the document runs.
             context: the GraphQL context, passed to the hooks (``identify``, ...).
@@ -606,9 +659,7 @@ class Gate:
         """Record the operation (metrics, its span) and free its subscription slot."""
         if op is None:
             return
-        if op.slot:
-            op.slot = False
-            self._slots.give_back(op.subject.key)
+        self._free_slot(op)
         if op.header == "validate" and op.error is None:
             return
         report, decision = op.report, op.decision
@@ -627,8 +678,6 @@ class Gate:
                 refunded=op.refunded,
                 identity=op.subject.source,
             )
-            if operation_type == "subscription":
-                self.metrics.subscriptions(self._slots.total())
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {
@@ -684,11 +733,19 @@ class Gate:
         tier = self._tier(subject, context)
         header = _cost_header(request)
         op = Operation(subject, tier, tier.mode or config.limits.mode, header)
+        if isinstance(document, list):  # what parse() refused: answered, nothing debited
+            if document:
+                op.refuse(document[0], None, *document[1:])
+            return op
         if document is None or (op.mode == "off" and header is None):
             return op
         _current.set(op)
         op.schema, op.document, op.variables = schema, document, variables
         op.kind = _operation_type(document, operation_name)
+        if header == "validate" and op.kind == "subscription":
+            # A subscription always runs (its stream is not a result a header can replace):
+            # priced and debited like any other, with the breakdown "validate" asked for.
+            op.header = header = "report"
         if self.tracing is not None:
             op.span = self.tracing.start()
         if subject.rejected and op.mode != "off":
@@ -709,16 +766,14 @@ class Gate:
         subscription = report.operation_type == "subscription"
         if subscription:
             limit = config.limits.max_subscriptions
-            if not self._slots.take(subject.key, limit if op.mode == "enforce" else None):
+            if not self._take_slot(op, limit if op.mode == "enforce" else None):
                 op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
                 return op
-            op.slot = True
         decision: Decision = yield ("acquire", subject.key, op.cost, op.quotas, op.costs)
         self._decided(op, decision)
-        if op.error is not None and op.slot:  # refused: the subscription never opens
-            op.slot = False
-            self._slots.give_back(subject.key)
+        if op.error is not None:  # refused: the subscription never opens
+            self._free_slot(op)
         return op
 
     def _price(
@@ -743,7 +798,7 @@ class Gate:
                 self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, exceeded.code)
                 op.report = analyze(schema, document, variables, operation_name, cost.model)
         except CostAnalysisError as error:
-            op.refuse(GraphQLError(str(error), extensions=error.extensions))
+            op.refuse(graphql_error(error))
             self._log(op, names.REJECTED, "quotaql: rejected %s: %s", error.code, error)
             return False
         return True
@@ -826,6 +881,7 @@ class Gate:
             charged = op.cost if decision.allowed and decision.source != "fail_open" else 0.0
             self.metrics.event(outcome, op.tier.name, charged)
         if decision.allowed:
+            op.decision = decision  # what the subscriber has left now
             return None
         if op.mode != "enforce":
             self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, error_code(decision))
@@ -861,7 +917,8 @@ class Gate:
                     flow.close()
                     raise TypeError(
                         "quotaql: this gate's storage is async (AsyncRedisStorage): use the"
-                        " async entry points (schema.execute, not execute_sync)"
+                        " async entry points (admit_async...; in Strawberry schema.execute,"
+                        " not execute_sync; in Ariadne the ASGI app, not the WSGI one)"
                     )
         except StopIteration as stop:
             return stop.value
@@ -883,6 +940,23 @@ class Gate:
             return stop.value
 
     # -- pieces ----------------------------------------------------------------------------
+
+    def _take_slot(self, op: Operation, limit: int | None) -> bool:
+        """One of the subject's subscription slots for ``op``; False when all are taken."""
+        if not self._slots.take(op.subject.key, limit):
+            return False
+        op.slot = True
+        if self.metrics is not None:
+            self.metrics.subscriptions(self._slots.total())
+        return True
+
+    def _free_slot(self, op: Operation) -> None:
+        if not op.slot:
+            return
+        op.slot = False
+        self._slots.give_back(op.subject.key)
+        if self.metrics is not None:
+            self.metrics.subscriptions(self._slots.total())
 
     def _refuse(self, op: Operation, error: GraphQLError) -> GraphQLError:
         """Refuse ``op`` with a limiter's ``error`` and the HTTP status its code has."""

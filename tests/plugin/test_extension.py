@@ -307,7 +307,9 @@ def test_identify_and_tier_resolver(write_config: Callable[..., Path]) -> None:
     assert plain.extensions["cost"]["throttleStatus"]["maximumAvailable"] == 100
 
 
-def test_a_subscription_is_priced_once_when_it_starts(limiter: CostLimiter) -> None:
+def test_a_subscription_is_priced_when_it_starts_and_each_later_event_is_charged(
+    limiter: CostLimiter,
+) -> None:
     schema = shop.make_schema(limiter)
 
     async def run() -> tuple[list[Any], list[Any]]:
@@ -315,21 +317,18 @@ def test_a_subscription_is_priced_once_when_it_starts(limiter: CostLimiter) -> N
             "subscription { ticks(count: 3) }", context_value=context("t")
         )
         events = [event async for event in started]  # type: ignore[union-attr]
-        refused = []
-        for _ in range(3):  # 100 - 30 = 70, 40, 10: the fourth start is refused
-            more = await schema.subscribe(
-                "subscription { ticks(count: 1) }", context_value=context("t")
-            )
-            refused = [event async for event in more]  # type: ignore[union-attr]
+        more = await schema.subscribe(
+            "subscription { ticks(count: 1) }", context_value=context("t")
+        )
+        refused = [event async for event in more]  # type: ignore[union-attr]
         return events, refused
 
     events, refused = asyncio.run(run())
     assert [event.data for event in events] == [{"ticks": 0}, {"ticks": 1}, {"ticks": 2}]
-    # Three events, one debit of 30 (no refund for a stream).
-    assert events[-1].extensions["cost"]["throttleStatus"]["currentlyAvailable"] == pytest.approx(
-        70, abs=0.01
-    )
-    assert refused[0].data is None
+    # 30 to start (the first event's), then 30 for each later event: 100 - 90, no refund.
+    available = [e.extensions["cost"]["throttleStatus"]["currentlyAvailable"] for e in events]
+    assert available == pytest.approx([70, 40, 10], abs=0.01)
+    assert refused[0].data is None  # 30 > 10 left: refused before it starts
     assert refused[0].errors[0].extensions["code"] == "RATE_LIMITED"
 
 

@@ -13,16 +13,16 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from graphql import ExecutionResult, GraphQLError
+from graphql import ExecutionResult
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
 from quotaql import web
 from quotaql.config import Config, load_config
-from quotaql.contract import REFUSAL_CODES
+from quotaql.contract import QuotaqlGraphQLError, graphql_error
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.errors import CostAnalysisError
-from quotaql.gate import Gate, Operation, _current, current_operation
+from quotaql.gate import Gate, Operation, current_operation, operation_scope
 from quotaql.identity import ANONYMOUS
 
 if TYPE_CHECKING:
@@ -35,29 +35,18 @@ if TYPE_CHECKING:
 __all__ = ["ANONYMOUS", "CostLimiter", "current_operation"]
 
 
-def _error_classes(base: type[CostAnalysisError]) -> list[type[CostAnalysisError]]:
-    found = [base]
-    for sub in base.__subclasses__():
-        found.extend(_error_classes(sub))
-    return found
-
-
 class _OwnRefusals(logging.Filter):
     """Drops Strawberry's own ERROR record of each refusal quotaql answers.
 
     Strawberry logs every error of every response; quotaql logs its refusals itself, with
-    fields and rate-limited, so that a flood of refused requests cannot flood the logs.
+    fields and rate-limited, so that a flood of refused requests cannot flood the logs. The
+    application's own errors, whatever their code, are still logged.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        error = record.msg
-        if not isinstance(error, GraphQLError) or not error.extensions:
-            return True
-        code = error.extensions.get("code")
-        return not (isinstance(code, str) and code in _OWN_CODES)
+        return not isinstance(record.msg, QuotaqlGraphQLError)
 
 
-_OWN_CODES = REFUSAL_CODES | {cls.code for cls in _error_classes(CostAnalysisError)}
 _OWN_REFUSALS = _OwnRefusals()
 
 
@@ -199,6 +188,12 @@ class _Extension(SchemaExtension):
         elif op.validate_only:
             ctx.result = ExecutionResult(data=None)  # priced, not run, nothing debited
 
+    def _charged(self, result: Any, op: Operation) -> None:
+        """An event's ``extensions.cost`` after its charge (Strawberry built it before)."""
+        cost = self._gate.results(op)
+        if cost:
+            result.extensions = {**(getattr(result, "extensions", None) or {}), **cost}
+
     def _data(self) -> Any:
         return getattr(self.execution_context.result, "data", None)
 
@@ -227,18 +222,17 @@ def _on_event_loop() -> bool:
 class _SyncExtension(_Extension):
     def on_execute(self) -> Iterator[None]:
         gate, ctx = self._gate, self.execution_context
-        token = _current.set(None)
         op = None
-        try:
-            op = gate.admit(*self._admit_arguments(), context=ctx.context)
-            self._admitted(op)
-            yield
-            if op.error is None and not op.validate_only:
-                gate.settle(op, self._data())
-            self._answered(op)
-        finally:
-            self._done(op)
-            _current.reset(token)
+        with operation_scope():
+            try:
+                op = gate.admit(*self._admit_arguments(), context=ctx.context)
+                self._admitted(op)
+                yield
+                if op.error is None and not op.validate_only:
+                    gate.settle(op, self._data())
+                self._answered(op)
+            finally:
+                self._done(op)
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
         op = self._op
@@ -246,24 +240,24 @@ class _SyncExtension(_Extension):
             error = self._gate.event(op)
             if error is not None:
                 raise error  # ends the subscription with this error as its last payload
+            self._charged(result, op)
         yield
 
 
 class _AsyncExtension(_Extension):
     async def on_execute(self) -> AsyncIterator[None]:
         gate, ctx = self._gate, self.execution_context
-        token = _current.set(None)
         op = None
-        try:
-            op = await gate.admit_async(*self._admit_arguments(), context=ctx.context)
-            self._admitted(op)
-            yield
-            if op.error is None and not op.validate_only:
-                await gate.settle_async(op, self._data())
-            self._answered(op)
-        finally:
-            self._done(op)
-            _current.reset(token)
+        with operation_scope():
+            try:
+                op = await gate.admit_async(*self._admit_arguments(), context=ctx.context)
+                self._admitted(op)
+                yield
+                if op.error is None and not op.validate_only:
+                    await gate.settle_async(op, self._data())
+                self._answered(op)
+            finally:
+                self._done(op)
 
     async def on_stream_result(self, result: Any) -> AsyncIterator[None]:
         op = self._op
@@ -271,6 +265,7 @@ class _AsyncExtension(_Extension):
             error = await self._gate.event_async(op)
             if error is not None:
                 raise error  # ends the subscription with this error as its last payload
+            self._charged(result, op)
         yield
 
 
@@ -282,7 +277,7 @@ def _parse_with_limits(self: _Extension) -> Iterator[None]:
         try:
             ctx.graphql_document = parse_document(ctx.query, limits)
         except CostAnalysisError as error:
-            raise GraphQLError(str(error), extensions=error.extensions) from None
+            raise graphql_error(error) from None
     yield
 
 
