@@ -96,11 +96,20 @@ def noscript_count(server: RedisServer) -> int:
     return int(stats["count"])
 
 
+# These tests are about a server that dies: a refused connection fails at once, whatever the
+# timeout. A loaded CI host can stall a healthy call past the 50 ms default (one timeout
+# opens the breaker), which would make decisions before the kill come from the fail mode.
+HEALTHY_TIMEOUT = 1.0
+
+
 def sync_limiter(
-    server: RedisServer, mode: BackendErrorMode, recorder: CollectingRecorder
+    server: RedisServer,
+    mode: BackendErrorMode,
+    recorder: CollectingRecorder,
+    timeout: float = TIMEOUT,
 ) -> Limiter:
     with server.client() as client:  # the storage makes its own pool from these settings
-        storage = RedisStorage(client)
+        storage = RedisStorage(client, timeout=timeout)
     breaker = CircuitBreaker(failure_threshold=3, reset_timeout=COOL_DOWN)
     return Limiter(storage, on_backend_error=mode, breaker=breaker, recorder=recorder)
 
@@ -152,7 +161,7 @@ def test_killed_server_mid_load_is_answered_by_the_fail_mode_then_recovers(
 ) -> None:
     server = fresh_redis_server
     recorder = CollectingRecorder()
-    limiter = sync_limiter(server, mode, recorder)
+    limiter = sync_limiter(server, mode, recorder, HEALTHY_TIMEOUT)
     breaker = limiter.breaker
     try:
         with Load(limiter) as load:
@@ -214,7 +223,7 @@ def test_local_mode_still_enforces_quotas_during_an_outage(
 ) -> None:
     server = fresh_redis_server
     recorder = CollectingRecorder()
-    limiter = sync_limiter(server, "local", recorder)
+    limiter = sync_limiter(server, "local", recorder, HEALTHY_TIMEOUT)
     small = Quota("tenant", capacity=5, refill_per_second=0.001)
     try:
         assert limiter.acquire(KEY, 1, [small]).source == "redis"
@@ -303,11 +312,14 @@ def test_a_long_hang_costs_one_timeout_per_cool_down_not_one_per_request(
 
 
 def async_limiter(
-    server: RedisServer, mode: BackendErrorMode, recorder: CollectingRecorder
+    server: RedisServer,
+    mode: BackendErrorMode,
+    recorder: CollectingRecorder,
+    timeout: float = TIMEOUT,
 ) -> AsyncLimiter:
     """An AsyncLimiter on ``server``; call inside the event loop that will use it."""
     # The storage builds its own pool from the client's settings; the client never connects.
-    storage = AsyncRedisStorage(server.async_client())
+    storage = AsyncRedisStorage(server.async_client(), timeout=timeout)
     breaker = CircuitBreaker(failure_threshold=3, reset_timeout=COOL_DOWN)
     return AsyncLimiter(storage, on_backend_error=mode, breaker=breaker, recorder=recorder)
 
@@ -330,7 +342,7 @@ def test_async_killed_server_mid_load_is_answered_by_the_fail_mode_then_recovers
     recorder = CollectingRecorder()
 
     async def main() -> None:
-        limiter = async_limiter(server, mode, recorder)
+        limiter = async_limiter(server, mode, recorder, HEALTHY_TIMEOUT)
         breaker = limiter.breaker
         decisions: list[Decision] = []
         exceptions: list[BaseException] = []
