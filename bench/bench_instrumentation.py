@@ -65,11 +65,9 @@ from quotaql.plugin import CostLimiter
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from strawberry.types import ExecutionContext
-
     from bench_cost import Case
     from quotaql.config import Config
-    from quotaql.plugin.extension import Operation
+    from quotaql.gate import Operation
 
 # -- targets ---------------------------------------------------------------------------------
 METRICS_US_MAX = 5.0  # what one operation records: PrometheusMetrics.operation() + .decision()
@@ -80,7 +78,7 @@ QUERY = "medium"
 TOP_TENANTS = 10
 AB_SET_SECONDS = 20.0  # the whole-execute A/B: about this many seconds of rounds (5 variants)
 DRAIN_EVERY = 256  # calls between two drains of an in-memory span exporter (bounded memory)
-CAPTURED_EXECUTES = 3  # executes whose (ctx, op) the direct timings replay
+CAPTURED_EXECUTES = 3  # executes whose operations the direct timings replay
 
 AB_LABELS = {
     "plain": "(a) CostLimiter, no metrics, no tracer",
@@ -141,20 +139,21 @@ def _exporter_provider() -> tuple[TracerProvider, _SpanCounter]:
 def _tracing_off(owner: CostLimiter, op: Operation) -> None:
     """Exactly the tracing work of one operation when ``owner.tracing is None``.
 
-    Mirrors `quotaql.plugin.extension` line by line: `Operation.__init__` stores
-    ``span = None``; `_begin` tests ``self.tracing``; `_decided` tests ``op.span`` (its ``and``
-    stops there); `_refunded` tests ``op.span`` (only when something is refunded: counted anyway,
-    the worst case); `_finish` loads ``op.span`` and tests it. Inline in those methods these are
-    a handful of attribute loads and comparisons; here they also pay one Python call.
+    Mirrors `quotaql.gate` line by line: `Operation.__init__` stores ``span = None``;
+    `Gate._admit` tests ``self.tracing``; `Gate._decided` tests ``op.span`` (its ``and`` stops
+    there); `Gate._settle` tests ``op.span`` (only when something is refunded: counted anyway,
+    the worst case); `Gate.finish` loads ``op.span`` and tests it. Inline in those methods
+    these are a handful of attribute loads and comparisons; here they also pay one Python call.
     """
+    gate = owner.gate
     op.span = None  # Operation.__init__
-    if owner.tracing is not None:  # _begin
-        op.span = owner.tracing.start()
-    if op.span is not None:  # _decided
+    if gate.tracing is not None:  # Gate._admit
+        op.span = gate.tracing.start()
+    if op.span is not None:  # Gate._decided
         return
-    if op.span is not None:  # _refunded (with a refund)
+    if op.span is not None:  # Gate._settle (with a refund)
         return
-    span = op.span  # _finish
+    span = op.span  # Gate.finish
     if span is not None:
         return
 
@@ -166,22 +165,23 @@ def _call_only(owner: CostLimiter, op: Operation) -> None:
 # -- 1: the instrumentation's own work, timed directly ---------------------------------------
 
 
-def _capture(owner: CostLimiter, execute: _Executor) -> list[tuple[ExecutionContext, Operation]]:
-    """The (ctx, op) that `owner._finish` receives in CAPTURED_EXECUTES executes."""
-    seen: list[tuple[ExecutionContext, Operation]] = []
-    finish = owner._finish
+def _capture(owner: CostLimiter, execute: _Executor) -> list[Operation]:
+    """The operations that `owner.gate.finish` receives in CAPTURED_EXECUTES executes."""
+    seen: list[Operation] = []
+    gate = owner.gate
+    finish = gate.finish
 
-    def capture(ctx: ExecutionContext, op: Operation | None) -> None:
+    def capture(op: Operation | None) -> None:
         assert op is not None
-        seen.append((ctx, op))
-        finish(ctx, op)
+        seen.append(op)
+        finish(op)
 
-    owner._finish = capture  # type: ignore[method-assign]
+    gate.finish = capture  # type: ignore[method-assign]
     try:
         for _ in range(CAPTURED_EXECUTES):
             execute()
     finally:
-        del owner._finish  # the method again
+        del gate.finish  # the method again
     return seen
 
 
@@ -218,14 +218,14 @@ DIRECT_LABELS = {
     "recorded": "PrometheusMetrics.operation(...) + .decision(...), one operation's calls",
     "operation": "  .operation(...) alone",
     "decision": "  .decision(...) alone",
-    "finish_metrics": "CostLimiter._finish(ctx, op), metrics on",
-    "finish_plain": "CostLimiter._finish(ctx, op), metrics off",
+    "finish_metrics": "Gate.finish(op), metrics on",
+    "finish_plain": "Gate.finish(op), metrics off",
     "acquire_metrics": "limiter.acquire(...), metrics on (timed, MultiRecorder, decision())",
     "acquire_plain": "limiter.acquire(...), metrics off",
     "tracing_off": "the tracing checks of one operation, tracing off (+ one call)",
     "call_only": "  the same call, empty body (reference)",
-    "span_none": "op.span = None; _finish(ctx, op) (reference for the span rows)",
-    "span_tracer": "op.span = tracing.start(); _finish(ctx, op), no span processor",
+    "span_none": "op.span = None; finish(op) (reference for the span rows)",
+    "span_tracer": "op.span = tracing.start(); finish(op), no span processor",
     "span_exporter": "the same, SimpleSpanProcessor(InMemorySpanExporter())",
 }
 
@@ -235,7 +235,7 @@ def bench_direct(
 ) -> tuple[dict[str, Measurement], dict[str, float | None], str]:
     """Time the instrumentation's own work per operation, alone, in turns.
 
-    ``plain`` is variant (a) and ``execute_plain`` its executor: the (ctx, op) replayed are
+    ``plain`` is variant (a) and ``execute_plain`` its executor: the operations replayed are
     those of its executes. Every other instance is fresh, so that the A/B variants' registry
     and exporter counts stay exact.
     """
@@ -245,10 +245,7 @@ def bench_direct(
     (op_args, op_kwargs), decision_args = _capture_metric_calls(metered.metrics, metered_execute)
     replay = _metrics()  # its own registry: the first (untimed) call creates the label children
 
-    captured = _capture(plain, execute_plain)
-    ctx, op = captured[0]
-    ctx_s, op_s = captured[1]
-    ctx_e, op_e = captured[2]
+    op, op_s, op_e = _capture(plain, execute_plain)
     if op.decision is None or not op.decision.allowed or op.report is None:
         raise RuntimeError(f"the captured operation was not an allowed one: {op.outcome}")
     tracer = _limiter(config, tracer_provider=TracerProvider()).tracing
@@ -265,23 +262,23 @@ def bench_direct(
 
     def span_none() -> None:
         op_s.span = None
-        plain._finish(ctx_s, op_s)
+        plain.gate.finish(op_s)
 
     def span_tracer() -> None:
         op_s.span = tracer.start()
-        plain._finish(ctx_s, op_s)
+        plain.gate.finish(op_s)
 
     def span_exporter() -> None:
         op_e.span = exporter.start()
-        plain._finish(ctx_e, op_e)
+        plain.gate.finish(op_e)
         spans.tick()
 
     fns: dict[str, Callable[[], object]] = {
         "recorded": recorded,
         "operation": lambda: replay.operation(*op_args, **op_kwargs),
         "decision": lambda: replay.decision(*decision_args),
-        "finish_metrics": lambda: metered._finish(ctx, op),
-        "finish_plain": lambda: plain._finish(ctx, op),
+        "finish_metrics": lambda: metered.gate.finish(op),
+        "finish_plain": lambda: plain.gate.finish(op),
         "acquire_metrics": lambda: metered.limiter.acquire(TENANT, cost, quotas),
         "acquire_plain": lambda: plain.limiter.acquire(TENANT, cost, quotas),
         "tracing_off": lambda: _tracing_off(plain, op),
@@ -454,7 +451,7 @@ def main() -> list[Target]:
             for name, label in DIRECT_LABELS.items()
         ],
         title=(
-            f"1. Direct: the instrumentation's own work, on the (ctx, op) of real {QUERY} "
+            f"1. Direct: the instrumentation's own work, on the operations of real {QUERY} "
             "executes, in calibrated ~30 ms loops, samples in turns (median of "
             f"{direct['recorded'].samples})"
         ),
@@ -508,10 +505,10 @@ def main() -> list[Target]:
         [
             _target_row(targets[0].name, targets[0].value, targets[0]),
             context(
-                "  metrics in the extension µs: _finish on-off + acquire on-off",
+                "  metrics in the extension µs: finish on-off + acquire on-off",
                 derived["metrics_in_extension"],
             ),
-            context("    _finish(ctx, op) on - off µs", derived["metrics_finish"]),
+            context("    finish(op) on - off µs", derived["metrics_finish"]),
             context("    limiter.acquire on - off µs", derived["metrics_acquire"]),
             context(
                 f"  .operation + .decision timed inside {IN_SITU_CALLS} executes µs",

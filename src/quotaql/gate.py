@@ -127,9 +127,9 @@ class Operation:
         "error",
         "events",
         "header",
-        "kind",
         "mode",
         "more",
+        "operation_name",
         "quotas",
         "refunded",
         "report",
@@ -162,12 +162,12 @@ class Operation:
         self.violation: str | None = None
         self.span: Any = None
         self.events = 0
-        self.kind: str | None = None  # the operation type, once known
         self.slot = False  # holds one of the subject's subscription slots
         self.status: int | None = None
         self.schema: Any = None
         self.document: Any = None
         self.variables: Mapping[str, Any] | None = None
+        self.operation_name: str | None = None
 
     def refuse(self, error: GraphQLError, status: int | None = None, *more: GraphQLError) -> None:
         """Answer ``error`` (and ``more``; with HTTP ``status``, for a limiter's refusal)
@@ -190,7 +190,9 @@ class Operation:
     def operation_type(self) -> str | None:
         """``query``, ``mutation`` or ``subscription`` (None: the document has no such
         operation)."""
-        return self.report.operation_type if self.report is not None else self.kind
+        if self.report is not None:
+            return self.report.operation_type
+        return _operation_type(self.document, self.operation_name)
 
     @property
     def refused(self) -> bool:
@@ -741,8 +743,8 @@ class Gate:
             return op
         _current.set(op)
         op.schema, op.document, op.variables = schema, document, variables
-        op.kind = _operation_type(document, operation_name)
-        if header == "validate" and op.kind == "subscription":
+        op.operation_name = operation_name
+        if header == "validate" and _operation_type(document, operation_name) == "subscription":
             # A subscription always runs (its stream is not a result a header can replace):
             # priced and debited like any other, with the breakdown "validate" asked for.
             op.header = header = "report"
@@ -908,18 +910,18 @@ class Gate:
         return limiter.refund(key, amount, quotas, amounts=amounts)
 
     def _drive(self, flow: _Flow) -> Any:
+        if self.is_async:  # its limiter's calls are coroutines: they cannot be made here
+            flow.close()
+            raise TypeError(
+                "quotaql: this gate's storage is async (AsyncRedisStorage): use the async"
+                " entry points (admit_async...; in Strawberry schema.execute, not"
+                " execute_sync; in Ariadne the ASGI app, not the WSGI one)"
+            )
+        step = self._step
         value: Any = None
         try:
-            while True:
-                value = self._step(flow.send(value))
-                if inspect.isawaitable(value):
-                    _close(value)
-                    flow.close()
-                    raise TypeError(
-                        "quotaql: this gate's storage is async (AsyncRedisStorage): use the"
-                        " async entry points (admit_async...; in Strawberry schema.execute,"
-                        " not execute_sync; in Ariadne the ASGI app, not the WSGI one)"
-                    )
+            while True:  # a sync flow never yields an awaitable (identity knows it cannot)
+                value = step(flow.send(value))
         except StopIteration as stop:
             return stop.value
 

@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, get_args
 
 from quotaql import web
 from quotaql.errors import ConfigError
@@ -166,9 +166,8 @@ def _is_token(name: str) -> bool:
     return bool(name) and all(c.isalnum() or c in "-_" for c in name)
 
 
-@dataclass(frozen=True, slots=True)
-class Subject:
-    """Who pays for one request.
+class Subject(NamedTuple):
+    """Who pays for one request (built for every request: a NamedTuple, the cheapest value).
 
     Attributes:
         key: the namespaced subject, the key of its budgets in the storage:
@@ -381,8 +380,17 @@ class Identity:
         self.key_resolver = key_resolver
         self.principal = principal
         self.log = log
+        # A hook that answers with an awaitable: resolutions must run where they can await.
+        self._awaits = any(
+            inspect.iscoroutinefunction(hook) for hook in (identify, key_resolver, principal)
+        )
         self._keys = _KeyCache(key_cache_size, key_cache_ttl, clock)
         self._warned: set[str] = set()
+
+    def may_await(self) -> bool:
+        """Resolving may need to await: an async hook, or (without a ``principal`` hook) a
+        framework whose principal is only awaitable there (Django's async views)."""
+        return self._awaits or (self.principal is None and web.principal_may_await())
 
     def subject(
         self,
@@ -428,7 +436,10 @@ class Identity:
         principal = yield from self._principal(request, context, can_await)
         rejected = False
         if key:
-            tenant = yield from self._tenant_of(key, context, tenants, can_await)
+            if self.key_resolver is None:  # [tenants] lists the known keys
+                tenant = key if len(key) <= _MAX_KEY_LENGTH and key in tenants else None
+            else:
+                tenant = yield from self._resolved(key, context, can_await)
             if tenant is not None:
                 return Subject(f"key:{tenant}", "key", tenant=tenant, user=principal)
             if config.unknown_keys == "tenant":
@@ -445,13 +456,12 @@ class Identity:
             source = "rejected_key" if rejected else "unknown_key"
         return Subject(address_subject(address, config), source, address=address)
 
-    def _tenant_of(
-        self, key: str, context: Any, tenants: Mapping[str, object], can_await: bool
+    def _resolved(
+        self, key: str, context: Any, can_await: bool
     ) -> Generator[_Await, Any, str | None]:
-        if len(key) > _MAX_KEY_LENGTH:
+        """The ``key_resolver``'s tenant of ``key`` (cached), or None."""
+        if len(key) > _MAX_KEY_LENGTH or self.key_resolver is None:
             return None  # no real key is this long; a hostile one is not looked up
-        if self.key_resolver is None:
-            return key if key in tenants else None
         cached, tenant = self._keys.get(key)
         if cached:
             return tenant
@@ -467,6 +477,8 @@ class Identity:
             found = yield from self._call("principal", self.principal, (context,), can_await)
         else:
             found = web.authenticated_user(request, can_await=can_await)
+            if found is None:
+                return None  # the common case: no framework principal
             if inspect.isawaitable(found):
                 found = yield ("await", found)
         return _clean(found) if found is not None else None
@@ -479,6 +491,7 @@ class Identity:
             result = hook(*args)
             if inspect.isawaitable(result):
                 if not can_await:
+                    self._awaits = True  # from now on, resolutions run where they can await
                     _discard(result)
                     raise TypeError(
                         "it returned an awaitable, but this server runs it synchronously"

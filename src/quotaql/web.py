@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "header_values",
     "is_websocket",
     "peer_address",
+    "principal_may_await",
     "quiet_refusal",
     "request_of",
     "response_of",
@@ -36,6 +38,8 @@ MAX_HEADER_LENGTH = 8192
 
 def context_item(context: Any, name: str) -> Any:
     """``context[name]`` for dict contexts, ``context.name`` for context objects."""
+    if type(context) is dict:  # the common case, without an ABC check
+        return context.get(name)
     if isinstance(context, Mapping):
         return context.get(name)
     return getattr(context, name, None)
@@ -110,6 +114,8 @@ def header_values(request: Any, name: str) -> list[str]:
 
 def header(request: Any, name: str) -> str | None:
     """The first value of the request header ``name`` (any case), or None."""
+    if request is None:
+        return None
     scope = _consumer_scope(request)
     if scope is not None:
         values = _raw_header_values(scope, name.lower())
@@ -229,6 +235,12 @@ def authenticated_user(request: Any, *, can_await: bool) -> Any:
     if "user" not in getattr(request, "__dict__", {}) and not hasattr(type(request), "user"):
         return None  # no AuthenticationMiddleware
     return _django_user_id(getattr(request, "user", None))
+
+
+def principal_may_await() -> bool:
+    """Whether :func:`authenticated_user` may answer with an awaitable on an event loop:
+    Django is loaded (an async view reads the user with ``request.auser()``)."""
+    return "django" in sys.modules
 
 
 async def _django_user_id_async(auser: Any) -> str | None:

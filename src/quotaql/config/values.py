@@ -249,6 +249,8 @@ class Config:
             (None: every quota pays :attr:`CostReport.cost`).
         """
         tier, own = self._tier_quota(subject.tenant, tier)
+        if not (tier.per_user or tier.operations or tier.fields or self.global_quota):
+            return (own,), None  # the common case: one quota
         cost = report.cost
         quotas, costs = [own], [cost]
         if subject.user is not None and tier.per_user is not None:

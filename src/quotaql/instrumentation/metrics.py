@@ -128,7 +128,7 @@ class PrometheusMetrics:
         registry = REGISTRY if registry is None else registry
         self.registry = registry
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._operations: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        self._operations: dict[tuple[str, str, str, str | None], tuple[Any, ...]] = {}
         self.tenants = TenantLabels(tenant_allowlist, top_tenants)
         operation_labels = (names.LABEL_DECISION, names.LABEL_OPERATION_TYPE, names.LABEL_TIER)
         cost_labels = (names.LABEL_OPERATION_TYPE, names.LABEL_TIER)
@@ -253,7 +253,7 @@ class PrometheusMetrics:
     ) -> None:
         """Count one operation (``decision`` is one of ``names.DECISIONS``, ``identity`` one
         of ``names.IDENTITY_SOURCES``)."""
-        key = (decision, operation_type, tier)
+        key = (decision, operation_type, tier, identity)
         children = self._operations.get(key)
         if children is None:  # once per label set: labels() is the expensive part
             children = self._operations[key] = (
@@ -263,9 +263,13 @@ class PrometheusMetrics:
                 self.actual_cost.labels(operation_type, tier),
                 self.cost_points.labels(tier, names.CHARGED),
                 self.cost_points.labels(tier, names.REFUNDED),
+                None if identity is None else self.identity.labels(identity),
             )
-        requests, query_cost, query_depth, actual_cost, charged_points, refunded_points = children
+        (requests, query_cost, query_depth, actual_cost, charged_points, refunded_points,
+         identified) = children  # fmt: skip
         requests.inc()
+        if identified is not None:
+            identified.inc()
         self._child(self.tenant_requests, self.tenants.label(tenant), decision).inc()
         if cost is not None:
             query_cost.observe(cost)
@@ -277,8 +281,6 @@ class PrometheusMetrics:
             charged_points.inc(charged)
         if refunded:
             refunded_points.inc(refunded)
-        if identity is not None:
-            self._child(self.identity, identity).inc()
 
     def event(self, decision: str, tier: str, charged: float) -> None:
         """Count one subscription event after the first, and the points it was charged."""

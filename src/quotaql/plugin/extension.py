@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import AsyncIterator, Iterator
 
+    from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.instrumentation.tracing import Tracing
     from quotaql.limiter import AsyncLimiter, Limiter
 
@@ -128,6 +129,11 @@ class CostLimiter:
         """The spans' source (None without a tracer provider)."""
         return self.gate.tracing
 
+    @property
+    def metrics(self) -> PrometheusMetrics | None:
+        """The Prometheus metrics (None without them)."""
+        return self.gate.metrics
+
     def check(self, schema: Any) -> None:
         """Check the cost model and root-field quotas against ``schema`` (at startup).
 
@@ -139,17 +145,18 @@ class CostLimiter:
     def __call__(self) -> SchemaExtension:
         """A fresh extension for one request (Strawberry calls this).
 
-        The async hooks whenever the request runs on an event loop (``schema.execute``),
-        whatever the storage: a hook may have to await there (Django's ``request.auser()``
-        in an async view); the sync hooks for ``schema.execute_sync``.
+        The async hooks for an async storage, and on an event loop (``schema.execute``)
+        when identifying may have to await (an async hook; Django's ``request.auser()`` in
+        an async view); else the sync hooks, which cost Strawberry less.
         """
-        limits = self.gate.config.cost.limits
+        gate = self.gate
+        limits = gate.config.cost.limits
         parsing = limits.max_tokens is not None or limits.max_length is not None
-        if self.gate.is_async or _on_event_loop():
+        if gate.is_async or (gate.identity.may_await() and _on_event_loop()):
             kind: type[_Extension] = _AsyncParsingExtension if parsing else _AsyncExtension
         else:
             kind = _SyncParsingExtension if parsing else _SyncExtension
-        return kind(self.gate, quiet=self.quiet_logs)
+        return kind(gate, quiet=self.quiet_logs)
 
 
 class _Extension(SchemaExtension):
