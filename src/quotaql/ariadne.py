@@ -28,14 +28,12 @@ from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler,
 from ariadne.wsgi import GraphQL as WSGIGraphQL
 from graphql import ExecutionResult, parse
 
-from quotaql.config import Config, load_config
 from quotaql.contract import QuotaqlGraphQLError, graphql_error
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.errors import CostAnalysisError
-from quotaql.gate import Gate, Operation, current_operation, operation_scope
+from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 
     from ariadne.asgi.handlers.graphql_transport_ws import ClientContext
@@ -45,6 +43,8 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.websockets import WebSocket
+
+    from quotaql.config import Config
 
 __all__ = [
     "CostLimitedHTTPHandler",
@@ -124,7 +124,7 @@ def _quiet(logger: Any) -> None:
         logger.addFilter(_OWN_REFUSALS)  # idempotent
 
 
-class CostLimiter:
+class CostLimiter(Adapter):
     """Cost-based rate limiting for an Ariadne server, over HTTP (ASGI or WSGI) and websockets.
 
     Example:
@@ -172,36 +172,11 @@ class CostLimiter:
         gate: Gate | None = None,
         **options: Any,
     ) -> None:
-        if gate is not None and (config is not None or options):
-            raise TypeError("CostLimiter(gate=...) takes no other configuration")
-        self.gate = gate if gate is not None else Gate(config, **options)
-        self.quiet_logs = quiet_logs
+        super().__init__(config, quiet_logs=quiet_logs, gate=gate, **options)
         # The subscriptions whose stream has been handed to Ariadne, by Ariadne's generator:
         # a stream stopped before its task ever ran must still be finished once.
         self._streams: weakref.WeakKeyDictionary[Any, _Subscription] = weakref.WeakKeyDictionary()
         self._warned_loose = False
-
-    @classmethod
-    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> CostLimiter:
-        """A limiter configured by ``path`` (``quotaql.toml``), reloaded when it changes.
-
-        Raises:
-            ConfigError: the file is invalid (the error names the file, key and line).
-        """
-        return cls(load_config(path), config_path=path, **kwargs)
-
-    @property
-    def config(self) -> Config:
-        """The configuration in force."""
-        return self.gate.config
-
-    def check(self, schema: GraphQLSchema) -> None:
-        """Check the cost model and root-field quotas against ``schema`` (at startup).
-
-        Raises:
-            ConfigError: a weight or a field quota names a coordinate that is not in it.
-        """
-        self.gate.check(schema)
 
     # -- what the application is given --------------------------------------------------
 

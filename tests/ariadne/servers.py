@@ -1,4 +1,5 @@
-"""Real servers for the Ariadne tests: uvicorn (ASGI) and werkzeug (WSGI), each in a thread."""
+"""A real WSGI server for the Ariadne tests (werkzeug, in a thread); ASGI runs on
+``tests.plugin.asgi.UvicornServer``."""
 
 from __future__ import annotations
 
@@ -7,29 +8,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from tests.plugin.asgi import UvicornServer
-
 if TYPE_CHECKING:
     from types import TracebackType
 
 STOP_TIMEOUT = 10.0
-
-
-class Uvicorn(UvicornServer):
-    """uvicorn without proxy headers: the socket peer is the client, whatever it sends."""
-
-    def __init__(self, app: Any, *, lifespan: bool = False) -> None:
-        super().__init__(app)
-        config = self._server.config
-        # uvicorn trusts X-Forwarded-For from 127.0.0.1 by default, which every test client
-        # is: the identity tests need the server to report the real peer.
-        config.proxy_headers = False
-        if lifespan:  # the app closes what it opened in the server's loop (see redis_app)
-            config.lifespan = "on"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/graphql"
 
 
 class _QuietHandler(WSGIRequestHandler):

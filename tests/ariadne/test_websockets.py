@@ -13,7 +13,7 @@ import websockets.sync.client
 
 from quotaql.ariadne import CostLimiter
 from tests.ariadne import shop
-from tests.ariadne.servers import Uvicorn
+from tests.plugin.asgi import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -30,9 +30,9 @@ def limiter(write_config: Callable[..., Path]) -> CostLimiter:
 
 
 @pytest.fixture(params=["graphql-transport-ws", "graphql-ws"])
-def server(request: pytest.FixtureRequest, limiter: CostLimiter) -> Iterator[Uvicorn]:
+def server(request: pytest.FixtureRequest, limiter: CostLimiter) -> Iterator[UvicornServer]:
     app = limiter.asgi(shop.make_schema(), websocket_protocol=request.param)
-    with Uvicorn(app) as running:
+    with UvicornServer(app) as running:
         running.protocol = request.param  # type: ignore[attr-defined]
         yield running
 
@@ -80,7 +80,7 @@ class Client:
                 return data, errors
 
 
-def connect(server: Uvicorn, key: str = "tenant-a") -> Any:
+def connect(server: UvicornServer, key: str = "tenant-a") -> Any:
     protocol = server.protocol  # type: ignore[attr-defined]
     return websockets.sync.client.connect(
         server.ws_url,
@@ -90,7 +90,7 @@ def connect(server: Uvicorn, key: str = "tenant-a") -> Any:
     )
 
 
-def available(server: Uvicorn, key: str = "tenant-a") -> float:
+def available(server: UvicornServer, key: str = "tenant-a") -> float:
     body = httpx.post(
         f"{server.url}/graphql", json={"query": "{ hello }"}, headers={"X-API-Key": key}
     ).json()
@@ -107,7 +107,7 @@ def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 
 def test_each_event_after_the_first_is_charged_and_running_dry_ends_it(
-    server: Uvicorn, limiter: CostLimiter
+    server: UvicornServer, limiter: CostLimiter
 ) -> None:
     with connect(server) as socket:
         client = Client(socket, server.protocol)  # type: ignore[attr-defined]
@@ -131,7 +131,9 @@ def test_each_event_after_the_first_is_charged_and_running_dry_ends_it(
     assert _eventually(lambda: limiter.gate.open_subscriptions() == 0)
 
 
-def test_a_stopped_subscription_gives_its_slot_back(server: Uvicorn, limiter: CostLimiter) -> None:
+def test_a_stopped_subscription_gives_its_slot_back(
+    server: UvicornServer, limiter: CostLimiter
+) -> None:
     with connect(server, key="acme") as socket:  # pro tier: 1000 points
         client = Client(socket, server.protocol)  # type: ignore[attr-defined]
         client.subscribe("1", "subscription { ticks(count: 100000) }")
@@ -153,7 +155,9 @@ def test_a_stopped_subscription_gives_its_slot_back(server: Uvicorn, limiter: Co
     assert _eventually(lambda: limiter.gate.open_subscriptions() == 0)
 
 
-def test_a_closed_socket_ends_its_subscriptions(server: Uvicorn, limiter: CostLimiter) -> None:
+def test_a_closed_socket_ends_its_subscriptions(
+    server: UvicornServer, limiter: CostLimiter
+) -> None:
     with connect(server, key="acme") as socket:
         client = Client(socket, server.protocol)  # type: ignore[attr-defined]
         client.subscribe("1", "subscription { ticks(count: 100000) }")
@@ -162,7 +166,7 @@ def test_a_closed_socket_ends_its_subscriptions(server: Uvicorn, limiter: CostLi
     assert _eventually(lambda: limiter.gate.open_subscriptions() == 0)
 
 
-def test_a_query_over_the_websocket_is_debited_and_reports_its_cost(server: Uvicorn) -> None:
+def test_a_query_over_the_websocket_is_debited_and_reports_its_cost(server: UvicornServer) -> None:
     with connect(server) as socket:
         client = Client(socket, server.protocol)  # type: ignore[attr-defined]
         client.subscribe("1", "{ products(first: 10) { name reviews(first: 5) { stars } } }")

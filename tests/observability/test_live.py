@@ -43,8 +43,8 @@ from quotaql.observability.dashboards import (
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
 from tests.observability.prometheus import PrometheusServer
-from tests.observability.unix_server import TcpAndUnixServer
 from tests.plugin import shop
+from tests.plugin.asgi import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -215,7 +215,7 @@ def test_dashboards_have_data_and_alerts_fire(
     )
     rules = render_rules(alert_rules(TEST_ALERTS))
     with (
-        TcpAndUnixServer(app) as server,
+        UvicornServer(app, unix_socket=True) as server,
         PrometheusServer(prometheus_config(server.port), {"quotaql.rules.yml": rules}) as prom,
         httpx.Client(base_url=server.url, timeout=10) as client,
         server.unix_client(timeout=10) as no_address,

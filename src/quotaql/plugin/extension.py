@@ -18,20 +18,17 @@ from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
 from quotaql import web
-from quotaql.config import Config, load_config
 from quotaql.contract import QuotaqlGraphQLError, graphql_error
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.errors import CostAnalysisError
-from quotaql.gate import Gate, Operation, current_operation, operation_scope
+from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
 from quotaql.identity import ANONYMOUS
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import AsyncIterator, Iterator
 
-    from quotaql.instrumentation.metrics import PrometheusMetrics
-    from quotaql.instrumentation.tracing import Tracing
-    from quotaql.limiter import AsyncLimiter, Limiter
+    from quotaql.config import Config
+
 
 __all__ = ["ANONYMOUS", "CostLimiter", "current_operation"]
 
@@ -51,7 +48,7 @@ class _OwnRefusals(logging.Filter):
 _OWN_REFUSALS = _OwnRefusals()
 
 
-class CostLimiter:
+class CostLimiter(Adapter):
     """Cost-based rate limiting for a Strawberry schema: ``extensions=[CostLimiter(...)]``.
 
     Example:
@@ -88,59 +85,9 @@ class CostLimiter:
         gate: Gate | None = None,
         **options: Any,
     ) -> None:
-        if gate is not None and (config is not None or options):
-            raise TypeError("CostLimiter(gate=...) takes no other configuration")
-        self.gate = gate if gate is not None else Gate(config, **options)
-        self.quiet_logs = quiet_logs
+        super().__init__(config, quiet_logs=quiet_logs, gate=gate, **options)
         if quiet_logs:
             logging.getLogger("strawberry.execution").addFilter(_OWN_REFUSALS)  # idempotent
-
-    @classmethod
-    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> CostLimiter:
-        """A limiter configured by ``path`` (``quotaql.toml``), reloaded when it changes.
-
-        Raises:
-            ConfigError: the file is invalid (the error names the file, key and line).
-        """
-        return cls(load_config(path), config_path=path, **kwargs)
-
-    @property
-    def config(self) -> Config:
-        """The configuration in force."""
-        return self.gate.config
-
-    @property
-    def storage(self) -> Any:
-        """Where budgets live."""
-        return self.gate.storage
-
-    @property
-    def limiter(self) -> Limiter | AsyncLimiter:
-        """The limiter in front of the storage."""
-        return self.gate.limiter
-
-    @property
-    def is_async(self) -> bool:
-        """The storage is async: only ``schema.execute`` works, not ``execute_sync``."""
-        return self.gate.is_async
-
-    @property
-    def tracing(self) -> Tracing | None:
-        """The spans' source (None without a tracer provider)."""
-        return self.gate.tracing
-
-    @property
-    def metrics(self) -> PrometheusMetrics | None:
-        """The Prometheus metrics (None without them)."""
-        return self.gate.metrics
-
-    def check(self, schema: Any) -> None:
-        """Check the cost model and root-field quotas against ``schema`` (at startup).
-
-        Raises:
-            ConfigError: a weight or a field quota names a coordinate that is not in it.
-        """
-        self.gate.check(schema)
 
     def __call__(self) -> SchemaExtension:
         """A fresh extension for one request (Strawberry calls this).
