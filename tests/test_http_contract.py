@@ -32,6 +32,7 @@ from quotaql.storage.redis import AsyncRedisStorage
 from tests.ariadne import shop as ariadne_shop
 from tests.plugin import shop as strawberry_shop
 from tests.plugin.asgi import UvicornServer
+from tests.shop_http import EXPENSIVE, EXPORT, post, write_shop_config
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -39,29 +40,6 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from tests.servers import RedisServer
-
-EXPENSIVE = "{ products(first: 10) { name reviews(first: 5) { stars } } }"  # 70, actual 16
-EXPORT = "mutation { exportOrders }"  # 10 (mutation weight), actual 10: no refund
-
-# Known keys are listed under [tenants] (an unknown key counts as its client's address).
-TOML = """
-[limits]
-reload_interval = 0.1
-[tiers.free]
-capacity = 100
-refill_per_second = 0.001
-[tiers.pro]
-capacity = 1000
-refill_per_second = 0.001
-[tenants.acme]
-tier = "pro"
-[tenants.tenant-a]
-tier = "free"
-[tenants.tenant-b]
-tier = "free"
-[tenants.crowd]
-tier = "free"
-"""
 
 
 @dataclass(frozen=True)
@@ -116,12 +94,6 @@ ADAPTERS = {
 ASGI = ["strawberry-asgi", "ariadne-asgi"]
 
 
-def post(url: str, query: str, key: str = "tenant-a", **headers: str) -> httpx.Response:
-    return httpx.post(
-        f"{url}/graphql", json={"query": query}, headers={"X-API-Key": key, **headers}, timeout=10
-    )
-
-
 @pytest.fixture(autouse=True)
 def _clear_resolver_calls() -> Iterator[None]:
     for shop in (strawberry_shop, ariadne_shop):
@@ -133,13 +105,10 @@ def _clear_resolver_calls() -> Iterator[None]:
 
 @pytest.fixture
 def write_config(tmp_path: Path) -> Callable[..., Path]:
-    """Write ``TOML`` (``limits`` lines added to its ``[limits]``, ``extra`` tables after)."""
+    """Write the shop's quotaql.toml (see ``write_shop_config``) and return its path."""
 
     def write(extra: str = "", *, limits: str = "") -> Path:
-        path = tmp_path / "quotaql.toml"
-        text = TOML.replace("[limits]\n", "[limits]\n" + limits) + extra
-        path.write_text(text, encoding="utf-8")
-        return path
+        return write_shop_config(tmp_path / "quotaql.toml", extra, limits=limits)
 
     return write
 

@@ -7,30 +7,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.ariadne import shop
+from tests.shop_http import write_shop_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
-
-# Known keys are listed under [tenants] (an unknown key counts as its client's address).
-TOML = """
-[limits]
-reload_interval = 0.1
-[tiers.free]
-capacity = 100
-refill_per_second = 0.001
-[tiers.pro]
-capacity = 1000
-refill_per_second = 0.001
-[tenants.acme]
-tier = "pro"
-[tenants.tenant-a]
-tier = "free"
-[tenants.tenant-b]
-tier = "free"
-[tenants.crowd]
-tier = "free"
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -42,14 +23,10 @@ def _clear_resolver_calls() -> Iterator[None]:
 
 @pytest.fixture
 def write_config(tmp_path: Path) -> Callable[..., Path]:
-    """Write a quotaql.toml (``TOML`` with ``limits`` lines in its ``[limits]``, and
-    ``extra`` tables) and return its path."""
+    """Write the shop's quotaql.toml (see ``write_shop_config``) and return its path."""
 
     def write(extra: str = "", *, limits: str = "") -> Path:
-        path = tmp_path / "quotaql.toml"
-        text = TOML.replace("[limits]\n", "[limits]\n" + limits) + extra
-        path.write_text(text, encoding="utf-8")
-        return path
+        return write_shop_config(tmp_path / "quotaql.toml", extra, limits=limits)
 
     return write
 

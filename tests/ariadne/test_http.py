@@ -11,27 +11,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 
 from quotaql.ariadne import CostLimiter
 from tests.ariadne import shop
 from tests.plugin.asgi import UvicornServer
+from tests.shop_http import EXPENSIVE, EXPORT, post
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
-
-
-EXPENSIVE = "{ products(first: 10) { name reviews(first: 5) { stars } } }"  # 70, actual 16
-EXPORT = "mutation { exportOrders }"  # 10 (mutation weight), actual 10: no refund
-
-
-def post(url: str, query: str, key: str = "tenant-a", **headers: str) -> httpx.Response:
-    return httpx.post(
-        f"{url}/graphql", json={"query": query}, headers={"X-API-Key": key, **headers}, timeout=10
-    )
 
 
 def fastapi_app(limiter: CostLimiter) -> FastAPI:

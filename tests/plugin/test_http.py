@@ -19,39 +19,11 @@ from strawberry.fastapi import GraphQLRouter
 from quotaql.plugin import CostLimiter
 from tests.plugin import shop
 from tests.plugin.asgi import UvicornServer
+from tests.shop_http import EXPENSIVE, SHOP_TOML, post
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
-
-
-EXPENSIVE = "{ products(first: 10) { name reviews(first: 5) { stars } } }"  # 70, actual 16
-EXPORT = "mutation { exportOrders }"  # 10 (mutation weight), actual 10: no refund
-
-TOML = """
-[limits]
-reload_interval = 0.1
-[tiers.free]
-capacity = 100
-refill_per_second = 0.001
-[tiers.pro]
-capacity = 1000
-refill_per_second = 0.001
-[tenants.acme]
-tier = "pro"
-[tenants.tenant-a]
-tier = "free"
-[tenants.tenant-b]
-tier = "free"
-[tenants.crowd]
-tier = "free"
-"""
-
-
-def post(url: str, query: str, key: str = "tenant-a", **headers: str) -> httpx.Response:
-    return httpx.post(
-        f"{url}/graphql", json={"query": query}, headers={"X-API-Key": key, **headers}, timeout=10
-    )
 
 
 SHADOW_AND_TIERS = """
@@ -111,7 +83,7 @@ def test_tiers_operation_quotas_and_shadow_mode_over_http(
 def test_a_batch_where_some_ran_is_200_and_all_refused_is_429(
     write_config: Callable[..., Path], kind: str
 ) -> None:
-    path = write_config(base=TOML.replace("[limits]\n", "[limits]\nrefund_unused = false\n"))
+    path = write_config(base=SHOP_TOML.replace("[limits]\n", "[limits]\nrefund_unused = false\n"))
     schema = shop.make_schema(CostLimiter.from_config(path), batching=True)
     app: Any = GraphQL(schema)
     if kind == "fastapi":
@@ -151,7 +123,7 @@ def test_a_root_field_quota_cannot_be_renamed_around_over_http(
     write_config: Callable[..., Path],
 ) -> None:
     field = '"Mutation.exportOrders" = { capacity = 3, refill_per_second = 0.001 }'
-    path = write_config(base=TOML + f"[tiers.free.fields]\n{field}\n")
+    path = write_config(base=SHOP_TOML + f"[tiers.free.fields]\n{field}\n")
     with UvicornServer(GraphQL(shop.make_schema(CostLimiter.from_config(path)))) as server:
         disguises = [
             "mutation ExportOrders { exportOrders }",
