@@ -403,20 +403,25 @@ class _Subscription:
             await results.aclose()  # the source stops too (a no-op once it has ended)
 
 
-class CostLimitedHTTPHandler(GraphQLHTTPHandler):
-    """Ariadne's ASGI HTTP handler, limited by ``limiter`` (see :class:`CostLimiter`).
-
-    Queries and mutations over a websocket run through it too (Ariadne's websocket
-    handlers call its ``execute_graphql_query``); they get ``extensions.cost``, no headers.
-    """
+class _Limited:
+    """An ASGI handler of Ariadne's, made with its ``limiter`` first: it installs the
+    limiter's hooks when Ariadne configures it."""
 
     def __init__(self, limiter: CostLimiter, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limiter = limiter
 
     def configure(self, *args: Any, **kwargs: Any) -> None:
-        super().configure(*args, **kwargs)
+        super().configure(*args, **kwargs)  # type: ignore[misc]
         self.limiter._install(self, is_async=True)
+
+
+class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
+    """Ariadne's ASGI HTTP handler, limited by ``limiter`` (see :class:`CostLimiter`).
+
+    Queries and mutations over a websocket run through it too (Ariadne's websocket
+    handlers call its ``execute_graphql_query``); they get ``extensions.cost``, no headers.
+    """
 
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
@@ -442,21 +447,13 @@ class CostLimitedHTTPHandler(GraphQLHTTPHandler):
             return self.limiter._answered(scope, success, result)
 
 
-class CostLimitedTransportWSHandler(GraphQLTransportWSHandler):
+class CostLimitedTransportWSHandler(_Limited, GraphQLTransportWSHandler):
     """Ariadne's ``graphql-transport-ws`` handler, limited by ``limiter``.
 
     A subscription is priced and debited when it starts (a refusal answers its ``error``
     message); each event after the first costs its price again, and a refused event ends
     the subscription with the ``RATE_LIMITED`` error as its last ``next`` payload.
     """
-
-    def __init__(self, limiter: CostLimiter, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.limiter = limiter
-
-    def configure(self, *args: Any, **kwargs: Any) -> None:
-        super().configure(*args, **kwargs)
-        self.limiter._install(self, is_async=True)
 
     async def handle_websocket_subscribe(
         self, websocket: WebSocket, data: Any, operation_id: str, client_context: ClientContext
@@ -487,17 +484,9 @@ class CostLimitedTransportWSHandler(GraphQLTransportWSHandler):
                 self.limiter._stopped(operation.generator)
 
 
-class CostLimitedWSHandler(GraphQLWSHandler):
+class CostLimitedWSHandler(_Limited, GraphQLWSHandler):
     """Ariadne's (older) ``graphql-ws`` handler, limited by ``limiter``; as
     :class:`CostLimitedTransportWSHandler`, the refused event's error is the last ``data``."""
-
-    def __init__(self, limiter: CostLimiter, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.limiter = limiter
-
-    def configure(self, *args: Any, **kwargs: Any) -> None:
-        super().configure(*args, **kwargs)
-        self.limiter._install(self, is_async=True)
 
     async def start_websocket_operation(
         self,
