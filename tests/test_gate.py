@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from graphql import build_schema, parse
+from graphql import build_schema, parse, validate
 from starlette.responses import Response
 
 from quotaql import web
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
     import redis
 
+    from tests.servers import RedisServer
+
 SCHEMA = build_schema(
     COST_DIRECTIVES_SDL
     + """
@@ -36,7 +38,9 @@ type Query {
   hello: String
 }
 type Product { id: ID name: String }
-type Mutation { exportOrders: Int  importOrders(first: Int = 1): [Product] }
+interface Exporter { exportOrders: Int }
+union Root = Mutation
+type Mutation implements Exporter { exportOrders: Int  importOrders(first: Int = 1): [Product] }
 type Subscription { ticks: Int @cost(weight: "30") }
 """
 )
@@ -162,7 +166,7 @@ def test_unknown_keys_as_tenants_is_logged_once_as_unsafe(
     caplog.set_level(logging.WARNING, logger="quotaql")
     gate = Gate(load_config(config_path(TOML + '[identity]\nunknown_keys = "tenant"\n')))
     for i in range(3):
-        assert admit(gate, "{ hello }", scope(key=f"k{i}")).subject.key == f"key:k{i}"
+        assert admit(gate, "{ hello }", scope(key=f"k{i}")).subject.key == f"ukey:k{i}"
     unsafe = [r for r in caplog.records if r.quotaql_event == "unknown_keys_tenant"]
     assert len(unsafe) == 1
     assert "public API" in unsafe[0].getMessage()
@@ -181,11 +185,15 @@ def test_unknown_keys_as_tenants_is_logged_once_as_unsafe(
         "mutation { ...F } fragment F on Mutation { exportOrders }",
         "mutation { ... on Mutation { ... { y: exportOrders } } }",
         "mutation($t: Boolean = true) { exportOrders @include(if: $t) }",
+        "mutation { ... on Exporter { exportOrders } }",  # an interface the root implements
+        "mutation { ...E } fragment E on Exporter { exportOrders }",
+        "mutation { ... on Root { ... on Mutation { exportOrders } } }",  # a union it is in
     ],
 )
 def test_a_root_field_quota_holds_under_any_alias_fragment_or_name(
     gate: Gate, disguise: str
 ) -> None:
+    assert validate(SCHEMA, parse(disguise)) == []  # a query a server runs
     results = [admit(gate, disguise) for _ in range(5)]
     assert [op.refused for op in results] == [False, False, False, True, True]
     refused = results[3]
@@ -220,6 +228,36 @@ def test_a_root_field_quota_is_never_refunded(gate: Gate) -> None:
     state = gate.limiter.peek(op.subject.key, op.quotas)
     remaining = [status.remaining for status in state.quotas]
     assert remaining == pytest.approx([90.0, 2.0], abs=0.01)  # the field's 1 stays spent
+    # What the response says after the refund: each quota's own state, the tightest named.
+    assert [q.remaining for q in op.decision.quotas] == pytest.approx([90.0, 2.0], abs=0.01)
+    assert op.headers["RateLimit"].startswith('"field:Mutation.exportOrders";r=2;')
+    assert (op.headers["X-RateLimit-Limit"], op.headers["X-RateLimit-Remaining"]) == ("3", "2")
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_a_root_field_quota_the_whole_cost_falls_on_is_not_refunded_either(
+    backend: str, request: pytest.FixtureRequest, config_path: Callable[[str], Path]
+) -> None:
+    # Queries weigh 0: the only root field costs what the operation costs, so every quota
+    # pays one amount. The tenant gets back what went unused; the field keeps its charge.
+    field = '"Query.products" = { capacity = 30, refill_per_second = 0.001 }'
+    text = TOML.replace("[tiers.free.operations]\n", f"{field}\n[tiers.free.operations]\n")
+    storage = None
+    if backend == "redis":
+        storage = RedisStorage(request.getfixturevalue("redis_client"), timeout=2.0)
+    try:
+        gate = Gate(load_config(config_path(text)), storage=storage)
+        for _ in range(3):
+            op = admit(gate, "{ products(first: 10) { id } }")
+            assert (op.refused, op.costs) == (False, None)
+            gate.settle(op, {"products": []})  # estimated 10, actual 0: 10 back to the tenant
+            assert op.refunded == 10
+        state = gate.limiter.peek(op.subject.key, op.quotas)
+        assert [quota.remaining for quota in state.quotas] == pytest.approx([100.0, 0.0], abs=0.01)
+        assert admit(gate, "{ products(first: 1) { id } }").code == "RATE_LIMITED"
+    finally:
+        if storage is not None:
+            storage.close()
 
 
 def test_a_misspelt_root_field_quota_is_a_config_error_naming_its_line(
@@ -287,6 +325,36 @@ def test_per_user_and_field_quotas_in_one_redis_call(
 
 
 # -- subscriptions --------------------------------------------------------------------------
+
+
+def test_a_subscriber_who_leaves_while_redis_answers_gives_the_slot_back(
+    fresh_redis_server: RedisServer, config_path: Callable[[str], Path]
+) -> None:
+    # The task is cancelled inside the storage call: the adapter never gets an operation to
+    # finish, so the gate itself must give the slot back (else a few leaving clients hold
+    # their subject's slots forever: TOO_MANY_SUBSCRIPTIONS for good).
+    async def leave() -> int:
+        storage = AsyncRedisStorage.from_url(fresh_redis_server.url, timeout=10.0)
+        gate = Gate(load_config(config_path(TOML)), storage=storage)
+        try:
+            fresh_redis_server.pause()
+            for _ in range(3):  # more than max_subscriptions = 2
+                task = asyncio.ensure_future(
+                    gate.admit_async(
+                        SCHEMA, parse("subscription { ticks }"), request=scope(key="t")
+                    )
+                )
+                await asyncio.sleep(0.2)
+                assert gate.open_subscriptions() == 1  # taken, waiting on Redis
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            return gate.open_subscriptions()
+        finally:
+            fresh_redis_server.resume()
+            await storage.close()
+
+    assert asyncio.run(leave()) == 0
 
 
 def test_subscriptions_are_capped_per_subject_and_a_closed_one_frees_its_slot(gate: Gate) -> None:
@@ -367,6 +435,22 @@ def test_a_batch_of_refusals_answers_the_longest_wait(gate: Gate) -> None:
     assert response.status_code == 429
     assert int(response.headers["retry-after"]) == pytest.approx(large.decision.retry_after, abs=1)
     assert large.decision.retry_after > small.decision.retry_after
+
+
+def test_a_batch_refused_by_the_analysis_and_by_the_limiter_is_still_a_429(
+    config_path: Callable[[str], Path],
+) -> None:
+    # Nothing ran: the one the analysis refused must not make the batch look like a success.
+    gate = Gate(load_config(config_path(TOML + "[cost]\nmax_root_fields = 1\n")))
+    assert not admit(gate, "{ products(first: 95) { name } }").refused  # 5 left
+    response = Response()
+    too_wide = admit(gate, "{ a: hello b: hello }")
+    too_costly = admit(gate, "{ products(first: 10) { name } }")
+    assert (too_wide.refused, too_wide.status) == (True, None)
+    gate.respond(too_wide, response)
+    gate.respond(too_costly, response)
+    assert (too_costly.code, response.status_code) == ("RATE_LIMITED", 429)
+    assert "retry-after" in response.headers
 
 
 def test_nothing_is_written_for_a_subscription_or_to_a_websocket(gate: Gate) -> None:

@@ -74,7 +74,7 @@ def test_unknown_keys_can_be_refused_or_taken_as_tenants() -> None:
     reject = subject(scope(x_api_key="nope"), IdentityConfig(unknown_keys="reject"))
     assert (reject.key, reject.source, reject.rejected) == ("ip:203.0.113.9", "rejected_key", True)
     unsafe = subject(scope(x_api_key="nope"), IdentityConfig(unknown_keys="tenant"))
-    assert (unsafe.key, unsafe.source, unsafe.tenant) == ("key:nope", "unverified_key", "nope")
+    assert (unsafe.key, unsafe.source, unsafe.tenant) == ("ukey:nope", "unverified_key", None)
     # A known key is never refused.
     assert not subject(scope(x_api_key="acme"), IdentityConfig(unknown_keys="reject")).rejected
 
@@ -111,6 +111,12 @@ def test_a_key_resolver_maps_keys_to_tenants_and_tenant_names_stop_being_keys() 
     assert subject(scope(x_api_key="sk_live_2"), key_resolver=resolver).key == "key:acme"
     # With a resolver, knowing a tenant's name is not knowing a key.
     assert subject(scope(x_api_key="acme"), key_resolver=resolver).key == "ip:203.0.113.9"
+    # Not even where unknown keys are tenants: the key "acme" is not the tenant acme (its
+    # budget, its [tenants] tier).
+    unverified = subject(
+        scope(x_api_key="acme"), IdentityConfig(unknown_keys="tenant"), key_resolver=resolver
+    )
+    assert (unverified.key, unverified.tenant) == ("ukey:acme", None)
 
 
 def test_key_resolutions_are_cached_bounded_and_expire() -> None:
@@ -131,9 +137,12 @@ def test_key_resolutions_are_cached_bounded_and_expire() -> None:
     assert calls == ["good", "bad"]
     for i in range(10):  # a flood of new keys: one lookup each, the cache stays at 3
         identity.subject(scope(x_api_key=f"flood-{i}"), None, config, {})
-    assert len(identity._keys._entries) == 3
-    identity.subject(scope(x_api_key="good"), None, config, {})  # evicted: looked up again
-    assert calls[-1] == "good"
+    assert len(identity._unknown._entries) == 3
+    assert calls[-1] == "flood-9"
+    identity.subject(scope(x_api_key="good"), None, config, {})  # never evicted by the flood
+    identity.subject(scope(x_api_key="bad"), None, config, {})  # evicted: looked up again
+    assert calls[-1] == "bad"
+    identity.subject(scope(x_api_key="second"), None, config, {})
     now[0] = 11.0
     identity.subject(scope(x_api_key="flood-9"), None, config, {})  # expired
     assert calls[-1] == "flood-9"
@@ -150,6 +159,24 @@ def test_a_failing_hook_is_logged_and_counts_as_no_answer(caplog: pytest.LogCapt
     assert found.key == "ip:203.0.113.9"
     assert [r.quotaql_event for r in caplog.records] == ["key_resolver_failed"]
     assert "database down" in caplog.records[0].getMessage()
+
+
+def test_a_lookup_that_fails_is_not_cached_as_an_unknown_key() -> None:
+    # A database outage must not turn valid keys into unknown ones for the cache's ttl, nor
+    # refuse them: while it lasts they count as their address.
+    down = [True]
+
+    def resolver(key: str, context: Any) -> str | None:
+        if down[0]:
+            raise ConnectionError("database down")
+        return "acme"
+
+    identity = Identity(key_resolver=resolver, key_cache_ttl=60)
+    config = IdentityConfig(unknown_keys="reject")
+    during = identity.subject(scope(x_api_key="sk"), None, config, {})
+    assert (during.key, during.source, during.rejected) == ("ip:203.0.113.9", "unknown_key", False)
+    down[0] = False
+    assert identity.subject(scope(x_api_key="sk"), None, config, {}).key == "key:acme"
 
 
 def test_an_async_resolver_is_awaited_on_async_servers_and_refused_on_sync_ones(
@@ -241,6 +268,18 @@ def test_a_fixed_number_of_hops() -> None:
     )
 
 
+def test_a_fixed_chain_behind_a_proxy_on_a_unix_socket() -> None:
+    # nginx in front over a unix socket: no peer address, but the header of a fixed chain
+    # says who the client is (else every client shares "anonymous").
+    one = IdentityConfig(trusted_hops=1)
+    request = scope(peer=None, x_forwarded_for="6.6.6.6, 203.0.113.9")
+    assert client_address(request, one) == "203.0.113.9"
+    assert client_address(scope(peer=None), one) is None  # no header: still no address
+    # Trusted networks cannot name a unix socket: its header is not read.
+    proxies = IdentityConfig(trusted_proxies=("10.0.0.0/8",))
+    assert client_address(request, proxies) is None
+
+
 def test_the_forwarded_header_when_the_proxies_write_it() -> None:
     config = IdentityConfig(trusted_proxies=("10.0.0.0/8",), forwarded_header="forwarded")
     request = scope(
@@ -328,3 +367,25 @@ def test_a_websocket_client_may_send_its_key_in_connection_init() -> None:
     for junk in ({"X-API-Key": 7}, ["acme"], None):
         other = Identity().subject(scope(), {"connection_params": junk}, IdentityConfig(), TENANTS)
         assert other.key == "ip:203.0.113.9"
+
+
+def test_a_django_user_that_cannot_be_loaded_is_no_principal_not_a_500(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from django.http import HttpRequest
+    from django.utils.functional import SimpleLazyObject
+
+    from tests.integrations.servers import configure_django
+
+    configure_django()  # the same settings as the Django servers of the integration tests
+
+    def session_store_down() -> Any:
+        raise ConnectionError("session store down")
+
+    request = HttpRequest()
+    request.META["REMOTE_ADDR"] = "203.0.113.9"
+    request.user = SimpleLazyObject(session_store_down)
+    caplog.set_level("ERROR", logger=names.LOGGER)
+    found = Identity(log=StructuredLog()).subject(request, None, IdentityConfig(), {})
+    assert (found.key, found.user) == ("ip:203.0.113.9", None)
+    assert [r.quotaql_event for r in caplog.records] == ["django_user_failed"]

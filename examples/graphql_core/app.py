@@ -88,7 +88,7 @@ def create_app(config_path: str | os.PathLike[str] = CONFIG, storage: Any = None
         document = gate.parse(SCHEMA, body.get("query"))  # within the parser limits, validated
         op = await gate.admit_async(SCHEMA, document, variables, name, request=request)
         result = ExecutionResult(None, op.errors)  # invalid, refused, or GraphQL-Cost: validate
-        if not (op.refused or op.validate_only):
+        if op.runs:  # not refused, not only priced
             run = execute(SCHEMA, document, Root(), variable_values=variables, operation_name=name)
             result = await run if inspect.isawaitable(run) else run  # async resolvers
             await gate.settle_async(op, result.data)  # the actual cost; the rest goes back

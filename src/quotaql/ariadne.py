@@ -28,9 +28,7 @@ from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler,
 from ariadne.wsgi import GraphQL as WSGIGraphQL
 from graphql import ExecutionResult, parse
 
-from quotaql.contract import QuotaqlGraphQLError, graphql_error
-from quotaql.cost_analysis.analyzer import parse_document
-from quotaql.errors import CostAnalysisError
+from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
 from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
 
 if TYPE_CHECKING:
@@ -74,9 +72,7 @@ class _Scope:
     def running(self) -> Operation | None:
         """The operation, when it was let run (not refused, not only priced)."""
         op = self.op
-        if op is None or op.error is not None or op.validate_only:
-            return None
-        return op
+        return op if op is not None and op.runs else None
 
 
 # The operation being handled, set by the handlers around Ariadne's own code and read by
@@ -100,28 +96,13 @@ class _Priced(QuotaqlGraphQLError):
                          extensions=extensions)  # fmt: skip
 
 
-class _OwnRefusals(logging.Filter):
-    """Drops Ariadne's own ERROR record (with a traceback) of each refusal quotaql answers.
-
-    Ariadne logs every error of every response; quotaql logs its refusals itself, with
-    fields and rate-limited, so that a flood of refused requests cannot flood the logs.
-    The application's own errors, whatever their code, are still logged.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not isinstance(record.msg, QuotaqlGraphQLError)
-
-
-_OWN_REFUSALS = _OwnRefusals()
-
-
 def _quiet(logger: Any) -> None:
     """Put the filter on the logger Ariadne's ``logger`` option names (default ``ariadne``)."""
     if logger is None or isinstance(logger, str):
         logger = logging.getLogger(logger or "ariadne")
     logger = getattr(logger, "logger", logger)  # a LoggerAdapter
     if isinstance(logger, logging.Logger):
-        logger.addFilter(_OWN_REFUSALS)  # idempotent
+        logger.addFilter(OWN_REFUSALS)  # idempotent
 
 
 class CostLimiter(Adapter):
@@ -218,7 +199,8 @@ class CostLimiter(Adapter):
     def _install(self, target: Any, *, is_async: bool) -> None:
         """Wrap a configured handler's (or WSGI app's) root value; parse within limits."""
         admission = _AsyncAdmission if is_async else _SyncAdmission
-        target.root_value = admission(self, target, target.root_value)
+        if not isinstance(target.root_value, _Admission):  # configured again: wrapped once
+            target.root_value = admission(self, target, target.root_value)
         if target.query_parser is None:
             target.query_parser = self._parse
         if self.quiet_logs:
@@ -229,10 +211,7 @@ class CostLimiter(Adapter):
         limits = self.gate.config.cost.limits
         if limits.max_tokens is None and limits.max_length is None:
             return parse(data["query"])
-        try:
-            return parse_document(data["query"], limits)
-        except CostAnalysisError as error:
-            raise graphql_error(error) from None
+        return self.gate.parse_document(data["query"])
 
     @contextlib.contextmanager
     def _operation(self, request: Any) -> Iterator[_Scope]:
@@ -410,9 +389,23 @@ class _Limited:
     def __init__(self, limiter: CostLimiter, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limiter = limiter
+        if getattr(self, "subscription_handlers", None):
+            raise TypeError(
+                "quotaql: subscription_handlers (server-sent events) run subscriptions"
+                " outside the limiter's reach (it could not charge their events nor cap"
+                " them): serve subscriptions over limiter.websocket_handler() instead"
+            )
 
     def configure(self, *args: Any, **kwargs: Any) -> None:
         super().configure(*args, **kwargs)  # type: ignore[misc]
+        # A websocket handler runs queries and mutations through the app's HTTP handler.
+        http = getattr(self, "http_handler", None)
+        if http is not None and not isinstance(http, CostLimitedHTTPHandler):
+            raise TypeError(
+                "quotaql: this websocket handler's app has Ariadne's own HTTP handler, which"
+                " would run every query and mutation (over HTTP and over the websocket)"
+                " unlimited: pass http_handler=limiter.http_handler() too"
+            )
         self.limiter._install(self, is_async=True)
 
 

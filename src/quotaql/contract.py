@@ -6,6 +6,7 @@ plain graphql-core) answers the same way. Nothing here imports a web framework.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,23 @@ class QuotaqlGraphQLError(GraphQLError):
     fields and rate-limited), and only these: an application error with the same
     ``extensions.code`` is still logged.
     """
+
+
+class _OwnRefusals(logging.Filter):
+    """Drops a framework's own log record of each refusal quotaql answers.
+
+    Strawberry and Ariadne log every error of every response (the record's message is the
+    error); quotaql logs its refusals itself, with fields and rate-limited, so that a flood
+    of refused requests cannot flood the logs. The application's own errors, whatever
+    their code, are still logged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not isinstance(record.msg, QuotaqlGraphQLError)
+
+
+OWN_REFUSALS = _OwnRefusals()
+"""The filter adapters with ``quiet_logs`` put on their framework's logger (idempotent)."""
 
 
 def graphql_error(error: CostAnalysisError) -> QuotaqlGraphQLError:
@@ -145,7 +163,8 @@ def unknown_key_error(header: str) -> QuotaqlGraphQLError:
 
 
 def too_many_subscriptions_error(limit: int, retry_after: float = 1.0) -> QuotaqlGraphQLError:
-    """The error of a subscription over the tenant's ``max_subscriptions``."""
+    """The error of a subscription beyond ``[limits] max_subscriptions`` (per subject, in
+    each server process)."""
     return QuotaqlGraphQLError(
         f"You have {limit} subscriptions open, the most this API allows at once;"
         " close one to open another.",

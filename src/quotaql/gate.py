@@ -7,12 +7,12 @@ hooks, the instruments) and an adapter calls it for each operation:
 .. code-block:: python
 
     op = gate.admit(schema, document, variables, operation_name, context=context)
-    if op.refused:
-        answer(errors=op.errors, status=op.status, headers=op.headers)
-    else:
+    if op.runs:
         result = execute(...)                 # run it
         gate.settle(op, result.data)          # refund what it did not use
-        answer(result, extensions=gate.results(op), headers=op.headers)
+    else:                                     # refused, or only priced (GraphQL-Cost: validate)
+        result = ExecutionResult(None, op.errors)
+    answer(result, extensions=gate.results(op), status=op.status, headers=op.headers)
     gate.finish(op)                           # metrics and the span
 
 Each step that talks to the storage (admit, settle, and the charge of a subscription's
@@ -201,6 +201,12 @@ class Operation:
         return self.error is not None
 
     @property
+    def runs(self) -> bool:
+        """The operation may run: neither refused nor only priced (``GraphQL-Cost:
+        validate``). The one test an adapter needs before executing."""
+        return self.error is None and self.header != "validate"
+
+    @property
     def validate_only(self) -> bool:
         """``GraphQL-Cost: validate``: priced, not run, nothing debited."""
         return self.header == "validate" and self.error is None
@@ -308,6 +314,7 @@ class _Reloader:
             try:
                 config = load_config(self.path)
                 check_model(schema, config.cost.model)
+                config.check_fields(schema)
             except ConfigError as error:
                 self.log.log(
                     logging.ERROR,
@@ -337,6 +344,7 @@ class _Slots:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: dict[str, int] = {}
+        self._total = 0
 
     def take(self, key: str, limit: int | None) -> bool:
         with self._lock:
@@ -344,25 +352,29 @@ class _Slots:
             if limit is not None and count >= limit:
                 return False
             self._open[key] = count + 1
+            self._total += 1
             return True
 
     def give_back(self, key: str) -> None:
         with self._lock:
-            count = self._open.get(key, 0) - 1
-            if count > 0:
-                self._open[key] = count
+            count = self._open.get(key, 0)
+            if count == 0:
+                return
+            if count > 1:
+                self._open[key] = count - 1
             else:
-                self._open.pop(key, None)
+                del self._open[key]
+            self._total -= 1
 
     def total(self) -> int:
-        with self._lock:
-            return sum(self._open.values())
+        return self._total  # one int: read without the lock
 
 
 class _Reply(NamedTuple):
     """What one operation answers for the HTTP response it shares with a batch."""
 
     status: int | None  # a limiter's refusal, else None
+    ran: bool  # not refused (by the limiter or by the analysis)
     code: str | None
     headers: dict[str, str]
     remaining: float  # of the quota the headers describe (inf: no decision)
@@ -372,9 +384,11 @@ class _Reply(NamedTuple):
 def _reply(op: Operation) -> _Reply:
     decision = op.decision
     headers = op.headers
+    ran = op.error is None
     if decision is None or not headers:
-        return _Reply(op.status, op.code, {}, math.inf, 0.0)
-    return _Reply(op.status, op.code, headers, decision.remaining, decision.retry_after or 0.0)
+        return _Reply(op.status, ran, op.code, {}, math.inf, 0.0)
+    wait = decision.retry_after or 0.0
+    return _Reply(op.status, ran, op.code, headers, decision.remaining, wait)
 
 
 class _Responses:
@@ -412,17 +426,18 @@ def _answer(replies: Sequence[_Reply]) -> tuple[int | None, dict[str, str]]:
     """The status and headers of a response that the operations of ``replies`` share."""
     if len(replies) == 1:
         return replies[0].status, replies[0].headers
-    refused = [reply for reply in replies if reply.status is not None]
+    refused = [reply for reply in replies if not reply.ran]
     tightest = min(replies, key=lambda reply: (reply.remaining, -reply.wait))
     if len(refused) < len(replies):  # something ran: the response is a success
-        status = 200 if refused else None
+        status = 200 if any(reply.status is not None for reply in refused) else None
         headers = {k: v for k, v in tightest.headers.items() if k != "Retry-After"}
         return status, headers
     limited = [reply for reply in refused if reply.code == RATE_LIMITED]
     if limited:  # waiting helps: answer the longest wait of them
         longest = max(limited, key=lambda reply: reply.wait)
         return longest.status, longest.headers
-    return refused[0].status, tightest.headers
+    status = next((reply.status for reply in refused if reply.status is not None), None)
+    return status, tightest.headers
 
 
 class Gate:
@@ -551,11 +566,23 @@ class Gate:
             return [QuotaqlGraphQLError("Send the query as a string.",
                                         extensions={"code": "GRAPHQL_PARSE_FAILED"})]  # fmt: skip
         try:
-            document = parse_document(query, self._config.cost.limits)
-        except CostAnalysisError as error:
-            return [graphql_error(error)]
+            document = self.parse_document(query)
+        except GraphQLError as error:
+            return [error]
         errors = validate(graphql_schema(schema), document, rules)
         return errors or document
+
+    def parse_document(self, query: str) -> DocumentNode:
+        """``query`` parsed within the ``[cost]`` parser limits, for an adapter's parse hook.
+
+        Raises:
+            GraphQLError: the error to answer (``GRAPHQL_PARSE_FAILED``, ``QUERY_TOO_LARGE``,
+                ``QUERY_TOO_DEEP``), raised by quotaql (``QuotaqlGraphQLError``).
+        """
+        try:
+            return parse_document(query, self._config.cost.limits)
+        except CostAnalysisError as error:
+            raise graphql_error(error) from None
 
     def open_subscriptions(self) -> int:
         """How many subscriptions this process holds open (the gauge's value)."""
@@ -773,7 +800,11 @@ class Gate:
                 op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
                 return op
-        decision: Decision = yield ("acquire", subject.key, op.cost, op.quotas, op.costs)
+        try:
+            decision: Decision = yield ("acquire", subject.key, op.cost, op.quotas, op.costs)
+        except BaseException:  # closed by its driver: no operation for the adapter to finish
+            self._free_slot(op)
+            raise
         self._decided(op, decision)
         if op.error is not None:  # refused: the subscription never opens
             self._free_slot(op)
@@ -843,10 +874,8 @@ class Gate:
         if amount > 0:
             if op.span is not None:
                 op.span.add_event(names.EVENT_REFUND, {"quotaql.refund": amount})
-            decision = op.decision
-            if decision is not None:
-                remaining = min(decision.limit, decision.remaining + amount)
-                op.decision = decision._replace(remaining=remaining)
+            if op.decision is not None:
+                op.decision = _refunded(op.decision, amount, amounts)
 
     def _refund_amounts(self, op: Operation, data: Any) -> tuple[float, tuple[float, ...] | None]:
         """The actual cost (when shown or refunded), and what to give back to each quota."""
@@ -864,13 +893,11 @@ class Gate:
             self._config.cost.model,
         )  # fmt: skip
         amount = max(0.0, report.cost - op.actual) if refund else 0.0
-        if amount <= 0 or op.costs is None:
+        quotas = op.quotas
+        if amount <= 0 or (len(quotas) == 1 and quotas[0].refundable):
             return amount, None
-        # A root field's quota paid its own estimate; the actual cost is not known per root
-        # field, so it gets nothing back (a refund it did not earn would be an escape).
-        return amount, tuple(
-            0.0 if quota.name.startswith("field:") else amount for quota in op.quotas
-        )
+        amounts = tuple(amount if quota.refundable else 0.0 for quota in quotas)
+        return amount, None if 0.0 not in amounts else amounts
 
     def _event(self, op: Operation) -> _Flow:
         op.events += 1
@@ -925,6 +952,9 @@ class Gate:
                 value = step(flow.send(value))
         except StopIteration as stop:
             return stop.value
+        except BaseException:
+            flow.close()  # what the flow holds (a subscription's slot) is given back
+            raise
 
     async def _drive_async(self, flow: _Flow) -> Any:
         value: Any = None
@@ -941,6 +971,9 @@ class Gate:
                 step = flow.send(value)
         except StopIteration as stop:
             return stop.value
+        except BaseException:  # cancelled (the client left) or failed
+            flow.close()  # what the flow holds (a subscription's slot) is given back
+            raise
 
     # -- pieces ----------------------------------------------------------------------------
 
@@ -973,17 +1006,6 @@ class Gate:
         if self._reloader is not None:
             config = self._reloader.poll(schema)
             if config is not None:
-                try:
-                    config.check_fields(schema)
-                except ConfigError as error:
-                    self.log.log(
-                        logging.ERROR,
-                        "config_reload_failed",
-                        "quotaql: %s; keeping the previous configuration",
-                        error,
-                        file=self._reloader.path,
-                    )
-                    return
                 self._config = config
                 self._configured(config)
 
@@ -1034,15 +1056,16 @@ class Gate:
         return tier
 
     def _log(self, op: Operation, event: str, message: str, *args: object) -> None:
-        """Log ``message % args`` about ``op`` with its subject (hashed once), tier and cost."""
-        fields = {
-            "tenant": hashed_tenant(op.subject.key),
-            "identity": op.subject.source,
-            "tier": op.tier.name,
-            "cost": op.cost,
-        }
-        message += " (tenant %s, tier %s)"
-        self.log.log(logging.INFO, event, message, *args, fields["tenant"], op.tier.name, **fields)
+        """Log ``message % args`` about ``op`` with its subject (hashed), tier and cost;
+        nothing is built for a record the rate limit drops (a flood of refusals)."""
+        suppressed = self.log.take(logging.INFO, event)
+        if suppressed is None:
+            return
+        tenant, tier = hashed_tenant(op.subject.key), op.tier.name
+        self.log.emit(
+            logging.INFO, event, suppressed, message + " (tenant %s, tier %s)", *args, tenant,
+            tier, tenant=tenant, identity=op.subject.source, tier=tier, cost=op.cost,
+        )  # fmt: skip
 
 
 class Adapter:
@@ -1120,6 +1143,28 @@ class Adapter:
 _SHADOW_MESSAGE = "quotaql: shadow mode would have blocked %s"
 
 
+def _refunded(decision: Decision, amount: float, amounts: Sequence[float] | None) -> Decision:
+    """``decision`` as it stands after a refund: each quota got back its amount (``amount``,
+    or its own of ``amounts``), and the tightest one now may be another."""
+    statuses = decision.quotas
+    if len(statuses) <= 1:
+        remaining = min(decision.limit, decision.remaining + amount)
+        back = tuple(status._replace(remaining=remaining) for status in statuses)
+        return decision._replace(remaining=remaining, quotas=back)
+    given = amounts if amounts is not None else (amount,) * len(statuses)
+    back = tuple(
+        status._replace(remaining=min(status.limit, status.remaining + each))
+        for status, each in zip(statuses, given, strict=True)
+    )
+    tightest = min(back, key=lambda status: status.remaining)  # the first of equals
+    return decision._replace(
+        remaining=tightest.remaining,
+        limit=tightest.limit,
+        reset_after=tightest.reset_after,
+        quotas=back,
+    )
+
+
 def _operation_type(document: Any, operation_name: str | None) -> str | None:
     """The type of the operation that runs, before (or without) pricing it."""
     if not isinstance(document, DocumentNode):
@@ -1147,9 +1192,3 @@ def _restore_rate(quota: Quota) -> float:
     if quota.refill_per_second is not None:
         return float(quota.refill_per_second)
     return quota.maximum / float(quota.window_seconds or 1)
-
-
-def _close(awaitable: Any) -> None:
-    close = getattr(awaitable, "close", None)  # a coroutine never awaited must not warn
-    if callable(close):
-        close()

@@ -17,8 +17,9 @@ trusts (``docs/identity.md``):
   tenant (``[tiers.<tier>.per_user]``).
 
 Subjects are namespaced, ``key:<tenant>``, ``ip:<address>``, ``user:<id>``, ``id:<what
-identify() returned>`` and ``anonymous``, so that no two sources ever share a budget (an
-API key spelled like an IP address is still a key).
+identify() returned>``, ``ukey:<unknown key>`` (only under ``unknown_keys = "tenant"``) and
+``anonymous``, so that no two sources ever share a budget (an API key spelled like an IP
+address is still a key; an unknown key spelled like a tenant is not that tenant).
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class Subject(NamedTuple):
     Attributes:
         key: the namespaced subject, the key of its budgets in the storage:
             ``key:<tenant>``, ``ip:<address or /64 network>``, ``user:<id>``,
-            ``id:<identify() value>`` or ``anonymous``.
+            ``id:<identify() value>``, ``ukey:<unknown key>`` or ``anonymous``.
         source: how it was identified (``IdentitySource``).
         tenant: the name ``[tenants]`` and tiers know it by (a known key's tenant, what
             ``identify`` returned), else None (the default tier).
@@ -249,7 +250,8 @@ def client_address(request: Any, config: IdentityConfig) -> str | None:
     """The client's address: the socket peer's, or what trusted proxies say it is.
 
     Only when the peer is a trusted proxy (``trusted_proxies``, or any peer with
-    ``trusted_hops`` and no ``trusted_proxies``) is the proxy header read, right to left:
+    ``trusted_hops`` and no ``trusted_proxies``, a proxy on a unix socket included) is the
+    proxy header read, right to left:
     with ``trusted_hops = N`` the client is the N-th entry from the right; otherwise the
     first entry that is not a trusted proxy. An entry that is not an address stops the walk
     at the last hop known good. Nothing a client writes to the left of what the proxies
@@ -260,22 +262,22 @@ def client_address(request: Any, config: IdentityConfig) -> str | None:
         reports no peer.
     """
     peer_text = web.peer_address(request)
-    if peer_text is None:
-        return None
-    peer = _parse_ip(peer_text)
-    if peer is None:
-        return peer_text  # a unix socket, a test client: as the server names it
+    peer = _parse_ip(peer_text) if peer_text is not None else None
+    # No address (a unix socket, a test client): as the server names it, or None.
+    own = str(peer) if peer is not None else peer_text
     hops = config.trusted_hops
-    trusted = config.trusts(peer) if config.networks else hops > 0
+    # With no trusted networks, a fixed chain: every peer is its last proxy (a unix one too).
+    trusted = (peer is not None and config.trusts(peer)) if config.networks else hops > 0
     if not trusted:
-        return str(peer)
+        return own
     entries = _forwarded_entries(request, config.forwarded_header)
     if not entries:
-        return str(peer)
+        return own
     if hops:
         index = max(0, len(entries) - hops)
         found = _parse_ip(entries[index])
-        return str(found) if found is not None else str(peer)
+        return str(found) if found is not None else own
+    assert peer is not None  # trusted by its network
     client = peer
     for entry in reversed(entries):
         address = _parse_ip(entry)
@@ -291,7 +293,7 @@ def address_subject(address: str, config: IdentityConfig) -> str:
     """``ip:<address>``; an IPv6 address as its ``/ipv6_prefix`` network."""
     parsed = _parse_ip(address)
     if isinstance(parsed, ipaddress.IPv6Address) and config.ipv6_prefix < 128:
-        network = ipaddress.IPv6Network(f"{parsed}/{config.ipv6_prefix}", strict=False)
+        network = ipaddress.IPv6Network((parsed, config.ipv6_prefix), strict=False)
         return f"ip:{network}"
     return f"ip:{parsed if parsed is not None else address}"
 
@@ -300,13 +302,16 @@ def address_subject(address: str, config: IdentityConfig) -> str:
 
 # One storage call or awaitable a resolution asks its driver for (see quotaql.gate).
 _Await = tuple[Literal["await"], Any]
+# What a hook that failed answered (logged): going on as if it had answered None.
+_FAILED: Any = object()
 
 
 class _KeyCache:
-    """A bounded, expiring cache of ``key_resolver`` answers (None answers too).
+    """A bounded, expiring cache of ``key_resolver`` answers, least recently used out first.
 
-    A flood of random keys would otherwise cost one database lookup each; with the cache
-    it costs one per key per ``ttl``, and evicts the least recently used answers first.
+    The tenants of known keys and the None of unknown ones are kept in two of these, so
+    that a flood of random keys (one lookup each, then cached) only ever evicts other
+    unknown keys, never a known key's answer.
     """
 
     def __init__(self, size: int, ttl: float, clock: Callable[[], float]) -> None:
@@ -361,7 +366,11 @@ class Identity:
             verified JWT's ``sub``, a session's user); default: Django's
             ``request.user``.
         log: where a failing hook is reported.
-        key_cache_size: how many ``key_resolver`` answers are kept.
+        key_cache_size: how many ``key_resolver`` answers are kept: as many known keys'
+            tenants, and as many unknown keys (apart, so that unknown keys never evict
+            known ones). A resolver that fails is not an answer: nothing is cached, and
+            that request's key counts as its client's address (never refused under
+            ``unknown_keys = "reject"``: an outage of the lookup is not a wrong key).
         key_cache_ttl: how long one is kept, in seconds.
     """
 
@@ -384,8 +393,8 @@ class Identity:
         self._awaits = any(
             inspect.iscoroutinefunction(hook) for hook in (identify, key_resolver, principal)
         )
-        self._keys = _KeyCache(key_cache_size, key_cache_ttl, clock)
-        self._warned: set[str] = set()
+        self._known = _KeyCache(key_cache_size, key_cache_ttl, clock)
+        self._unknown = _KeyCache(key_cache_size, key_cache_ttl, clock)
 
     def may_await(self) -> bool:
         """Resolving may need to await: an async hook, or (without a ``principal`` hook) a
@@ -424,7 +433,7 @@ class Identity:
         """
         if self.identify is not None:
             custom = yield from self._call("identify", self.identify, (context,), can_await)
-            if custom is not None:
+            if custom is not None and custom is not _FAILED:
                 value = _clean(custom)
                 if value is not None:
                     principal = yield from self._principal(request, context, can_await)
@@ -440,12 +449,13 @@ class Identity:
                 tenant = key if len(key) <= _MAX_KEY_LENGTH and key in tenants else None
             else:
                 tenant = yield from self._resolved(key, context, can_await)
-            if tenant is not None:
+            failed = tenant is _FAILED  # not known, not known to be unknown: its address
+            if tenant is not None and not failed:
                 return Subject(f"key:{tenant}", "key", tenant=tenant, user=principal)
-            if config.unknown_keys == "tenant":
+            if config.unknown_keys == "tenant":  # its own namespace: never a known tenant's
                 value = key[:_MAX_KEY_LENGTH]
-                return Subject(f"key:{value}", "unverified_key", tenant=value, user=principal)
-            rejected = config.unknown_keys == "reject"
+                return Subject(f"ukey:{value}", "unverified_key", user=principal)
+            rejected = config.unknown_keys == "reject" and not failed
         if principal is not None:
             return Subject(f"user:{principal}", "rejected_key" if rejected else "user")
         address = client_address(request, config)
@@ -456,18 +466,23 @@ class Identity:
             source = "rejected_key" if rejected else "unknown_key"
         return Subject(address_subject(address, config), source, address=address)
 
-    def _resolved(
-        self, key: str, context: Any, can_await: bool
-    ) -> Generator[_Await, Any, str | None]:
-        """The ``key_resolver``'s tenant of ``key`` (cached), or None."""
+    def _resolved(self, key: str, context: Any, can_await: bool) -> Generator[_Await, Any, Any]:
+        """The ``key_resolver``'s tenant of ``key`` (cached), None, or ``_FAILED``."""
         if len(key) > _MAX_KEY_LENGTH or self.key_resolver is None:
             return None  # no real key is this long; a hostile one is not looked up
-        cached, tenant = self._keys.get(key)
+        cached, tenant = self._known.get(key)
         if cached:
             return tenant
+        if self._unknown.get(key)[0]:
+            return None
         found = yield from self._call("key_resolver", self.key_resolver, (key, context), can_await)
+        if found is _FAILED:
+            return _FAILED  # an outage of the lookup is not an answer: asked again next time
         tenant = _clean(found) if found is not None else None
-        self._keys.put(key, tenant)
+        if tenant is None:
+            self._unknown.put(key, None)
+        else:
+            self._known.put(key, tenant)
         return tenant
 
     def _principal(
@@ -475,18 +490,18 @@ class Identity:
     ) -> Generator[_Await, Any, str | None]:
         if self.principal is not None:
             found = yield from self._call("principal", self.principal, (context,), can_await)
+        elif web.has_authenticated_user(request):  # Django's request.user
+            found = yield from self._call(
+                "django_user", web.authenticated_user, (request, can_await), can_await
+            )
         else:
-            found = web.authenticated_user(request, can_await=can_await)
-            if found is None:
-                return None  # the common case: no framework principal
-            if inspect.isawaitable(found):
-                found = yield ("await", found)
-        return _clean(found) if found is not None else None
+            return None  # the common case: no framework principal
+        return _clean(found) if found is not None and found is not _FAILED else None
 
     def _call(
         self, name: str, hook: Callable[..., Any], args: tuple[Any, ...], can_await: bool
     ) -> Generator[_Await, Any, Any]:
-        """A hook's answer; a hook that fails counts as having answered None (logged)."""
+        """A hook's answer, or ``_FAILED`` for a hook that failed (logged)."""
         try:
             result = hook(*args)
             if inspect.isawaitable(result):
@@ -499,7 +514,7 @@ class Identity:
                 result = yield ("await", result)
         except Exception as error:  # a bug in a hook must not fail the request
             self._failed(name, error)
-            return None
+            return _FAILED
         return result
 
     def _failed(self, name: str, error: Exception) -> None:

@@ -71,11 +71,21 @@ def response_of(context: Any) -> Any:
 def is_websocket(obj: Any) -> bool:
     """A websocket connection (Starlette, aiohttp, Litestar, Quart, Channels): no status,
     no headers once open."""
-    for cls in type(obj).__mro__:
-        name = cls.__name__.lower()
-        if "websocket" in name or name.endswith("wsconsumer"):
-            return True
-    return False
+    kind = type(obj)
+    found = _WEBSOCKET_TYPES.get(kind)
+    if found is None:
+        found = any(
+            "websocket" in name or name.endswith("wsconsumer")
+            for name in (cls.__name__.lower() for cls in kind.__mro__)
+        )
+        if len(_WEBSOCKET_TYPES) >= 256:  # types made on the fly: never unbounded
+            _WEBSOCKET_TYPES.clear()
+        _WEBSOCKET_TYPES[kind] = found
+    return found
+
+
+# What is_websocket found for each type (a response's type is asked on every operation).
+_WEBSOCKET_TYPES: dict[type, bool] = {}
 
 
 # -- request headers ----------------------------------------------------------------------
@@ -218,15 +228,20 @@ def _address(value: object) -> str | None:
     return value[:256]
 
 
-def authenticated_user(request: Any, *, can_await: bool) -> Any:
+def has_authenticated_user(request: Any) -> bool:
+    """Whether :func:`authenticated_user` may find one: a Django request (cheap to ask)."""
+    return request is not None and isinstance(getattr(request, "META", None), Mapping)
+
+
+def authenticated_user(request: Any, can_await: bool) -> Any:
     """The authenticated principal's id the framework knows, or None (or an awaitable of it).
 
     Django: ``request.user`` when it is authenticated, by its primary key (in an async
     view, ``request.auser()``, which is awaited: ``request.user`` would query the database
     from the event loop). Other frameworks have no standard place: pass a ``principal``
-    hook instead.
+    hook instead. It may raise (the session store is down): the caller contains it.
     """
-    if request is None or not isinstance(getattr(request, "META", None), Mapping):
+    if not has_authenticated_user(request):
         return None
     if can_await:
         auser = getattr(request, "auser", None)

@@ -126,6 +126,30 @@ def test_an_operation_outside_the_handlers_is_priced_debited_and_recorded_at_onc
     assert events.count("ariadne_unscoped_operation") == 1  # said once
 
 
+def test_the_handlers_refuse_wirings_that_would_leave_operations_unlimited() -> None:
+    from ariadne.asgi import GraphQL
+    from ariadne.asgi.handlers import GraphQLHTTPHandler
+    from ariadne.contrib.sse import SSESubscriptionHandler
+
+    limiter = CostLimiter()
+    # Server-sent events: subscriptions the limiter could neither charge per event nor cap.
+    with pytest.raises(TypeError, match="subscription_handlers"):
+        limiter.http_handler(subscription_handlers=[SSESubscriptionHandler()])
+    # A limited websocket beside Ariadne's own HTTP handler: every query unlimited.
+    with pytest.raises(TypeError, match=r"http_handler=limiter\.http_handler\(\)"):
+        GraphQL(
+            shop.make_schema(),
+            http_handler=GraphQLHTTPHandler(),
+            websocket_handler=limiter.websocket_handler(),
+        )
+    # Configured twice, the root value is still wrapped once: one charge per operation.
+    handler = limiter.http_handler()
+    GraphQL(shop.make_schema(), http_handler=handler)
+    admission = handler.root_value
+    handler.configure(shop.make_schema(), root_value=admission)
+    assert handler.root_value is admission
+
+
 def test_parser_limits_answer_their_code(write_config: Callable[..., Path]) -> None:
     app = CostLimiter.from_config(write_config("[cost]\nmax_length = 20\n")).wsgi(
         shop.make_schema()

@@ -472,3 +472,29 @@ def test_a_zero_parser_limit_is_a_limit_and_the_breaker_is_configurable(
     breaker = CircuitBreaker(failure_threshold=1, reset_timeout=60)
     limiter = CostLimiter.from_config(write_config(), breaker=breaker)
     assert limiter.limiter.breaker is breaker
+
+
+def test_deferred_work_is_not_refunded_as_if_it_never_ran(limiter: CostLimiter) -> None:
+    # With @defer the result the hook sees has no data yet: its actual cost is unknown, and
+    # the deferred resolvers run after it. A refund of "what did not run" would be all of it.
+    import strawberry
+    from strawberry.schema.config import StrawberryConfig
+
+    schema = strawberry.Schema(
+        query=shop.Query,
+        extensions=[limiter],
+        config=StrawberryConfig(enable_experimental_incremental_execution=True),
+    )
+    query = "{ products(first: 10) { name ... @defer { reviews(first: 5) { stars } } } }"
+
+    async def run() -> list[Any]:
+        result: Any = await schema.execute(query, context_value=context("tenant-a"))
+        assert result.initial_result.data["products"][0] == {"name": "product 0"}
+        return [part async for part in result.subsequent_results]
+
+    deferred = [item.data for part in asyncio.run(run()) for item in part.incremental]
+    assert len(deferred) == shop.CATALOG_SIZE  # the deferred reviews were resolved
+    assert all(item["reviews"] for item in deferred)
+    quota = limiter.config.tier_of("tenant-a").quota
+    remaining = limiter.limiter.peek("key:tenant-a", (quota,)).quotas[0].remaining
+    assert remaining == pytest.approx(100 - 70, abs=0.01)  # charged its estimate

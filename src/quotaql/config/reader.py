@@ -697,7 +697,7 @@ def _build_tier(name: str, tier: _TierKeys, base: tuple[Algorithm, str]) -> Tier
     if tier.per_user is not None:
         per_user = _build_quota(tier.per_user, "user", (inherited,))
     fields = {
-        coordinate: _build_quota(keys, f"field:{coordinate}", (inherited,))
+        coordinate: _build_quota(keys, f"field:{coordinate}", (inherited,), refundable=False)
         for coordinate, keys in tier.fields.items()
     }
     lines = {
@@ -715,6 +715,7 @@ def _build_quota(
     inherited: tuple[tuple[Algorithm, str], ...],
     *,
     shared: bool = False,
+    refundable: bool = True,
 ) -> Quota:
     """A ``Quota`` from the keys of one table.
 
@@ -756,6 +757,7 @@ def _build_quota(
             window_seconds=keys.values.get("window_seconds"),
             algorithm=algorithm,
             shared=shared,
+            refundable=refundable,
         )
 
 

@@ -68,7 +68,7 @@ class LimitsConfig:
         reload_interval: seconds between checks of the file for edits; 0 never reloads.
         max_subscriptions: the most subscriptions one subject may have open at once, over
             all its connections, in each server process (``TOO_MANY_SUBSCRIPTIONS``
-            beyond); None: no limit.
+            beyond); None (in code only: TOML has no null) for no limit.
     """
 
     mode: Mode = "enforce"
@@ -221,6 +221,8 @@ class Config:
         In order: the tenant quota (the tenant's own, else its tier's), the tier's quota
         for ``operation_name`` if it has one, and the global quota if there is one.
         ``tier``, when given (a tier resolver chose it), replaces the ``[tenants]`` table.
+        Not the ``per_user`` and root-field quotas, which depend on who asks and on what
+        the operation selects: :meth:`charges_for` has every quota an operation pays.
         """
         tier, own = self._tier_quota(tenant, tier)
         quotas = [own]

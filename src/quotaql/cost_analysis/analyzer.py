@@ -793,11 +793,11 @@ class _Pricer:
                 cost = self._walk(alone, root, 1, 1, 1.0, None, None)[0]
                 before = found.get(compiled_field.coordinate, RootFieldCost(0.0, 0))
                 found[compiled_field.coordinate] = RootFieldCost(
-                    before.cost + cost, before.selections + 1
+                    _finite(before.cost + cost), before.selections + 1
                 )
             elif isinstance(selection, InlineFragmentNode):
                 condition = selection.type_condition
-                if condition is None or condition.name.value == root.name:
+                if condition is None or self._reaches(condition.name.value, root):
                     self._collect_roots(selection.selection_set, root, found, spreading)
             else:
                 name = cast("FragmentSpreadNode", selection).name.value
@@ -805,9 +805,17 @@ class _Pricer:
                 if (
                     definition is not None
                     and name not in spreading
-                    and definition.type_condition.name.value == root.name
+                    and self._reaches(definition.type_condition.name.value, root)
                 ):
                     self._collect_roots(definition.selection_set, root, found, spreading | {name})
+
+    def _reaches(self, condition: str, root: CompiledType) -> bool:
+        """A fragment on ``condition`` applies to ``root``: the root type itself, or an
+        interface it implements or a union it belongs to."""
+        if condition == root.name:
+            return True
+        compiled = self.types.get(condition)
+        return compiled is not None and root.name in compiled.possible
 
     def _explain_operation(
         self, operation: OperationDefinitionNode, root: CompiledType

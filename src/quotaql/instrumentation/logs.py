@@ -51,22 +51,37 @@ class StructuredLog:
 
     def log(self, level: int, event: str, message: str, *args: object, **fields: Any) -> bool:
         """Log ``message % args`` with ``fields`` as ``extra``; False when rate-limited."""
-        if not self._logger.isEnabledFor(level):
+        suppressed = self.take(level, event)
+        if suppressed is None:
             return False
+        self.emit(level, event, suppressed, message, *args, **fields)
+        return True
+
+    def take(self, level: int, event: str) -> int | None:
+        """Room for one record of ``event`` now: how many were suppressed before it, or
+        None (disabled, or rate-limited: counted as suppressed). For callers whose fields
+        cost something to build: build them only then, and :meth:`emit`."""
+        if not self._logger.isEnabledFor(level):
+            return None
         now = self._clock()
         with self._lock:
             tokens, at, suppressed = self._buckets.get(event, (self.burst, now, 0))
             tokens = min(self.burst, tokens + (now - at) * self.per_second)
             if tokens < 1:
                 self._buckets[event] = (tokens, now, suppressed + 1)
-                return False
+                return None
             self._buckets[event] = (tokens - 1, now, 0)
+        return suppressed
+
+    def emit(
+        self, level: int, event: str, suppressed: int, message: str, *args: object, **fields: Any
+    ) -> None:
+        """Write the record :meth:`take` made room for."""
         if suppressed:
             message += " (%d similar records suppressed)"
             args = (*args, suppressed)
         extra = {names.LOG_EVENT: event, "suppressed": suppressed, **fields}
         self._logger.log(level, message, *args, extra=extra)
-        return True
 
 
 class LogRecorder(NullRecorder):

@@ -18,9 +18,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
 from quotaql import web
-from quotaql.contract import QuotaqlGraphQLError, graphql_error
-from quotaql.cost_analysis.analyzer import parse_document
-from quotaql.errors import CostAnalysisError
+from quotaql.contract import OWN_REFUSALS
 from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
 from quotaql.identity import ANONYMOUS
 
@@ -31,21 +29,6 @@ if TYPE_CHECKING:
 
 
 __all__ = ["ANONYMOUS", "CostLimiter", "current_operation"]
-
-
-class _OwnRefusals(logging.Filter):
-    """Drops Strawberry's own ERROR record of each refusal quotaql answers.
-
-    Strawberry logs every error of every response; quotaql logs its refusals itself, with
-    fields and rate-limited, so that a flood of refused requests cannot flood the logs. The
-    application's own errors, whatever their code, are still logged.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not isinstance(record.msg, QuotaqlGraphQLError)
-
-
-_OWN_REFUSALS = _OwnRefusals()
 
 
 class CostLimiter(Adapter):
@@ -87,7 +70,7 @@ class CostLimiter(Adapter):
     ) -> None:
         super().__init__(config, quiet_logs=quiet_logs, gate=gate, **options)
         if quiet_logs:
-            logging.getLogger("strawberry.execution").addFilter(_OWN_REFUSALS)  # idempotent
+            logging.getLogger("strawberry.execution").addFilter(OWN_REFUSALS)  # idempotent
 
     def __call__(self) -> SchemaExtension:
         """A fresh extension for one request (Strawberry calls this).
@@ -148,6 +131,12 @@ class _Extension(SchemaExtension):
         if cost:
             result.extensions = {**(getattr(result, "extensions", None) or {}), **cost}
 
+    def _settles(self, op: Operation) -> bool:
+        """Whether to settle ``op`` now: it ran, and all of it has (``@defer`` / ``@stream``
+        deliver the rest after this hook: what ran is not known, nothing is refunded)."""
+        result = self.execution_context.result
+        return op.runs and not hasattr(result, "initial_result")
+
     def _data(self) -> Any:
         return getattr(self.execution_context.result, "data", None)
 
@@ -182,7 +171,7 @@ class _SyncExtension(_Extension):
                 op = gate.admit(*self._admit_arguments(), context=ctx.context)
                 self._admitted(op)
                 yield
-                if op.error is None and not op.validate_only:
+                if self._settles(op):
                     gate.settle(op, self._data())
                 self._answered(op)
             finally:
@@ -207,7 +196,7 @@ class _AsyncExtension(_Extension):
                 op = await gate.admit_async(*self._admit_arguments(), context=ctx.context)
                 self._admitted(op)
                 yield
-                if op.error is None and not op.validate_only:
+                if self._settles(op):
                     await gate.settle_async(op, self._data())
                 self._answered(op)
             finally:
@@ -226,12 +215,8 @@ class _AsyncExtension(_Extension):
 def _parse_with_limits(self: _Extension) -> Iterator[None]:
     """``on_parse`` with parser limits set: parse here (once) so they answer with their codes."""
     ctx = self.execution_context
-    limits = self._gate.config.cost.limits
     if ctx.graphql_document is None and ctx.query:
-        try:
-            ctx.graphql_document = parse_document(ctx.query, limits)
-        except CostAnalysisError as error:
-            raise graphql_error(error) from None
+        ctx.graphql_document = self._gate.parse_document(ctx.query)
     yield
 
 

@@ -6,7 +6,7 @@ import base64
 import hashlib
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
 
 from quotaql.errors import ConfigError
@@ -56,6 +56,9 @@ class Quota:
         scope: one budget per scope inside each tenant (a user of the tenant, for the
             ``per_user`` quota); its state is apart from the unscoped quota's and from
             every other scope's.
+        refundable: gets back what an operation did not use (the default). A root
+            field's quota is not: it pays its field's estimate, and the actual cost is not
+            known per root field, so a refund would be one it did not earn.
     """
 
     name: str
@@ -66,6 +69,7 @@ class Quota:
     algorithm: Algorithm = "token_bucket"
     shared: bool = False
     scope: str | None = None
+    refundable: bool = True
     params: tuple[float, float] = field(init=False, repr=False, compare=False)
     maximum: float = field(init=False, repr=False, compare=False)
     """The most this quota allows at once: its capacity or its limit."""
@@ -130,16 +134,7 @@ class Quota:
 
     def scoped(self, scope: str) -> Quota:
         """This quota with one budget per ``scope`` (a user inside the tenant)."""
-        return Quota(
-            self.name,
-            capacity=self.capacity,
-            refill_per_second=self.refill_per_second,
-            limit=self.limit,
-            window_seconds=self.window_seconds,
-            algorithm=self.algorithm,
-            shared=self.shared,
-            scope=scope,
-        )
+        return replace(self, scope=scope)
 
     @property
     def policy(self) -> str:

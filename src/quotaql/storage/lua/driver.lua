@@ -54,7 +54,8 @@ for algorithm, first, second in string.gmatch(ARGV[4], '(%S+) (%S+) (%S+)') do
     key_index = key_index + 1
   end
   if mode == 'refund' then
-    refunds[algorithm](keys, now, amount, first, second)
+    -- Nothing back (a root field's quota): its state is left as it is, as in memory.
+    if amount > 0 then refunds[algorithm](keys, now, amount, first, second) end
   else
     local check = checks[algorithm](keys, now, amount, first, second)
     if not check[1] then allowed = false end
