@@ -28,6 +28,7 @@ from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler,
 from ariadne.wsgi import GraphQL as WSGIGraphQL
 from graphql import ExecutionResult, parse
 
+from quotaql import web
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
 from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
 
@@ -440,7 +441,20 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
             return self.limiter._answered(scope, success, result)
 
 
-class CostLimitedTransportWSHandler(_Limited, GraphQLTransportWSHandler):
+class _LimitedWebsocket(_Limited):
+    """A websocket handler of Ariadne's that keeps the ``connection_init`` payload where
+    the identity finds an API key in it (a browser cannot set headers on a websocket)."""
+
+    async def handle_websocket_connection_init_message(
+        self, websocket: WebSocket, message: dict[str, Any], *args: Any
+    ) -> None:
+        web.keep_connection_params(websocket, message.get("payload"))
+        await super().handle_websocket_connection_init_message(  # type: ignore[misc]
+            websocket, message, *args
+        )
+
+
+class CostLimitedTransportWSHandler(_LimitedWebsocket, GraphQLTransportWSHandler):
     """Ariadne's ``graphql-transport-ws`` handler, limited by ``limiter``.
 
     A subscription is priced and debited when it starts (a refusal answers its ``error``
@@ -477,7 +491,7 @@ class CostLimitedTransportWSHandler(_Limited, GraphQLTransportWSHandler):
                 self.limiter._stopped(operation.generator)
 
 
-class CostLimitedWSHandler(_Limited, GraphQLWSHandler):
+class CostLimitedWSHandler(_LimitedWebsocket, GraphQLWSHandler):
     """Ariadne's (older) ``graphql-ws`` handler, limited by ``limiter``; as
     :class:`CostLimitedTransportWSHandler`, the refused event's error is the last ``data``."""
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import ipaddress
+import itertools
 import logging
 import threading
 import time
@@ -440,7 +441,7 @@ class Identity:
                     return Subject(f"id:{value}", "custom", tenant=value, user=principal)
         key = web.header(request, config.api_key_header)
         if key is None:  # a browser cannot set headers on a websocket: connection_init's
-            key = _connection_param(context, config.api_key_header)
+            key = _connection_param(context, request, config.api_key_header)
         key = key.strip() if key is not None else None
         principal = yield from self._principal(request, context, can_await)
         rejected = False
@@ -530,16 +531,19 @@ class Identity:
         )
 
 
-def _connection_param(context: Any, name: str) -> str | None:
-    """The API key a websocket client sent in its ``connection_init`` payload, which
-    Strawberry and Ariadne keep as the context's ``connection_params`` (any case)."""
-    params = web.context_item(context, "connection_params")
-    if not isinstance(params, Mapping):
+def _connection_param(context: Any, request: Any, name: str) -> str | None:
+    """The API key a websocket client sent in its ``connection_init`` payload (any case;
+    among its first ``_MAX_PARAMS`` entries: a huge payload costs no more than a small one)."""
+    params = web.connection_params(context, request)
+    if params is None:
         return None
-    for key, value in params.items():
+    for key, value in itertools.islice(params.items(), _MAX_PARAMS):
         if isinstance(key, str) and key.lower() == name and isinstance(value, str):
             return value
     return None
+
+
+_MAX_PARAMS = 64
 
 
 def _clean(value: object) -> str | None:

@@ -17,10 +17,12 @@ from typing import Any
 
 __all__ = [
     "authenticated_user",
+    "connection_params",
     "context_item",
     "header",
     "header_values",
     "is_websocket",
+    "keep_connection_params",
     "peer_address",
     "principal_may_await",
     "quiet_refusal",
@@ -43,6 +45,28 @@ def context_item(context: Any, name: str) -> Any:
     if isinstance(context, Mapping):
         return context.get(name)
     return getattr(context, name, None)
+
+
+def keep_connection_params(connection: Any, payload: Any) -> None:
+    """Keep a websocket's ``connection_init`` payload in its ASGI scope, for adapters whose
+    framework keeps it nowhere (Ariadne): the first one only (a second one is refused)."""
+    scope = getattr(connection, "scope", None)
+    if isinstance(scope, dict) and isinstance(payload, Mapping):
+        scope.setdefault(_CONNECTION_PARAMS, payload)
+
+
+def connection_params(context: Any, request: Any) -> Mapping[Any, Any] | None:
+    """The ``connection_init`` payload of a websocket operation: Strawberry's context keeps
+    it as ``connection_params``; :func:`keep_connection_params` keeps it in the scope."""
+    params = context_item(context, "connection_params")
+    if isinstance(params, Mapping):
+        return params
+    scope = getattr(request, "scope", None)
+    params = scope.get(_CONNECTION_PARAMS) if isinstance(scope, dict) else None
+    return params if isinstance(params, Mapping) else None
+
+
+_CONNECTION_PARAMS = "quotaql.connection_params"
 
 
 def request_of(context: Any) -> Any:

@@ -40,10 +40,12 @@ def server(request: pytest.FixtureRequest, limiter: CostLimiter) -> Iterator[Uvi
 class Client:
     """Either protocol's client: subscribe, read an operation's messages, stop it."""
 
-    def __init__(self, socket: ClientConnection, protocol: str) -> None:
+    def __init__(
+        self, socket: ClientConnection, protocol: str, params: dict[str, Any] | None = None
+    ) -> None:
         self.socket = socket
         self.modern = protocol == "graphql-transport-ws"
-        self.send({"type": "connection_init", "payload": {}})
+        self.send({"type": "connection_init", "payload": params or {}})
         assert self.recv() == {"type": "connection_ack"}
 
     def send(self, message: dict[str, Any]) -> None:
@@ -80,12 +82,12 @@ class Client:
                 return data, errors
 
 
-def connect(server: UvicornServer, key: str = "tenant-a") -> Any:
+def connect(server: UvicornServer, key: str | None = "tenant-a") -> Any:
     protocol = server.protocol  # type: ignore[attr-defined]
     return websockets.sync.client.connect(
         server.ws_url,
         subprotocols=[protocol],
-        additional_headers={"X-API-Key": key},
+        additional_headers={"X-API-Key": key} if key is not None else {},
         open_timeout=5,
     )
 
@@ -176,3 +178,16 @@ def test_a_query_over_the_websocket_is_debited_and_reports_its_cost(server: Uvic
         assert (cost["requestedQueryCost"], cost["actualQueryCost"]) == (70, 16)
         assert cost["throttleStatus"]["currentlyAvailable"] == pytest.approx(84, abs=0.1)
     assert available(server) == pytest.approx(84, abs=0.1)
+
+
+def test_a_key_sent_in_connection_init_is_the_subscriber(server: UvicornServer) -> None:
+    # A browser cannot set headers on a websocket: its key comes in connection_init.
+    # Ariadne keeps that payload nowhere; the limited handlers keep it for the identity.
+    before = available(server, "acme")
+    with connect(server, key=None) as socket:
+        params = {"X-API-Key": "acme", **{f"noise-{i}": "x" for i in range(10)}}
+        client = Client(socket, server.protocol, params)  # type: ignore[attr-defined]
+        client.subscribe("1", "subscription { ticks(count: 2) }")
+        data, errors = client.until_done("1")
+    assert (data, errors) == ([{"ticks": 0}, {"ticks": 1}], [])
+    assert available(server, "acme") == pytest.approx(before - 60, abs=0.5)  # acme paid
