@@ -61,6 +61,8 @@ def connection_params(context: Any, request: Any) -> Mapping[Any, Any] | None:
     params = context_item(context, "connection_params")
     if isinstance(params, Mapping):
         return params
+    if not is_websocket(request):  # (Sanic's request.scope raises outside ASGI)
+        return None
     scope = getattr(request, "scope", None)
     params = scope.get(_CONNECTION_PARAMS) if isinstance(scope, dict) else None
     return params if isinstance(params, Mapping) else None
