@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from types import TracebackType
 
     import strawberry
@@ -796,7 +796,9 @@ class ChannelsServer(LiveServer):
     - ``schema`` must be an import path, ``"package.module:attribute"``;
     - ``context_getter``, when given, is an import path to ``(request, response) -> context``;
     - the other options must be JSON-serialisable (they reach the consumers through the
-      ``QUOTAQL_CHANNELS_OPTIONS`` environment variable).
+      ``QUOTAQL_CHANNELS_OPTIONS`` environment variable);
+    - ``child_env`` adds variables to the child's environment (what its schema module reads
+      at import).
 
     Daphne trusts no proxy header unless started with ``--proxy-headers`` (it is not).
     """
@@ -804,7 +806,13 @@ class ChannelsServer(LiveServer):
     integration = "channels"
     websockets = True
 
-    def __init__(self, schema: strawberry.Schema | str, **options: Any) -> None:
+    def __init__(
+        self,
+        schema: strawberry.Schema | str,
+        *,
+        child_env: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> None:
         if not isinstance(schema, str):
             msg = (
                 "the channels server runs daphne in a subprocess: pass the schema as an "
@@ -816,6 +824,7 @@ class ChannelsServer(LiveServer):
             msg = "the channels server takes context_getter as an import path"
             raise TypeError(msg)
         super().__init__(schema, **options)
+        self.child_env = dict(child_env or {})
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: Any = None
 
@@ -839,6 +848,7 @@ class ChannelsServer(LiveServer):
             "QUOTAQL_CHANNELS_CONTEXT_GETTER": options.pop("context_getter", None) or "",
             "QUOTAQL_CHANNELS_OPTIONS": json.dumps(options),
             "PYTHONUNBUFFERED": "1",
+            **self.child_env,
         }
         sock = bind_loopback()
         self.port = sock.getsockname()[1]

@@ -15,13 +15,11 @@ import contextlib
 import ipaddress
 import logging
 import math
-import os
 import random
 import re
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from unittest import mock
 
 import httpx
 import pytest
@@ -140,10 +138,11 @@ def limited_server(integration: str, config_path: Path) -> Iterator[Api]:
     """``integration`` serving the limited schema configured by ``config_path``."""
     with contextlib.ExitStack() as stack:
         if integration == "channels":
-            # daphne's child builds the schema at import from the inherited environment.
-            live = serve(integration, CHANNELS_LIMITED_PATH)
-            with mock.patch.dict(os.environ, {CONFIG_VARIABLE: str(config_path)}):
-                stack.enter_context(live)
+            # daphne's child builds the schema at import, from its environment.
+            child_env = {CONFIG_VARIABLE: str(config_path)}
+            live = stack.enter_context(
+                serve(integration, CHANNELS_LIMITED_PATH, child_env=child_env)
+            )
         else:
             live = stack.enter_context(serve(integration, limited_schema(config_path)))
         api = Api(live)
