@@ -283,14 +283,13 @@ def operation_scope() -> Iterator[None]:
 class _Reloader:
     """Reads the config file again when it changes, at most once per ``interval`` seconds."""
 
-    def __init__(self, path: str, interval: float, loaded: Config, log: StructuredLog) -> None:
+    def __init__(self, path: str, interval: float, log: StructuredLog) -> None:
         self.log = log
         self.path = path
         self.interval = interval
         self._seen = self._stamp()
         self._next = time.monotonic() + interval
         self._lock = threading.Lock()
-        self.config = loaded
 
     def _stamp(self) -> tuple[int, int] | None:
         try:
@@ -313,8 +312,7 @@ class _Reloader:
             self._seen = stamp
             try:
                 config = load_config(self.path)
-                check_model(schema, config.cost.model)
-                config.check_fields(schema)
+                _check(config, schema)
             except ConfigError as error:
                 self.log.log(
                     logging.ERROR,
@@ -331,7 +329,6 @@ class _Reloader:
                 self.path,
                 file=self.path,
             )
-            self.config = config
             self.interval = config.limits.reload_interval
             return config
         finally:
@@ -511,9 +508,7 @@ class Gate:
             recorder=MultiRecorder(logs, *hooks) if hooks else logs,
         )
         self._reloader = (
-            _Reloader(
-                os.fspath(config_path), self._config.limits.reload_interval, self._config, self.log
-            )
+            _Reloader(os.fspath(config_path), self._config.limits.reload_interval, self.log)
             if config_path is not None
             else None
         )
@@ -544,8 +539,7 @@ class Gate:
             ConfigError: a weight or a ``[tiers.<t>.fields]`` quota names a coordinate that
                 is not in the schema.
         """
-        check_model(schema, self._config.cost.model)
-        self._config.check_fields(schema)
+        _check(self._config, schema)
         self._checked_schema = schema
 
     def parse(
@@ -690,7 +684,7 @@ class Gate:
         if op is None:
             return
         self._free_slot(op)
-        if op.header == "validate" and op.error is None:
+        if op.validate_only:
             return
         report, decision = op.report, op.decision
         operation_type = op.operation_type or "unknown"
@@ -1141,6 +1135,12 @@ class Adapter:
 
 
 _SHADOW_MESSAGE = "quotaql: shadow mode would have blocked %s"
+
+
+def _check(config: Config, schema: Any) -> None:
+    """``config`` against ``schema``: its weights' and its root-field quotas' coordinates."""
+    check_model(schema, config.cost.model)
+    config.check_fields(schema)
 
 
 def _refunded(decision: Decision, amount: float, amounts: Sequence[float] | None) -> Decision:
