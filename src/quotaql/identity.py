@@ -262,10 +262,16 @@ def client_address(request: Any, config: IdentityConfig) -> str | None:
         The address as text (IPv4-mapped IPv6 as IPv4), or None when the framework
         reports no peer.
     """
+    found = _client(request, config)
+    return found if found is None or isinstance(found, str) else str(found)
+
+
+def _client(request: Any, config: IdentityConfig) -> _IP | str | None:
+    """:func:`client_address`, parsed: the address, or the peer's name when it is none."""
     peer_text = web.peer_address(request)
     peer = _parse_ip(peer_text) if peer_text is not None else None
     # No address (a unix socket, a test client): as the server names it, or None.
-    own = str(peer) if peer is not None else peer_text
+    own = peer if peer is not None else peer_text
     hops = config.trusted_hops
     # With no trusted networks, a fixed chain: every peer is its last proxy (a unix one too).
     trusted = (peer is not None and config.trusts(peer)) if config.networks else hops > 0
@@ -277,7 +283,7 @@ def client_address(request: Any, config: IdentityConfig) -> str | None:
     if hops:
         index = max(0, len(entries) - hops)
         found = _parse_ip(entries[index])
-        return str(found) if found is not None else own
+        return found if found is not None else own
     assert peer is not None  # trusted by its network
     client = peer
     for entry in reversed(entries):
@@ -287,12 +293,12 @@ def client_address(request: Any, config: IdentityConfig) -> str | None:
         client = address
         if not config.trusts(address):
             break
-    return str(client)
+    return client
 
 
-def address_subject(address: str, config: IdentityConfig) -> str:
+def address_subject(address: str | _IP, config: IdentityConfig) -> str:
     """``ip:<address>``; an IPv6 address as its ``/ipv6_prefix`` network."""
-    parsed = _parse_ip(address)
+    parsed = _parse_ip(address) if isinstance(address, str) else address
     if isinstance(parsed, ipaddress.IPv6Address) and config.ipv6_prefix < 128:
         network = ipaddress.IPv6Network((parsed, config.ipv6_prefix), strict=False)
         return f"ip:{network}"
@@ -459,13 +465,13 @@ class Identity:
             rejected = config.unknown_keys == "reject" and not failed
         if principal is not None:
             return Subject(f"user:{principal}", "rejected_key" if rejected else "user")
-        address = client_address(request, config)
+        address = _client(request, config)
         if address is None:
             return Subject(ANONYMOUS, "rejected_key" if rejected else "anonymous")
         source: IdentitySource = "address"
         if key:
             source = "rejected_key" if rejected else "unknown_key"
-        return Subject(address_subject(address, config), source, address=address)
+        return Subject(address_subject(address, config), source, address=str(address))
 
     def _resolved(self, key: str, context: Any, can_await: bool) -> Generator[_Await, Any, Any]:
         """The ``key_resolver``'s tenant of ``key`` (cached), None, or ``_FAILED``."""
