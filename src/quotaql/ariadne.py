@@ -238,17 +238,18 @@ class CostLimiter(Adapter):
             raise _Priced(self.gate.results(op))
 
     def _loose(self, op: Operation) -> None:
-        """An operation Ariadne ran outside these handlers (its SSE subscription handler,
-        or a server's own ``subscribe`` call): priced and debited, recorded at once."""
+        """An operation run outside these handlers (a server's own ``graphql()`` or
+        ``subscribe()`` call with this root value): priced and debited, recorded at once."""
         self.gate.finish(op)
         if not self._warned_loose:
             self._warned_loose = True
             self.gate.log.log(
                 logging.WARNING,
                 "ariadne_unscoped_operation",
-                "quotaql: an operation ran outside the CostLimiter's handlers (an SSE"
-                " subscription?): it was priced and debited when it started, but it is not"
-                " refunded and its later events are not charged (docs/ariadne.md)",
+                "quotaql: an operation ran outside the CostLimiter's handlers (a call of"
+                " ariadne.graphql or subscribe with its root value?): it was priced and"
+                " debited when it started, but it is not refunded and its later events are"
+                " not charged (docs/ariadne.md)",
             )
 
     def _answered(self, scope: _Scope, success: bool, result: dict[str, Any]) -> GraphQLResult:
