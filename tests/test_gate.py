@@ -200,8 +200,9 @@ def test_a_root_field_quota_holds_under_any_alias_fragment_or_name(
     assert refused.error.extensions["quota"] == "field:Mutation.exportOrders"
     assert refused.error.extensions["cost"] == 1  # each selection pays at least 1
     assert '"field:Mutation.exportOrders";q=3' in refused.headers["RateLimit-Policy"]
-    # All or nothing: the refused calls took nothing from the tenant's quota (3 × 10).
-    assert admit(gate, "{ hello }").decision.remaining == pytest.approx(70, abs=0.01)
+    # All or nothing: the refused calls took nothing from the tenant's quota (3 × 10), and
+    # `{ hello }`, priced 0, pays the minimum charge (1).
+    assert admit(gate, "{ hello }").decision.remaining == pytest.approx(69, abs=0.01)
 
 
 def test_each_alias_of_a_root_field_counts(gate: Gate) -> None:
@@ -250,10 +251,10 @@ def test_a_root_field_quota_the_whole_cost_falls_on_is_not_refunded_either(
         for _ in range(3):
             op = admit(gate, "{ products(first: 10) { id } }")
             assert (op.refused, op.costs) == (False, None)
-            gate.settle(op, {"products": []})  # estimated 10, actual 0: 10 back to the tenant
-            assert op.refunded == 10
+            gate.settle(op, {"products": []})  # estimated 10, actual 0: 9 back to the tenant
+            assert op.refunded == 9  # it keeps the minimum charge (1)
         state = gate.limiter.peek(op.subject.key, op.quotas)
-        assert [quota.remaining for quota in state.quotas] == pytest.approx([100.0, 0.0], abs=0.01)
+        assert [quota.remaining for quota in state.quotas] == pytest.approx([97.0, 0.0], abs=0.01)
         assert admit(gate, "{ products(first: 1) { id } }").code == "RATE_LIMITED"
     finally:
         if storage is not None:
@@ -486,8 +487,9 @@ def test_a_reloaded_config_with_a_bad_field_quota_keeps_the_previous_one(
         encoding="utf-8",
     )
     caplog.set_level(logging.ERROR, logger="quotaql")
-    time.sleep(0.01)
-    assert admit(gate, "{ hello }").decision.limit == 100
+    for _ in range(2):  # the first look sees a change, the second a stable file
+        time.sleep(0.01)
+        assert admit(gate, "{ hello }").decision.limit == 100
     failures = [r for r in caplog.records if r.quotaql_event == "config_reload_failed"]
     assert failures
     assert "Mutation.nope" in failures[0].getMessage()
@@ -501,7 +503,7 @@ def test_a_subscription_asking_to_be_validated_is_priced_debited_and_run(gate: G
     assert op.breakdown == {"Subscription.ticks": 30.0}
 
 
-def test_what_parse_refuses_is_answered_without_pricing_or_debiting(gate: Gate) -> None:
+def test_what_parse_refuses_is_answered_without_pricing_and_pays_the_minimum(gate: Gate) -> None:
     for query, code in (
         ("{ hello", "GRAPHQL_PARSE_FAILED"),
         ("{ nope }", None),  # graphql-core's validation error: no code
@@ -512,11 +514,13 @@ def test_what_parse_refuses_is_answered_without_pricing_or_debiting(gate: Gate) 
         op = gate.admit(SCHEMA, document, request=scope(key="t"))
         assert op.refused
         assert (op.errors[0].extensions or {}).get("code") == code
-        assert (op.report, op.decision, op.status, op.headers) == (None, None, None, {})
+        assert (op.report, op.status, op.charge, op.outcome) == (None, None, 1.0, "rejected")
+        assert op.decision is not None and op.decision.allowed  # [limits] min_charge, paid
         gate.finish(op)
     document = gate.parse(SCHEMA, "{ a: hello b: nope c: nada }")
     assert len(gate.admit(SCHEMA, document, request=scope(key="t")).errors) == 2  # all of them
-    assert admit(gate, "{ hello }").decision.remaining == pytest.approx(100, abs=0.01)
+    # Four refused documents paid 1 each; `{ hello }` pays 1 too.
+    assert admit(gate, "{ hello }").decision.remaining == pytest.approx(95, abs=0.01)
 
 
 def test_the_open_subscriptions_gauge_follows_every_slot(

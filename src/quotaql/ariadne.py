@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
 from ariadne.wsgi import GraphQL as WSGIGraphQL
-from graphql import ExecutionResult, parse
+from graphql import ExecutionResult, GraphQLError
 
 from quotaql import web
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
@@ -208,11 +208,42 @@ class CostLimiter(Adapter):
             _quiet(target.logger)
 
     def _parse(self, context: Any, data: dict[str, Any]) -> DocumentNode:
-        """Ariadne's ``query_parser``: the parser limits of ``[cost]`` answer their codes."""
-        limits = self.gate.config.cost.limits
-        if limits.max_tokens is None and limits.max_length is None:
-            return parse(data["query"])
-        return self.gate.parse_document(data["query"])
+        """Ariadne's ``query_parser``: a subject the deny cache refuses is answered before
+        anything is parsed; the parser limits of ``[cost]`` answer their codes; the static
+        pass refuses a hostile document before Ariadne validates it. The handler charges
+        ``[limits] min_charge`` for a refusal here (this hook cannot await)."""
+        gate = self.gate
+        scope = _scope.get()
+        if scope is not None and scope.op is None and scope.request is not None and gate.syncs:
+            scope.op = gate.begin(context=context, request=scope.request)  # the WSGI app
+        op = scope.op if scope is not None else None
+        if op is not None and op.refused:
+            raise op.errors[0]
+        try:
+            document = gate.parse_document(data["query"])
+        except GraphQLError as error:
+            if op is not None:
+                gate.fail(op, [error])
+            raise
+        refusal = gate.screen(op, document)
+        if refusal is not None:
+            raise refusal
+        return document
+
+    @staticmethod
+    def _unpriced(scope: _Scope, result: dict[str, Any]) -> list[GraphQLError] | None:
+        """What to charge ``min_charge`` for: a document refused before it was priced (by
+        the parse hook, or by Ariadne's validation), once."""
+        op = scope.op
+        if op is None or op.report is not None or op.decision is not None or op.denied:
+            return None
+        if op.failed:
+            return op.errors
+        if result.get("errors"):  # Ariadne's validation refused it: nothing ran
+            first = result["errors"][0]
+            message = first.get("message", "invalid") if isinstance(first, dict) else str(first)
+            return [QuotaqlGraphQLError(message, extensions={"code": _INVALID})]
+        return None
 
     @contextlib.contextmanager
     def _operation(self, request: Any) -> Iterator[_Scope]:
@@ -304,6 +335,9 @@ class CostLimiter(Adapter):
             subscription.close()
 
 
+_INVALID = "GRAPHQL_VALIDATION_FAILED"
+
+
 class _Admission:
     """Ariadne's ``root_value``: the gate admits each operation, validated, before it runs;
     then the application's own root value (a value or a callable) is what resolvers get."""
@@ -319,6 +353,10 @@ class _Admission:
         scope = _scope.get()
         return scope if scope is not None else _Scope(None, loose=True)
 
+    def _begun(self, scope: _Scope) -> Operation | None:
+        """What the handler's :meth:`~quotaql.gate.Gate.begin` made of the request."""
+        return scope.op
+
     def _root(self, args: tuple[Any, Any, Any, Any]) -> Any:
         root_value = self.root_value
         return root_value(*args) if callable(root_value) else root_value
@@ -333,7 +371,7 @@ class _SyncAdmission(_Admission):
         scope = self._scope()
         op = self.limiter.gate.admit(
             self.target.schema, document, variables, operation_name,
-            context=context, request=scope.request,
+            context=context, request=scope.request, op=self._begun(scope),
         )  # fmt: skip
         self.limiter._admitted(scope, op)
         return self._root((context, operation_name, variables, document))
@@ -348,7 +386,7 @@ class _AsyncAdmission(_Admission):
         scope = self._scope()
         op = await self.limiter.gate.admit_async(
             self.target.schema, document, variables, operation_name,
-            context=context, request=scope.request,
+            context=context, request=scope.request, op=self._begun(scope),
         )  # fmt: skip
         self.limiter._admitted(scope, op)
         value = self._root((context, operation_name, variables, document))
@@ -432,13 +470,20 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
         context_value: Any = None,
         query_document: DocumentNode | None = None,
     ) -> GraphQLResult:
+        gate = self.limiter.gate
         with self.limiter._operation(request) as scope:
+            if context_value is None:  # the identity hooks get the context, as resolvers do
+                context_value = await self.get_context_for_request(request, data)
+            scope.op = await gate.begin_async(context=context_value, request=request)
             success, result = await super().execute_graphql_query(
                 request, data, context_value=context_value, query_document=query_document
             )
             op = scope.running
             if op is not None:
-                await self.limiter.gate.settle_async(op, result.get("data"))
+                await gate.settle_async(op, result.get("data"), _errors(result))
+            unpriced = self.limiter._unpriced(scope, result)
+            if unpriced is not None and scope.op is not None:
+                await gate.reject_async(scope.op, unpriced)
             return self.limiter._answered(scope, success, result)
 
 
@@ -569,9 +614,26 @@ class CostLimitedWSGI(WSGIGraphQL):
             return super().handle_request(environ, respond)
 
     def execute_query(self, environ: dict[str, Any], data: Any) -> GraphQLResult:
+        gate = self.limiter.gate
         with self.limiter._operation(environ) as scope:
             success, result = super().execute_query(environ, data)
             op = scope.running
             if op is not None:
-                self.limiter.gate.settle(op, result.get("data"))
+                gate.settle(op, result.get("data"), _errors(result))
+            unpriced = self.limiter._unpriced(scope, result)
+            if unpriced is not None and scope.op is not None:
+                gate.reject(scope.op, unpriced)
             return self.limiter._answered(scope, success, result)
+
+
+def _errors(result: dict[str, Any]) -> list[GraphQLError] | None:
+    """A formatted result's errors, as the actual cost reads them (their paths)."""
+    errors = result.get("errors")
+    if not errors:
+        return None
+    return [
+        GraphQLError(str(error.get("message", "")), path=error.get("path"))
+        if isinstance(error, dict)
+        else error
+        for error in errors
+    ]

@@ -23,6 +23,8 @@ __all__ = [
     "StorageError",
     "StorageTimeout",
     "TooManyAliases",
+    "TooManyDirectives",
+    "TooManyFields",
     "TooManyRootFields",
 ]
 
@@ -207,6 +209,21 @@ class TooManyRootFields(LimitExceeded):
 
     code = "TOO_MANY_ROOT_FIELDS"
     subject = "Number of root fields"
+
+
+class TooManyFields(LimitExceeded):
+    """The document selects more fields than ``max_fields`` (fragments expanded), or one
+    selection set repeats a response name more than ``max_repeated_fields`` times."""
+
+    code = "TOO_MANY_FIELDS"
+    subject = "Number of fields"
+
+
+class TooManyDirectives(LimitExceeded):
+    """A field (or fragment, or operation) carries more directives than ``max_directives``."""
+
+    code = "TOO_MANY_DIRECTIVES"
+    subject = "Number of directives"
 
 
 class QueryTooLarge(LimitExceeded):

@@ -30,6 +30,7 @@ import inspect
 import logging
 import math
 import os
+import random
 import threading
 import time
 import weakref
@@ -59,6 +60,8 @@ from quotaql.cost_analysis import analyze, check_model
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.actual import actual_cost
 from quotaql.cost_analysis.analyzer import parse_document, select_operation
+from quotaql.cost_analysis.screen import screen
+from quotaql.deny import DenyCache
 from quotaql.errors import ConfigError, CostAnalysisError, LimitExceeded
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
@@ -117,16 +120,24 @@ class Operation:
         error: the refusal to answer instead of running the operation.
         violation: the code of a static limit shadow mode let pass.
         events: subscription events delivered so far.
+        charge: what was debited (the cost, or ``[limits] min_charge`` when more).
+        denied: refused from the deny cache, before parsing or before the storage.
+        failed: refused before it was priced (it did not parse, validate or pass the
+            static pass): it pays ``min_charge`` only.
     """
 
     __slots__ = (
         "actual",
         "breakdown",
+        "charge",
         "costs",
         "decision",
+        "denied",
         "document",
         "error",
         "events",
+        "failed",
+        "finished",
         "header",
         "mode",
         "more",
@@ -135,6 +146,7 @@ class Operation:
         "refunded",
         "report",
         "schema",
+        "screened",
         "slot",
         "span",
         "status",
@@ -169,6 +181,11 @@ class Operation:
         self.document: Any = None
         self.variables: Mapping[str, Any] | None = None
         self.operation_name: str | None = None
+        self.charge = 0.0
+        self.denied = False
+        self.failed = False
+        self.screened = False
+        self.finished = False
 
     def refuse(self, error: GraphQLError, status: int | None = None, *more: GraphQLError) -> None:
         """Answer ``error`` (and ``more``; with HTTP ``status``, for a limiter's refusal)
@@ -208,7 +225,7 @@ class Operation:
 
     @property
     def validate_only(self) -> bool:
-        """``GraphQL-Cost: validate``: priced, not run, nothing debited."""
+        """``GraphQL-Cost: validate``: priced, not run; it pays ``min_charge`` only."""
         return self.header == "validate" and self.error is None
 
     @property
@@ -239,15 +256,18 @@ class Operation:
             return names.UNKNOWN_KEY
         if code == TOO_MANY_SUBSCRIPTIONS:
             return names.TOO_MANY_SUBSCRIPTIONS
-        if self.report is None and decision is None:
-            return names.REJECTED
-        if decision is not None:
-            if decision.source == "fail_open":
-                return names.FAIL_OPEN
+        if self.denied:
+            return names.DENIED
+        if decision is not None and not decision.allowed:
             if decision.source == "fail_closed":
                 return names.FAIL_CLOSED
-            if not decision.allowed:
-                return names.BLOCKED if self.mode == "enforce" else names.SHADOW_BLOCKED
+            return names.BLOCKED if self.mode == "enforce" else names.SHADOW_BLOCKED
+        if self.failed or (self.report is None and self.error is not None):
+            return names.REJECTED  # did not parse, validate or pass the static limits
+        if decision is not None and decision.source == "fail_open":
+            return names.FAIL_OPEN
+        if self.header == "validate":
+            return names.VALIDATED
         return names.SHADOW_BLOCKED if self.violation else names.ALLOWED
 
     @property
@@ -281,25 +301,34 @@ def operation_scope() -> Iterator[None]:
 
 
 class _Reloader:
-    """Reads the config file again when it changes, at most once per ``interval`` seconds."""
+    """Reads the config file again when it changes, at most once per ``interval`` seconds.
+
+    A change is applied only once the file has stayed the same (size and modification
+    time) across two polls, and only if it is valid and still declares the tiers the
+    configuration in force declares: an editor's half-written file (cut before
+    ``[tiers]``, every tenant on the defaults; cut before ``[tenants]``, tenants demoted)
+    is never applied. Write the file by atomic rename (``mv new.toml quotaql.toml``) and
+    the first poll that sees it is already stable.
+    """
 
     def __init__(self, path: str, interval: float, log: StructuredLog) -> None:
         self.log = log
         self.path = path
         self.interval = interval
         self._seen = self._stamp()
+        self._pending: tuple[int, int, int] | None = None  # changed, not yet seen twice
         self._next = time.monotonic() + interval
         self._lock = threading.Lock()
 
-    def _stamp(self) -> tuple[int, int] | None:
+    def _stamp(self) -> tuple[int, int, int] | None:
         try:
             stat = os.stat(self.path)
         except OSError:
             return None
-        return stat.st_mtime_ns, stat.st_size
+        return stat.st_mtime_ns, stat.st_size, stat.st_ino
 
-    def poll(self, schema: Any) -> Config | None:
-        """A new valid config if the file changed since the last look, else None."""
+    def poll(self, schema: Any, current: Config) -> Config | None:
+        """A new valid config if the file changed and has stayed so since the last look."""
         if self.interval <= 0 or time.monotonic() < self._next:
             return None
         if not self._lock.acquire(blocking=False):
@@ -308,31 +337,44 @@ class _Reloader:
             self._next = time.monotonic() + self.interval
             stamp = self._stamp()
             if stamp is None or stamp == self._seen:
+                self._pending = None
                 return None
-            self._seen = stamp
-            try:
-                config = load_config(self.path)
-                _check(config, schema)
-            except ConfigError as error:
-                self.log.log(
-                    logging.ERROR,
-                    "config_reload_failed",
-                    "quotaql: %s; keeping the previous configuration",
-                    error,
-                    file=self.path,
-                )
+            if stamp != self._pending:  # changed since the last look: maybe mid-write
+                self._pending = stamp
                 return None
-            self.log.log(
-                logging.INFO,
-                "config_reloaded",
-                "quotaql: configuration reloaded from %s",
-                self.path,
-                file=self.path,
-            )
-            self.interval = config.limits.reload_interval
-            return config
+            self._seen, self._pending = stamp, None
+            return self._load(schema, current)
         finally:
             self._lock.release()
+
+    def _load(self, schema: Any, current: Config) -> Config | None:
+        try:
+            config = load_config(self.path)
+            _check(config, schema)
+            if current.declares_tiers and not config.declares_tiers:
+                raise ConfigError(
+                    "the new file declares no [tiers] (cut short while being written?);"
+                    " every tenant would fall back to the default tier",
+                    file=self.path,
+                )
+        except ConfigError as error:
+            self.log.log(
+                logging.ERROR,
+                "config_reload_failed",
+                "quotaql: %s; keeping the previous configuration",
+                error,
+                file=self.path,
+            )
+            return None
+        self.log.log(
+            logging.INFO,
+            "config_reloaded",
+            "quotaql: configuration reloaded from %s",
+            self.path,
+            file=self.path,
+        )
+        self.interval = config.limits.reload_interval
+        return config
 
 
 class _Slots:
@@ -514,6 +556,7 @@ class Gate:
         )
         self._checked_schema: Any = None
         self._slots = _Slots()
+        self._denials = DenyCache(self._config.limits.deny_cache_size)
         self._responses = _Responses()
         self._said: set[str] = set()  # what has been logged once
         self._configured(self._config)
@@ -532,6 +575,11 @@ class Gate:
         """The configuration in force."""
         return self._config
 
+    @property
+    def syncs(self) -> bool:
+        """Whether :meth:`begin` (and the storage) can run without awaiting anything."""
+        return not self.is_async and not self.identity.may_await()
+
     def check(self, schema: Any) -> None:
         """Check the cost model and the root-field quotas against ``schema`` (at startup).
 
@@ -547,15 +595,24 @@ class Gate:
         schema: Any,
         query: object,
         rules: Collection[type[ASTValidationRule]] | None = None,
+        *,
+        op: Operation | None = None,
     ) -> DocumentNode | list[GraphQLError]:
-        """``query`` parsed within the ``[cost]`` parser limits and validated (graphql-core's
-        rules, or ``rules``): the document to admit, or the errors to answer with.
+        """``query`` parsed within the ``[cost]`` parser limits, its shape checked (the
+        static pass: :meth:`screen`), then validated (graphql-core's rules, or ``rules``):
+        the document to admit, or the errors to answer with.
 
-        For servers that parse themselves (plain graphql-core, Graphene): nothing is
-        debited for a document this refuses. The errors: ``GRAPHQL_PARSE_FAILED``,
-        ``QUERY_TOO_LARGE`` (``max_tokens``, ``max_length``), ``QUERY_TOO_DEEP`` (nested
-        deeper than the parser follows), and graphql-core's validation errors.
+        For servers that parse themselves (plain graphql-core, Graphene). Give the
+        operation :meth:`begin` made: a subject refused a moment ago is answered its
+        refusal without parsing anything, and a shadow-mode tier's document is not refused
+        by the static pass. The errors: ``GRAPHQL_PARSE_FAILED``, ``QUERY_TOO_LARGE``
+        (``max_tokens``, ``max_length``), ``QUERY_TOO_DEEP``, ``TOO_MANY_ALIASES``,
+        ``TOO_MANY_FIELDS``, ``TOO_MANY_DIRECTIVES``, ``TOO_MANY_ROOT_FIELDS``, and
+        graphql-core's validation errors. :meth:`admit` charges ``[limits] min_charge``
+        for them.
         """
+        if op is not None and op.error is not None:
+            return op.errors  # denied before parsing
         if not isinstance(query, str):
             return [QuotaqlGraphQLError("Send the query as a string.",
                                         extensions={"code": "GRAPHQL_PARSE_FAILED"})]  # fmt: skip
@@ -563,8 +620,39 @@ class Gate:
             document = self.parse_document(query)
         except GraphQLError as error:
             return [error]
+        refusal = self.screen(op, document)
+        if refusal is not None:
+            return [refusal]
         errors = validate(graphql_schema(schema), document, rules)
         return errors or document
+
+    def screen(self, op: Operation | None, document: DocumentNode) -> GraphQLError | None:
+        """The static pass: ``document``'s shape against the ``[cost]`` limits (depth,
+        aliases, root fields, fields, repeated fields, directives), before validation.
+
+        Cheap and bounded (it stops at the first limit crossed), so that a hostile
+        document is refused before graphql-core's validation, whose overlapping-fields rule
+        is quadratic. A shadow-mode ``op`` is not refused: the violation is logged and
+        counted. Returns the refusal to answer, or None.
+        """
+        limits = self._config.cost.limits
+        if op is not None:
+            op.screened = True
+        if not limits.screens:
+            return None
+        try:
+            screen(document, limits)
+        except LimitExceeded as exceeded:
+            if op is not None and op.mode != "enforce":
+                if op.mode == "shadow":
+                    op.violation = exceeded.code
+                    self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, exceeded.code)
+                return None
+            error = graphql_error(exceeded)
+            if op is not None:
+                self._failed(op, [error])
+            return error
+        return None
 
     def parse_document(self, query: str) -> DocumentNode:
         """``query`` parsed within the ``[cost]`` parser limits, for an adapter's parse hook.
@@ -584,6 +672,37 @@ class Gate:
 
     # -- the entry points ------------------------------------------------------------------
 
+    def begin(self, *, context: Any = None, request: Any = None) -> Operation:
+        """Identify who pays for the request about to be parsed, and refuse it at once if
+        the storage refused that subject a moment ago (the deny cache): then
+        :attr:`Operation.refused` holds, and nothing needs parsing.
+
+        Hand the operation to :meth:`parse` and :meth:`admit` (``op=``).
+        """
+        op: Operation = self._drive(self._begin(context, request, False))
+        return op
+
+    async def begin_async(self, *, context: Any = None, request: Any = None) -> Operation:
+        """:meth:`begin` on an event loop (async identity hooks are awaited)."""
+        op: Operation = await self._drive_async(self._begin(context, request, True))
+        return op
+
+    def fail(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
+        """Record that ``op``'s document was refused before pricing (``errors``), without a
+        storage call: :meth:`reject` (or :meth:`admit`) charges for it later, once. For a
+        parse hook that cannot await."""
+        if op.error is None:
+            self._failed(op, errors)
+
+    def reject(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
+        """``op``'s document was refused before it could be priced (it did not parse or
+        validate: ``errors``): answer them, and charge ``[limits] min_charge``."""
+        self._drive(self._reject(op, errors))
+
+    async def reject_async(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
+        """:meth:`reject` on an event loop."""
+        await self._drive_async(self._reject(op, errors))
+
     def admit(
         self,
         schema: Any,
@@ -593,9 +712,14 @@ class Gate:
         *,
         context: Any = None,
         request: Any = None,
+        op: Operation | None = None,
     ) -> Operation:
         """Identify, price and debit one operation; its :attr:`Operation.error` says if it
         must not run.
+
+        Every request pays at least ``[limits] min_charge``: one that does not parse or
+        validate, or that the static limits refuse, pays that much and no more; a request
+        refused for lack of budget pays nothing.
 
         Args:
             schema: a ``graphql.GraphQLSchema``, a ``strawberry.Schema`` or a Graphene one.
@@ -606,13 +730,16 @@ class Gate:
             operation_name: which operation of the document runs.
             context: the GraphQL context, passed to the hooks (``identify``, ...).
             request: the web framework's request (default: ``context["request"]``).
+            op: what :meth:`begin` made of the request (then ``context`` and ``request``
+                are not looked at again).
 
         Raises:
             TypeError: the storage is async: use :meth:`admit_async`.
         """
-        flow = self._admit(schema, document, variables, operation_name, context, request, False)
-        op: Operation = self._drive(flow)
-        return op
+        flow = self._admit(schema, document, variables, operation_name, context, request, False,
+                           op)  # fmt: skip
+        admitted: Operation = self._drive(flow)
+        return admitted
 
     async def admit_async(
         self,
@@ -623,19 +750,30 @@ class Gate:
         *,
         context: Any = None,
         request: Any = None,
+        op: Operation | None = None,
     ) -> Operation:
         """:meth:`admit` on an event loop: storage calls and async hooks are awaited."""
-        flow = self._admit(schema, document, variables, operation_name, context, request, True)
-        op: Operation = await self._drive_async(flow)
-        return op
+        flow = self._admit(schema, document, variables, operation_name, context, request, True,
+                           op)  # fmt: skip
+        admitted: Operation = await self._drive_async(flow)
+        return admitted
 
-    def settle(self, op: Operation, data: Any) -> None:
-        """After execution: count the actual cost from ``data`` and refund what was unused."""
-        self._drive(self._settle(op, data))
+    def settle(
+        self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None = None
+    ) -> None:
+        """After execution: count the actual cost from ``data`` and refund what was unused.
 
-    async def settle_async(self, op: Operation, data: Any) -> None:
+        ``errors`` are the result's errors: what an error erased from ``data`` (a field
+        nulled, up to the nearest nullable parent, or all of ``data``) is charged at its
+        estimate, since its resolvers ran.
+        """
+        self._drive(self._settle(op, data, errors))
+
+    async def settle_async(
+        self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None = None
+    ) -> None:
         """:meth:`settle` on an event loop."""
-        await self._drive_async(self._settle(op, data))
+        await self._drive_async(self._settle(op, data, errors))
 
     def event(self, op: Operation) -> GraphQLError | None:
         """Charge a subscription event about to be delivered; an error ends the subscription.
@@ -680,12 +818,11 @@ class Gate:
         return {"cost": cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)}
 
     def finish(self, op: Operation | None) -> None:
-        """Record the operation (metrics, its span) and free its subscription slot."""
-        if op is None:
+        """Record the operation (metrics, its span) and free its subscription slot; once."""
+        if op is None or op.finished:
             return
+        op.finished = True
         self._free_slot(op)
-        if op.validate_only:
-            return
         report, decision = op.report, op.decision
         operation_type = op.operation_type or "unknown"
         outcome = op.outcome
@@ -698,7 +835,7 @@ class Gate:
                 cost=report.cost if report else None,
                 depth=report.depth if report else None,
                 actual=op.actual,
-                charged=report.cost if report and op.debited else 0.0,
+                charged=op.charge if op.debited else 0.0,
                 refunded=op.refunded,
                 identity=op.subject.source,
             )
@@ -730,17 +867,8 @@ class Gate:
 
     # -- the flows -------------------------------------------------------------------------
 
-    def _admit(
-        self,
-        schema: Any,
-        document: Any,
-        variables: Mapping[str, Any] | None,
-        operation_name: str | None,
-        context: Any,
-        request: Any,
-        can_await: bool,
-    ) -> _Flow:
-        self._refresh(schema)
+    def _begin(self, context: Any, request: Any, can_await: bool) -> _Flow:
+        """Who pays, the tier, what the ``GraphQL-Cost`` header asks, and the deny cache."""
         config = self._config
         if request is None:
             request = web.request_of(context)
@@ -757,10 +885,41 @@ class Gate:
         tier = self._tier(subject, context)
         header = _cost_header(request)
         op = Operation(subject, tier, tier.mode or config.limits.mode, header)
-        if isinstance(document, list):  # what parse() refused: answered, nothing debited
-            if document:
-                op.refuse(document[0], None, *document[1:])
+        if op.mode == "off" and header is None:
             return op
+        if self.tracing is not None:
+            op.span = self.tracing.start()
+        if op.mode == "enforce" and len(self._denials):
+            denial = self._denials.before_parsing(_denial_key(subject))
+            if denial is not None:  # even the cheapest request would be refused
+                minimum = max(config.limits.min_charge, 0.0)
+                self._deny(op, denial.decision._replace(cost=minimum), denial.quotas)
+        return op
+
+    def _admit(
+        self,
+        schema: Any,
+        document: Any,
+        variables: Mapping[str, Any] | None,
+        operation_name: str | None,
+        context: Any,
+        request: Any,
+        can_await: bool,
+        op: Operation | None,
+    ) -> _Flow:
+        self._refresh(schema)
+        config = self._config
+        if op is None:
+            op = yield from self._begin(context, request, can_await)
+        if op.error is not None:  # denied, or refused before pricing (charged once)
+            if op.failed:
+                yield from self._charge_minimum(op)
+            return op
+        if isinstance(document, list):  # what parse() refused
+            if document:
+                yield from self._reject(op, document)
+            return op
+        header = op.header
         if document is None or (op.mode == "off" and header is None):
             return op
         _current.set(op)
@@ -770,23 +929,37 @@ class Gate:
             # A subscription always runs (its stream is not a result a header can replace):
             # priced and debited like any other, with the breakdown "validate" asked for.
             op.header = header = "report"
-        if self.tracing is not None:
-            op.span = self.tracing.start()
+        subject = op.subject
         if subject.rejected and op.mode != "off":
             yield from self._reject_key(op)  # before any pricing: guessing keys is cheap
-            if op.error is not None:
+            if op.refused:
                 return op
-        if not self._price(op, schema, document, variables, operation_name):
+        if not op.screened and isinstance(document, DocumentNode):
+            self.screen(op, document)  # a document the adapter did not screen
+        if op.refused or not self._price(op, schema, document, variables,
+                                                   operation_name):  # fmt: skip
+            yield from self._charge_minimum(op)
             return op
         report = op.report
         assert report is not None  # priced
         if header is not None:
             op.breakdown = report.by_coordinate
-        if header == "validate" or op.mode == "off":
-            return op  # priced, not run (validate) or not limited (off): nothing debited
+        if op.mode == "off":
+            return op  # priced, not limited: nothing debited
+        if header == "validate":
+            yield from self._charge_minimum(op)  # priced, not run: it pays the minimum
+            return op
+        minimum = config.limits.min_charge
+        op.charge = charge = max(report.cost, minimum)
         op.quotas, op.costs = config.charges_for(
-            subject, report, tier if self.tier_resolver is not None else None
-        )
+            subject, report, op.tier if self.tier_resolver is not None else None,
+            charge if charge != report.cost else None,
+        )  # fmt: skip
+        if op.mode == "enforce" and len(self._denials):
+            denial = self._denials.priced(_denial_key(subject), charge)
+            if denial is not None:  # no cheaper than what was refused, before its time
+                self._deny(op, denial.decision._replace(cost=charge), op.quotas)
+                return op
         subscription = report.operation_type == "subscription"
         if subscription:
             limit = config.limits.max_subscriptions
@@ -795,14 +968,72 @@ class Gate:
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
                 return op
         try:
-            decision: Decision = yield ("acquire", subject.key, op.cost, op.quotas, op.costs)
+            decision: Decision = yield ("acquire", subject.key, charge, op.quotas, op.costs)
         except BaseException:  # closed by its driver: no operation for the adapter to finish
             self._free_slot(op)
             raise
         self._decided(op, decision)
-        if op.error is not None:  # refused: the subscription never opens
+        if op.refused:  # refused: the subscription never opens
             self._free_slot(op)
         return op
+
+    def _reject(self, op: Operation, errors: Sequence[GraphQLError]) -> _Flow:
+        """Refused before pricing: answer ``errors``, charge the minimum."""
+        if op.error is None:
+            self._failed(op, errors)
+        if op.failed:
+            yield from self._charge_minimum(op)
+
+    def _failed(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
+        op.refuse(errors[0], None, *errors[1:])
+        op.failed = True
+        code = op.code or "GRAPHQL_VALIDATION_FAILED"
+        self._log(op, names.REJECTED, "quotaql: rejected %s: %s", code, errors[0].message)
+
+    def _charge_minimum(self, op: Operation) -> _Flow:
+        """``[limits] min_charge`` from ``op``'s subject: a request refused before pricing,
+        a static-limit refusal, or a ``GraphQL-Cost: validate`` request. Out of budget, it
+        is refused ``RATE_LIMITED`` (an invalid document keeps its errors) and pays
+        nothing; charged once."""
+        config = self._config
+        minimum = config.limits.min_charge
+        if op.mode == "off" or minimum <= 0 or op.decision is not None or op.denied:
+            return
+        tier = op.tier if self.tier_resolver is not None else None
+        quotas, costs = config.charges_for(op.subject, None, tier, minimum)
+        op.quotas, op.costs, op.charge = quotas, costs, minimum
+        decision: Decision = yield ("acquire", op.subject.key, minimum, quotas, costs)
+        op.decision = decision
+        if decision.allowed:
+            return
+        if op.mode != "enforce":
+            self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, error_code(decision))
+            return
+        self._remember(op, decision)
+        if op.error is None:  # a validate-only request: refused like any other
+            self._refuse(op, rate_limit_error(self._jittered(decision)))
+
+    def _deny(self, op: Operation, decision: Decision, quotas: tuple[Quota, ...]) -> None:
+        """Refuse ``op`` from the deny cache: the storage refused its subject a moment ago."""
+        op.denied = True
+        op.decision = decision = self._jittered(decision)
+        op.quotas = quotas
+        self._refuse(op, rate_limit_error(decision))
+        self._log(op, names.DENIED, "quotaql: denied %s (deny cache): retry in %.3g s",
+                  RATE_LIMITED, decision.retry_after or 0.0)  # fmt: skip
+
+    def _remember(self, op: Operation, decision: Decision) -> None:
+        """Keep a refusal of ``op``'s subject in the deny cache (when waiting helps)."""
+        minimum = self._config.limits.min_charge
+        self._denials.remember(_denial_key(op.subject), decision, op.quotas, min_charge=minimum)
+
+    def _jittered(self, decision: Decision) -> Decision:
+        """``decision`` with its retry time plus up to ``retry_jitter`` of it: never less."""
+        jitter = self._config.limits.retry_jitter
+        retry = decision.retry_after
+        if not jitter or not retry or not math.isfinite(retry):
+            return decision
+        return decision._replace(retry_after=retry * (1.0 + jitter * random.random()))  # noqa: S311
 
     def _price(
         self,
@@ -834,13 +1065,16 @@ class Gate:
     def _reject_key(self, op: Operation) -> _Flow:
         """An unknown key under ``unknown_keys = "reject"``: the address pays for the try."""
         quota = op.tier.quota
-        decision: Decision = yield ("acquire", op.subject.key, _REJECTED_KEY_CHARGE, (quota,), None)
-        op.quotas, op.decision = (quota,), decision
+        charge = max(_REJECTED_KEY_CHARGE, self._config.limits.min_charge)
+        decision: Decision = yield ("acquire", op.subject.key, charge, (quota,), None)
+        op.quotas, op.decision, op.charge = (quota,), decision, charge
         header = self._config.identity.api_key_header
         if op.mode != "enforce":
             self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, "UNKNOWN_API_KEY")
             return
         if not decision.allowed and decision.reason == "rate_limited":
+            self._remember(op, decision)  # the address's next tries are refused from memory
+            op.decision = decision = self._jittered(decision)
             self._refuse(op, rate_limit_error(decision))  # key guessing runs its address dry
         else:
             self._refuse(op, unknown_key_error(header))
@@ -852,6 +1086,8 @@ class Gate:
         if not decision.allowed:
             code = error_code(decision)
             if op.mode == "enforce":
+                self._remember(op, decision)
+                op.decision = decision = self._jittered(decision)
                 error = self._refuse(op, rate_limit_error(decision))
                 self._log(op, names.BLOCKED, "quotaql: blocked %s: %s", code, error.message)
                 return
@@ -860,8 +1096,8 @@ class Gate:
             fail_open = decision.source == "fail_open"
             op.span.add_event(names.EVENT_FAIL_OPEN if fail_open else names.EVENT_FAIL_CLOSED)
 
-    def _settle(self, op: Operation, data: Any) -> _Flow:
-        amount, amounts = self._refund_amounts(op, data)
+    def _settle(self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None) -> _Flow:
+        amount, amounts = self._refund_amounts(op, data, errors)
         if amount > 0:
             yield ("refund", op.subject.key, amount, op.quotas, amounts)
         op.refunded = amount
@@ -871,8 +1107,11 @@ class Gate:
             if op.decision is not None:
                 op.decision = _refunded(op.decision, amount, amounts)
 
-    def _refund_amounts(self, op: Operation, data: Any) -> tuple[float, tuple[float, ...] | None]:
-        """The actual cost (when shown or refunded), and what to give back to each quota."""
+    def _refund_amounts(
+        self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None
+    ) -> tuple[float, tuple[float, ...] | None]:
+        """The actual cost (when shown or refunded), and what to give back to each quota:
+        never below ``min_charge``."""
         report = op.report
         if report is None or op.error is not None or op.header == "validate":
             return 0.0, None
@@ -884,9 +1123,10 @@ class Gate:
             return 0.0, None
         op.actual = actual_cost(
             op.schema, op.document, data, op.variables, report.operation_name,
-            self._config.cost.model,
+            self._config.cost.model, **({"errors": errors} if errors else {}),
         )  # fmt: skip
-        amount = max(0.0, report.cost - op.actual) if refund else 0.0
+        kept = max(op.actual, limits.min_charge)
+        amount = max(0.0, op.charge - kept) if refund else 0.0
         quotas = op.quotas
         if amount <= 0 or (len(quotas) == 1 and quotas[0].refundable):
             return amount, None
@@ -897,12 +1137,12 @@ class Gate:
         op.events += 1
         if op.events == 1 or op.mode == "off" or not op.quotas or op.error is not None:
             return None  # the first event was paid when the subscription started
-        decision: Decision = yield ("acquire", op.subject.key, op.cost, op.quotas, op.costs)
+        decision: Decision = yield ("acquire", op.subject.key, op.charge, op.quotas, op.costs)
         if self.metrics is not None:
             outcome = names.ALLOWED if decision.allowed else names.BLOCKED
             if not decision.allowed and op.mode != "enforce":
                 outcome = names.SHADOW_BLOCKED
-            charged = op.cost if decision.allowed and decision.source != "fail_open" else 0.0
+            charged = op.charge if decision.allowed and decision.source != "fail_open" else 0.0
             self.metrics.event(outcome, op.tier.name, charged)
         if decision.allowed:
             op.decision = decision  # what the subscriber has left now
@@ -910,7 +1150,7 @@ class Gate:
         if op.mode != "enforce":
             self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, error_code(decision))
             return None
-        op.decision = decision
+        op.decision = decision = self._jittered(decision)
         error = self._refuse(op, rate_limit_error(decision))
         self._log(op, names.BLOCKED, "quotaql: ended a subscription %s: %s", RATE_LIMITED,
                   error.message)  # fmt: skip
@@ -998,9 +1238,10 @@ class Gate:
         if self._checked_schema is not schema:
             self.check(schema)
         if self._reloader is not None:
-            config = self._reloader.poll(schema)
+            config = self._reloader.poll(schema, self._config)
             if config is not None:
                 self._config = config
+                self._denials = DenyCache(config.limits.deny_cache_size)  # new budgets
                 self._configured(config)
 
     def _configured(self, config: Config) -> None:
@@ -1163,6 +1404,12 @@ def _refunded(decision: Decision, amount: float, amounts: Sequence[float] | None
         reset_after=tightest.reset_after,
         quotas=back,
     )
+
+
+def _denial_key(subject: Subject) -> str:
+    """The deny cache's key: a user's refusal (``per_user``) is not its tenant's."""
+    user = subject.user
+    return subject.key if user is None else f"{subject.key}\0{user}"
 
 
 def _operation_type(document: Any, operation_name: str | None) -> str | None:

@@ -173,9 +173,11 @@ def test_wrong_variables_get_bad_user_input(limiter: CostLimiter) -> None:
     assert shop.resolver_calls == []
 
 
-def test_graphql_cost_validate_prices_without_running_or_debiting(limiter: CostLimiter) -> None:
+def test_graphql_cost_validate_prices_without_running_and_pays_the_minimum(
+    limiter: CostLimiter,
+) -> None:
     schema = shop.make_schema(limiter)
-    for _ in range(3):
+    for number in range(1, 4):
         result = schema.execute_sync(
             EXPENSIVE, context_value=context("t", **{"GraphQL-Cost": "validate"})
         )
@@ -184,10 +186,15 @@ def test_graphql_cost_validate_prices_without_running_or_debiting(limiter: CostL
         cost = result.extensions["cost"]
         assert cost["requestedQueryCost"] == 70
         assert cost["breakdown"] == {"Query.products": 20, "Product.reviews": 50}
+        # It reports what remains after the minimum charge it paid, not the 70.
+        available = cost["throttleStatus"]["currentlyAvailable"]
+        assert available == pytest.approx(100 - number, abs=0.01)
     assert shop.resolver_calls == []
-    # Nothing was debited: the whole budget is there.
+    # Each paid [limits] min_charge (1), and `{ hello }` (priced 0) pays it too.
     after = schema.execute_sync("{ hello }", context_value=context("t"))
-    assert after.extensions["cost"]["throttleStatus"]["currentlyAvailable"] == 100
+    assert after.extensions["cost"]["throttleStatus"]["currentlyAvailable"] == pytest.approx(
+        96, abs=0.01
+    )
 
 
 def test_graphql_cost_report_runs_and_adds_the_breakdown(limiter: CostLimiter) -> None:

@@ -28,7 +28,7 @@ from quotaql.config.values import (
     TenantConfig,
     TierConfig,
 )
-from quotaql.cost_analysis.model import CostLimits, CostModel, FieldCost
+from quotaql.cost_analysis.model import SAFE_LIMITS, CostLimits, CostModel, FieldCost
 from quotaql.errors import ConfigError
 from quotaql.identity import FORWARDED_HEADERS, MAX_HOPS, UNKNOWN_KEY_MODES, IdentityConfig
 from quotaql.observability.thresholds import (
@@ -73,6 +73,9 @@ _LIMIT_KEYS: Final = (
     "max_root_fields",
     "max_tokens",
     "max_length",
+    "max_fields",
+    "max_repeated_fields",
+    "max_directives",
 )
 _FIELD_COST_KEYS: Final = (
     "weight",
@@ -93,6 +96,11 @@ _LIMITS_KEYS: Final = (
     "http_status",
     "reload_interval",
     "max_subscriptions",
+    "min_charge",
+    "retry_jitter",
+    "deny_cache_size",
+    "local_share",
+    "open_cap",
 )
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")
 _WINDOW_KEYS: Final = ("limit", "window_seconds")
@@ -309,13 +317,19 @@ def _parse_cost(cost: _Table) -> CostConfig:
         )
         limits = CostLimits(
             max_cost=cost.get("max_cost", _non_negative_number),
-            max_depth=cost.get("max_depth", _size),
-            max_aliases=cost.get("max_aliases", _size),
-            max_root_fields=cost.get("max_root_fields", _size),
-            max_tokens=cost.get("max_tokens", _size),
-            max_length=cost.get("max_length", _size),
+            **{name: _limit_or_safe(cost, name) for name in _LIMIT_KEYS if name != "max_cost"},
         )
     return CostConfig(model=model, limits=limits)
+
+
+def _limit_or_safe(cost: _Table, name: str) -> int | None:
+    """A document limit of ``[cost]``: the key's integer, None for ``false`` (no limit), or
+    the safe default (``SAFE_LIMITS``) when the key is absent."""
+    value = cost.get(name, _size_or_off)
+    if value is None:
+        safe: int | None = getattr(SAFE_LIMITS, name)
+        return safe
+    return None if value is False else value
 
 
 def _parse_operation_weights(table: _Table) -> dict[str, float]:
@@ -386,6 +400,11 @@ def _parse_limits(limits: _Table) -> LimitsConfig:
     http_status = limits.get("http_status", _http_status)
     reload_interval = limits.get("reload_interval", _non_negative_number)
     max_subscriptions = limits.get("max_subscriptions", _size)
+    min_charge = limits.get("min_charge", _non_negative_number)
+    retry_jitter = limits.get("retry_jitter", _fraction)
+    deny_cache_size = limits.get("deny_cache_size", _size)
+    local_share = limits.get("local_share", _fraction)
+    open_cap = limits.get("open_cap", _fraction)
     with limits.blame():
         return LimitsConfig(
             mode=_default(mode, defaults.mode),
@@ -397,6 +416,11 @@ def _parse_limits(limits: _Table) -> LimitsConfig:
             http_status=_default(http_status, defaults.http_status),
             reload_interval=_default(reload_interval, defaults.reload_interval),
             max_subscriptions=_default(max_subscriptions, defaults.max_subscriptions),
+            min_charge=_default(min_charge, defaults.min_charge),
+            retry_jitter=_default(retry_jitter, defaults.retry_jitter),
+            deny_cache_size=_default(deny_cache_size, defaults.deny_cache_size),
+            local_share=_default(local_share, defaults.local_share),
+            open_cap=open_cap,
         )
 
 
@@ -659,6 +683,7 @@ def _build(doc: _Document) -> Config:
             source=doc.file,
             alerts=alerts,
             identity=identity,
+            declares_tiers=tier_keys.present,
         )
 
 
@@ -806,6 +831,26 @@ def _size(doc: _Document, path: KeyPath, value: object) -> int:
     if value < 0:
         raise doc.error(path, f"expected an integer >= 0, got {value}")
     return value
+
+
+def _size_or_off(doc: _Document, path: KeyPath, value: object) -> int | Literal[False]:
+    if value is False:
+        return False
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        shown = value if isinstance(value, int) and not isinstance(value, bool) else None
+        raise doc.error(
+            path,
+            "expected an integer >= 0, or false for no limit, got "
+            + (str(shown) if shown is not None else describe_value(value)),
+        )
+    return value
+
+
+def _fraction(doc: _Document, path: KeyPath, value: object) -> float:
+    number = _non_negative_number(doc, path, value)
+    if number > 1:
+        raise doc.error(path, f"expected a number from 0 to 1, got {value}")
+    return number
 
 
 def _number(doc: _Document, path: KeyPath, value: object) -> float:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, get_args
 
 from quotaql.config.locator import render_key
 from quotaql.cost_analysis._compile import graphql_schema
-from quotaql.cost_analysis.model import CostLimits, CostModel
+from quotaql.cost_analysis.model import SAFE_LIMITS, CostLimits, CostModel
 from quotaql.errors import ConfigError
 from quotaql.identity import IdentityConfig
 from quotaql.limiter import BackendErrorMode
@@ -44,11 +44,12 @@ class CostConfig:
 
     Attributes:
         model: weights, list sizes and operation weights that price an operation.
-        limits: static limits checked before any resolver runs.
+        limits: static limits checked before any resolver runs (:data:`SAFE_LIMITS`
+            unless the file says otherwise).
     """
 
     model: CostModel = field(default_factory=CostModel)
-    limits: CostLimits = field(default_factory=CostLimits)
+    limits: CostLimits = SAFE_LIMITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,17 @@ class LimitsConfig:
         max_subscriptions: the most subscriptions one subject may have open at once, over
             all its connections, in each server process (``TOO_MANY_SUBSCRIPTIONS``
             beyond); None (in code only: TOML has no null) for no limit.
+        min_charge: what every request that reaches quotaql pays at least: a document
+            that does not parse or validate, a static-limit refusal, a ``GraphQL-Cost:
+            validate`` request, an operation the model prices below it.
+        retry_jitter: a refusal's ``Retry-After`` and ``retryAfter`` are the exact wait
+            plus up to this share of it, at random (0.1: up to +10 %), so that refused
+            clients do not all come back at once.
+        deny_cache_size: most subjects the local deny cache keeps (0: no cache).
+        local_share: the share of a quota's capacity a subject starts from in the
+            ``local`` fallback when Redis never reported its state to this process.
+        open_cap: with ``on_backend_error = "open"``, the share of each quota's capacity
+            a subject may use per process while the storage is down; None: no limit.
     """
 
     mode: Mode = "enforce"
@@ -80,6 +92,11 @@ class LimitsConfig:
     http_status: int = 429
     reload_interval: float = 2.0
     max_subscriptions: int | None = 100
+    min_charge: float = 1.0
+    retry_jitter: float = 0.1
+    deny_cache_size: int = 10_000
+    local_share: float = 0.1
+    open_cap: float | None = None
 
     def __post_init__(self) -> None:
         for name, choices in (
@@ -109,6 +126,29 @@ class LimitsConfig:
         cap = self.max_subscriptions
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise ConfigError(f"max_subscriptions must be an integer >= 0, got {cap!r}")
+        size = self.deny_cache_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ConfigError(f"deny_cache_size must be an integer >= 0, got {size!r}")
+        for name, low, high in (
+            ("min_charge", 0.0, math.inf),
+            ("retry_jitter", 0.0, 1.0),
+            ("local_share", 0.0, 1.0),
+        ):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not low <= value <= high
+                or math.isnan(value)
+                or (high == math.inf and not math.isfinite(value))
+            ):
+                bounds = f"from {low:g} to {high:g}" if high < math.inf else f">= {low:g}"
+                raise ConfigError(f"{name} must be a number {bounds}, got {value!r}")
+        share = self.open_cap
+        if share is not None and (
+            isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1
+        ):
+            raise ConfigError(f"open_cap must be a number above 0 and at most 1, got {share!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +225,8 @@ class Config:
         source: the file the configuration was read from; ``None`` for defaults.
         alerts: the ``[alerts]`` table.
         identity: the ``[identity]`` table: where subjects come from.
+        declares_tiers: the file has a ``[tiers]`` table (else its one tier is the
+            default ``free``): a reload never goes from one to a file without.
     """
 
     cost: CostConfig
@@ -195,6 +237,7 @@ class Config:
     source: str | None = None
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     identity: IdentityConfig = field(default_factory=IdentityConfig)
+    declares_tiers: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))
@@ -235,7 +278,11 @@ class Config:
         return tuple(quotas)
 
     def charges_for(
-        self, subject: Subject, report: CostReport, tier: TierConfig | None = None
+        self,
+        subject: Subject,
+        report: CostReport | None,
+        tier: TierConfig | None = None,
+        charge: float | None = None,
     ) -> tuple[tuple[Quota, ...], tuple[float, ...] | None]:
         """The quotas one operation of ``subject`` pays into, and what each is debited.
 
@@ -246,6 +293,10 @@ class Config:
         a field the cost model prices at 0 still counts its calls); the global quota.
         All in one atomic call of the storage.
 
+        ``charge`` is what the subject's, the user's, the operation's and the global quota
+        pay (default: the report's cost); without a report (a request refused before it
+        was priced pays ``charge``) no operation or root-field quota applies.
+
         Returns:
             The quotas, and their amounts when they differ from the operation's cost
             (None: every quota pays :attr:`CostReport.cost`).
@@ -253,18 +304,18 @@ class Config:
         tier, own = self._tier_quota(subject.tenant, tier)
         if not (tier.per_user or tier.operations or tier.fields or self.global_quota):
             return (own,), None  # the common case: one quota
-        cost = report.cost
+        cost = charge if charge is not None else report.cost if report is not None else 0.0
         quotas, costs = [own], [cost]
         if subject.user is not None and tier.per_user is not None:
             quotas.append(_per_user(tier.per_user, subject.user))
             costs.append(cost)
-        name = report.operation_name
+        name = report.operation_name if report is not None else None
         operation = tier.operations.get(name) if name is not None else None
         if operation is not None:
             quotas.append(operation)
             costs.append(cost)
         fields = tier.fields
-        if fields:
+        if fields and report is not None:
             for coordinate, root in report.root_field_costs.items():
                 quota = fields.get(coordinate)
                 if quota is not None:

@@ -10,7 +10,7 @@ from typing import Literal
 from quotaql._graphql_compat import GRAPHQL_CORE_VERSION, HAS_PARSER_LIMITS
 from quotaql.errors import ConfigError
 
-__all__ = ["CostLimits", "CostModel", "FieldCost", "OperationType"]
+__all__ = ["SAFE_LIMITS", "CostLimits", "CostModel", "FieldCost", "OperationType"]
 
 OperationType = Literal["query", "mutation", "subscription"]
 
@@ -171,6 +171,15 @@ class CostLimits:
         max_root_fields: most fields in the root selection set, fragments expanded.
         max_tokens: most lexical tokens the parser reads before giving up.
         max_length: most characters in a document the parser accepts.
+        max_fields: most fields the whole document selects, fragments expanded where
+            they are spread (an unused fragment counted once).
+        max_repeated_fields: most fields one selection set may select under the same
+            response name, fragments expanded (graphql-core's overlapping-fields rule
+            compares each pair of them).
+        max_directives: most directives on one field, fragment or operation.
+
+    A ``CostLimits()`` limits nothing (the analyzer's API); a configuration starts from
+    :data:`SAFE_LIMITS`.
     """
 
     max_cost: float | None = None
@@ -179,6 +188,21 @@ class CostLimits:
     max_root_fields: int | None = None
     max_tokens: int | None = None
     max_length: int | None = None
+    max_fields: int | None = None
+    max_repeated_fields: int | None = None
+    max_directives: int | None = None
+
+    @property
+    def screens(self) -> bool:
+        """Whether any limit of the document's shape is set (the gate's static pass)."""
+        return (
+            self.max_depth is not None
+            or self.max_aliases is not None
+            or self.max_root_fields is not None
+            or self.max_fields is not None
+            or self.max_repeated_fields is not None
+            or self.max_directives is not None
+        )
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
@@ -201,6 +225,21 @@ class CostLimits:
                 "max_tokens and max_length need graphql-core 3.2.14 or later (3.3.2 or later"
                 f" on 3.3); graphql-core {GRAPHQL_CORE_VERSION} is installed"
             )
+
+
+#: The limits every configuration starts from (``[cost]`` keys override each): chosen so
+#: that the introspection queries of GraphiQL, Apollo's tools and Strawberry pass, and so
+#: that no document within them costs graphql-core's validation more than a few
+#: milliseconds (docs/operations.md, "Hostile traffic").
+SAFE_LIMITS: CostLimits = CostLimits(
+    max_depth=20,
+    max_aliases=100,
+    max_tokens=15_000,
+    max_length=100_000,
+    max_fields=1_000,
+    max_repeated_fields=30,
+    max_directives=20,
+)
 
 
 def _check_number(name: str, value: object) -> float:

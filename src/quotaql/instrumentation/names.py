@@ -56,16 +56,22 @@ BLOCKED: Final = "blocked"
 SHADOW_BLOCKED: Final = "shadow_blocked"
 """Would have been refused; shadow mode let it run."""
 REJECTED: Final = "rejected"
-"""Refused by the analysis: a static limit, bad variables."""
+"""Refused before it was priced or by the analysis: a document that does not parse or
+validate, a static limit, bad variables (each paid ``[limits] min_charge``)."""
 FAIL_OPEN: Final = "fail_open"
 FAIL_CLOSED: Final = "fail_closed"
 UNKNOWN_KEY: Final = "unknown_key"
 """Refused: an API key no tenant has (``[identity] unknown_keys = "reject"``)."""
 TOO_MANY_SUBSCRIPTIONS: Final = "too_many_subscriptions"
 """Refused: the subject has ``[limits] max_subscriptions`` open already."""
+DENIED: Final = "denied"
+"""Refused from the local deny cache (``RATE_LIMITED``): the storage refused the subject a
+moment ago and its retry time has not come; nothing was parsed and the storage not asked."""
+VALIDATED: Final = "validated"
+"""Priced, not run (``GraphQL-Cost: validate``): it paid ``[limits] min_charge``."""
 DECISIONS: Final = (
     ALLOWED, BLOCKED, SHADOW_BLOCKED, REJECTED, FAIL_OPEN, FAIL_CLOSED, UNKNOWN_KEY,
-    TOO_MANY_SUBSCRIPTIONS,
+    TOO_MANY_SUBSCRIPTIONS, DENIED, VALIDATED,
 )  # fmt: skip
 
 #: Where a subject came from (``quotaql.identity.IdentitySource``): the values of ``source``.

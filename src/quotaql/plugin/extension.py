@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from graphql import ExecutionResult
+from graphql import ExecutionResult, GraphQLError
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
@@ -80,17 +80,21 @@ class CostLimiter(Adapter):
         an async view); else the sync hooks, which cost Strawberry less.
         """
         gate = self.gate
-        limits = gate.config.cost.limits
-        parsing = limits.max_tokens is not None or limits.max_length is not None
         if gate.is_async or (gate.identity.may_await() and _on_event_loop()):
-            kind: type[_Extension] = _AsyncParsingExtension if parsing else _AsyncExtension
-        else:
-            kind = _SyncParsingExtension if parsing else _SyncExtension
-        return kind(gate, quiet=self.quiet_logs)
+            return _AsyncExtension(gate, quiet=self.quiet_logs)
+        return _SyncExtension(gate, quiet=self.quiet_logs)
 
 
 class _Extension(SchemaExtension):
-    """What the sync and async extensions share: everything but the gate calls' colour."""
+    """What the sync and async extensions share: everything but the gate calls' colour.
+
+    The hooks, in Strawberry's order: ``on_operation`` identifies who pays (the deny cache
+    may refuse at once); ``on_parse`` answers that refusal before anything is parsed, and
+    parses within the parser limits; ``on_validate`` runs the static pass before
+    Strawberry's validation (refused documents are never validated) and charges a document
+    that fails either; ``on_execute`` prices and debits, then refunds; ``on_operation``
+    records the operation when it ends (a subscription's, when its stream closes).
+    """
 
     def __init__(self, gate: Gate, *, quiet: bool = True) -> None:
         super().__init__()
@@ -98,18 +102,42 @@ class _Extension(SchemaExtension):
         self._quiet = quiet
         self._op: Operation | None = None
 
-    def on_operation(self) -> Iterator[None]:
-        # A subscription lives until its stream closes, long after on_execute: this is
-        # where it ends (normally, cancelled, or by its client) and frees its slot.
-        try:
-            yield
-        finally:
-            op = self._op
-            if op is not None and op.operation_type == "subscription":
-                self._gate.finish(op)
-
     def get_results(self) -> dict[str, Any]:
         return self._gate.results(self._op)
+
+    def _refused_early(self, op: Operation) -> None:
+        """Answer a refusal made before parsing (the deny cache): no document is parsed."""
+        ctx = self.execution_context
+        self._gate.respond(op, web.response_of(ctx.context))
+        if self._quiet and op.status is not None:
+            web.quiet_refusal(web.request_of(ctx.context))
+        raise op.errors[0]
+
+    def _parse(self) -> GraphQLError | None:
+        """Parse here (once), within the parser limits: the error to charge, if any."""
+        ctx = self.execution_context
+        if ctx.graphql_document is None and ctx.query:
+            try:
+                ctx.graphql_document = self._gate.parse_document(ctx.query)
+            except GraphQLError as error:
+                return error
+        return None
+
+    def _screen(self, op: Operation) -> GraphQLError | None:
+        """The static pass, before Strawberry validates (which it then does not)."""
+        document = self.execution_context.graphql_document
+        if document is None:
+            return None
+        return self._gate.screen(op, document)
+
+    def _invalid(self, op: Operation) -> list[GraphQLError] | None:
+        """The errors Strawberry's validation found, to charge (once)."""
+        errors = self.execution_context.pre_execution_errors
+        return list(errors) if errors and not op.failed else None
+
+    def _refused(self, op: Operation) -> None:
+        """The static pass refused: Strawberry answers the error and skips validation."""
+        self.execution_context.pre_execution_errors = op.errors
 
     def _admitted(self, op: Operation) -> None:
         """Refuse (or validate without running) before execution."""
@@ -123,7 +151,7 @@ class _Extension(SchemaExtension):
                 raise op.error  # Strawberry does not look at ctx.result before subscribing
             ctx.result = ExecutionResult(data=None, errors=[op.error])
         elif op.validate_only:
-            ctx.result = ExecutionResult(data=None)  # priced, not run, nothing debited
+            ctx.result = ExecutionResult(data=None)  # priced, not run: it paid the minimum
 
     def _charged(self, result: Any, op: Operation) -> None:
         """An event's ``extensions.cost`` after its charge (Strawberry built it before)."""
@@ -137,17 +165,15 @@ class _Extension(SchemaExtension):
         result = self.execution_context.result
         return op.runs and not hasattr(result, "initial_result")
 
-    def _data(self) -> Any:
-        return getattr(self.execution_context.result, "data", None)
+    def _result(self) -> tuple[Any, list[GraphQLError] | None]:
+        """What execution returned: its data and errors (an error's erasure is charged)."""
+        result = self.execution_context.result
+        return getattr(result, "data", None), getattr(result, "errors", None)
 
     def _answered(self, op: Operation) -> None:
         """After execution: status and headers on the response, unless it was refused."""
         if op.error is None:
             self._gate.respond(op, web.response_of(self.execution_context.context))
-
-    def _done(self, op: Operation | None) -> None:
-        if op is not None and op.operation_type != "subscription":
-            self._gate.finish(op)
 
     def _admit_arguments(self) -> tuple[Any, ...]:
         ctx = self.execution_context
@@ -163,19 +189,44 @@ def _on_event_loop() -> bool:
 
 
 class _SyncExtension(_Extension):
+    def on_operation(self) -> Iterator[None]:
+        # A subscription lives until its stream closes, long after on_execute: this is
+        # where every operation ends (normally, cancelled, refused or by its client).
+        self._op = self._gate.begin(context=self.execution_context.context)
+        try:
+            yield
+        finally:
+            self._gate.finish(self._op)
+
+    def on_parse(self) -> Iterator[None]:
+        op = self._op
+        if op is not None and op.refused:
+            self._refused_early(op)
+        error = self._parse()
+        if error is not None and op is not None:
+            self._gate.reject(op, [error])
+            raise error
+        yield
+
+    def on_validate(self) -> Iterator[None]:
+        op = self._op
+        if op is not None and self._screen(op) is not None:
+            self._gate.reject(op, op.errors)
+            self._refused(op)
+        yield
+        errors = self._invalid(op) if op is not None else None
+        if errors and op is not None:
+            self._gate.reject(op, errors)
+
     def on_execute(self) -> Iterator[None]:
         gate, ctx = self._gate, self.execution_context
-        op = None
         with operation_scope():
-            try:
-                op = gate.admit(*self._admit_arguments(), context=ctx.context)
-                self._admitted(op)
-                yield
-                if self._settles(op):
-                    gate.settle(op, self._data())
-                self._answered(op)
-            finally:
-                self._done(op)
+            op = gate.admit(*self._admit_arguments(), context=ctx.context, op=self._op)
+            self._admitted(op)
+            yield
+            if self._settles(op):
+                gate.settle(op, *self._result())
+            self._answered(op)
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
         op = self._op
@@ -188,19 +239,43 @@ class _SyncExtension(_Extension):
 
 
 class _AsyncExtension(_Extension):
+    async def on_operation(self) -> AsyncIterator[None]:
+        self._op = await self._gate.begin_async(context=self.execution_context.context)
+        try:
+            yield
+        finally:
+            self._gate.finish(self._op)
+
+    async def on_parse(self) -> AsyncIterator[None]:
+        op = self._op
+        if op is not None and op.refused:
+            self._refused_early(op)
+        error = self._parse()
+        if error is not None and op is not None:
+            await self._gate.reject_async(op, [error])
+            raise error
+        yield
+
+    async def on_validate(self) -> AsyncIterator[None]:
+        op = self._op
+        if op is not None and self._screen(op) is not None:
+            await self._gate.reject_async(op, op.errors)
+            self._refused(op)
+        yield
+        errors = self._invalid(op) if op is not None else None
+        if errors and op is not None:
+            await self._gate.reject_async(op, errors)
+
     async def on_execute(self) -> AsyncIterator[None]:
         gate, ctx = self._gate, self.execution_context
-        op = None
         with operation_scope():
-            try:
-                op = await gate.admit_async(*self._admit_arguments(), context=ctx.context)
-                self._admitted(op)
-                yield
-                if self._settles(op):
-                    await gate.settle_async(op, self._data())
-                self._answered(op)
-            finally:
-                self._done(op)
+            op = await gate.admit_async(*self._admit_arguments(), context=ctx.context,
+                                        op=self._op)  # fmt: skip
+            self._admitted(op)
+            yield
+            if self._settles(op):
+                await gate.settle_async(op, *self._result())
+            self._answered(op)
 
     async def on_stream_result(self, result: Any) -> AsyncIterator[None]:
         op = self._op
@@ -210,21 +285,3 @@ class _AsyncExtension(_Extension):
                 raise error  # ends the subscription with this error as its last payload
             self._charged(result, op)
         yield
-
-
-def _parse_with_limits(self: _Extension) -> Iterator[None]:
-    """``on_parse`` with parser limits set: parse here (once) so they answer with their codes."""
-    ctx = self.execution_context
-    if ctx.graphql_document is None and ctx.query:
-        ctx.graphql_document = self._gate.parse_document(ctx.query)
-    yield
-
-
-# Without parser limits there is no on_parse hook at all: Strawberry runs only the hooks an
-# extension defines, and each costs it some work on every request.
-class _SyncParsingExtension(_SyncExtension):
-    on_parse = _parse_with_limits
-
-
-class _AsyncParsingExtension(_AsyncExtension):
-    on_parse = _parse_with_limits

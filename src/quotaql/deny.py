@@ -1,0 +1,154 @@
+"""The local deny cache: a subject the storage refused a moment ago is refused again from
+memory, without parsing its document or asking the storage, until its retry time.
+
+Correct across workers: an entry is only ever written from a refusal the storage (Redis,
+or this process's memory) answered, and it lasts no longer than what that refusal said:
+
+- **before parsing**, a subject is refused only while its budget cannot hold even the
+  smallest charge (``[limits] min_charge``): the time the storage named for the refused
+  cost, scaled down to the minimum charge (exact for the buckets and GCRA, whose budget
+  comes back linearly; earlier than the storage would answer for the windows, whose budget
+  comes back all at once);
+- **once priced**, an operation that costs what was refused is refused until the exact
+  retry time of that refusal; one that costs more (but no more than the quota holds), until
+  its own retry time, for the buckets and GCRA (whose times scale with the cost).
+
+A refund (an operation of the same subject that used less than it paid) can make the
+storage answer yes a little sooner than the cache: the cache errs by that much, never by
+refusing what no refusal covered. Bounded: at most ``size`` subjects, the oldest dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from quotaql.policy.quota import Decision, Quota
+
+__all__ = ["Denial", "DenyCache"]
+
+# The quotas whose refusal says something about the subject, whatever it asks next; a
+# quota of an operation name or of a root field only refuses that operation or field.
+_SUBJECT_QUOTAS = frozenset({"tenant", "user", "global"})
+# The algorithms whose budget comes back at a steady rate: the wait scales with the cost.
+_LINEAR = frozenset({"token_bucket", "gcra"})
+
+
+class Denial(NamedTuple):
+    """One refusal kept: until when, for what cost, and the storage's answer."""
+
+    until: float  # monotonic seconds: the exact retry time of ``cost``
+    floor_until: float  # until when even the minimum charge is refused (<= until)
+    cost: float
+    decision: Decision
+    quotas: tuple[Quota, ...]
+    linear: bool  # the refusing quota's wait scales with the cost
+
+
+class DenyCache:
+    """Refusals by subject, kept until their retry time (see the module).
+
+    Example:
+        >>> from quotaql.policy.quota import Decision
+        >>> now = [100.0]
+        >>> cache = DenyCache(clock=lambda: now[0])
+        >>> refused = Decision(False, 50.0, 0.0, 1000.0, 1.0, 20.0, "tenant", "redis",
+        ...                    "rate_limited")
+        >>> cache.remember("key:acme", refused, (), min_charge=1.0)
+        True
+        >>> cache.before_parsing("key:acme").decision.retry_after  # 1 point of 50 comes back first
+        0.02
+        >>> now[0] += 0.5
+        >>> cache.before_parsing("key:acme") is None, cache.priced("key:acme", 60.0) is not None
+        (True, True)
+    """
+
+    def __init__(self, size: int = 10_000, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.size = size
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._denials: dict[str, Denial] = {}
+
+    def __len__(self) -> int:
+        return len(self._denials)
+
+    def remember(
+        self, key: str, decision: Decision, quotas: tuple[Quota, ...], *, min_charge: float
+    ) -> bool:
+        """Keep ``decision`` (a refusal of ``key``) if waiting is what it asks; True if kept."""
+        retry = decision.retry_after
+        if (
+            self.size <= 0
+            or decision.allowed
+            or decision.reason != "rate_limited"
+            or decision.limited_by not in _SUBJECT_QUOTAS
+            or retry is None
+            or not 0 < retry < float("inf")
+        ):
+            return False
+        now = self._clock()
+        short = decision.cost - decision.remaining  # what the refused cost lacked
+        floor = min_charge - decision.remaining  # what the smallest charge lacks
+        floor_until = now + retry * min(1.0, floor / short) if floor > 0 and short > 0 else now
+        linear = any(
+            quota.name == decision.limited_by and quota.algorithm in _LINEAR for quota in quotas
+        )
+        denial = Denial(now + retry, floor_until, decision.cost, decision, quotas, linear)
+        with self._lock:
+            denials = self._denials
+            denials.pop(key, None)
+            denials[key] = denial
+            while len(denials) > self.size:
+                del denials[next(iter(denials))]
+        return True
+
+    def before_parsing(self, key: str) -> Denial | None:
+        """The refusal that still holds for any request of ``key`` (even the cheapest)."""
+        denial = self._denials.get(key)
+        if denial is None:
+            return None
+        now = self._clock()
+        if now >= denial.floor_until:
+            if now >= denial.until:
+                self.forget(key)
+            return None
+        return _left(denial, denial.floor_until - now)
+
+    def priced(self, key: str, cost: float) -> Denial | None:
+        """The refusal that still holds for an operation of ``key`` that costs ``cost``."""
+        denial = self._denials.get(key)
+        if denial is None or cost < denial.cost:
+            return None
+        now = self._clock()
+        if now >= denial.until:
+            self.forget(key)
+            return None
+        if cost == denial.cost:
+            return _left(denial, denial.until - now)
+        decision = denial.decision
+        short = decision.cost - decision.remaining
+        if not denial.linear or cost > decision.limit or short <= 0:
+            return None  # the storage says (a larger cost's time, or never)
+        # The same refusal, for a larger cost: its wait grows with what it lacks.
+        wait = (denial.until - now) + (cost - decision.cost) * (decision.retry_after or 0) / short
+        return _left(denial, wait)
+
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s refusal (it was allowed since, or it expired)."""
+        with self._lock:
+            self._denials.pop(key, None)
+
+    def clear(self) -> None:
+        """Drop every refusal (the configuration changed)."""
+        with self._lock:
+            self._denials.clear()
+
+
+def _left(denial: Denial, seconds: float) -> Denial:
+    """``denial`` with its decision's retry time counted from now."""
+    decision = denial.decision._replace(retry_after=round(seconds, 6))
+    return denial._replace(decision=decision)
