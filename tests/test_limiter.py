@@ -488,6 +488,83 @@ def test_unknown_fail_mode_is_a_config_error() -> None:
         AsyncLimiter(MemoryStorage(), on_backend_error="allow")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("limiter_class", [Limiter, AsyncLimiter])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"local_share": -0.1}, "local_share must be a number from 0 to 1"),
+        ({"local_share": 1.5}, "local_share must be a number from 0 to 1"),
+        ({"local_share": math.nan}, "local_share must be a number from 0 to 1"),
+        ({"local_share": True}, "local_share must be a number from 0 to 1"),
+        ({"local_share": "0.1"}, "local_share must be a number from 0 to 1"),
+        ({"local_share": None}, "local_share must be a number from 0 to 1"),
+        ({"open_cap": 0}, "open_cap must be a number above 0 and at most 1"),
+        ({"open_cap": -0.5}, "open_cap must be a number above 0 and at most 1"),
+        ({"open_cap": 1.01}, "open_cap must be a number above 0 and at most 1"),
+        ({"open_cap": math.inf}, "open_cap must be a number above 0 and at most 1"),
+        ({"open_cap": math.nan}, "open_cap must be a number above 0 and at most 1"),
+        ({"open_cap": False}, "open_cap must be a number above 0 and at most 1"),
+        ({"open_cap": "0.1"}, "open_cap must be a number above 0 and at most 1"),
+    ],
+)
+def test_fallback_shares_are_checked(
+    limiter_class: type[Limiter | AsyncLimiter], kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        limiter_class(MemoryStorage(), **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("limiter_class", [Limiter, AsyncLimiter])
+def test_fallback_shares_at_their_bounds_are_accepted(
+    limiter_class: type[Limiter | AsyncLimiter],
+) -> None:
+    limiter_class(MemoryStorage(), local_share=0)
+    limiter_class(MemoryStorage(), local_share=1)
+    limiter_class(MemoryStorage(), on_backend_error="open", open_cap=1)
+    limiter_class(MemoryStorage(), on_backend_error="open", open_cap=1e-6)
+    limiter_class(MemoryStorage(), on_backend_error="open", open_cap=None)
+
+
+def test_the_fallback_given_is_the_one_used(clock: ManualClock) -> None:
+    # An empty MemoryStorage has a length of 0: a `fallback or default` dropped it.
+    fallback = MemoryStorage(clock=clock, source="fallback")
+    limiter = Limiter(MemoryStorage(clock=clock), fallback=fallback)
+
+    assert limiter._core.fallback is fallback
+
+
+def test_the_reports_kept_for_the_fallback_are_bounded(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import quotaql.limiter
+
+    monkeypatch.setattr(quotaql.limiter, "MAX_REPORTS", 20)
+    storage = RedisStorage(redis_client)
+    limiter = Limiter(storage, on_backend_error="local")
+    try:
+        for index in range(50):  # the platform allows the first 10 tenants, then refuses
+            limiter.acquire(f"tenant-{index}", 1, [TENANT, PLATFORM], now=NOW)
+        limiter.acquire("tenant-40", 1, [TENANT], now=NOW)  # reported again: the most recent
+
+        reports = limiter._core.reports
+        assert len(reports) == 20
+        assert list(reports)[-1] == "tenant\0tenant-40"
+        assert "platform\1" in reports  # the shared quota's state, reported by every call
+        assert "tenant\0tenant-0" not in reports  # the least recently reported went first
+        # Its first debit was refunded when the platform refused: one left in Redis.
+        assert reports["tenant\0tenant-40"][0] == TENANT.maximum - 1
+    finally:
+        storage.close()
+
+
+def test_a_memory_storage_keeps_no_reports(clock: ManualClock) -> None:
+    limiter = Limiter(MemoryStorage(clock=clock), on_backend_error="local")
+
+    limiter.acquire("acme", 1, [TENANT, PLATFORM])
+
+    assert limiter._core.reports == {}
+
+
 # -- circuit breaker ---------------------------------------------------------------------------
 
 

@@ -232,8 +232,9 @@ def test_local_mode_still_enforces_quotas_during_an_outage(
         decisions = [limiter.acquire(KEY, 1, [small]) for _ in range(8)]
 
         assert {decision.source for decision in decisions} == {"fallback"}
-        # The fallback starts from a full bucket of its own: 5 allowed, then refusals.
-        assert [decision.allowed for decision in decisions] == [True] * 5 + [False] * 3
+        # The fallback starts from what Redis last reported (4 left), not from a full
+        # bucket of its own: 4 allowed, then refusals.
+        assert [decision.allowed for decision in decisions] == [True] * 4 + [False] * 4
         assert {decision.reason for decision in decisions[5:]} == {"rate_limited"}
         assert decisions[-1].limited_by == "tenant"
     finally:
@@ -547,3 +548,258 @@ def test_an_unreachable_async_cluster_is_a_storage_error_and_the_fail_mode_answe
     assert isinstance(error, StorageError)
     assert decision.allowed
     assert decision.source == "fallback"
+
+
+# -- the local fallback starts from what Redis reported, not from a full bucket ---------------
+
+# Refills a hundredth of a unit per second: nothing a test's few seconds could notice.
+SLOW = Quota("tenant", capacity=100, refill_per_second=0.01)
+SHARED_SLOW = Quota("platform", capacity=50, refill_per_second=0.01, shared=True)
+COSTLY = 30
+
+
+def drain(limiter: Limiter, key: str = KEY) -> float:
+    """Spend ``key``'s SLOW budget in Redis down to about 10; return what Redis says is left."""
+    drained = [limiter.acquire(key, COSTLY, [SLOW]) for _ in range(4)]
+    assert [decision.allowed for decision in drained] == [True, True, True, False]
+    assert {decision.source for decision in drained} == {"redis"}
+    left = drained[-1].remaining
+    assert left == pytest.approx(10, abs=0.5)
+    return left
+
+
+def assert_exhausted_in_the_fallback(limiter: Limiter, left: float) -> None:
+    """The fallback refuses the costly request and allows only what Redis said was left."""
+    costly = limiter.acquire(KEY, COSTLY, [SLOW])
+    assert costly.source == "fallback"
+    assert not costly.allowed
+    assert costly.reason == "rate_limited"
+    assert costly.limited_by == "tenant"
+    assert costly.retry_after is not None
+    assert costly.retry_after > 100  # (30 - 10) / 0.01 s, not "retry now"
+    rest = limiter.acquire(KEY, round(left), [SLOW])
+    assert rest.source == "fallback"
+    assert rest.allowed
+    assert not limiter.acquire(KEY, 1, [SLOW]).allowed
+
+
+def test_an_exhausted_tenant_stays_exhausted_through_an_outage(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    recorder = CollectingRecorder()
+    limiter = sync_limiter(server, "local", recorder, HEALTHY_TIMEOUT)
+    try:
+        left = drain(limiter)
+        server.kill()
+
+        assert_exhausted_in_the_fallback(limiter, left)
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]
+
+
+def test_async_an_exhausted_tenant_stays_exhausted_through_an_outage(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    recorder = CollectingRecorder()
+    decisions: list[Decision] = []
+
+    async def main() -> None:
+        limiter = async_limiter(server, "local", recorder, HEALTHY_TIMEOUT)
+        try:
+            drained = [await limiter.acquire(KEY, COSTLY, [SLOW]) for _ in range(4)]
+            assert [decision.allowed for decision in drained] == [True, True, True, False]
+            await asyncio.to_thread(server.kill)
+            decisions.append(await limiter.acquire(KEY, COSTLY, [SLOW]))
+            decisions.append(await limiter.acquire(KEY, 10, [SLOW]))
+            decisions.append(await limiter.acquire(KEY, 1, [SLOW]))
+        finally:
+            await limiter.storage.close()  # type: ignore[union-attr]
+
+    run_bounded(main)
+    assert {decision.source for decision in decisions} == {"fallback"}
+    assert [decision.allowed for decision in decisions] == [False, True, False]
+    assert decisions[0].reason == "rate_limited"
+
+
+def test_a_never_seen_tenant_gets_only_the_local_share_during_an_outage(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    with server.client() as client:
+        storage = RedisStorage(client, timeout=HEALTHY_TIMEOUT)
+    limiter = Limiter(storage, on_backend_error="local", local_share=0.25)
+    default = sync_limiter(server, "local", CollectingRecorder(), HEALTHY_TIMEOUT)
+    try:
+        assert limiter.acquire("known", 1, [SLOW]).source == "redis"
+        assert default.acquire("known", 1, [SLOW]).source == "redis"
+        server.kill()
+
+        shared = [limiter.acquire("stranger", 1, [SLOW]) for _ in range(30)]
+        by_default = [default.acquire("stranger", 1, [SLOW]) for _ in range(15)]
+
+        assert {decision.source for decision in shared + by_default} == {"fallback"}
+        assert [decision.allowed for decision in shared] == [True] * 25 + [False] * 5
+        # local_share defaults to 0.1: 10 of 100.
+        assert [decision.allowed for decision in by_default] == [True] * 10 + [False] * 5
+    finally:
+        storage.close()
+        default.storage.close()  # type: ignore[attr-defined]
+
+
+def test_a_shared_quota_starts_the_outage_from_its_last_report(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    limiter = sync_limiter(server, "local", CollectingRecorder(), HEALTHY_TIMEOUT)
+    quotas = [SLOW, SHARED_SLOW]
+    try:
+        spent = limiter.acquire("big", 45, quotas)
+        assert spent.source == "redis"
+        assert spent.allowed
+        server.kill()
+
+        # A tenant never seen: 10 of its own (the local share), 5 left of the platform's.
+        refused = limiter.acquire("small", 8, quotas)
+        allowed = limiter.acquire("small", 5, quotas)
+
+        assert refused.source == "fallback"
+        assert not refused.allowed
+        assert refused.limited_by == "platform"
+        assert allowed.allowed  # its own debit was refunded when the platform refused
+        assert not limiter.acquire("other", 1, quotas).allowed  # the platform is spent
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]
+
+
+def test_the_fallback_credits_the_refill_since_the_report_and_nothing_more(
+    fresh_redis_server: RedisServer,
+) -> None:
+    from quotaql import MemoryStorage
+    from tests.test_limiter import ManualClock
+
+    server = fresh_redis_server
+    clock = ManualClock()
+    with server.client() as client:
+        storage = RedisStorage(client, timeout=HEALTHY_TIMEOUT)
+    fallback = MemoryStorage(clock=clock, source="fallback")
+    limiter = Limiter(storage, on_backend_error="local", fallback=fallback)
+    quota = Quota("tenant", capacity=100, refill_per_second=1)
+    try:
+        drained = [limiter.acquire(KEY, COSTLY, [quota]) for _ in range(3)]
+        assert {decision.source for decision in drained} == {"redis"}
+        left = drained[-1].remaining  # 10, and the few ms of refill Redis saw
+        server.kill()
+        clock.advance(5.0)  # the fallback's clock: 5 s since the report
+
+        assert limiter.acquire(KEY, 15, [quota]).allowed  # 10 + 5 s * 1/s
+        after = limiter.acquire(KEY, 1, [quota])
+        assert after.source == "fallback"
+        assert not after.allowed
+        assert after.remaining == pytest.approx(left - 10, abs=0.1)
+    finally:
+        storage.close()
+
+
+def restart_and_recover(server: RedisServer, limiter: Limiter) -> None:
+    """Bring the server back and let the breaker's probe close it (bounded)."""
+    server.restart()
+    deadline = time.monotonic() + BOUND
+    while limiter.breaker.is_open:
+        assert time.monotonic() < deadline, "the breaker never closed"
+        time.sleep(min(limiter.breaker.retry_after(), 0.05) + 0.01)
+        limiter.acquire("probe", 1, [SLOW])
+
+
+def kill_and_open(server: RedisServer, limiter: Limiter) -> None:
+    """Kill the server and make calls (answered by the fail mode) until the breaker opens."""
+    server.kill()
+    for _ in range(10):
+        if limiter.breaker.is_open:
+            return
+        limiter.acquire("probe", 1, [SLOW])
+    assert limiter.breaker.is_open
+
+
+def test_after_recovery_the_next_outage_seeds_afresh_and_flapping_gives_nothing_twice(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    limiter = sync_limiter(server, "local", CollectingRecorder(), HEALTHY_TIMEOUT)
+    try:
+        left = drain(limiter)
+        kill_and_open(server, limiter)
+        assert_exhausted_in_the_fallback(limiter, left)  # spends what was left, in memory
+
+        restart_and_recover(server, limiter)  # an empty Redis: it never saw those debits
+        assert limiter.acquire("later", 1, [SLOW]).source == "redis"  # 99 left in Redis
+        kill_and_open(server, limiter)
+
+        # Seeded afresh from the newer report: 99 left.
+        later = [limiter.acquire("later", COSTLY, [SLOW]) for _ in range(4)]
+        assert {decision.source for decision in later} == {"fallback"}
+        assert [decision.allowed for decision in later] == [True, True, True, False]
+        # Redis has not reported KEY since the first outage: the second starts from what
+        # the first one's fallback left (nothing), not from Redis's older report.
+        again = limiter.acquire(KEY, 5, [SLOW])
+        assert again.source == "fallback"
+        assert not again.allowed
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]
+
+
+# -- open: no limit while Redis is down, unless open_cap ---------------------------------------
+
+
+def open_limiter(server: RedisServer, open_cap: float | None) -> Limiter:
+    with server.client() as client:
+        storage = RedisStorage(client, timeout=HEALTHY_TIMEOUT)
+    breaker = CircuitBreaker(failure_threshold=3, reset_timeout=COOL_DOWN)
+    return Limiter(storage, on_backend_error="open", breaker=breaker, open_cap=open_cap)
+
+
+def test_open_without_a_cap_allows_everything_while_redis_is_down(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    limiter = open_limiter(server, None)
+    try:
+        drain(limiter)  # exhausted in Redis: "open" does not care once Redis is gone
+        server.kill()
+
+        decisions = [limiter.acquire(KEY, COSTLY, [SLOW]) for _ in range(50)]
+
+        assert {decision.source for decision in decisions} == {"fail_open"}
+        assert all(decision.allowed for decision in decisions)
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]
+
+
+def test_open_with_a_cap_allows_a_share_of_each_quota_per_outage(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    limiter = open_limiter(server, 0.1)
+    try:
+        assert limiter.acquire(KEY, 1, [SLOW]).source == "redis"
+        kill_and_open(server, limiter)
+
+        decisions = [limiter.acquire(KEY, 1, [SLOW]) for _ in range(50)]
+
+        assert {decision.source for decision in decisions} == {"fallback"}
+        assert [decision.allowed for decision in decisions] == [True] * 10 + [False] * 40
+        for refused in decisions[10:]:
+            assert refused.reason == "rate_limited"
+            assert refused.limited_by == "tenant"
+            assert refused.retry_after is not None
+            assert refused.retry_after > 0
+
+        # Fresh each outage: after Redis is back and gone again, 10 more.
+        restart_and_recover(server, limiter)
+        assert limiter.acquire(KEY, 1, [SLOW]).source == "redis"
+        kill_and_open(server, limiter)
+        again = [limiter.acquire(KEY, 1, [SLOW]) for _ in range(12)]
+        assert [decision.allowed for decision in again] == [True] * 10 + [False] * 2
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]

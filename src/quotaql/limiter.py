@@ -3,10 +3,16 @@
 :class:`Limiter` and :class:`AsyncLimiter` share one implementation: each operation is a
 generator that yields the storage calls it needs and receives their results, and a small
 driver runs it with plain calls (sync) or awaits (async).
+
+The ``local`` fail mode never hands a tenant a fresh, full bucket: the limiter remembers
+what the storage last reported of each (tenant, quota) it decided (a bounded LRU of
+:data:`MAX_REPORTS`), and the fallback starts each state of an outage from that report,
+or from ``capacity * local_share`` for a state never reported (see :class:`_Substitute`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -33,6 +39,10 @@ __all__ = [
 
 BackendErrorMode = Literal["open", "closed", "local"]
 _MODES = ("open", "closed", "local")
+DEFAULT_LOCAL_SHARE = 0.1
+# Most (tenant, quota) reports the limiter keeps for the local fallback, least recently
+# reported first out; an entry is a key string and a (remaining, ms) pair: ~200 bytes.
+MAX_REPORTS = 100_000
 
 # One storage call a flow asks for: (method, key, amount, quotas, now, per-quota amounts).
 _Call = tuple[str, str | None, float, Sequence[Quota], int | None, Sequence[float] | None]
@@ -184,21 +194,46 @@ class _Core:
         breaker: CircuitBreaker | None,
         fallback: MemoryStorage | None,
         recorder: Recorder | None,
+        local_share: float = DEFAULT_LOCAL_SHARE,
+        open_cap: float | None = None,
     ) -> None:
         if on_backend_error not in _MODES:
             raise ConfigError(
                 f"on_backend_error must be one of {', '.join(_MODES)}, got {on_backend_error!r}"
             )
+        if not _is_share(local_share) or not 0 <= local_share <= 1:
+            raise ConfigError(f"local_share must be a number from 0 to 1, got {local_share!r}")
+        if open_cap is not None and (not _is_share(open_cap) or not 0 < open_cap <= 1):
+            raise ConfigError(
+                f"open_cap must be a number above 0 and at most 1, or None, got {open_cap!r}"
+            )
+        self.local_share = float(local_share)
+        self.open_cap = None if open_cap is None else float(open_cap)
         self.storage = storage
         self.on_backend_error: BackendErrorMode = on_backend_error
-        self.breaker = breaker or CircuitBreaker()
-        self.fallback = fallback or MemoryStorage(source="fallback")
-        self.recorder: Recorder = recorder or NullRecorder()
+        self.breaker = breaker if breaker is not None else CircuitBreaker()
+        # Not `fallback or ...`: an empty MemoryStorage is falsy (it has a length).
+        self.fallback = fallback if fallback is not None else MemoryStorage(source="fallback")
+        self.recorder: Recorder = recorder if recorder is not None else NullRecorder()
         # Without a recorder there is nobody to tell how long a decision took.
         self.timed = not isinstance(self.recorder, NullRecorder)
         self.backend: str = getattr(storage, "name", type(storage).__name__)
         # The memory storage cannot fail: no breaker, no fail mode.
         self.infallible = isinstance(storage, MemoryStorage)
+        # What the storage last reported per (tenant, quota), least recently first, for the
+        # local fallback: (remaining, when in the fallback's clock, ms).
+        self.reports: dict[str, tuple[float, int]] = {}
+        self.remembering = on_backend_error == "local" and not self.infallible
+        self.remember_hook: _Remember | None = self.remember if self.remembering else None
+        self._seeded: dict[str, None] = {}  # the states this outage has seeded
+        self._seed_lock = threading.Lock()
+        self._outage = False  # a state was seeded since the storage last answered
+        # The fallback as the fail mode uses it, or None (no local decisions).
+        self.local: _Substitute | None = None
+        if on_backend_error == "local":
+            self.local = _Substitute(self, self.local_share, self.reports)
+        elif on_backend_error == "open" and self.open_cap is not None:
+            self.local = _Substitute(self, self.open_cap, None)
 
     # -- flows: the storage calls each operation needs -----------------------------------
 
@@ -259,17 +294,146 @@ class _Core:
     def succeeded(self) -> None:
         if self.breaker.success():
             self.recorder.circuit(self.backend, False)
+        if self._outage:
+            self.end_outage()
 
     def substitute(
         self, flow_factory: Callable[[], _Flow], cost: float, quotas: Sequence[Quota]
     ) -> Decision | None:
         """The fail mode's answer while the storage cannot be used."""
-        if self.on_backend_error == "local":
-            return _run(flow_factory(), self.fallback)
+        if self.local is not None:  # local, or open with an emergency cap
+            return _run(flow_factory(), self.local)
         if self.on_backend_error == "open":
             return _assumed(cost, quotas, "fail_open", allowed=True)
         retry = max(self.breaker.retry_after(), 1.0)
         return _assumed(cost, quotas, "fail_closed", allowed=False, retry_after=retry)
+
+    # -- the storage's reports, and the fallback's seeds -----------------------------------
+
+    def remember(
+        self, tenant: str | None, quotas: Sequence[Quota], decision: Decision, now: int | None
+    ) -> None:
+        """Keep what ``decision`` (one storage call's, for ``quotas``) says is left of each."""
+        at = self.fallback.now() if now is None else now
+        reports = self.reports
+        for quota, status in zip(quotas, decision.quotas, strict=False):
+            name = _state_key(tenant, quota)
+            reports.pop(name, None)  # re-inserted last: most recently reported
+            reports[name] = (status.remaining, at)
+        if len(reports) > MAX_REPORTS:
+            # Threads may race here: one eviction lost is made up for by the next report.
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                del reports[next(iter(reports))]
+
+    def seed(
+        self,
+        tenant: str | None,
+        quotas: Sequence[Quota],
+        now: int | None,
+        share: float,
+        reports: dict[str, tuple[float, int]] | None,
+    ) -> None:
+        """Start each state of ``quotas`` the outage has not met yet in the fallback.
+
+        It starts at what ``reports`` last said was left of it, as of when it said so (the
+        fallback's own refill then credits the time since, as the storage would have, and
+        nothing more), or at ``capacity * share`` from now for a state never reported. The
+        fallback is empty at the start of an outage (:meth:`end_outage`), so one debit of
+        the difference on the fresh state, at that time, sets it.
+        """
+        fallback = self.fallback
+        with self._seed_lock:
+            self._outage = True
+            seeded = self._seeded
+            for quota in quotas:
+                name = _state_key(tenant, quota)
+                if name in seeded:
+                    continue
+                report = None if reports is None else reports.get(name)
+                if report is None:
+                    start = quota.maximum * share
+                    at = fallback.now() if now is None else now
+                else:
+                    start, at = report
+                debit = quota.maximum - start
+                if debit > 0:
+                    fallback.acquire(tenant, debit, [quota], at)
+                seeded[name] = None
+                if len(seeded) > MAX_REPORTS:
+                    # Forgotten: met again, it is debited again (never given more).
+                    del seeded[next(iter(seeded))]
+
+    def end_outage(self) -> None:
+        """The storage answered again: forget the fallback's states and seeds.
+
+        The next outage seeds afresh, from the reports of the decisions made since (and,
+        for the states this outage's fallback decided and the storage has not reported
+        since, from the fallback's last decision, so that flapping never hands out a
+        budget twice).
+        """
+        with self._seed_lock:
+            self._outage = False
+            self._seeded.clear()
+            self.fallback.clear()
+
+
+class _Substitute:
+    """The fallback storage as a fail mode uses it: each (tenant, quota) state is seeded the
+    first time an outage meets it, from the storage's last report (``reports``, for
+    ``local``) or at ``capacity * share``.
+
+    With ``reports`` (``local``), its own decisions are reports too: after a short recovery
+    the next outage starts from what this one left, not from what the storage said before it.
+    """
+
+    def __init__(
+        self, core: _Core, share: float, reports: dict[str, tuple[float, int]] | None
+    ) -> None:
+        self._core = core
+        self._fallback = core.fallback
+        self._share = share
+        self._reports = reports
+
+    def acquire(
+        self,
+        key: str | None,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        costs: Sequence[float] | None = None,
+    ) -> Decision:
+        self._core.seed(key, quotas, now, self._share, self._reports)
+        decision = self._fallback.acquire(key, cost, quotas, now, costs)
+        if self._reports is not None:
+            self._core.remember(key, quotas, decision, now)
+        return decision
+
+    def refund(
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
+    ) -> None:
+        self._core.seed(key, quotas, now, self._share, self._reports)
+        self._fallback.refund(key, amount, quotas, now, amounts)
+
+    def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
+        self._core.seed(key, quotas, now, self._share, self._reports)
+        decision = self._fallback.peek(key, quotas, now)
+        if self._reports is not None:
+            self._core.remember(key, quotas, decision, now)
+        return decision
+
+
+def _state_key(tenant: str | None, quota: Quota) -> str:
+    """One (tenant, quota) state's name; quota names hold neither ``\0`` nor ``\1``."""
+    return f"{quota.state_name}\1" if tenant is None else f"{quota.state_name}\0{tenant}"
+
+
+def _is_share(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)
 
 
 def _split(
@@ -363,8 +527,14 @@ def _call(storage: Any, call: _Call) -> Any:
     return getattr(storage, method)(key, amount, quotas, now, amounts)
 
 
-def _run(flow: _Flow, storage: Any) -> Decision | None:
-    """Drive ``flow`` with plain calls on ``storage``; a storage error is raised inside it."""
+_Remember = Callable[[str | None, Sequence[Quota], Decision, int | None], None]
+
+
+def _run(flow: _Flow, storage: Any, remember: _Remember | None = None) -> Decision | None:
+    """Drive ``flow`` with plain calls on ``storage``; a storage error is raised inside it.
+
+    ``remember`` is given each decision the storage makes (see :meth:`_Core.remember`).
+    """
     result: Any = None
     error: StorageError | None = None
     try:
@@ -375,12 +545,17 @@ def _run(flow: _Flow, storage: Any) -> Decision | None:
                 result = _call(storage, call)
             except StorageError as exc:
                 error = exc
+            else:
+                if remember is not None and call[0] != "refund":
+                    remember(call[1], call[3], result, call[4])
     except StopIteration as stop:
         value: Decision | None = stop.value
         return value
 
 
-async def _run_async(flow: _Flow, storage: Any) -> Decision | None:
+async def _run_async(
+    flow: _Flow, storage: Any, remember: _Remember | None = None
+) -> Decision | None:
     """Drive ``flow`` with awaited calls on ``storage``; a storage error is raised inside it."""
     result: Any = None
     error: StorageError | None = None
@@ -392,6 +567,9 @@ async def _run_async(flow: _Flow, storage: Any) -> Decision | None:
                 result = await _call(storage, call)
             except StorageError as exc:
                 error = exc
+            else:
+                if remember is not None and call[0] != "refund":
+                    remember(call[1], call[3], result, call[4])
     except StopIteration as stop:
         value: Decision | None = stop.value
         return value
@@ -408,6 +586,8 @@ class _LimiterBase:
         breaker: CircuitBreaker | None = None,
         fallback: MemoryStorage | None = None,
         recorder: Recorder | None = None,
+        local_share: float = DEFAULT_LOCAL_SHARE,
+        open_cap: float | None = None,
     ) -> None:
         self._core = _Core(
             storage if storage is not None else MemoryStorage(),
@@ -415,6 +595,8 @@ class _LimiterBase:
             breaker=breaker,
             fallback=fallback,
             recorder=recorder,
+            local_share=local_share,
+            open_cap=open_cap,
         )
 
     @property
@@ -450,12 +632,19 @@ class Limiter(_LimiterBase):
     Args:
         storage: :class:`~quotaql.storage.memory.MemoryStorage` (default) or
             :class:`~quotaql.storage.redis.RedisStorage`.
-        on_backend_error: when the storage fails: ``"open"`` allows, ``"closed"`` refuses
-            (``reason="backend_unavailable"``), ``"local"`` decides with an in-process
-            :class:`MemoryStorage` until the storage is back.
+        on_backend_error: when the storage fails: ``"open"`` allows (no limit while it is
+            down, unless ``open_cap``), ``"closed"`` refuses (``reason="backend_unavailable"``),
+            ``"local"`` decides with an in-process :class:`MemoryStorage` until the storage
+            is back, each state starting from what the storage last reported of it.
         breaker: the circuit breaker in front of the storage.
-        fallback: the storage ``"local"`` uses.
+        fallback: the storage ``"local"`` (and ``open_cap``) uses.
         recorder: receives decisions, backend errors and breaker changes (metrics).
+        local_share: with ``"local"``, the share of a quota's capacity (0 to 1) that a
+            state the storage never reported to this limiter starts an outage with.
+        open_cap: with ``"open"``, a share of each quota's capacity (above 0, at most 1):
+            while the storage is down, each state starts at ``capacity * open_cap`` (fresh
+            each outage) and refills at the quota's rate; beyond it requests are refused
+            (``source="fallback"``, ``reason="rate_limited"``). None: no limit.
     """
 
     @property
@@ -506,6 +695,8 @@ class Limiter(_LimiterBase):
                 raise
             else:
                 core.succeeded()
+                if core.remembering:
+                    core.remember(key, quotas, decision, now)
         else:
             decision = self._substitute_acquire(key, cost, quotas, now, costs)
         if core.timed:
@@ -547,7 +738,7 @@ class Limiter(_LimiterBase):
             return _run(flow_factory(), core.storage)
         if core.breaker.allow():
             try:
-                result = _run(flow_factory(), core.storage)
+                result = _run(flow_factory(), core.storage, core.remember_hook)
             except StorageError as error:
                 core.failed(error)
             except BaseException:
@@ -605,6 +796,8 @@ class AsyncLimiter(_LimiterBase):
                 raise
             else:
                 core.succeeded()
+                if core.remembering:
+                    core.remember(key, quotas, decision, now)
         else:
             decision = self._substitute_acquire(key, cost, quotas, now, costs)
         if core.timed:
@@ -647,7 +840,7 @@ class AsyncLimiter(_LimiterBase):
             return _run(flow_factory(), core.storage)
         if core.breaker.allow():
             try:
-                result = await _run_async(flow_factory(), core.storage)
+                result = await _run_async(flow_factory(), core.storage, core.remember_hook)
             except StorageError as error:
                 core.failed(error)
             except BaseException:
