@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
+import base64
+import hashlib
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from quotaql.errors import ConfigError
@@ -17,18 +19,41 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryStorage"]
 
-# Every 256 writes, look at this many of the least recently used keys for expiry.
+# Every 256 writes, look at this many states (the longest unvisited first) for expiry.
 _SWEEP_MASK = 255
 _SWEEP_BATCH = 64
+# A new key in a full table: look at this many states for an expired one to replace (and
+# after a miss, not again in the same millisecond: nothing expires until the clock moves).
+_ROOM_BATCH = 8
+# The longest tenant key kept as it is (ASCII only); any other is stored as its digest.
+PLAIN_TENANT_MAX = 64
+# A state equal to the empty one (a full bucket, an empty window): kept until swept.
+_EMPTY: tuple[int, Any] = (0, None)
 
 
 class MemoryStorage:
     """Quota state in a dict, for one process: the embedded default.
 
     Thread-safe (one lock, held only while deciding, never across an ``await``, so it is
-    also safe to call from asyncio code). Bounded: state that no longer matters (a full
-    bucket, an empty window) expires and is swept, and beyond ``max_keys`` the least
-    recently used key is evicted, so a stream of random tenant keys cannot exhaust memory.
+    also safe to call from asyncio code).
+
+    Bounded in bytes, whatever the tenant keys:
+
+    - A tenant key of more than 64 characters, or one that is not ASCII, is stored as
+      128 bits of its SHA-256 (22 characters), so a bucket's state costs under 300 bytes
+      however long the key (a window counter's some 80 more; a sliding log grows with its
+      traffic). The tenant the caller passes and sees is unchanged.
+    - The table holds at most ``max_keys`` (tenant, quota) states. Only states that no
+      longer matter (a refilled bucket, an empty window: equal to a fresh one) are dropped
+      to make room; a state below capacity is never evicted, so a flood of new keys cannot
+      hand a drained tenant a full budget again.
+    - While the table is full of live states, a new key gets no state of its own: its
+      decisions are made on one overflow state per quota (per name, algorithm and
+      parameters), shared by every key in that case, so a flood of new keys draws on one
+      quota's budget in all. Keys that have a state keep it. :attr:`overflowing` is true
+      while new keys go to the overflow budget, :attr:`overflowed` counts the decisions
+      made on it. A refund or a peek of a key without a state of its own reads the
+      overflow state while the table is full.
 
     Example:
         >>> from quotaql import Quota
@@ -36,13 +61,27 @@ class MemoryStorage:
         >>> quota = Quota("tenant", capacity=100, refill_per_second=1)
         >>> storage.acquire("acme", 30, [quota]).remaining
         70.0
+        >>> full = MemoryStorage(max_keys=1, clock=lambda: 0.0)
+        >>> full.acquire("acme", 30, [quota]).remaining  # its own state
+        70.0
+        >>> full.acquire("new-1", 60, [quota]).remaining  # the overflow state
+        40.0
+        >>> full.acquire("new-2", 60, [quota]).allowed  # the same overflow state
+        False
+        >>> full.overflowing, full.overflowed
+        (True, 2)
 
     Args:
         clock: seconds from a monotonic clock (``time.monotonic`` by default); tests inject
             their own.
-        max_keys: most (tenant, quota) states kept; the least recently used goes first.
+        max_keys: most (tenant, quota) states kept, besides one overflow state per quota.
         source: the ``Decision.source`` it reports (the limiter's local fallback uses
             ``"fallback"``).
+
+    Attributes:
+        overflowing: the last new key found the table full of live states and was decided
+            on the overflow budget (false again once a new key gets a state of its own).
+        overflowed: how many decisions were made on an overflow budget.
     """
 
     name = "memory"
@@ -60,16 +99,25 @@ class MemoryStorage:
         self._max_keys = max_keys
         self._source: Source = source
         self._lock = threading.Lock()
-        # key -> (expires at ms, state); dict order is least recently used first.
+        # key -> (expires at ms, state), updated in place.
         self._states: dict[str, tuple[int, Any]] = {}
+        # Every key of _states once, the next one for the sweep to look at first; only the
+        # sweep deletes from _states, so the two always hold the same keys.
+        self._order: deque[str] = deque()
+        # overflow key -> (expires at ms, state): one per quota, used while _states is full.
+        self._overflow: dict[str, tuple[int, Any]] = {}
         self._writes = 0
+        self._full_at: int | None = None  # when _make_room last found nothing to drop
+        self.overflowing = False
+        self.overflowed = 0
 
     def now(self) -> int:
         """The storage clock in integer milliseconds."""
         return int(self._clock() * 1000)
 
     def __len__(self) -> int:
-        return len(self._states)
+        """The states held: the tenants' (expired ones until swept) and the overflow ones."""
+        return len(self._states) + len(self._overflow)
 
     # -- the storage protocol ------------------------------------------------------------
 
@@ -101,6 +149,67 @@ class MemoryStorage:
             return self._acquire_one(key, cost, quotas[0], now)
         return self._acquire_many(key, cost, quotas, now, costs)
 
+    def _acquire_one(self, key: str | None, cost: float, quota: Quota, now: int) -> Decision:
+        """:meth:`acquire` for one quota and a key that has a state: the common case, inlined.
+
+        A key with no state under its plain name (a new key, or one stored as its digest)
+        goes to :meth:`_acquire_new`. A plain key is only ever stored through there, which
+        checks that it is short, so a long key never matches here.
+        """
+        k = f"{quota.state_name}\1" if key is None else f"{quota.state_name}\0{key}"
+        algorithm = quota.algorithm
+        check = ALGORITHMS[algorithm][0]
+        states = self._states
+        with self._lock:
+            entry = states.get(k)
+            if entry is not None:
+                allowed, exceeds, new, remaining, retry_ms, reset_ms, ttl = check(
+                    None if entry[0] <= now else entry[1], now, cost, *quota.params
+                )
+                if allowed and new is not None:
+                    if ttl > 0:
+                        if algorithm == "sliding_log":  # the only state commit() changes
+                            new = commit(algorithm, new)
+                        states[k] = (now + ttl, new)
+                    else:  # the new state is the empty one
+                        states[k] = _EMPTY
+                    self._writes += 1
+                    if not self._writes & _SWEEP_MASK:
+                        self._sweep(now)
+        if entry is None:
+            return self._acquire_new(key, k, cost, quota, now)
+        return decide_one(
+            quota, allowed, exceeds, remaining, retry_ms, reset_ms, cost, self._source
+        )
+
+    def _acquire_new(
+        self, key: str | None, k: str, cost: float, quota: Quota, now: int
+    ) -> Decision:
+        """:meth:`acquire` for one quota, through the key mapping and the overflow (``k``:
+        the key's plain state key)."""
+        if key is not None and (len(key) > PLAIN_TENANT_MAX or not key.isascii()):
+            k = quota.state_name + _tenant_part(key)  # hashed outside the lock
+        algorithm = quota.algorithm
+        table = states = self._states
+        with self._lock:
+            entry = states.get(k)
+            if entry is None:
+                if len(states) >= self._max_keys and not self._make_room(now):
+                    table, k = self._overflow, _overflow_key(quota)
+                    entry = table.get(k)
+                    self.overflowing = True
+                    self.overflowed += 1
+                else:
+                    self.overflowing = False
+            allowed, exceeds, new, remaining, retry_ms, reset_ms, ttl = ALGORITHMS[algorithm][0](
+                None if entry is None or entry[0] <= now else entry[1], now, cost, *quota.params
+            )
+            if allowed and new is not None:
+                self._write(table, k, now, ttl, commit(algorithm, new))
+        return decide_one(
+            quota, allowed, exceeds, remaining, retry_ms, reset_ms, cost, self._source
+        )
+
     def _acquire_many(
         self,
         key: str | None,
@@ -110,44 +219,40 @@ class MemoryStorage:
         costs: Sequence[float] | None,
     ) -> Decision:
         amounts = costs if costs is not None else [cost] * len(quotas)
-        with self._lock:
-            keys = [_key(key, quota) for quota in quotas]
-            checks = [
-                ALGORITHMS[quota.algorithm][0](self._get(k, now), now, amount, *quota.params)
-                for k, quota, amount in zip(keys, quotas, amounts, strict=True)
-            ]
-            if all(check.allowed for check in checks):
-                for k, quota, check in zip(keys, quotas, checks, strict=True):
-                    self._put(k, now, check.ttl_ms, commit(quota.algorithm, check.state))
-        return combine(quotas, checks, cost, self._source, costs)
-
-    def _acquire_one(self, key: str | None, cost: float, quota: Quota, now: int) -> Decision:
-        """:meth:`acquire` for one quota: the common case, with the state table inlined."""
-        k = f"{quota.state_name}\1" if key is None else f"{quota.state_name}\0{key}"
-        algorithm = quota.algorithm
+        part = _tenant_part(key)
+        keys = [quota.state_name + part for quota in quotas]
         states = self._states
         with self._lock:
-            entry = states.pop(k, None)  # re-inserted below: most recently used
-            if entry is not None and entry[0] <= now:
-                entry = None  # expired
-            allowed, exceeds, new, remaining, retry_ms, reset_ms, ttl = ALGORITHMS[algorithm][0](
-                None if entry is None else entry[1], now, cost, *quota.params
-            )
-            if allowed and new is not None:
-                if ttl > 0:  # else the new state is the empty one: nothing to keep
-                    if algorithm == "sliding_log":  # the only state commit() changes
-                        new = commit(algorithm, new)
-                    states[k] = (now + ttl, new)
-                    if len(states) > self._max_keys:
-                        del states[next(iter(states))]
-                    self._writes += 1
-                    if not self._writes & _SWEEP_MASK:
-                        self._sweep(now)
-            elif entry is not None:  # unchanged
-                states[k] = entry
-        return decide_one(
-            quota, allowed, exceeds, remaining, retry_ms, reset_ms, cost, self._source
-        )
+            # Room for the new keys first: only expired states are dropped, and one of
+            # them may be a key of this very call, so the keys are looked up after.
+            free = self._max_keys - len(states)
+            needed = sum(k not in states for k in keys)
+            while free < needed and self._make_room(now):
+                free += 1
+            targets: list[tuple[dict[str, tuple[int, Any]], str]] = []
+            overflowed = False
+            for k, quota in zip(keys, quotas, strict=True):
+                if k in states:
+                    targets.append((states, k))
+                elif free > 0:
+                    free -= 1
+                    targets.append((states, k))
+                    self.overflowing = False
+                else:
+                    targets.append((self._overflow, _overflow_key(quota)))
+                    overflowed = self.overflowing = True
+            if overflowed:
+                self.overflowed += 1
+            checks = [
+                ALGORITHMS[quota.algorithm][0](_get(table, k, now), now, amount, *quota.params)
+                for (table, k), quota, amount in zip(targets, quotas, amounts, strict=True)
+            ]
+            if all(check.allowed for check in checks):
+                for (table, k), quota, check in zip(targets, quotas, checks, strict=True):
+                    if check.state is not None:
+                        state = commit(quota.algorithm, check.state)
+                        self._write(table, k, now, check.ttl_ms, state)
+        return combine(quotas, checks, cost, self._source, costs)
 
     def refund(
         self,
@@ -162,72 +267,119 @@ class MemoryStorage:
         check_arguments(amount, quotas, amounts)
         each = amounts if amounts is not None else [amount] * len(quotas)
         now = self.now() if now is None else now
+        part = _tenant_part(key)
         with self._lock:
             for quota, given in zip(quotas, each, strict=True):
                 if given == 0:
                     continue
-                k = _key(key, quota)
+                table, k = self._target(quota.state_name + part, quota)
+                entry = table.get(k)
+                if entry is None:
+                    continue  # a full quota: nothing to give back, nothing to write
                 refund = ALGORITHMS[quota.algorithm][1]
-                state, ttl = refund(self._get(k, now), now, given, *quota.params)
-                if state is None:
-                    self._states.pop(k, None)
-                else:
-                    self._put(k, now, ttl, state)
+                state, ttl = refund(_get(table, k, now), now, given, *quota.params)
+                table[k] = _EMPTY if state is None or ttl <= 0 else (now + ttl, state)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         """Each quota's state for ``key``, without debiting anything."""
         check_arguments(0, quotas)
         now = self.now() if now is None else now
+        part = _tenant_part(key)
         with self._lock:
-            checks = [
-                ALGORITHMS[quota.algorithm][0](
-                    self._get(_key(key, quota), now), now, 0.0, *quota.params
-                )
-                for quota in quotas
-            ]
+            checks = []
+            for quota in quotas:
+                table, k = self._target(quota.state_name + part, quota)
+                check = ALGORITHMS[quota.algorithm][0]
+                checks.append(check(_get(table, k, now), now, 0.0, *quota.params))
         return combine(quotas, checks, 0.0, self._source)
 
     def clear(self) -> None:
         """Forget every state."""
         with self._lock:
             self._states.clear()
+            self._order.clear()
+            self._overflow.clear()
+            self._full_at = None
+            self.overflowing = False
 
     # -- state table ---------------------------------------------------------------------
 
-    def _get(self, key: str, now: int) -> Any:
-        entry = self._states.get(key)
-        if entry is None:
-            return None
-        if entry[0] <= now:
-            del self._states[key]
-            return None
-        return entry[1]
+    def _target(self, k: str, quota: Quota) -> tuple[dict[str, tuple[int, Any]], str]:
+        """Where a refund or a peek of ``k`` goes: its state, else the overflow state while
+        the table is full (a key without a state was debited there), else nowhere (full)."""
+        if k in self._states or len(self._states) < self._max_keys:
+            return self._states, k
+        return self._overflow, _overflow_key(quota)
 
-    def _put(self, key: str, now: int, ttl_ms: int, state: object) -> None:
+    def _write(
+        self, table: dict[str, tuple[int, Any]], k: str, now: int, ttl_ms: int, state: object
+    ) -> None:
+        """Store an allowed request's state (room for a new key was made before)."""
         if state is None:  # nothing to write (a sliding log asked for cost 0)
             return
-        states = self._states
-        states.pop(key, None)  # re-inserted at the end: most recently used
-        if ttl_ms <= 0:  # equal to the empty state
+        if ttl_ms <= 0:  # equal to the empty state: a new key needs nothing stored
+            if k in table:
+                table[k] = _EMPTY
             return
-        states[key] = (now + ttl_ms, state)
-        if len(states) > self._max_keys:
-            del states[next(iter(states))]
+        if table is self._states and k not in table:
+            self._order.append(k)
+        table[k] = (now + ttl_ms, state)
         self._writes += 1
         if not self._writes & _SWEEP_MASK:
             self._sweep(now)
 
+    def _make_room(self, now: int) -> bool:
+        """Drop one expired state, looking at a few; False if all of them still matter."""
+        if now == self._full_at:
+            return False
+        states, order = self._states, self._order
+        for _ in range(min(_ROOM_BATCH, len(order))):
+            k = order.popleft()
+            if states[k][0] <= now:
+                del states[k]
+                return True
+            order.append(k)  # still matters: looked at again after all the others
+        self._full_at = now
+        return False
+
     def _sweep(self, now: int) -> None:
-        """Drop expired states among the least recently used (bounded work per call)."""
-        states = self._states
-        oldest = itertools.islice(states.items(), _SWEEP_BATCH)
-        expired = [key for key, (expires, _) in oldest if expires <= now]
-        for key in expired:
-            del states[key]
+        """Drop the expired states among the next few (bounded work per call)."""
+        states, order = self._states, self._order
+        for _ in range(min(_SWEEP_BATCH, len(order))):
+            k = order.popleft()
+            if states[k][0] <= now:
+                del states[k]
+            else:
+                order.append(k)
 
 
-def _key(tenant: str | None, quota: Quota) -> str:
-    # Quota names cannot hold "\0" or "\1", so the first of them ends the name: no two
-    # (name, tenant) pairs share a key, and one string costs less memory than a tuple.
-    # A shared quota (tenant None) has one key for everybody.
-    return f"{quota.state_name}\1" if tenant is None else f"{quota.state_name}\0{tenant}"
+def _get(table: dict[str, tuple[int, Any]], k: str, now: int) -> Any:
+    """The live state of ``k`` in ``table``, or None (absent or expired: the empty one)."""
+    entry = table.get(k)
+    if entry is None or entry[0] <= now:
+        return None
+    return entry[1]
+
+
+def _tenant_part(tenant: str | None) -> str:
+    """The tenant's part of its state keys: ``"\\0" + tenant`` for a short ASCII tenant,
+    ``"\\2" + digest`` for any other, ``"\\1"`` for the shared scope of ``shared`` quotas.
+
+    Quota names cannot hold a control character, so the first one ends the name and says
+    which kind of tenant follows: no two (quota, tenant) pairs share a key, a plain tenant
+    never spells another's digest, and one string costs less memory than a tuple.
+    """
+    if tenant is None:
+        return "\1"
+    if len(tenant) <= PLAIN_TENANT_MAX and tenant.isascii():
+        return f"\0{tenant}"
+    # 128 bits of SHA-256, as the Redis storage hashes such tenants: no practical collision.
+    digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).digest()[:16]
+    return "\2" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _overflow_key(quota: Quota) -> str:
+    """The overflow state's key of a quota: its name and algorithm (not a ``per_user``
+    quota's scope, so one per quota, not one per user) and its parameters (tiers that share
+    a quota name keep their own size)."""
+    return f"{quota.state_name.partition('!')[0]}\3{quota.script_args}"
