@@ -462,15 +462,27 @@ def test_check_config_reports_weights_and_limits(workdir):
     result = invoke("check-config", "quotaql.toml", "--schema", "schema.graphql")
 
     assert result.exit_code == 0
-    assert result.stdout == "OK: quotaql.toml: 1 weight, limits: max_cost=1000, max_depth=12\n"
+    assert result.stdout == (
+        "OK: quotaql.toml: 1 weight, limits: max_cost=1000, max_depth=12, the rest safe defaults\n"
+    )
 
 
-def test_check_config_of_an_empty_file_has_no_limits(workdir):
+def test_check_config_of_an_empty_file_has_the_safe_limits(workdir):
     write(workdir / "quotaql.toml", "")
 
     result = invoke("check-config", "quotaql.toml", "--schema", "schema.graphql")
 
-    assert result.stdout == "OK: quotaql.toml: 0 weights, limits: none\n"
+    assert result.stdout == "OK: quotaql.toml: 0 weights, limits: the safe defaults\n"
+
+
+def test_check_config_shows_a_lifted_limit(workdir):
+    write(workdir / "quotaql.toml", "[cost]\nmax_depth = false\n")
+
+    result = invoke("check-config", "quotaql.toml", "--schema", "schema.graphql")
+
+    assert result.stdout == (
+        "OK: quotaql.toml: 0 weights, limits: max_depth=off, the rest safe defaults\n"
+    )
 
 
 def test_check_config_rejects_an_unknown_coordinate_with_a_suggestion(workdir):

@@ -10,7 +10,7 @@ import pytest
 
 import quotaql.cost_analysis
 from quotaql.config import CostConfig, load_cost_config, reader
-from quotaql.cost_analysis.model import CostLimits, CostModel, FieldCost
+from quotaql.cost_analysis.model import SAFE_LIMITS, CostLimits, CostModel, FieldCost
 from quotaql.errors import ConfigError
 
 FULL = """\
@@ -83,6 +83,9 @@ def test_full_file_round_trips_into_exact_model_and_limits(write):
         max_root_fields=20,
         max_tokens=50000,
         max_length=1000000,
+        max_fields=SAFE_LIMITS.max_fields,  # not in the file: the safe defaults
+        max_repeated_fields=SAFE_LIMITS.max_repeated_fields,
+        max_directives=SAFE_LIMITS.max_directives,
     )
 
 
@@ -100,7 +103,8 @@ def test_model_source_is_the_path_and_locations_give_each_weight_line(write):
 
 @pytest.mark.parametrize("text", ["", "# nothing configured yet\n\n", "[cost]\n"])
 def test_empty_file_or_empty_cost_table_gives_defaults(write, text):
-    assert load_cost_config(write(text)) == CostConfig(model=CostModel(), limits=CostLimits())
+    assert load_cost_config(write(text)) == CostConfig(model=CostModel(), limits=SAFE_LIMITS)
+    assert CostLimits() != SAFE_LIMITS  # safe, not unlimited
 
 
 def test_weights_in_subtable_form_build_field_costs_located_at_their_header(write):
@@ -340,9 +344,17 @@ def test_unknown_operation_type_suggests_closest(write):
         ('default_list_size = "10"', "cost.default_list_size", 'integer >= 0, got a string ("10")'),
         ("default_list_size = 1.5", "cost.default_list_size", "integer >= 0, got a float (1.5)"),
         ("default_list_size = -1", "cost.default_list_size", "integer >= 0, got -1"),
-        ("max_depth = true", "cost.max_depth", "integer >= 0, got a boolean (true)"),
-        ("max_length = 1e6", "cost.max_length", "integer >= 0, got a float (1000000.0)"),
-        ("max_aliases = -3", "cost.max_aliases", "integer >= 0, got -3"),
+        (
+            "max_depth = true",
+            "cost.max_depth",
+            "integer >= 0, or false for no limit, got a boolean (true)",
+        ),
+        (
+            "max_length = 1e6",
+            "cost.max_length",
+            "integer >= 0, or false for no limit, got a float (1000000.0)",
+        ),
+        ("max_aliases = -3", "cost.max_aliases", "integer >= 0, or false for no limit, got -3"),
         ('max_cost = "5"', "cost.max_cost", 'finite number >= 0, got a string ("5")'),
         ("max_cost = inf", "cost.max_cost", "finite number >= 0, got a float (inf)"),
         ("max_cost = -0.5", "cost.max_cost", "finite number >= 0, got -0.5"),

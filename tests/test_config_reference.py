@@ -32,7 +32,13 @@ from quotaql.config import (
     load_config,
     reader,
 )
-from quotaql.cost_analysis.model import DEFAULT_OPERATION_WEIGHTS, CostLimits, CostModel, FieldCost
+from quotaql.cost_analysis.model import (
+    DEFAULT_OPERATION_WEIGHTS,
+    SAFE_LIMITS,
+    CostLimits,
+    CostModel,
+    FieldCost,
+)
 from quotaql.identity import IdentityConfig
 from quotaql.observability import thresholds
 
@@ -143,7 +149,7 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
     cost_keys = (*reader._MODEL_KEYS, *reader._LIMIT_KEYS)
     cost_defaults = {
         **_instance_defaults(CostModel(), reader._MODEL_KEYS),
-        **_instance_defaults(CostLimits(), reader._LIMIT_KEYS),
+        **_instance_defaults(SAFE_LIMITS, reader._LIMIT_KEYS),  # a file starts from these
     }
     quota_defaults = dict.fromkeys(reader._QUOTA_KEYS)
     return {
@@ -279,7 +285,9 @@ def test_a_file_of_the_documented_defaults_loads_as_the_defaults(reference, tmp_
 def test_the_defaults_file_sets_every_limits_and_alerts_key(reference):
     text = _defaults_file(reference, ("[limits]", "[alerts]"))
     data = tomllib.loads(text)
-    assert set(data["limits"]) == set(reader._LIMITS_KEYS)
+    unset = {key for key in reader._LIMITS_KEYS if getattr(LimitsConfig(), key) is None}
+    assert unset == {"open_cap"}  # off unless set: no value in the file means no cap
+    assert set(data["limits"]) == set(reader._LIMITS_KEYS) - unset
     assert set(data["alerts"]) == set(thresholds.ALERT_KINDS)
 
 

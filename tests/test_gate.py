@@ -515,7 +515,8 @@ def test_what_parse_refuses_is_answered_without_pricing_and_pays_the_minimum(gat
         assert op.refused
         assert (op.errors[0].extensions or {}).get("code") == code
         assert (op.report, op.status, op.charge, op.outcome) == (None, None, 1.0, "rejected")
-        assert op.decision is not None and op.decision.allowed  # [limits] min_charge, paid
+        assert op.decision is not None
+        assert op.decision.allowed  # [limits] min_charge, paid
         gate.finish(op)
     document = gate.parse(SCHEMA, "{ a: hello b: nope c: nada }")
     assert len(gate.admit(SCHEMA, document, request=scope(key="t")).errors) == 2  # all of them

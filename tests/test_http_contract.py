@@ -162,8 +162,11 @@ def test_over_budget_is_429_with_retry_after_and_no_resolver_runs(
     assert body["data"] is None
     (error,) = body["errors"]
     assert error["extensions"]["code"] == "RATE_LIMITED"
-    assert error["extensions"]["cost"] == 10
-    assert error["message"].startswith("This query costs 10 points but only 0 of your 100 remain")
+    # Refused from the deny cache, before its query was read: the least any request costs.
+    assert error["extensions"]["cost"] == 1
+    assert error["message"].startswith(
+        "Only 0 of your 100 points remain, less than any request costs (1); retry in"
+    )
     retry = int(response.headers["Retry-After"])
     assert retry == pytest.approx(error["extensions"]["retryAfter"], abs=1)
     assert retry >= 1

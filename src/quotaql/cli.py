@@ -28,6 +28,7 @@ from quotaql.config import load_cost_config
 from quotaql.cost_analysis import CostLimits, CostModel, analyze, check_model
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
+from quotaql.cost_analysis.model import SAFE_LIMITS
 from quotaql.errors import ConfigError, CostAnalysisError
 
 try:
@@ -512,13 +513,14 @@ def _error_json(error: CostAnalysisError) -> dict[str, Any]:
 
 
 def _describe_limits(limits: CostLimits) -> str:
-    """``max_cost=1000, max_depth=12``, or ``none``."""
+    """What differs from the safe defaults: ``max_cost=1000, max_depth=12, the rest safe
+    defaults``, ``max_depth=off, ...``, or ``the safe defaults``."""
     shown = [
-        f"{field.name}={_number(value)}"
+        f"{field.name}={'off' if value is None else _number(value)}"
         for field in dataclasses.fields(limits)
-        if (value := getattr(limits, field.name)) is not None
+        if (value := getattr(limits, field.name)) != getattr(SAFE_LIMITS, field.name)
     ]
-    return ", ".join(shown) or "none"
+    return ", ".join([*shown, "the rest safe defaults"]) if shown else "the safe defaults"
 
 
 def _print_report(report: CostReport, top: int) -> None:

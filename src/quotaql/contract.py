@@ -105,8 +105,11 @@ def error_code(decision: Decision) -> str:
     return RATE_LIMITED
 
 
-def rate_limit_error(decision: Decision) -> QuotaqlGraphQLError:
+def rate_limit_error(decision: Decision, *, unpriced: bool = False) -> QuotaqlGraphQLError:
     """The GraphQL error of a refused decision, with a message a person understands.
+
+    ``unpriced``: refused before the query was read (the deny cache: the budget cannot
+    hold even the least a request pays, ``decision.cost``).
 
     Example:
         >>> from quotaql.policy.quota import Decision
@@ -142,10 +145,16 @@ def rate_limit_error(decision: Decision) -> QuotaqlGraphQLError:
     else:
         retry = decision.retry_after or 0.0
         extensions["retryAfter"] = retry
-        message = (
-            f"This query costs {_counted(cost)} but only {_points(remaining)} of {whose}"
-            f" {_points(limit)} remain; retry in {_seconds(retry)}."
-        )
+        if unpriced:
+            message = (
+                f"Only {_points(remaining)} of {whose} {_points(limit)} points remain, less"
+                f" than any request costs ({_points(cost)}); retry in {_seconds(retry)}."
+            )
+        else:
+            message = (
+                f"This query costs {_counted(cost)} but only {_points(remaining)} of {whose}"
+                f" {_points(limit)} remain; retry in {_seconds(retry)}."
+            )
     return QuotaqlGraphQLError(message, extensions=extensions)
 
 

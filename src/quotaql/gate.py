@@ -546,6 +546,8 @@ class Gate:
         self.limiter: Limiter | AsyncLimiter = limiter_class(
             self.storage,
             on_backend_error=self._config.limits.on_backend_error,
+            local_share=self._config.limits.local_share,
+            open_cap=self._config.limits.open_cap,
             breaker=breaker,
             recorder=MultiRecorder(logs, *hooks) if hooks else logs,
         )
@@ -893,7 +895,7 @@ class Gate:
             denial = self._denials.before_parsing(_denial_key(subject))
             if denial is not None:  # even the cheapest request would be refused
                 minimum = max(config.limits.min_charge, 0.0)
-                self._deny(op, denial.decision._replace(cost=minimum), denial.quotas)
+                self._deny(op, denial.decision._replace(cost=minimum), denial.quotas, True)
         return op
 
     def _admit(
@@ -1013,12 +1015,14 @@ class Gate:
         if op.error is None:  # a validate-only request: refused like any other
             self._refuse(op, rate_limit_error(self._jittered(decision)))
 
-    def _deny(self, op: Operation, decision: Decision, quotas: tuple[Quota, ...]) -> None:
+    def _deny(
+        self, op: Operation, decision: Decision, quotas: tuple[Quota, ...], unpriced: bool = False
+    ) -> None:
         """Refuse ``op`` from the deny cache: the storage refused its subject a moment ago."""
         op.denied = True
         op.decision = decision = self._jittered(decision)
         op.quotas = quotas
-        self._refuse(op, rate_limit_error(decision))
+        self._refuse(op, rate_limit_error(decision, unpriced=unpriced))
         self._log(op, names.DENIED, "quotaql: denied %s (deny cache): retry in %.3g s",
                   RATE_LIMITED, decision.retry_after or 0.0)  # fmt: skip
 
@@ -1123,7 +1127,7 @@ class Gate:
             return 0.0, None
         op.actual = actual_cost(
             op.schema, op.document, data, op.variables, report.operation_name,
-            self._config.cost.model, **({"errors": errors} if errors else {}),
+            self._config.cost.model, errors=errors or None,
         )  # fmt: skip
         kept = max(op.actual, limits.min_charge)
         amount = max(0.0, op.charge - kept) if refund else 0.0

@@ -109,7 +109,7 @@ def test_over_budget_is_429_with_retry_after(server: UvicornServer) -> None:
         ("{ books { title ", "GRAPHQL_PARSE_FAILED"),
     ],
 )
-def test_static_limits_answer_their_code_and_debit_nothing(
+def test_static_limits_answer_their_code_and_pay_the_minimum(
     server: UvicornServer, query: str, code: str
 ) -> None:
     response = post(server, query)
@@ -117,9 +117,9 @@ def test_static_limits_answer_their_code_and_debit_nothing(
     body = response.json()
     assert body["data"] is None
     assert [error["extensions"]["code"] for error in body["errors"]] == [code]
-    assert "RateLimit" not in response.headers
+    assert response.headers["X-RateLimit-Remaining"] == "99"  # [limits] min_charge: 1
     after = post(server, BOOKS).json()["extensions"]["cost"]["throttleStatus"]
-    assert after["currentlyAvailable"] == pytest.approx(60, abs=1)  # the budget is whole
+    assert after["currentlyAvailable"] == pytest.approx(59, abs=0.5)  # 100 - 1 - 40
 
 
 def test_graphql_core_validation_errors_are_answered(server: UvicornServer) -> None:

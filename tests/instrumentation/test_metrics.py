@@ -75,7 +75,8 @@ def test_allowed_blocked_and_rejected_operations_are_counted(
     for _ in range(4):  # 70 up front, 16 in the end: 100 -> 84 -> 68; the next two are refused
         schema.execute_sync(EXPENSIVE, context_value=context("vip"))
     assert requests(registry, names.ALLOWED) == 2
-    assert requests(registry, names.BLOCKED) == 2
+    assert requests(registry, names.BLOCKED) == 1  # by the budget
+    assert requests(registry, names.DENIED) == 1  # the same again, by the deny cache
     schema.execute_sync(
         "query Q($n: Int!) { products(first: $n) { name } }", context_value=context("x")
     )
@@ -86,9 +87,11 @@ def test_allowed_blocked_and_rejected_operations_are_counted(
     assert sample(registry, f"{names.QUERY_COST}_sum", **query_free) == 280
     assert sample(registry, f"{names.QUERY_ACTUAL_COST}_sum", **query_free) == 32
     assert sample(registry, f"{names.QUERY_DEPTH}_count", operation_type="query") == 4
-    assert sample(registry, names.COST_TOTAL, tier="free", outcome="charged") == 140
+    # Two of 70, and the minimum charge (1) of the rejected one.
+    assert sample(registry, names.COST_TOTAL, tier="free", outcome="charged") == 141
     assert sample(registry, names.COST_TOTAL, tier="free", outcome="refunded") == 108
-    # The limiter's decisions are timed, under the backend that made them.
+    # The limiter's decisions are timed, under the backend that made them: two allowed, one
+    # refused, the rejected one's minimum charge (the denied one asked nothing).
     assert sample(registry, f"{names.CHECK_DURATION}_count", backend="memory") == 4
     # Tenants: the allowlisted one by name, the others as "other" (no top-N here).
     assert sample(registry, names.TENANT_REQUESTS_TOTAL, tenant="key:vip", decision="allowed") == 2

@@ -407,7 +407,7 @@ def test_blocked_ratio_and_actual_vs_estimated(dashboards: dict[str, dict[str, A
         t["expr"] for t in _panel(overview, "Actual vs estimated cost")["targets"]
     ]
 
-    assert f'decision="{names.BLOCKED}"' in numerator
+    assert f'decision=~"{names.BUDGET_REFUSED}"' in numerator  # by the storage or the cache
     assert "decision" not in denominator
     assert names.REQUESTS_TOTAL in denominator
     assert actual_vs_estimated == [
@@ -509,6 +509,7 @@ def test_tenant_refusals_count_every_refusing_decision(
         names.ALLOWED,
         names.SHADOW_BLOCKED,
         names.FAIL_OPEN,
+        names.VALIDATED,  # priced and answered: not a refusal
     }
     assert 'tenant="$tenant"' in target["expr"]
 

@@ -249,7 +249,7 @@ def test_dashboards_have_data_and_alerts_fire(
         identity_traffic()
         eventually(
             lambda: prom.query(
-                f'sum(quotaql_requests_total{{job="{JOB}", decision="blocked"}}) > 20'
+                f'sum(quotaql_requests_total{{job="{JOB}", decision=~"blocked|denied"}}) > 20'
             ),
             30,
             "blocked requests in Prometheus",

@@ -73,6 +73,8 @@ DECISIONS: Final = (
     ALLOWED, BLOCKED, SHADOW_BLOCKED, REJECTED, FAIL_OPEN, FAIL_CLOSED, UNKNOWN_KEY,
     TOO_MANY_SUBSCRIPTIONS, DENIED, VALIDATED,
 )  # fmt: skip
+#: Refused by the budget, by the storage or from the deny cache: a PromQL regex of both.
+BUDGET_REFUSED: Final = f"{BLOCKED}|{DENIED}"
 
 #: Where a subject came from (``quotaql.identity.IdentitySource``): the values of ``source``.
 SOURCE_ANONYMOUS: Final = "anonymous"

@@ -142,7 +142,7 @@ def runbook_anchor(heading: str) -> str:
 
 def _blocked_ratio(config: AlertsConfig) -> dict[str, object]:
     window = config.rate_window
-    blocked = _sum_by((_JOB,), _rate(_requests(names.BLOCKED), window))
+    blocked = _sum_by((_JOB,), _rate(_refused_by_budget(), window))
     total = _sum_by((_JOB,), _rate(names.REQUESTS_TOTAL, window))
     expr = (
         f"{blocked}\n  / {total}\n  > {_num(config.blocked_ratio)}\n"
@@ -156,7 +156,7 @@ def _blocked_ratio(config: AlertsConfig) -> dict[str, object]:
         "quotaql refuses {{ $value | humanizePercentage }} of the operations of {{ $labels.job }}",
         f"Over the last {window}, {{{{ $value | humanizePercentage }}}} of the operations of"
         f" job {{{{ $labels.job }}}} were refused by their budget"
-        f' ({names.LABEL_DECISION}="{names.BLOCKED}"): more than'
+        f' ({names.LABEL_DECISION}=~"{names.BUDGET_REFUSED}"): more than'
         f" {_percent(config.blocked_ratio)}, at more than"
         f" {_num(config.blocked_ratio_min_rate)} operations/s.",
         config,
@@ -171,8 +171,8 @@ def _block_spike(config: AlertsConfig) -> dict[str, object]:
     treats a missing baseline as zero, so a flood on a fresh deployment still fires.
     """
     window, offset = config.block_spike_window, config.block_spike_offset
-    now = _sum_by((_JOB,), _rate(_requests(names.BLOCKED), window))
-    then = _sum_by((_JOB,), _rate(_requests(names.BLOCKED), window, offset))
+    now = _sum_by((_JOB,), _rate(_refused_by_budget(), window))
+    then = _sum_by((_JOB,), _rate(_refused_by_budget(), window, offset))
     expr = (
         f"(\n  {now}\n    > {_num(config.block_spike_factor)} * {then}\n"
         f"  or\n  {now}\n    unless {then}\n)\n> {_num(config.block_spike_min_rate)}"
@@ -281,7 +281,7 @@ def _many_tenants(config: AlertsConfig) -> dict[str, object]:
     window = config.rate_window
     selector = _selector(
         names.TENANT_REQUESTS_TOTAL,
-        (names.LABEL_DECISION, "=", names.BLOCKED),
+        (names.LABEL_DECISION, "=~", names.BUDGET_REFUSED),
         (names.LABEL_TENANT, "!=", names.OTHER_TENANT),
     )
     limited = _sum_by((_JOB, names.LABEL_TENANT), _rate(selector, window))
@@ -428,6 +428,11 @@ def _selector(metric: str, *matchers: tuple[str, str, str]) -> str:
 
 def _requests(decision: str) -> str:
     return _selector(names.REQUESTS_TOTAL, (names.LABEL_DECISION, "=", decision))
+
+
+def _refused_by_budget() -> str:
+    """Operations the budget refused: by the storage (``blocked``) or from the deny cache."""
+    return _selector(names.REQUESTS_TOTAL, (names.LABEL_DECISION, "=~", names.BUDGET_REFUSED))
 
 
 def _rate(selector: str, window: str, offset: str | None = None) -> str:

@@ -434,9 +434,8 @@ def _top(
 # -- rows shared by both dashboards -----------------------------------------------------------
 
 _REQUESTS_BY_TIER: Final = _sel(names.REQUESTS_TOTAL, _JOB_MATCH, _TIER_MATCH)
-_BLOCKED_BY_TIER: Final = _sel(
-    names.REQUESTS_TOTAL, _JOB_MATCH, _TIER_MATCH, _eq(names.LABEL_DECISION, names.BLOCKED)
-)
+_BUDGET_REFUSED: Final = f'{names.LABEL_DECISION}=~"{names.BUDGET_REFUSED}"'
+_BLOCKED_BY_TIER: Final = _sel(names.REQUESTS_TOTAL, _JOB_MATCH, _TIER_MATCH, _BUDGET_REFUSED)
 _COST_MATCHERS: Final = (_JOB_MATCH, _TIER_MATCH)
 
 
@@ -502,6 +501,8 @@ _SUSPECT_COLOURS: Final = {
 _DECISION_COLOURS: Final = {
     names.ALLOWED: "green",
     names.BLOCKED: "red",
+    names.DENIED: "dark-red",
+    names.VALIDATED: "blue",
     names.SHADOW_BLOCKED: "orange",
     names.UNKNOWN_KEY: "orange",
     names.TOO_MANY_SUBSCRIPTIONS: "blue",
@@ -516,6 +517,7 @@ _REFUSALS: Final = (
     + "|".join(
         (
             names.BLOCKED,
+            names.DENIED,
             names.REJECTED,
             names.FAIL_CLOSED,
             names.UNKNOWN_KEY,
@@ -738,7 +740,7 @@ def overview_dashboard() -> dict[str, Any]:
     fail_modes = f'{decision}=~"{names.FAIL_OPEN}|{names.FAIL_CLOSED}"'
     check_matchers = (_JOB_MATCH,)
     tenant_requests = _sel(names.TENANT_REQUESTS_TOTAL, _JOB_MATCH)
-    tenant_blocked = _sel(names.TENANT_REQUESTS_TOTAL, _JOB_MATCH, _eq(decision, names.BLOCKED))
+    tenant_blocked = _sel(names.TENANT_REQUESTS_TOTAL, _JOB_MATCH, _BUDGET_REFUSED)
     cost_charged = _sel(names.COST_TOTAL, *_COST_MATCHERS, _eq(names.LABEL_OUTCOME, names.CHARGED))
 
     overview: _Row = (
@@ -948,9 +950,7 @@ def tenant_dashboard() -> dict[str, Any]:
     tier = names.LABEL_TIER
     operation_type = names.LABEL_OPERATION_TYPE
     tenant_requests = _sel(names.TENANT_REQUESTS_TOTAL, _JOB_MATCH, _TENANT_MATCH)
-    tenant_blocked = _sel(
-        names.TENANT_REQUESTS_TOTAL, _JOB_MATCH, _TENANT_MATCH, _eq(decision, names.BLOCKED)
-    )
+    tenant_blocked = _sel(names.TENANT_REQUESTS_TOTAL, _JOB_MATCH, _TENANT_MATCH, _BUDGET_REFUSED)
 
     tenant_row: _Row = (
         "Tenant $tenant",
