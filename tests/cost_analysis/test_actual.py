@@ -170,6 +170,7 @@ def test_a_union_without_typename_costs_the_dearest_reading_of_each_item(shop_sc
 NODE = """
 { node(id: "1") {
     id
+    __typename
     ... on Product { reviews(first: 2) { id } }
     ... on Vendor { products(first: 3) { id } }
 } }
@@ -190,15 +191,22 @@ def test_an_interface_at_its_dearest_type_costs_the_estimate(shop_schema):
 
 
 def test_an_aliased_typename_names_the_type(shop_schema):
-    query = NODE.replace("id\n", "kind: __typename\n", 1)
+    query = NODE.replace("__typename", "kind: __typename", 1)
     both = {"kind": "Product", "reviews": [{"id": "r"}] * 2, "products": [{"id": "p"}] * 3}
     assert actual_cost(shop_schema, query, {"node": both}) == 4 + 2
+
+
+def test_a_typename_key_the_document_does_not_select_names_no_type(shop_schema):
+    # Only a __typename field of the document can have put that key in the data.
+    query = NODE.replace("__typename", "", 1)
+    both = {"__typename": "Product", "reviews": [{"id": "r"}] * 2, "products": [{"id": "p"}] * 3}
+    assert actual_cost(shop_schema, query, {"node": both}) == 4 + 6  # read as a Vendor
 
 
 def test_a_fragment_on_an_interface_inside_a_union(shop_schema):
     query = """
     { search(term: "x", limit: 3) { ... on Node { ...N } } }
-    fragment N on Node { id ... on Customer { orders(first: 2) { id } } }
+    fragment N on Node { __typename id ... on Customer { orders(first: 2) { id } } }
     """
     # 3 + 3 × (4 + Customer's 2 orders × 1).
     assert analyze(shop_schema, query).cost == 3 + 3 * (4 + 2)
