@@ -387,3 +387,26 @@ def test_a_file_still_being_written_is_never_applied(config_path: Callable[[str]
         poll(gate)
     op = admit(gate, "{ hello }", scope(key="acme"))
     assert (op.tier.name, op.decision.limit) == ("pro", 2000)  # the whole file, at last
+
+
+def test_a_flood_of_new_keys_from_a_refused_address_costs_no_lookups(
+    config_path: Callable[[str], Path],
+) -> None:
+    looked_up: list[str] = []
+
+    def key_resolver(key: str, context: Any) -> str | None:
+        looked_up.append(key)
+        return "acme" if key == "good" else None
+
+    gate = Gate(load_config(config_path(TOML)), key_resolver=key_resolver)
+    spend = admit(gate, "{ products(first: 100) { id } }", scope(key="guess-0"))  # the address
+    assert (spend.refused, spend.subject.key) == (False, "ip:203.0.113.9")
+    assert admit(gate, "{ hello }", scope(key="guess-1")).code == "RATE_LIMITED"
+    assert looked_up == ["guess-0", "guess-1"]
+    for number in range(2, 50):  # new keys, each would be one lookup (a database query)
+        op = gate.begin(request=scope(key=f"guess-{number}"))
+        assert (op.denied, op.subject.key) == (True, "ip:203.0.113.9")
+    assert looked_up == ["guess-0", "guess-1"]  # not one more
+    # A key the resolver knows already is its tenant's, from that address too.
+    assert not admit(gate, "{ hello }", scope(key="good", peer="198.51.100.1")).refused
+    assert not gate.begin(request=scope(key="good")).refused

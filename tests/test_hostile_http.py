@@ -5,12 +5,19 @@ by uvicorn, and on Redis where the attack was on Redis."""
 # ruff: noqa: F811 (the contract's fixtures, imported by name)
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import strawberry
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from strawberry.asgi import GraphQL
 
+from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
 from tests.introspection import INTROSPECTION_QUERIES
 from tests.plugin.asgi import UvicornServer
@@ -26,7 +33,7 @@ from tests.test_http_contract import (  # noqa: F401 (its fixtures, by name)
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
     from tests.servers import RedisServer
@@ -142,3 +149,84 @@ def test_a_refused_tenants_flood_costs_redis_nothing(
         # A hundred refusals, and not one more script call: they came from memory.
         assert redis.info("commandstats")["cmdstat_evalsha"]["calls"] == calls
         assert post(server.url, EXPORT, key="tenant-b").status_code == 200  # another tenant
+
+
+@pytest.mark.parametrize("adapter", ["strawberry-asgi"], indirect=True)
+def test_an_exhausted_tenant_stays_exhausted_through_a_redis_outage(
+    adapter: Adapter, write_config: Callable[..., Path], fresh_redis_server: RedisServer
+) -> None:
+    # A fresh in-process bucket per outage gave an exhausted tenant 4-8 more costly requests.
+    path = write_config(limits='on_backend_error = "local"\n')
+    storage = AsyncRedisStorage.from_url(fresh_redis_server.url, timeout=0.5)
+    with UvicornServer(adapter.app(path, storage), lifespan="on") as server:
+        statuses = [post(server.url, EXPORT).status_code for _ in range(10)]
+        assert statuses == [200] * 10  # 100 / 10: nothing left
+        fresh_redis_server.kill()
+        during = [post(server.url, EXPORT) for _ in range(5)]
+        assert [response.status_code for response in during] == [429] * 5
+        for response in during:
+            assert response.json()["errors"][0]["extensions"]["code"] == "RATE_LIMITED"
+        # A tenant Redis never reported starts from local_share (10 %) of its capacity.
+        fresh = [post(server.url, EXPORT, key="tenant-b").status_code for _ in range(3)]
+        assert fresh == [200, 429, 429]
+
+
+def stalling_app(storage: AsyncRedisStorage, path: Path) -> Any:
+    """A Strawberry app with a field that blocks its event loop for 2 s (a slow sync call in
+    an async server: what a hostile document or a bad resolver does to a worker)."""
+
+    @strawberry.type
+    class Query:
+        @strawberry.field
+        def hello(self) -> str:
+            return "world"
+
+        @strawberry.field
+        async def stall(self) -> str:
+            time.sleep(2.0)  # the whole loop stops: every other request's Redis call waits
+            return "done"
+
+    limiter = CostLimiter.from_config(path, storage=storage)
+    schema = strawberry.Schema(query=Query, extensions=[limiter])
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await storage.close()
+
+    app = Starlette(routes=[Mount("/", app=GraphQL(schema))], lifespan=lifespan)
+    app.state.limiter = limiter
+    return app
+
+
+def test_a_two_second_stall_with_redis_healthy_leaves_the_breaker_closed(
+    write_config: Callable[..., Path], fresh_redis_server: RedisServer
+) -> None:
+    # Found on uvicorn: the next Redis call blew its 50 ms timeout, the breaker opened and
+    # `local` answered from a fresh bucket.
+    path = write_config()
+    storage = AsyncRedisStorage.from_url(fresh_redis_server.url)  # the default 50 ms
+    app = stalling_app(storage, path)
+    with UvicornServer(app, lifespan="on") as server:
+        limiter = app.state.limiter
+        assert post(server.url, "{ hello }", key="acme").status_code == 200
+
+        async def traffic() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+
+                async def one(query: str, key: str) -> httpx.Response:
+                    return await client.post(
+                        "/graphql", json={"query": query}, headers={"X-API-Key": key}
+                    )
+
+                bystanders = [one("{ hello }", "acme") for _ in range(40)]
+                return await asyncio.gather(one("{ stall }", "tenant-a"), *bystanders)
+
+        responses = asyncio.run(traffic())
+        assert {response.status_code for response in responses} == {200}
+        for response in responses[1:]:
+            assert "errors" not in response.json()
+        assert not limiter.limiter.breaker.is_open  # the stall was no outage
+        after = post(server.url, "{ hello }", key="acme").json()["extensions"]["cost"]
+        # Every bystander was decided by Redis: 1000 - 42 minimum charges, none elsewhere.
+        assert after["throttleStatus"]["currentlyAvailable"] == pytest.approx(958, abs=0.5)

@@ -85,13 +85,14 @@ def create_app(config_path: str | os.PathLike[str] = CONFIG, storage: Any = None
             error = GraphQLError("Send a JSON object: {query, variables, operationName}")
             return JSONResponse(ExecutionResult(None, [error]).formatted, status_code=400)
         variables, name = body.get("variables"), body.get("operationName")
-        document = gate.parse(SCHEMA, body.get("query"))  # within the parser limits, validated
-        op = await gate.admit_async(SCHEMA, document, variables, name, request=request)
+        op = await gate.begin_async(request=request)  # who pays; refused at once if refused
+        document = gate.parse(SCHEMA, body.get("query"), op=op)  # within the limits, validated
+        op = await gate.admit_async(SCHEMA, document, variables, name, op=op)
         result = ExecutionResult(None, op.errors)  # invalid, refused, or GraphQL-Cost: validate
         if op.runs:  # not refused, not only priced
             run = execute(SCHEMA, document, Root(), variable_values=variables, operation_name=name)
             result = await run if inspect.isawaitable(run) else run  # async resolvers
-            await gate.settle_async(op, result.data)  # the actual cost; the rest goes back
+            await gate.settle_async(op, result.data, result.errors)  # the rest goes back
         gate.finish(op)
         answer = {**result.formatted, "extensions": gate.results(op)}
         return JSONResponse(answer, status_code=op.status or 200, headers=op.headers)

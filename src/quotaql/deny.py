@@ -63,7 +63,7 @@ class DenyCache:
         >>> cache.before_parsing("key:acme").decision.retry_after  # 1 point of 50 comes back first
         0.02
         >>> now[0] += 0.5
-        >>> cache.before_parsing("key:acme") is None, cache.priced("key:acme", 60.0) is not None
+        >>> cache.before_parsing("key:acme") is None, cache.priced("key:acme", 50.0) is not None
         (True, True)
     """
 
@@ -117,6 +117,10 @@ class DenyCache:
                 self.forget(key)
             return None
         return _left(denial, denial.floor_until - now)
+
+    def denies(self, key: str) -> bool:
+        """Whether any request of ``key`` is refused now (:meth:`before_parsing`)."""
+        return self.before_parsing(key) is not None
 
     def priced(self, key: str, cost: float) -> Denial | None:
         """The refusal that still holds for an operation of ``key`` that costs ``cost``."""

@@ -307,8 +307,8 @@ class _Reloader:
     time) across two polls, and only if it is valid and still declares the tiers the
     configuration in force declares: an editor's half-written file (cut before
     ``[tiers]``, every tenant on the defaults; cut before ``[tenants]``, tenants demoted)
-    is never applied. Write the file by atomic rename (``mv new.toml quotaql.toml``) and
-    the first poll that sees it is already stable.
+    is never applied. Write the file by atomic rename (``mv new.toml quotaql.toml``): the
+    first poll that sees the change sees the whole file, and the next one applies it.
     """
 
     def __init__(self, path: str, interval: float, log: StructuredLog) -> None:
@@ -874,9 +874,11 @@ class Gate:
         config = self._config
         if request is None:
             request = web.request_of(context)
+        denied = self._denials.denies if len(self._denials) else None
         subject: Subject = yield from self.identity.resolve(
-            request, context, config.identity, config.tenants, can_await=can_await
-        )
+            request, context, config.identity, config.tenants, can_await=can_await,
+            denied=denied,
+        )  # fmt: skip
         if subject.source == "anonymous":
             self._say_once(
                 "no_client_address",

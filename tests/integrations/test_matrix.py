@@ -426,19 +426,19 @@ def test_an_api_key_spelled_like_an_address_leaves_that_address_budget_alone(api
 # -- 5. GraphQL-Cost: validate -----------------------------------------------------------
 
 
-def test_graphql_cost_validate_prices_without_running_or_debiting(api: Api) -> None:
+def test_graphql_cost_validate_prices_without_running_and_pays_the_minimum(api: Api) -> None:
     validated = [
         api.post(source="127.0.1.8", headers={"GraphQL-Cost": "validate"}) for _ in range(3)
     ]
     real = api.post(source="127.0.1.8")
 
-    for response in validated:
+    for number, response in enumerate(validated, 1):
         body = expect(api, response, 200)
         assert body["data"] is None
         assert "errors" not in body
         assert body["extensions"]["cost"]["requestedQueryCost"] == COST
-        assert "X-RateLimit-Remaining" not in response.headers  # nothing was debited
-    assert remaining(real) == FREE_CAPACITY - COST
+        assert remaining(response) == FREE_CAPACITY - number  # [limits] min_charge: 1 each
+    assert remaining(real) == FREE_CAPACITY - 3 - COST
 
 
 # -- 6. unknown_keys = "reject" ----------------------------------------------------------

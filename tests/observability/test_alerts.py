@@ -326,7 +326,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
     assert "> 0.35\nand\n" in expr["QuotaqlBlockedRatioHigh"]
     assert expr["QuotaqlBlockedRatioHigh"].endswith("> 2.5")
     assert "> 4.5 * sum by (job)" in expr["QuotaqlBlockSpike"]
-    assert '{decision="blocked"}[30m] offset 1w))' in expr["QuotaqlBlockSpike"]
+    assert '{decision=~"blocked|denied"}[30m] offset 1w))' in expr["QuotaqlBlockSpike"]
     assert expr["QuotaqlBlockSpike"].endswith("> 7")
     assert "[3m]" in expr["QuotaqlCheckLatencyHigh"]
     assert expr["QuotaqlCheckLatencyHigh"].endswith("> 0.1")
