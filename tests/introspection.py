@@ -21,93 +21,58 @@ def _type_ref(levels: int) -> str:
     return f"fragment TypeRef on __Type {{ {inner} }}"
 
 
-GRAPHIQL = """
-query IntrospectionQuery {
-  __schema {
-    queryType { name }
-    mutationType { name }
-    subscriptionType { name }
-    types { ...FullType }
-    directives {
+def _query(schema_fields: str, type_fields: str, directive_fields: str, levels: int) -> str:
+    """A full introspection query: what the tool adds to ``__schema``, to ``__Type`` and to
+    ``__Directive``, and how deep its ``TypeRef`` goes."""
+    return f"""
+query IntrospectionQuery {{
+  __schema {{
+    {schema_fields}
+    queryType {{ name }}
+    mutationType {{ name }}
+    subscriptionType {{ name }}
+    types {{ ...FullType }}
+    directives {{
       name
       description
+      {directive_fields}
       locations
-      args(includeDeprecated: true) { ...InputValue }
-    }
-  }
-}
-fragment FullType on __Type {
+      args(includeDeprecated: true) {{ ...InputValue }}
+    }}
+  }}
+}}
+fragment FullType on __Type {{
   kind
   name
   description
-  fields(includeDeprecated: true) {
+  {type_fields}
+  fields(includeDeprecated: true) {{
     name
     description
-    args(includeDeprecated: true) { ...InputValue }
-    type { ...TypeRef }
+    args(includeDeprecated: true) {{ ...InputValue }}
+    type {{ ...TypeRef }}
     isDeprecated
     deprecationReason
-  }
-  inputFields(includeDeprecated: true) { ...InputValue }
-  interfaces { ...TypeRef }
-  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
-  possibleTypes { ...TypeRef }
-}
-fragment InputValue on __InputValue {
+  }}
+  inputFields(includeDeprecated: true) {{ ...InputValue }}
+  interfaces {{ ...TypeRef }}
+  enumValues(includeDeprecated: true) {{ name description isDeprecated deprecationReason }}
+  possibleTypes {{ ...TypeRef }}
+}}
+fragment InputValue on __InputValue {{
   name
   description
-  type { ...TypeRef }
+  type {{ ...TypeRef }}
   defaultValue
   isDeprecated
   deprecationReason
-}
-""" + _type_ref(7)
+}}
+{_type_ref(levels)}
+"""
 
-APOLLO = """
-query IntrospectionQuery {
-  __schema {
-    description
-    queryType { name }
-    mutationType { name }
-    subscriptionType { name }
-    types { ...FullType }
-    directives {
-      name
-      description
-      isRepeatable
-      locations
-      args(includeDeprecated: true) { ...InputValue }
-    }
-  }
-}
-fragment FullType on __Type {
-  kind
-  name
-  description
-  specifiedByURL
-  isOneOf
-  fields(includeDeprecated: true) {
-    name
-    description
-    args(includeDeprecated: true) { ...InputValue }
-    type { ...TypeRef }
-    isDeprecated
-    deprecationReason
-  }
-  inputFields(includeDeprecated: true) { ...InputValue }
-  interfaces { ...TypeRef }
-  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
-  possibleTypes { ...TypeRef }
-}
-fragment InputValue on __InputValue {
-  name
-  description
-  type { ...TypeRef }
-  defaultValue
-  isDeprecated
-  deprecationReason
-}
-""" + _type_ref(9)
+
+GRAPHIQL = _query("", "", "", 7)
+APOLLO = _query("description", "specifiedByURL isOneOf", "isRepeatable", 9)
 
 INTROSPECTION_QUERIES = {
     "strawberry": get_introspection_query(),

@@ -5,6 +5,7 @@ Each test is an attack issue 11 found (the HTTP versions, on real servers, are i
 tests/test_hostile_http.py).
 """
 
+# ruff: noqa: F811 (test_gate's fixtures, imported by name)
 from __future__ import annotations
 
 import logging
@@ -23,26 +24,18 @@ from quotaql.gate import Gate
 from quotaql.policy.quota import Decision, Quota
 from quotaql.storage.memory import MemoryStorage
 from tests.introspection import INTROSPECTION_QUERIES
-from tests.test_gate import SCHEMA, TOML, admit, scope
+from tests.test_gate import (  # noqa: F401 (its fixtures, by name)
+    SCHEMA,
+    TOML,
+    admit,
+    config_path,
+    gate,
+    scope,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
-
-
-@pytest.fixture
-def config_path(tmp_path: Path) -> Callable[[str], Path]:
-    def write(text: str = TOML) -> Path:
-        path = tmp_path / "quotaql.toml"
-        path.write_text(text, encoding="utf-8")
-        return path
-
-    return write
-
-
-@pytest.fixture
-def gate(config_path: Callable[[str], Path]) -> Gate:
-    return Gate(load_config(config_path(TOML)))
 
 
 def remaining(gate: Gate, key: str = "t") -> float:

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-import strawberry
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from strawberry.asgi import GraphQL
@@ -20,6 +19,7 @@ from strawberry.asgi import GraphQL
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
 from tests.introspection import INTROSPECTION_QUERIES
+from tests.plugin import shop as strawberry_shop
 from tests.plugin.asgi import UvicornServer
 from tests.shop_http import EXPENSIVE, EXPORT, post
 from tests.test_http_contract import (  # noqa: F401 (its fixtures, by name)
@@ -171,62 +171,63 @@ def test_an_exhausted_tenant_stays_exhausted_through_a_redis_outage(
         assert fresh == [200, 429, 429]
 
 
-def stalling_app(storage: AsyncRedisStorage, path: Path) -> Any:
-    """A Strawberry app with a field that blocks its event loop for 2 s (a slow sync call in
-    an async server: what a hostile document or a bad resolver does to a worker)."""
+class StallingStorage(AsyncRedisStorage):
+    """The real storage, with a hook to stall the server's event loop for 2 s (as a slow
+    sync call in an async server would: a hostile document, a bad resolver) right when its
+    next call is under way."""
 
-    @strawberry.type
-    class Query:
-        @strawberry.field
-        def hello(self) -> str:
-            return "world"
+    stall_next = False
 
-        @strawberry.field
-        async def stall(self) -> str:
-            time.sleep(2.0)  # the whole loop stops: every other request's Redis call waits
-            return "done"
+    async def acquire(self, *args: Any, **kwargs: Any) -> Any:
+        if self.stall_next:
+            self.stall_next = False
+            asyncio.get_running_loop().call_soon(time.sleep, 2.0)  # runs at this call's await
+        return await super().acquire(*args, **kwargs)
 
-    limiter = CostLimiter.from_config(path, storage=storage)
-    schema = strawberry.Schema(query=Query, extensions=[limiter])
+
+def test_a_two_second_stall_with_redis_healthy_leaves_the_breaker_closed(
+    write_config: Callable[..., Path], fresh_redis_server: RedisServer
+) -> None:
+    # Found on uvicorn: the Redis call under way during a stall blew its 50 ms timeout, the
+    # breaker opened, and `local` answered from a fresh bucket.
+    storage = StallingStorage.from_url(fresh_redis_server.url)  # the default 50 ms timeout
+    limiter = CostLimiter.from_config(write_config(), storage=storage)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         yield
         await storage.close()
 
-    app = Starlette(routes=[Mount("/", app=GraphQL(schema))], lifespan=lifespan)
-    app.state.limiter = limiter
-    return app
-
-
-def test_a_two_second_stall_with_redis_healthy_leaves_the_breaker_closed(
-    write_config: Callable[..., Path], fresh_redis_server: RedisServer
-) -> None:
-    # Found on uvicorn: the next Redis call blew its 50 ms timeout, the breaker opened and
-    # `local` answered from a fresh bucket.
-    path = write_config()
-    storage = AsyncRedisStorage.from_url(fresh_redis_server.url)  # the default 50 ms
-    app = stalling_app(storage, path)
+    app = Starlette(
+        routes=[Mount("/", app=GraphQL(strawberry_shop.make_schema(limiter)))], lifespan=lifespan
+    )
     with UvicornServer(app, lifespan="on") as server:
-        limiter = app.state.limiter
-        assert post(server.url, "{ hello }", key="acme").status_code == 200
-
-        async def traffic() -> list[httpx.Response]:
-            async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
-
-                async def one(query: str, key: str) -> httpx.Response:
-                    return await client.post(
-                        "/graphql", json={"query": query}, headers={"X-API-Key": key}
-                    )
-
-                bystanders = [one("{ hello }", "acme") for _ in range(40)]
-                return await asyncio.gather(one("{ stall }", "tenant-a"), *bystanders)
-
-        responses = asyncio.run(traffic())
-        assert {response.status_code for response in responses} == {200}
-        for response in responses[1:]:
-            assert "errors" not in response.json()
-        assert not limiter.limiter.breaker.is_open  # the stall was no outage
+        for _ in range(3):
+            assert post(server.url, "{ hello }", key="acme").status_code == 200
+            storage.stall_next = True
+            started = time.perf_counter()
+            stalled = post(server.url, "{ hello }", key="acme")
+            assert time.perf_counter() - started >= 2.0  # the loop did stall
+            assert stalled.status_code == 200
+            assert "errors" not in stalled.json()
+            assert not limiter.limiter.breaker.is_open  # a stall is no outage
         after = post(server.url, "{ hello }", key="acme").json()["extensions"]["cost"]
-        # Every bystander was decided by Redis: 1000 - 42 minimum charges, none elsewhere.
-        assert after["throttleStatus"]["currentlyAvailable"] == pytest.approx(958, abs=0.5)
+        # Every request was decided by Redis: 1000 - 7 minimum charges, none elsewhere.
+        assert after["throttleStatus"]["currentlyAvailable"] == pytest.approx(993, abs=0.5)
+
+
+@pytest.mark.parametrize("adapter", ASGI, indirect=True)
+def test_refused_documents_pay_the_minimum_on_redis_too(
+    adapter: Adapter, config_path: Path, fresh_redis_server: RedisServer
+) -> None:
+    # With an async storage, Strawberry's hooks before execution stay sync: the refusal's
+    # charge is taken by a task as the operation ends.
+    storage = AsyncRedisStorage.from_url(fresh_redis_server.url, timeout=0.5)
+    with UvicornServer(adapter.app(config_path, storage), lifespan="on") as server:
+        for document in ("{ hello", "{ nope }", "{ " + " hello" * 31 + " }"):
+            for _ in range(2):
+                assert post(server.url, document).json()["errors"]
+        assert adapter.shop.resolver_calls == []
+
+        time.sleep(0.2)  # the last charge may land just after its answer
+        assert available(server.url) == pytest.approx(100 - 6, abs=0.1)

@@ -681,7 +681,7 @@ class Gate:
 
         Hand the operation to :meth:`parse` and :meth:`admit` (``op=``).
         """
-        op: Operation = self._drive(self._begin(context, request, False))
+        op: Operation = self._drive(self._begin(context, request, False), storage=False)
         return op
 
     async def begin_async(self, *, context: Any = None, request: Any = None) -> Operation:
@@ -1177,8 +1177,10 @@ class Gate:
             return limiter.acquire(key, amount, quotas, costs=amounts)
         return limiter.refund(key, amount, quotas, amounts=amounts)
 
-    def _drive(self, flow: _Flow) -> Any:
-        if self.is_async:  # its limiter's calls are coroutines: they cannot be made here
+    def _drive(self, flow: _Flow, *, storage: bool = True) -> Any:
+        """Run ``flow`` with plain calls; ``storage=False``: a flow that calls no storage
+        (:meth:`begin`), which runs even when the storage is async."""
+        if storage and self.is_async:  # its limiter's calls are coroutines: not here
             flow.close()
             raise TypeError(
                 "quotaql: this gate's storage is async (AsyncRedisStorage): use the async"
