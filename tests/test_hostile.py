@@ -382,9 +382,11 @@ def test_a_file_still_being_written_is_never_applied(config_path: Callable[[str]
     assert (op.tier.name, op.decision.limit) == ("pro", 2000)  # the whole file, at last
 
 
-def test_a_flood_of_new_keys_from_a_refused_address_costs_no_lookups(
+def test_an_honest_tenant_behind_a_refused_address_is_not_refused_for_it(
     config_path: Callable[[str], Path],
 ) -> None:
+    # A keyless client behind a NAT runs the address dry: a tenant with a key of its own,
+    # behind the same address, was never refused by the storage and must not be.
     looked_up: list[str] = []
 
     def key_resolver(key: str, context: Any) -> str | None:
@@ -392,14 +394,50 @@ def test_a_flood_of_new_keys_from_a_refused_address_costs_no_lookups(
         return "acme" if key == "good" else None
 
     gate = Gate(load_config(config_path(TOML)), key_resolver=key_resolver)
-    spend = admit(gate, "{ products(first: 100) { id } }", scope(key="guess-0"))  # the address
-    assert (spend.refused, spend.subject.key) == (False, "ip:203.0.113.9")
-    assert admit(gate, "{ hello }", scope(key="guess-1")).code == "RATE_LIMITED"
-    assert looked_up == ["guess-0", "guess-1"]
-    for number in range(2, 50):  # new keys, each would be one lookup (a database query)
-        op = gate.begin(request=scope(key=f"guess-{number}"))
-        assert (op.denied, op.subject.key) == (True, "ip:203.0.113.9")
-    assert looked_up == ["guess-0", "guess-1"]  # not one more
-    # A key the resolver knows already is its tenant's, from that address too.
-    assert not admit(gate, "{ hello }", scope(key="good", peer="198.51.100.1")).refused
-    assert not gate.begin(request=scope(key="good")).refused
+    assert not admit(gate, "{ products(first: 100) { id } }", scope()).refused  # the address
+    assert admit(gate, "{ hello }", scope()).code == "RATE_LIMITED"
+    assert gate.begin(request=scope()).denied  # the address, refused from memory
+    op = gate.admit(SCHEMA, parse("{ hello }"), request=scope(key="good"))  # never seen
+    assert (op.refused, op.subject.key, looked_up) == (False, "key:acme", ["good"])
+
+
+def test_a_query_that_can_never_fit_pays_the_minimum_each_time(gate: Gate) -> None:
+    # `first: 100000` costs more than the bucket holds: refused COST_EXCEEDS_CAPACITY, which
+    # waiting never cures; it was free, and a client could send it (validated) forever.
+    for _ in range(3):
+        op = admit(gate, "{ products(first: 100000) { id } }")
+        assert (op.code, op.status, op.charge) == ("COST_EXCEEDS_CAPACITY", 400, 1.0)
+        gate.finish(op)
+    assert remaining(gate) == pytest.approx(100 - 3, abs=0.01)
+
+
+def test_nested_repeats_are_merged_as_validation_merges_them() -> None:
+    # 25 copies of a field, each repeating a child 19 times: each selection set is within
+    # the limits, but graphql-core compares the 475 merged children pairwise (~1 s).
+    children = " ".join("products { id }" for _ in range(19))
+    document = parse("{ " + " ".join(f"products {{ {children} }}" for _ in range(25)) + " }")
+    with pytest.raises(TooManyFields, match="selects 'products' more than 30 times"):
+        screen(document, SAFE_LIMITS)
+
+
+def test_strawberrys_caches_beside_the_limiter_are_reported_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import strawberry
+    from strawberry.extensions import ParserCache, ValidationCache
+
+    from quotaql.plugin import CostLimiter
+
+    @strawberry.type
+    class Query:
+        @strawberry.field
+        def hello(self) -> str:
+            return "world"
+
+    limiter = CostLimiter()  # the default configuration: no field quota on this schema
+    schema = strawberry.Schema(query=Query, extensions=[ParserCache, ValidationCache, limiter])
+    caplog.set_level(logging.ERROR, logger="quotaql")
+    for _ in range(3):
+        assert schema.execute_sync("{ hello }").data == {"hello": "world"}
+    (record,) = [r for r in caplog.records if r.quotaql_event == "unlimited_extension"]
+    assert "ParserCache and ValidationCache" in record.getMessage()

@@ -76,6 +76,14 @@ def test_a_multi_megabyte_alias_document_is_refused_at_once_and_charged(
         ),
         ("{ " + " ".join(f"a{i}: hello" for i in range(450)) + " }", "TOO_MANY_ALIASES"),
         ("{ " + " zzz" * 20_000 + " }", "QUERY_TOO_LARGE"),  # 20,000 unknown fields
+        # Within every limit per selection set, but merged: 25 x 19 `reviews` compared
+        # pairwise (0.6-1.3 s of validation a request, found by an attack on this issue).
+        (
+            "{ "
+            + " ".join("products { " + " reviews { stars }" * 19 + " }" for _ in range(25))
+            + " }",
+            "TOO_MANY_FIELDS",
+        ),
     ],
 )
 def test_a_document_that_would_stall_validation_is_refused_before_it(
@@ -231,3 +239,21 @@ def test_refused_documents_pay_the_minimum_on_redis_too(
 
         time.sleep(0.2)  # the last charge may land just after its answer
         assert available(server.url) == pytest.approx(100 - 6, abs=0.1)
+
+
+def test_a_document_whose_operation_cannot_be_chosen_pays_the_minimum(
+    adapter: Adapter, server: UvicornServer
+) -> None:
+    # 2,900 small operations and a name none has: parsed for nothing, and it was free.
+    document = " ".join(f"query Q{i} {{ hello }}" for i in range(2_900))
+    for _ in range(3):
+        response = httpx.post(
+            f"{server.url}/graphql",
+            json={"query": document, "operationName": "NOPE"},
+            headers={"X-API-Key": "tenant-a"},
+            timeout=10,
+        )
+        # Strawberry answers 400 with a text body, Ariadne a GraphQL error.
+        assert response.status_code == 400 or response.json()["errors"]
+    assert adapter.shop.resolver_calls == []
+    assert available(server.url) == pytest.approx(100 - 3, abs=0.1)

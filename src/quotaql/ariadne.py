@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
 from ariadne.wsgi import GraphQL as WSGIGraphQL
-from graphql import ExecutionResult, GraphQLError
+from graphql import ExecutionResult, GraphQLError, OperationType
 
 from quotaql import web
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
+from quotaql.cost_analysis.analyzer import select_operation
+from quotaql.errors import CostAnalysisError
 from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
 
 if TYPE_CHECKING:
@@ -61,11 +63,12 @@ class _Scope:
     """One operation inside a handler: its request, what the gate made of it, and whether
     a subscription stream took it over (and so finishes it when the stream ends)."""
 
-    __slots__ = ("loose", "op", "request", "streaming")
+    __slots__ = ("document", "loose", "op", "request", "streaming")
 
     def __init__(self, request: Any, *, loose: bool = False) -> None:
         self.request = request
         self.op: Operation | None = None
+        self.document: DocumentNode | None = None  # what the parse hook parsed
         self.streaming = False
         self.loose = loose  # root_value was called outside the CostLimiter's handlers
 
@@ -214,8 +217,13 @@ class CostLimiter(Adapter):
         ``[limits] min_charge`` for a refusal here (this hook cannot await)."""
         gate = self.gate
         scope = _scope.get()
-        if scope is not None and scope.op is None and scope.request is not None and gate.syncs:
-            scope.op = gate.begin(context=context, request=scope.request)  # the WSGI app
+        if (
+            scope is not None
+            and scope.op is None
+            and scope.request is not None
+            and not gate.identity.may_await()
+        ):  # the WSGI app, a websocket's subscription: begun here, before parsing
+            scope.op = gate.begin(context=context, request=scope.request)
         op = scope.op if scope is not None else None
         if op is not None and op.refused:
             raise op.errors[0]
@@ -228,7 +236,26 @@ class CostLimiter(Adapter):
         refusal = gate.screen(op, document)
         if refusal is not None:
             raise refusal
+        if scope is not None:
+            scope.document = document
         return document
+
+    async def _charge_unpriced(self, scope: _Scope, data: Any) -> None:
+        """A websocket message's operation that Ariadne answered without running: its
+        document did not parse, pass the static pass or validate, or names no operation.
+        Charge ``[limits] min_charge`` for it; a query or mutation is the HTTP handler's."""
+        op = scope.op
+        if op is None or op.report is not None or op.decision is not None or op.denied:
+            return
+        if not op.failed:
+            name = data.get("operationName") if isinstance(data, dict) else None
+            if scope.document is None or _runs_over_http(scope.document, name):
+                return
+            self.gate.fail(op, [QuotaqlGraphQLError(
+                "The subscription was refused before it could be priced.",
+                extensions={"code": _INVALID},
+            )])  # fmt: skip
+        await self.gate.reject_async(op, op.errors)
 
     @staticmethod
     def _unpriced(scope: _Scope, result: dict[str, Any]) -> list[GraphQLError] | None:
@@ -336,6 +363,15 @@ class CostLimiter(Adapter):
 
 
 _INVALID = "GRAPHQL_VALIDATION_FAILED"
+
+
+def _runs_over_http(document: DocumentNode, name: str | None) -> bool:
+    """The document's operation is a query or a mutation (the HTTP handler runs those)."""
+    try:
+        operation, _ = select_operation(document, name)
+    except CostAnalysisError:
+        return False
+    return operation.operation is not OperationType.SUBSCRIPTION
 
 
 class _Admission:
@@ -511,8 +547,13 @@ class CostLimitedTransportWSHandler(_LimitedWebsocket, GraphQLTransportWSHandler
     async def handle_websocket_subscribe(
         self, websocket: WebSocket, data: Any, operation_id: str, client_context: ClientContext
     ) -> None:
-        with self.limiter._operation(websocket):
-            await super().handle_websocket_subscribe(websocket, data, operation_id, client_context)
+        with self.limiter._operation(websocket) as scope:
+            try:
+                await super().handle_websocket_subscribe(
+                    websocket, data, operation_id, client_context
+                )
+            finally:
+                await self.limiter._charge_unpriced(scope, data)
 
     # A plain def, not async: Ariadne calls it inside handle_websocket_subscribe to make
     # the stream's task, so the operation's scope is still the current one here.
@@ -541,19 +582,19 @@ class CostLimitedWSHandler(_LimitedWebsocket, GraphQLWSHandler):
     """Ariadne's (older) ``graphql-ws`` handler, limited by ``limiter``; as
     :class:`CostLimitedTransportWSHandler`, the refused event's error is the last ``data``."""
 
-    async def start_websocket_operation(
+    async def process_single_message(
         self,
         websocket: WebSocket,
         data: Any,
-        context_value: Any,
-        query_document: DocumentNode,
         operation_id: str,
         operations: dict[str, AriadneOperation],
     ) -> None:
-        with self.limiter._operation(websocket):
-            await super().start_websocket_operation(
-                websocket, data, context_value, query_document, operation_id, operations
-            )
+        # Ariadne parses here, then starts the operation: one scope for both.
+        with self.limiter._operation(websocket) as scope:
+            try:
+                await super().process_single_message(websocket, data, operation_id, operations)
+            finally:
+                await self.limiter._charge_unpriced(scope, data)
 
     def observe_async_results(  # a plain def: see CostLimitedTransportWSHandler
         self, websocket: WebSocket, results: AsyncGenerator[Any, None], operation_id: str

@@ -118,10 +118,6 @@ class DenyCache:
             return None
         return _left(denial, denial.floor_until - now)
 
-    def denies(self, key: str) -> bool:
-        """Whether any request of ``key`` is refused now (:meth:`before_parsing`)."""
-        return self.before_parsing(key) is not None
-
     def priced(self, key: str, cost: float) -> Denial | None:
         """The refusal that still holds for an operation of ``key`` that costs ``cost``."""
         denial = self._denials.get(key)

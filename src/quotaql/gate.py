@@ -142,6 +142,7 @@ class Operation:
         "mode",
         "more",
         "operation_name",
+        "paid_minimum",
         "quotas",
         "refunded",
         "report",
@@ -182,6 +183,7 @@ class Operation:
         self.variables: Mapping[str, Any] | None = None
         self.operation_name: str | None = None
         self.charge = 0.0
+        self.paid_minimum = False  # refused, and charged min_charge for it
         self.denied = False
         self.failed = False
         self.screened = False
@@ -577,11 +579,6 @@ class Gate:
         """The configuration in force."""
         return self._config
 
-    @property
-    def syncs(self) -> bool:
-        """Whether :meth:`begin` (and the storage) can run without awaiting anything."""
-        return not self.is_async and not self.identity.may_await()
-
     def check(self, schema: Any) -> None:
         """Check the cost model and the root-field quotas against ``schema`` (at startup).
 
@@ -837,7 +834,7 @@ class Gate:
                 cost=report.cost if report else None,
                 depth=report.depth if report else None,
                 actual=op.actual,
-                charged=op.charge if op.debited else 0.0,
+                charged=op.charge if op.debited or op.paid_minimum else 0.0,
                 refunded=op.refunded,
                 identity=op.subject.source,
             )
@@ -874,11 +871,9 @@ class Gate:
         config = self._config
         if request is None:
             request = web.request_of(context)
-        denied = self._denials.denies if len(self._denials) else None
         subject: Subject = yield from self.identity.resolve(
-            request, context, config.identity, config.tenants, can_await=can_await,
-            denied=denied,
-        )  # fmt: skip
+            request, context, config.identity, config.tenants, can_await=can_await
+        )
         if subject.source == "anonymous":
             self._say_once(
                 "no_client_address",
@@ -979,6 +974,8 @@ class Gate:
         self._decided(op, decision)
         if op.refused:  # refused: the subscription never opens
             self._free_slot(op)
+            if decision.reason == "exceeds_capacity" and op.mode == "enforce":
+                yield from self._charge_refusal(op)  # it can never run: as a static limit
         return op
 
     def _reject(self, op: Operation, errors: Sequence[GraphQLError]) -> _Flow:
@@ -1016,6 +1013,23 @@ class Gate:
         self._remember(op, decision)
         if op.error is None:  # a validate-only request: refused like any other
             self._refuse(op, rate_limit_error(self._jittered(decision)))
+
+    def _charge_refusal(self, op: Operation) -> _Flow:
+        """``min_charge`` for an operation refused because it can never fit
+        (``COST_EXCEEDS_CAPACITY``: waiting never helps, so a client that asks again and
+        again pays each time, as for a static limit); its answer stays that refusal."""
+        config = self._config
+        minimum = config.limits.min_charge
+        if minimum <= 0:
+            return
+        tier = op.tier if self.tier_resolver is not None else None
+        quotas, costs = config.charges_for(op.subject, None, tier, minimum)
+        decision: Decision = yield ("acquire", op.subject.key, minimum, quotas, costs)
+        if decision.allowed:
+            op.charge, op.paid_minimum = minimum, decision.source != "fail_open"
+        else:
+            self._denials.remember(_denial_key(op.subject), decision, quotas,
+                                   min_charge=minimum)  # fmt: skip
 
     def _deny(
         self, op: Operation, decision: Decision, quotas: tuple[Quota, ...], unpriced: bool = False

@@ -432,15 +432,11 @@ class Identity:
         tenants: Mapping[str, object],
         *,
         can_await: bool,
-        denied: Callable[[str], bool] | None = None,
     ) -> Generator[_Await, Any, Subject]:
         """The subject of one request, as a flow that yields the awaitables it needs.
 
         ``can_await``: the caller's driver awaits what is yielded (async servers); else an
-        awaitable a hook returns is a hook failure. ``denied(subject key)``: whether the
-        deny cache refuses that subject now; a key the ``key_resolver`` has not answered
-        yet, from an address refused a moment ago, is not looked up (a flood of new keys
-        from one address costs no lookups): the address is the subject.
+        awaitable a hook returns is a hook failure.
         """
         if self.identify is not None:
             custom = yield from self._call("identify", self.identify, (context,), can_await)
@@ -458,8 +454,6 @@ class Identity:
         if key:
             if self.key_resolver is None:  # [tenants] lists the known keys
                 tenant = key if len(key) <= _MAX_KEY_LENGTH and key in tenants else None
-            elif denied is not None and self._new(key) and self._denied(request, config, denied):
-                tenant = _FAILED  # not looked up: its address, refused a moment ago, pays
             else:
                 tenant = yield from self._resolved(key, context, can_await)
             failed = tenant is _FAILED  # not known, not known to be unknown: its address
@@ -478,17 +472,6 @@ class Identity:
         if key:
             source = "rejected_key" if rejected else "unknown_key"
         return Subject(address_subject(address, config), source, address=str(address))
-
-    def _new(self, key: str) -> bool:
-        """``key`` would be looked up: the resolver has not answered it (in the caches)."""
-        if len(key) > _MAX_KEY_LENGTH:
-            return False
-        return not self._known.get(key)[0] and not self._unknown.get(key)[0]
-
-    @staticmethod
-    def _denied(request: Any, config: IdentityConfig, denied: Callable[[str], bool]) -> bool:
-        address = _client(request, config)
-        return address is not None and denied(address_subject(address, config))
 
     def _resolved(self, key: str, context: Any, can_await: bool) -> Generator[_Await, Any, Any]:
         """The ``key_resolver``'s tenant of ``key`` (cached), None, or ``_FAILED``."""

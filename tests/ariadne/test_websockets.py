@@ -192,3 +192,22 @@ def test_a_key_sent_in_connection_init_is_the_subscriber(server: UvicornServer) 
         data, errors = client.until_done("1")
     assert (data, errors) == ([{"ticks": 0}, {"ticks": 1}], [])
     assert available(server, "acme") == pytest.approx(before - 1 - 60, abs=0.5)  # a probe, acme
+
+
+def test_subscriptions_refused_before_pricing_pay_the_minimum(server: UvicornServer) -> None:
+    # Ariadne answers these itself, before calling the root value: they were free, and one
+    # of them (a heavy query beside the subscription) cost a second of validation each.
+    before = available(server)
+    refused = [
+        "subscription { nope }",  # does not validate
+        "subscription { ticks(count: 1) ",  # does not parse
+        "subscription { " + " ".join(f"t{i}: ticks(count: 1)" for i in range(101)) + " }",
+    ]
+    with connect(server) as socket:
+        client = Client(socket, server.protocol)  # type: ignore[attr-defined]
+        for number, query in enumerate(refused):
+            client.subscribe(str(number), query)
+            data, errors = client.until_done(str(number))
+            assert (data, bool(errors)) == ([], True)
+    time.sleep(0.1)
+    assert available(server) == pytest.approx(before - 1 - len(refused), abs=0.5)  # a probe

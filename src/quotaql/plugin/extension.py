@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from graphql import ExecutionResult, GraphQLError
@@ -18,7 +19,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
 from quotaql import web
-from quotaql.contract import OWN_REFUSALS
+from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
 from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
 from quotaql.identity import ANONYMOUS
 
@@ -109,6 +110,15 @@ class _Extension(SchemaExtension):
     def get_results(self) -> dict[str, Any]:
         return self._gate.results(self._op)
 
+    def _begun(self, op: Operation) -> Operation:
+        """``op`` as this request's operation; the schema's extensions checked, once."""
+        self._op = op
+        schema = self.execution_context.schema
+        if schema not in _checked_schemas:
+            _checked_schemas.add(schema)
+            _check_extensions(self._gate, schema)
+        return op
+
     def _refused_early(self, op: Operation) -> None:
         """Answer a refusal made before parsing (the deny cache): no document is parsed."""
         ctx = self.execution_context
@@ -138,6 +148,20 @@ class _Extension(SchemaExtension):
         """The errors Strawberry's validation found, to charge (once)."""
         errors = self.execution_context.pre_execution_errors
         return list(errors) if errors and not op.failed else None
+
+    def _unreached(self, op: Operation) -> list[GraphQLError] | None:
+        """A parsed document that never reached pricing without being refused by quotaql
+        (Strawberry found no operation of that name, or that type is not allowed here):
+        what to charge ``min_charge`` for, once the operation ends."""
+        if (
+            op.report is not None
+            or op.decision is not None
+            or op.error is not None
+            or op.mode == "off"
+            or self.execution_context.graphql_document is None
+        ):
+            return None
+        return [_UNREACHED]
 
     def _refused(self, op: Operation) -> None:
         """The static pass refused: Strawberry answers the error and skips validation."""
@@ -184,6 +208,38 @@ class _Extension(SchemaExtension):
         return ctx.schema, ctx.graphql_document, ctx.variables, ctx.operation_name
 
 
+# What a parsed document that Strawberry did not run is charged as (the client's answer is
+# Strawberry's own: an unknown operation name, an operation type not allowed).
+_UNREACHED = QuotaqlGraphQLError(
+    "The document names no operation that could run.",
+    extensions={"code": "OPERATION_RESOLUTION_FAILURE"},
+)
+
+
+# Strawberry's extensions that parse or validate outside quotaql's limits.
+_UNLIMITED_EXTENSIONS = frozenset({"ParserCache", "ValidationCache"})
+_checked_schemas: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _check_extensions(gate: Gate, schema: Any) -> None:
+    """Say (once per schema) that an extension beside the limiter undoes its limits."""
+    found = sorted(
+        name
+        for extension in getattr(schema, "extensions", ())
+        if (name := getattr(extension, "__name__", type(extension).__name__))
+        in _UNLIMITED_EXTENSIONS
+    )
+    if found:
+        gate.log.log(
+            logging.ERROR,
+            "unlimited_extension",
+            "quotaql: %s on this schema parses or validates documents outside the [cost]"
+            " limits (a multi-megabyte document is parsed, a hostile one validated in"
+            " full): remove it (docs/strawberry.md)",
+            " and ".join(found),
+        )
+
+
 def _on_event_loop() -> bool:
     try:
         asyncio.get_running_loop()
@@ -198,7 +254,7 @@ class _SyncHooks(_Extension):
     def on_operation(self) -> Iterator[None]:
         # A subscription lives until its stream closes, long after on_execute: this is
         # where every operation ends (normally, cancelled, refused or by its client).
-        op = self._op = self._gate.begin(context=self.execution_context.context)
+        op = self._begun(self._gate.begin(context=self.execution_context.context))
         try:
             yield
         finally:
@@ -229,6 +285,9 @@ class _SyncHooks(_Extension):
         self._gate.reject(op, errors)
 
     def _ended(self, op: Operation) -> None:
+        unreached = self._unreached(op)
+        if unreached is not None:
+            self._gate.reject(op, unreached)
         self._gate.finish(op)
 
 
@@ -286,6 +345,9 @@ class _AsyncStorageExtension(_AsyncExecution, _SyncHooks):
         self._gate.fail(op, errors)  # charged when the operation ends
 
     def _ended(self, op: Operation) -> None:
+        unreached = self._unreached(op)
+        if unreached is not None:
+            self._gate.fail(op, unreached)
         if op.failed and op.decision is None and op.mode != "off":
             _charging.add(asyncio.get_running_loop().create_task(_charge(self._gate, op)))
         else:
@@ -311,11 +373,14 @@ class _AsyncExtension(_AsyncExecution):
     """An identity that may await: every hook awaited."""
 
     async def on_operation(self) -> AsyncIterator[None]:
-        self._op = await self._gate.begin_async(context=self.execution_context.context)
+        op = self._begun(await self._gate.begin_async(context=self.execution_context.context))
         try:
             yield
         finally:
-            self._gate.finish(self._op)
+            unreached = self._unreached(op)
+            if unreached is not None:
+                await self._gate.reject_async(op, unreached)
+            self._gate.finish(op)
 
     async def on_parse(self) -> AsyncIterator[None]:
         op = self._op
