@@ -297,7 +297,7 @@ def test_a_call_over_the_remaining_budget_is_refused_with_429_and_every_header(a
     assert_refusal_headers(refused, limit=FREE_CAPACITY, policy=FREE_POLICY)
 
 
-def test_a_query_above_capacity_is_refused_with_400_and_debits_nothing(api: Api) -> None:
+def test_a_query_above_capacity_is_refused_with_400_and_pays_the_minimum(api: Api) -> None:
     refused = api.post(TOO_BIG, source="127.0.1.3")
 
     body = expect(api, refused, 400)
@@ -307,7 +307,8 @@ def test_a_query_above_capacity_is_refused_with_400_and_debits_nothing(api: Api)
     assert (extensions["cost"], extensions["limit"]) == (FREE_CAPACITY + 1, FREE_CAPACITY)
     assert "Retry-After" not in refused.headers  # waiting never helps
     assert refused.headers["X-RateLimit-Limit"] == str(FREE_CAPACITY)
-    assert remaining(api.post(source="127.0.1.3")) == FREE_CAPACITY - COST
+    # It can never run, so asking again must not be free: [limits] min_charge (1).
+    assert remaining(api.post(source="127.0.1.3")) == FREE_CAPACITY - 1 - COST
 
 
 # -- 3. identity -------------------------------------------------------------------------
