@@ -389,10 +389,6 @@ class _Admission:
         scope = _scope.get()
         return scope if scope is not None else _Scope(None, loose=True)
 
-    def _begun(self, scope: _Scope) -> Operation | None:
-        """What the handler's :meth:`~quotaql.gate.Gate.begin` made of the request."""
-        return scope.op
-
     def _root(self, args: tuple[Any, Any, Any, Any]) -> Any:
         root_value = self.root_value
         return root_value(*args) if callable(root_value) else root_value
@@ -407,7 +403,7 @@ class _SyncAdmission(_Admission):
         scope = self._scope()
         op = self.limiter.gate.admit(
             self.target.schema, document, variables, operation_name,
-            context=context, request=scope.request, op=self._begun(scope),
+            context=context, request=scope.request, op=scope.op,  # what the handler began
         )  # fmt: skip
         self.limiter._admitted(scope, op)
         return self._root((context, operation_name, variables, document))
@@ -422,7 +418,7 @@ class _AsyncAdmission(_Admission):
         scope = self._scope()
         op = await self.limiter.gate.admit_async(
             self.target.schema, document, variables, operation_name,
-            context=context, request=scope.request, op=self._begun(scope),
+            context=context, request=scope.request, op=scope.op,  # what the handler began
         )  # fmt: skip
         self.limiter._admitted(scope, op)
         value = self._root((context, operation_name, variables, document))
