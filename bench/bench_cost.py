@@ -73,13 +73,9 @@ class Case:
 
 
 def corpus_dir() -> Path:
-    """The shared corpus: $QUOTAQL_BENCH_CORPUS, else ../shared/bench-corpus from the repo root."""
+    """The corpus: $QUOTAQL_BENCH_CORPUS, else the repository's own ``bench/corpus``."""
     override = os.environ.get("QUOTAQL_BENCH_CORPUS")
-    path = (
-        Path(override)
-        if override
-        else Path(__file__).resolve().parents[2] / "shared" / "bench-corpus"
-    )
+    path = Path(override) if override else Path(__file__).resolve().parent / "corpus"
     missing = [
         name
         for name in (
