@@ -836,13 +836,11 @@ def _size(doc: _Document, path: KeyPath, value: object) -> int:
 def _size_or_off(doc: _Document, path: KeyPath, value: object) -> int | Literal[False]:
     if value is False:
         return False
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        shown = value if isinstance(value, int) and not isinstance(value, bool) else None
-        raise doc.error(
-            path,
-            "expected an integer >= 0, or false for no limit, got "
-            + (str(shown) if shown is not None else describe_value(value)),
-        )
+    expected = "expected an integer >= 0, or false for no limit, got"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise doc.error(path, f"{expected} {describe_value(value)}")
+    if value < 0:
+        raise doc.error(path, f"{expected} {value}")
     return value
 
 

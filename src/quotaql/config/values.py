@@ -71,8 +71,10 @@ class LimitsConfig:
             all its connections, in each server process (``TOO_MANY_SUBSCRIPTIONS``
             beyond); None (in code only: TOML has no null) for no limit.
         min_charge: what every request that reaches quotaql pays at least: a document
-            that does not parse or validate, a static-limit refusal, a ``GraphQL-Cost:
-            validate`` request, an operation the model prices below it.
+            that does not parse or validate or names no operation, a static-limit
+            refusal, an operation that can never fit (``COST_EXCEEDS_CAPACITY``), a
+            ``GraphQL-Cost: validate`` request, an operation the model prices below it.
+            A request refused for lack of budget pays nothing.
         retry_jitter: a refusal's ``Retry-After`` and ``retryAfter`` are the exact wait
             plus up to this share of it, at random (0.1: up to +10 %), so that refused
             clients do not all come back at once.
