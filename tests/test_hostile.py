@@ -441,3 +441,19 @@ def test_strawberrys_caches_beside_the_limiter_are_reported_once(
         assert schema.execute_sync("{ hello }").data == {"hello": "world"}
     (record,) = [r for r in caplog.records if r.quotaql_event == "unlimited_extension"]
     assert "ParserCache and ValidationCache" in record.getMessage()
+
+
+def test_an_error_without_a_path_after_execution_refunds_nothing(gate: Gate) -> None:
+    # The resolvers ran, and the error does not say what it erased (execution itself failed,
+    # or a formatter dropped the paths): `data: null` must not refund the whole cost.
+    from graphql import GraphQLError
+
+    op = admit(gate, "{ products(first: 50) { id } }")
+    gate.settle(op, None, [GraphQLError("execution failed")])
+    assert (op.actual, op.refunded) == (50, 0)
+    ran = admit(gate, "{ products(first: 50) { id } }")
+    gate.settle(ran, {"products": [{"id": "1"}]}, [{"message": "formatted", "path": None}])
+    assert ran.refunded == 0
+    fine = admit(gate, "{ products(first: 10) { id } }", scope(key="acme"))
+    gate.settle(fine, {"products": [{"id": "1"}]}, [])  # no errors: refunded as before
+    assert fine.refunded == 9

@@ -1141,10 +1141,15 @@ class Gate:
         refund = limits.refund_unused and op.debited
         if not (refund or limits.expose_cost or op.header is not None):
             return 0.0, None
-        op.actual = actual_cost(
-            op.schema, op.document, data, op.variables, report.operation_name,
-            self._config.cost.model, errors=errors or None,
-        )  # fmt: skip
+        if errors and not all(_has_path(error) for error in errors):
+            # The operation ran and an error says nothing of where (execution itself failed,
+            # or a formatter dropped the paths): what it erased is unknown, nothing goes back.
+            op.actual = report.cost
+        else:
+            op.actual = actual_cost(
+                op.schema, op.document, data, op.variables, report.operation_name,
+                self._config.cost.model, errors=errors or None,
+            )  # fmt: skip
         kept = max(op.actual, limits.min_charge)
         amount = max(0.0, op.charge - kept) if refund else 0.0
         quotas = op.quotas
@@ -1426,6 +1431,13 @@ def _refunded(decision: Decision, amount: float, amounts: Sequence[float] | None
         reset_after=tightest.reset_after,
         quotas=back,
     )
+
+
+def _has_path(error: Any) -> bool:
+    """An execution error that says which field it erased (a ``GraphQLError``'s ``path``,
+    or a formatted error's ``"path"``)."""
+    path = error.get("path") if isinstance(error, dict) else getattr(error, "path", None)
+    return bool(path)
 
 
 def _denial_key(subject: Subject) -> str:
