@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from quotaql.errors import ConfigError, StorageError, StorageTimeout
 from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
 from quotaql.storage.base import check_arguments
-from quotaql.storage.memory import MemoryStorage
+from quotaql.storage.memory import MemoryStorage, tenant_part
 
 if TYPE_CHECKING:
     from quotaql.storage.base import AsyncStorage, Storage
@@ -316,8 +316,9 @@ class _Core:
         """Keep what ``decision`` (one storage call's, for ``quotas``) says is left of each."""
         at = self.fallback.now() if now is None else now
         reports = self.reports
+        part = tenant_part(tenant)  # as the fallback names its states: long keys hashed
         for quota, status in zip(quotas, decision.quotas, strict=False):
-            name = _state_key(tenant, quota)
+            name = quota.state_name + part
             reports.pop(name, None)  # re-inserted last: most recently reported
             reports[name] = (status.remaining, at)
         if len(reports) > MAX_REPORTS:
@@ -345,8 +346,9 @@ class _Core:
         with self._seed_lock:
             self._outage = True
             seeded = self._seeded
+            part = tenant_part(tenant)
             for quota in quotas:
-                name = _state_key(tenant, quota)
+                name = quota.state_name + part
                 if name in seeded:
                     continue
                 report = None if reports is None else reports.get(name)
@@ -425,11 +427,6 @@ class _Substitute:
         if self._reports is not None:
             self._core.remember(key, quotas, decision, now)
         return decision
-
-
-def _state_key(tenant: str | None, quota: Quota) -> str:
-    """One (tenant, quota) state's name; quota names hold neither ``\0`` nor ``\1``."""
-    return f"{quota.state_name}\1" if tenant is None else f"{quota.state_name}\0{tenant}"
 
 
 def _is_share(value: object) -> bool:

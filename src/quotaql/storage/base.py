@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 from typing import TYPE_CHECKING, Protocol
 
@@ -12,7 +14,14 @@ if TYPE_CHECKING:
 
     from quotaql.policy.quota import Decision
 
-__all__ = ["AsyncStorage", "Storage", "check_arguments"]
+__all__ = ["AsyncStorage", "Storage", "check_arguments", "tenant_digest"]
+
+
+def tenant_digest(tenant: str) -> str:
+    """128 bits of ``tenant``'s SHA-256, in 22 URL-safe characters: what the storages keep
+    of a tenant key that is long or outside a safe alphabet (no practical collision)."""
+    digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).digest()[:16]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def check_arguments(

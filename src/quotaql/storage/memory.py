@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import threading
 import time
 from collections import deque
@@ -12,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from quotaql.errors import ConfigError
 from quotaql.policy.algorithms import ALGORITHMS, commit
 from quotaql.policy.quota import Decision, Quota, Source, combine, decide_one
-from quotaql.storage.base import check_arguments
+from quotaql.storage.base import check_arguments, tenant_digest
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -188,7 +186,7 @@ class MemoryStorage:
         """:meth:`acquire` for one quota, through the key mapping and the overflow (``k``:
         the key's plain state key)."""
         if key is not None and (len(key) > PLAIN_TENANT_MAX or not key.isascii()):
-            k = quota.state_name + _tenant_part(key)  # hashed outside the lock
+            k = quota.state_name + tenant_part(key)  # hashed outside the lock
         algorithm = quota.algorithm
         table = states = self._states
         with self._lock:
@@ -219,7 +217,7 @@ class MemoryStorage:
         costs: Sequence[float] | None,
     ) -> Decision:
         amounts = costs if costs is not None else [cost] * len(quotas)
-        part = _tenant_part(key)
+        part = tenant_part(key)
         keys = [quota.state_name + part for quota in quotas]
         states = self._states
         with self._lock:
@@ -267,7 +265,7 @@ class MemoryStorage:
         check_arguments(amount, quotas, amounts)
         each = amounts if amounts is not None else [amount] * len(quotas)
         now = self.now() if now is None else now
-        part = _tenant_part(key)
+        part = tenant_part(key)
         with self._lock:
             for quota, given in zip(quotas, each, strict=True):
                 if given == 0:
@@ -284,7 +282,7 @@ class MemoryStorage:
         """Each quota's state for ``key``, without debiting anything."""
         check_arguments(0, quotas)
         now = self.now() if now is None else now
-        part = _tenant_part(key)
+        part = tenant_part(key)
         with self._lock:
             checks = []
             for quota in quotas:
@@ -361,7 +359,7 @@ def _get(table: dict[str, tuple[int, Any]], k: str, now: int) -> Any:
     return entry[1]
 
 
-def _tenant_part(tenant: str | None) -> str:
+def tenant_part(tenant: str | None) -> str:
     """The tenant's part of its state keys: ``"\\0" + tenant`` for a short ASCII tenant,
     ``"\\2" + digest`` for any other, ``"\\1"`` for the shared scope of ``shared`` quotas.
 
@@ -373,9 +371,7 @@ def _tenant_part(tenant: str | None) -> str:
         return "\1"
     if len(tenant) <= PLAIN_TENANT_MAX and tenant.isascii():
         return f"\0{tenant}"
-    # 128 bits of SHA-256, as the Redis storage hashes such tenants: no practical collision.
-    digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).digest()[:16]
-    return "\2" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+    return "\2" + tenant_digest(tenant)  # as the Redis storage hashes such tenants
 
 
 def _overflow_key(quota: Quota) -> str:

@@ -14,8 +14,6 @@ alphabet (or long ones) are hashed, ``{h:<sha256>}``; shared quotas live under
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import re
 from functools import cache
 from importlib import resources
@@ -23,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from quotaql.errors import StorageError, StorageTimeout
 from quotaql.policy.quota import ALGORITHM_NAMES, Decision, Quota, combine, decide_one
-from quotaql.storage.base import check_arguments
+from quotaql.storage.base import check_arguments, tenant_digest
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -80,8 +78,7 @@ def _key_base(prefix: str, tenant: str | None) -> str:
     else:
         # Braces, spaces, unicode, very long keys: hashed, so none can break out of the tag.
         # 128 bits in 22 characters: short keys cost Redis less memory per tenant.
-        digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).digest()[:16]
-        tag = "h:" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+        tag = "h:" + tenant_digest(tenant)
     return f"{prefix}:{{{tag}}}:"
 
 
