@@ -245,7 +245,7 @@ class CostLimiter(Adapter):
         document did not parse, pass the static pass or validate, or names no operation.
         Charge ``[limits] min_charge`` for it; a query or mutation is the HTTP handler's."""
         op = scope.op
-        if op is None or op.report is not None or op.decision is not None or op.denied:
+        if op is None or not op.unpaid:
             return
         if not op.failed:
             name = data.get("operationName") if isinstance(data, dict) else None
@@ -262,7 +262,7 @@ class CostLimiter(Adapter):
         """What to charge ``min_charge`` for: a document refused before it was priced (by
         the parse hook, or by Ariadne's validation), once."""
         op = scope.op
-        if op is None or op.report is not None or op.decision is not None or op.denied:
+        if op is None or not op.unpaid:
             return None
         if op.failed:
             return op.errors

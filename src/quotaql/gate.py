@@ -226,6 +226,12 @@ class Operation:
         return self.error is None and self.header != "validate"
 
     @property
+    def unpaid(self) -> bool:
+        """Neither priced nor decided (charged, refused or denied): a request an adapter saw
+        end without the gate taking anything for it yet."""
+        return self.report is None and self.decision is None
+
+    @property
     def validate_only(self) -> bool:
         """``GraphQL-Cost: validate``: priced, not run; it pays ``min_charge`` only."""
         return self.header == "validate" and self.error is None
@@ -996,56 +1002,76 @@ class Gate:
         a static-limit refusal, or a ``GraphQL-Cost: validate`` request. Out of budget, it
         is refused ``RATE_LIMITED`` (an invalid document keeps its errors) and pays
         nothing; charged once."""
-        config = self._config
-        minimum = config.limits.min_charge
-        if op.mode == "off" or minimum <= 0 or op.decision is not None or op.denied:
+        if op.mode == "off" or op.decision is not None or op.denied:
             return
-        tier = op.tier if self.tier_resolver is not None else None
-        quotas, costs = config.charges_for(op.subject, None, tier, minimum)
-        op.quotas, op.costs, op.charge = quotas, costs, minimum
-        decision: Decision = yield ("acquire", op.subject.key, minimum, quotas, costs)
-        op.decision = decision
+        paid = yield from self._pay_minimum(op)
+        if paid is None:
+            return
+        decision, op.quotas, op.costs = paid
+        op.decision, op.charge = decision, self._config.limits.min_charge
         if decision.allowed:
             return
         if op.mode != "enforce":
             self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, error_code(decision))
             return
-        self._remember(op, decision)
+        self._remember(op, decision, op.quotas)
         if op.error is None:  # a validate-only request: refused like any other
-            self._refuse(op, rate_limit_error(self._jittered(decision)))
+            self._rate_limited(op, decision)
 
     def _charge_refusal(self, op: Operation) -> _Flow:
         """``min_charge`` for an operation refused because it can never fit
         (``COST_EXCEEDS_CAPACITY``: waiting never helps, so a client that asks again and
         again pays each time, as for a static limit); its answer stays that refusal."""
+        paid = yield from self._pay_minimum(op)
+        if paid is None:
+            return
+        decision, quotas, _ = paid
+        if decision.allowed:
+            op.charge = self._config.limits.min_charge
+            op.paid_minimum = decision.source != "fail_open"
+        else:
+            self._remember(op, decision, quotas)
+
+    def _pay_minimum(
+        self, op: Operation
+    ) -> Generator[_Step, Any, tuple[Decision, tuple[Quota, ...], tuple[float, ...] | None] | None]:
+        """Debit ``[limits] min_charge`` from the quotas a request pays before it is priced:
+        the storage's decision, the quotas and their amounts; None when the minimum is 0."""
         config = self._config
         minimum = config.limits.min_charge
         if minimum <= 0:
-            return
+            return None
         tier = op.tier if self.tier_resolver is not None else None
         quotas, costs = config.charges_for(op.subject, None, tier, minimum)
         decision: Decision = yield ("acquire", op.subject.key, minimum, quotas, costs)
-        if decision.allowed:
-            op.charge, op.paid_minimum = minimum, decision.source != "fail_open"
-        else:
-            self._denials.remember(_denial_key(op.subject), decision, quotas,
-                                   min_charge=minimum)  # fmt: skip
+        return decision, quotas, costs
 
     def _deny(
         self, op: Operation, decision: Decision, quotas: tuple[Quota, ...], unpriced: bool = False
     ) -> None:
         """Refuse ``op`` from the deny cache: the storage refused its subject a moment ago."""
         op.denied = True
-        op.decision = decision = self._jittered(decision)
         op.quotas = quotas
-        self._refuse(op, rate_limit_error(decision, unpriced=unpriced))
-        self._log(op, names.DENIED, "quotaql: denied %s (deny cache): retry in %.3g s",
-                  RATE_LIMITED, decision.retry_after or 0.0)  # fmt: skip
+        error = self._rate_limited(op, decision, unpriced=unpriced)
+        self._log(op, names.DENIED, "quotaql: denied %s (deny cache): %s", RATE_LIMITED,
+                  error.message)  # fmt: skip
 
-    def _remember(self, op: Operation, decision: Decision) -> None:
-        """Keep a refusal of ``op``'s subject in the deny cache (when waiting helps)."""
+    def _rate_limited(
+        self, op: Operation, decision: Decision, *, unpriced: bool = False
+    ) -> GraphQLError:
+        """Refuse ``op`` for the storage's (or the deny cache's) refusal ``decision``: its
+        retry time jittered, in the error and in the headers alike."""
+        op.decision = decision = self._jittered(decision)
+        return self._refuse(op, rate_limit_error(decision, unpriced=unpriced))
+
+    def _remember(
+        self, op: Operation, decision: Decision, quotas: tuple[Quota, ...] | None = None
+    ) -> None:
+        """Keep a refusal of ``op``'s subject (for ``quotas``, default ``op.quotas``) in the
+        deny cache (when waiting helps)."""
         minimum = self._config.limits.min_charge
-        self._denials.remember(_denial_key(op.subject), decision, op.quotas, min_charge=minimum)
+        quotas = op.quotas if quotas is None else quotas
+        self._denials.remember(_denial_key(op.subject), decision, quotas, min_charge=minimum)
 
     def _jittered(self, decision: Decision) -> Decision:
         """``decision`` with its retry time plus up to ``retry_jitter`` of it: never less."""
@@ -1094,8 +1120,7 @@ class Gate:
             return
         if not decision.allowed and decision.reason == "rate_limited":
             self._remember(op, decision)  # the address's next tries are refused from memory
-            op.decision = decision = self._jittered(decision)
-            self._refuse(op, rate_limit_error(decision))  # key guessing runs its address dry
+            self._rate_limited(op, decision)  # key guessing runs its address dry
         else:
             self._refuse(op, unknown_key_error(header))
             op.decision = None  # no budget headers on a 401
@@ -1107,8 +1132,7 @@ class Gate:
             code = error_code(decision)
             if op.mode == "enforce":
                 self._remember(op, decision)
-                op.decision = decision = self._jittered(decision)
-                error = self._refuse(op, rate_limit_error(decision))
+                error = self._rate_limited(op, decision)
                 self._log(op, names.BLOCKED, "quotaql: blocked %s: %s", code, error.message)
                 return
             self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, code)
@@ -1175,8 +1199,7 @@ class Gate:
         if op.mode != "enforce":
             self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, error_code(decision))
             return None
-        op.decision = decision = self._jittered(decision)
-        error = self._refuse(op, rate_limit_error(decision))
+        error = self._rate_limited(op, decision)
         self._log(op, names.BLOCKED, "quotaql: ended a subscription %s: %s", RATE_LIMITED,
                   error.message)  # fmt: skip
         return error

@@ -154,8 +154,7 @@ class _Extension(SchemaExtension):
         (Strawberry found no operation of that name, or that type is not allowed here):
         what to charge ``min_charge`` for, once the operation ends."""
         if (
-            op.report is not None
-            or op.decision is not None
+            not op.unpaid
             or op.error is not None
             or op.mode == "off"
             or self.execution_context.graphql_document is None
@@ -348,7 +347,7 @@ class _AsyncStorageExtension(_AsyncExecution, _SyncHooks):
         unreached = self._unreached(op)
         if unreached is not None:
             self._gate.fail(op, unreached)
-        if op.failed and op.decision is None and op.mode != "off":
+        if op.failed and op.unpaid and op.mode != "off":
             _charging.add(asyncio.get_running_loop().create_task(_charge(self._gate, op)))
         else:
             self._gate.finish(op)
