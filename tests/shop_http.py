@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import httpx
+import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 EXPENSIVE = "{ products(first: 10) { name reviews(first: 5) { stars } } }"  # 70, actual 16
@@ -46,3 +48,18 @@ def post(url: str, query: str, key: str = "tenant-a", **headers: str) -> httpx.R
     return httpx.post(
         f"{url}/graphql", json={"query": query}, headers={"X-API-Key": key, **headers}, timeout=10
     )
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[..., Path]:
+    """Write the shop's quotaql.toml (see ``write_shop_config``) and return its path."""
+
+    def write(extra: str = "", *, limits: str = "") -> Path:
+        return write_shop_config(tmp_path / "quotaql.toml", extra, limits=limits)
+
+    return write
+
+
+@pytest.fixture
+def config_path(write_config: Callable[..., Path]) -> Path:
+    return write_config()

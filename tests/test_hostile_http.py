@@ -21,15 +21,13 @@ from quotaql.storage.redis import AsyncRedisStorage
 from tests.introspection import INTROSPECTION_QUERIES
 from tests.plugin import shop as strawberry_shop
 from tests.plugin.asgi import UvicornServer
-from tests.shop_http import EXPENSIVE, EXPORT, post
+from tests.shop_http import EXPENSIVE, EXPORT, config_path, post, write_config  # noqa: F401
 from tests.test_http_contract import (  # noqa: F401 (its fixtures, by name)
     ASGI,
     Adapter,
     _clear_resolver_calls,
     adapter,
-    config_path,
     server,
-    write_config,
 )
 
 if TYPE_CHECKING:

@@ -9,6 +9,7 @@ validation errors. Every integration of Strawberry on its own server is in
 tests/integrations; what only one adapter has (batches, websockets) is beside it.
 """
 
+# ruff: noqa: F811 (the shop's fixtures, imported by name)
 from __future__ import annotations
 
 import asyncio
@@ -32,7 +33,13 @@ from quotaql.storage.redis import AsyncRedisStorage
 from tests.ariadne import shop as ariadne_shop
 from tests.plugin import shop as strawberry_shop
 from tests.plugin.asgi import UvicornServer
-from tests.shop_http import EXPENSIVE, EXPORT, post, write_shop_config
+from tests.shop_http import (  # noqa: F401 (fixtures, by name)
+    EXPENSIVE,
+    EXPORT,
+    config_path,
+    post,
+    write_config,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -101,21 +108,6 @@ def _clear_resolver_calls() -> Iterator[None]:
     yield
     for shop in (strawberry_shop, ariadne_shop):
         shop.resolver_calls.clear()
-
-
-@pytest.fixture
-def write_config(tmp_path: Path) -> Callable[..., Path]:
-    """Write the shop's quotaql.toml (see ``write_shop_config``) and return its path."""
-
-    def write(extra: str = "", *, limits: str = "") -> Path:
-        return write_shop_config(tmp_path / "quotaql.toml", extra, limits=limits)
-
-    return write
-
-
-@pytest.fixture
-def config_path(write_config: Callable[..., Path]) -> Path:
-    return write_config()
 
 
 @pytest.fixture(params=list(ADAPTERS))
