@@ -1,4 +1,10 @@
-"""Strawberry schema directives for ``@cost`` and ``@listSize`` (needs ``quotaql[strawberry]``)."""
+"""Strawberry schema directives for ``@cost`` and ``@listSize`` (needs ``quotaql[strawberry]``).
+
+The analyzer recognises them by their ``__quotaql_directive__`` marker, not by name, so an
+``@link`` that renames the directives in printed SDL does not change how they are read.
+Strawberry's own ``strawberry.federation.schema_directives.Cost`` / ``ListSize`` (Apollo's
+``weight: Int!``) are read too; one schema cannot use both pairs (both are ``@cost``).
+"""
 
 from __future__ import annotations
 
@@ -36,13 +42,18 @@ class Cost:
     description="How many items a list field returns (IBM GraphQL Cost Directives).",
 )
 class ListSize:
-    """``@listSize``: ``strawberry.field(directives=[ListSize(slicing_arguments=["first"])])``."""
+    """``@listSize``: ``strawberry.field(directives=[ListSize(slicing_arguments=["first"])])``.
+
+    ``slicing_argument_default_value`` is Hot Chocolate's ``slicingArgumentDefaultValue``:
+    the size when the operation gives none of the slicing arguments.
+    """
 
     # UNSET keeps an argument out of the printed SDL (None would print as `null`).
     assumed_size: int | None = UNSET
     slicing_arguments: list[str] | None = UNSET
     sized_fields: list[str] | None = UNSET
     require_one_slicing_argument: bool | None = True
+    slicing_argument_default_value: int | None = UNSET
     __quotaql_directive__: ClassVar[str] = "listSize"
 
     def arguments(self) -> dict[str, Any]:
@@ -52,5 +63,6 @@ class ListSize:
             "slicingArguments": self.slicing_arguments,
             "sizedFields": self.sized_fields,
             "requireOneSlicingArgument": self.require_one_slicing_argument,
+            "slicingArgumentDefaultValue": self.slicing_argument_default_value,
         }
         return {name: value for name, value in values.items() if value is not UNSET}
