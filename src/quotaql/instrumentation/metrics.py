@@ -9,22 +9,27 @@ Multiprocess servers (gunicorn/uvicorn workers): set ``PROMETHEUS_MULTIPROC_DIR`
 the workers start, as prometheus-client documents; the circuit gauge then reports the most
 open live worker (``multiprocess_mode="livemax"``: call prometheus-client's
 ``multiprocess.mark_process_dead(pid)`` when a worker exits, e.g. in gunicorn's
-``child_exit`` hook) and the build info one value (``"max"``).
+``child_exit`` hook) and the build info one value (``"max"``). Of the tuning gauges, the
+assumed list sizes report the most recent value written by any worker (``"mostrecent"``)
+and the largest list seen the maximum (``"max"``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 import os
 import threading
+import time
+from bisect import bisect_left
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import names
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator, Sequence
 
     from prometheus_client import CollectorRegistry
 
@@ -217,6 +222,63 @@ class PrometheusMetrics:
             multiprocess_mode="max",
         )
         build_info.labels(_quotaql_version()).set(1)
+        self.estimate_ratio = Histogram(
+            names.COST_ESTIMATE_RATIO,
+            "Actual cost / estimated cost of each priced operation that ran.",
+            cost_labels,
+            buckets=names.RATIO_BUCKETS,
+            registry=registry,
+        )
+        # The list metrics are collected through _TuningCollector, which first adds the
+        # tallies waiting in this process (see list_sizes) to them.
+        coordinate = (names.LABEL_COORDINATE,)
+        self.list_returned = Histogram(
+            names.LIST_RETURNED_ITEMS,
+            "Items returned by each list whose size the pricing assumed (assumed_size,"
+            " @listSize(assumedSize:), default_list_size), per schema coordinate.",
+            coordinate,
+            buckets=names.LIST_SIZE_BUCKETS,
+            registry=None,
+        )
+        self.list_operation_max = Histogram(
+            names.LIST_OPERATION_MAX_ITEMS,
+            "Per operation, the items of its longest list of the coordinate whose size the"
+            " pricing assumed.",
+            coordinate,
+            buckets=names.LIST_SIZE_BUCKETS,
+            registry=None,
+        )
+        self.list_assumed = Gauge(
+            names.LIST_ASSUMED_ITEMS,
+            "The size the pricing assumed for the latest such list of the coordinate.",
+            coordinate,
+            registry=None,
+            multiprocess_mode="mostrecent",
+        )
+        self.list_max_returned = Gauge(
+            names.LIST_MAX_RETURNED_ITEMS,
+            "The most items one such list of the coordinate returned since the process started.",
+            coordinate,
+            registry=None,
+            multiprocess_mode="max",
+        )
+        self.list_sliced_ratio = Histogram(
+            names.LIST_SLICED_RATIO,
+            "Items returned / items asked for, per list sized by a slicing argument the"
+            " client wrote (first: 5), per schema coordinate.",
+            coordinate,
+            buckets=names.RATIO_BUCKETS,
+            registry=None,
+        )
+        self._lists: dict[str, _ListSeries] = {}
+        self._sliced: dict[str, _Pending] = {}
+        self._waiting: dict[_Pending, None] = {}  # tallies not yet added to their histogram
+        self._tuning_lock = threading.Lock()
+        self._flush_at = 0.0
+        # Tally, then add to the histograms' bucket values directly (prometheus-client's
+        # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
+        self._bulk = True
+        registry.register(_TuningCollector(self))
 
     # -- the limiter's recorder ----------------------------------------------------------
     # Every label set is bounded (decisions, operation types, tiers from the config, backends,
@@ -292,6 +354,158 @@ class PrometheusMetrics:
         """Follow how many subscriptions are open."""
         self.subscriptions_open.set(open_now)
 
+    # -- the tuning metrics (quotaql tune) --------------------------------------------------
+    # Called for a sampled fraction of the operations. list_sizes() may get dozens of lists
+    # per operation, and Histogram.observe() costs ~1.5 µs: the observations are tallied per
+    # coordinate and bucket first, then each histogram child gets one increment per bucket
+    # hit (and one of its sum) instead of one observe() per list.
+
+    def list_sizes(self, observations: Sequence[tuple[str, float, int, bool]]) -> None:
+        """Record the lists one operation returned, after its actual cost is known.
+
+        Each observation is ``(coordinate, assumed, returned, sliced)``, one per list
+        instance of the response: ``coordinate`` the list field (``"Product.reviews"``, a
+        schema coordinate: the only label), ``assumed`` the size the pricing assumed for
+        this instance, ``returned`` the items it returned, ``sliced`` whether ``assumed``
+        came from a slicing argument the client wrote (``first: 5``) rather than from
+        ``assumed_size`` / ``@listSize(assumedSize:)`` / ``default_list_size``.
+
+        Unsliced lists feed :data:`~quotaql.instrumentation.names.LIST_RETURNED_ITEMS`,
+        ``LIST_OPERATION_MAX_ITEMS`` (this operation's longest list of each coordinate),
+        ``LIST_ASSUMED_ITEMS`` and ``LIST_MAX_RETURNED_ITEMS``; sliced ones
+        ``LIST_SLICED_RATIO`` (``returned / assumed``; an instance that asked for 0 counts
+        as 1.0 when it returned nothing, else as ``names.RATIO_CAP``). An observation with
+        a negative or non-finite number is ignored.
+
+        The histograms' counts are tallied here and added to prometheus-client's values at
+        most once a second, and whenever the registry is collected (a scrape, or
+        ``get_sample_value``); :meth:`flush` adds them at once. Under prometheus-client's
+        multiprocess mode, a scrape reads the workers' files instead: what a worker tallied
+        in its last second reaches them with its next call after that second, or with
+        :meth:`flush`.
+
+        Example:
+            >>> from prometheus_client import CollectorRegistry
+            >>> registry = CollectorRegistry()
+            >>> metrics = PrometheusMetrics(registry)
+            >>> metrics.list_sizes([("Query.products", 10, 4, False),
+            ...                     ("Product.reviews", 5, 5, True)])
+            >>> registry.get_sample_value(
+            ...     "quotaql_list_returned_items_bucket",
+            ...     {"coordinate": "Query.products", "le": "5.0"},
+            ... )
+            1.0
+        """
+        longest: dict[_ListSeries, int] = {}
+        size_index = _SIZE_INDEX
+        top = len(size_index) - 1  # the largest finite edge: above it, the +Inf bucket
+        with self._tuning_lock:
+            lists = self._lists
+            for coordinate, assumed, returned, is_sliced in observations:
+                if not 0 <= assumed < _INF:
+                    continue  # negative, NaN or infinite: nothing to learn from it
+                if is_sliced:
+                    self._sliced_list(coordinate, assumed, returned)
+                    continue
+                if 0 <= returned <= top:
+                    try:
+                        index = size_index[returned]
+                    except TypeError:  # a float
+                        index = bisect_left(_SIZE_BOUNDS, returned)
+                elif top < returned < _INF:
+                    index = _SIZE_INF
+                else:
+                    continue
+                series = lists.get(coordinate)
+                if series is None:
+                    series = lists[coordinate] = _ListSeries(self, coordinate)
+                pending = series.returned
+                if pending.values is None:
+                    pending.counts[index] += 1
+                    pending.total += returned
+                else:
+                    pending.values.append(returned)
+                if assumed != series.assumed:
+                    series.assumed = assumed
+                    series.assumed_gauge.set(assumed)
+                if returned > longest.get(series, -1):
+                    longest[series] = returned
+            waiting = self._waiting
+            for series, items in longest.items():
+                waiting[series.returned] = None
+                pending = series.operation_max
+                waiting[pending] = None
+                if pending.values is None:
+                    pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
+                    pending.total += items
+                else:
+                    pending.values.append(items)
+                if items > series.max_returned:
+                    series.max_returned = items
+                    series.max_gauge.set(items)
+            now = time.monotonic()
+            if now >= self._flush_at:
+                self._flush_at = now + _FLUSH_SECONDS
+                self._add_waiting()
+
+    def _sliced_list(self, coordinate: str, asked: float, returned: float) -> None:
+        """Tally one list sized by a slicing argument (under ``_tuning_lock``)."""
+        if not 0 <= returned < _INF:
+            return
+        if asked > 0:
+            ratio = min(returned / asked, names.RATIO_CAP)
+        else:
+            ratio = 1.0 if returned == 0 else names.RATIO_CAP
+        pending = self._sliced.get(coordinate)
+        if pending is None:
+            child = self.list_sliced_ratio.labels(coordinate)
+            pending = self._sliced[coordinate] = _Pending(child, _RATIO_BOUNDS, self._bulk)
+        if pending.values is None:
+            pending.counts[bisect_left(_RATIO_BOUNDS, ratio)] += 1
+            pending.total += ratio
+        else:
+            pending.values.append(ratio)
+        self._waiting[pending] = None
+
+    def flush(self) -> None:
+        """Add the list tallies waiting in this process to the histograms now (collecting
+        the registry does it too; under multiprocess mode, call it when a worker stops)."""
+        with self._tuning_lock:
+            self._add_waiting()
+
+    def _add_waiting(self) -> None:
+        for pending in self._waiting:
+            pending.add()
+        self._waiting.clear()
+
+    def estimate(self, operation_type: str, tier: str, estimated: float, actual: float) -> None:
+        """Record how far one operation's estimate was from its actual cost.
+
+        Called once per operation that was priced and ran: observes ``actual / estimated``
+        in :data:`~quotaql.instrumentation.names.COST_ESTIMATE_RATIO` (labels
+        ``operation_type`` and ``tier`` only). An estimate of 0 counts as 1.0 when the
+        actual cost is 0 too, else as ``names.RATIO_CAP``; so does a ratio above the cap.
+        Negative or non-finite costs are ignored.
+
+        Example:
+            >>> from prometheus_client import CollectorRegistry
+            >>> registry = CollectorRegistry()
+            >>> metrics = PrometheusMetrics(registry)
+            >>> metrics.estimate("query", "free", estimated=70, actual=16)
+            >>> registry.get_sample_value(
+            ...     "quotaql_cost_estimate_ratio_bucket",
+            ...     {"operation_type": "query", "tier": "free", "le": "0.25"},
+            ... )
+            1.0
+        """
+        if not (0 <= estimated < _INF and 0 <= actual < _INF):
+            return
+        if estimated > 0:
+            ratio = min(actual / estimated, names.RATIO_CAP)
+        else:
+            ratio = 1.0 if actual == 0 else names.RATIO_CAP
+        self._child(self.estimate_ratio, operation_type, tier).observe(ratio)
+
     def _child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached.
 
@@ -304,6 +518,113 @@ class PrometheusMetrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
+
+
+def _adds_in_bulk(child: Any, bounds: tuple[float, ...]) -> bool:
+    """Whether prometheus-client's histogram ``child`` has the values :class:`_Pending`
+    increments directly: its upper bounds ``bounds`` in ``_upper_bounds``, a value with an
+    ``inc`` per bucket in ``_buckets``, and ``_sum`` (it has had them for years)."""
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    return (
+        tuple(getattr(child, "_upper_bounds", ())) == bounds
+        and isinstance(buckets, list)
+        and len(buckets) == len(bounds)
+        and all(callable(getattr(bucket, "inc", None)) for bucket in buckets)
+        and callable(getattr(total, "inc", None))
+    )
+
+
+_INF = math.inf
+_SIZE_BOUNDS: Final = (*names.LIST_SIZE_BUCKETS, _INF)
+_RATIO_BOUNDS: Final = (*names.RATIO_BUCKETS, _INF)
+_FLUSH_SECONDS: Final = 1.0
+#: The bucket of a list of n items, for n from 0 to the largest finite edge (bisect is slower).
+_SIZE_INDEX: Final = tuple(
+    bisect_left(_SIZE_BOUNDS, n) for n in range(int(names.LIST_SIZE_BUCKETS[-1]) + 1)
+)
+_SIZE_INF: Final = len(_SIZE_BOUNDS) - 1
+
+
+class _Pending:
+    """Observations of one histogram child, tallied until :meth:`add` adds them.
+
+    ``counts[i]`` is how many fell in bucket ``i`` (the first upper bound ``>=`` the value,
+    as ``observe()`` decides) and ``total`` their sum: :meth:`add` increments each bucket hit
+    once and the sum once, which leaves the child as that many ``observe()`` calls would.
+    Where the child lacks those values (``values`` is then a list), the observations are
+    kept as they are and observed one by one.
+    """
+
+    __slots__ = ("_buckets", "_child", "_sum", "counts", "total", "values")
+
+    def __init__(self, child: Any, bounds: tuple[float, ...], bulk: bool) -> None:
+        self._child = child
+        self.counts = [0] * len(bounds)
+        self.total = 0.0
+        self.values: list[float] | None = None
+        if bulk and _adds_in_bulk(child, bounds):
+            self._buckets: list[Any] = child._buckets
+            self._sum: Any = child._sum
+        else:
+            self.values = []
+
+    def add(self) -> None:
+        if self.values is not None:
+            for value in self.values:
+                self._child.observe(value)
+            self.values.clear()
+            return
+        counts = self.counts
+        buckets = self._buckets
+        for index, count in enumerate(counts):
+            if count:
+                buckets[index].inc(count)
+                counts[index] = 0
+        if self.total:
+            self._sum.inc(self.total)
+            self.total = 0.0
+
+
+class _ListSeries:
+    """One coordinate's unsliced-list series, their children resolved once."""
+
+    __slots__ = ("assumed", "assumed_gauge", "max_gauge", "max_returned", "operation_max",
+                 "returned")  # fmt: skip
+
+    def __init__(self, metrics: PrometheusMetrics, coordinate: str) -> None:
+        bulk = metrics._bulk
+        self.returned = _Pending(metrics.list_returned.labels(coordinate), _SIZE_BOUNDS, bulk)
+        self.operation_max = _Pending(
+            metrics.list_operation_max.labels(coordinate), _SIZE_BOUNDS, bulk
+        )
+        self.assumed_gauge: Any = metrics.list_assumed.labels(coordinate)
+        self.max_gauge: Any = metrics.list_max_returned.labels(coordinate)
+        self.assumed = -1.0  # no value yet: the first observation sets the gauge
+        self.max_returned = -1
+
+
+class _TuningCollector:
+    """Collects the list metrics, after adding what :meth:`PrometheusMetrics.list_sizes`
+    tallied to them (so that every collection, a scrape, sees every call made before it)."""
+
+    def __init__(self, metrics: PrometheusMetrics) -> None:
+        self._metrics = metrics
+        self._collected = (
+            metrics.list_returned,
+            metrics.list_operation_max,
+            metrics.list_assumed,
+            metrics.list_max_returned,
+            metrics.list_sliced_ratio,
+        )
+
+    def describe(self) -> list[Any]:
+        return [family for metric in self._collected for family in metric.describe()]
+
+    def collect(self) -> Iterator[Any]:
+        self._metrics.flush()
+        for metric in self._collected:
+            yield from metric.collect()
 
 
 def metrics_app(registry: CollectorRegistry | None = None) -> Any:

@@ -38,6 +38,25 @@ SUBSCRIPTION_EVENTS_TOTAL: Final = "quotaql_subscription_events_total"
 SUBSCRIPTIONS_OPEN: Final = "quotaql_subscriptions_open"
 """Gauge: subscriptions open now (summed over a server's processes)."""
 
+# The tuning metrics (``quotaql tune``, docs/tuning.md), recorded for the operations the
+# server samples. An *assumed* list is one whose size the pricing took from ``assumed_size``
+# (``@listSize(assumedSize:)``), a slicing argument's schema default or ``default_list_size``;
+# a *sliced* list one sized by a slicing argument the client wrote (``first: 5``).
+LIST_RETURNED_ITEMS: Final = "quotaql_list_returned_items"
+"""Histogram: items each assumed list returned, by ``coordinate`` (``"Query.products"``)."""
+LIST_OPERATION_MAX_ITEMS: Final = "quotaql_list_operation_max_items"
+"""Histogram: per operation, the items of its longest assumed list of ``coordinate``."""
+LIST_ASSUMED_ITEMS: Final = "quotaql_list_assumed_items"
+"""Gauge: the size the pricing assumed for the latest assumed list of ``coordinate``."""
+LIST_MAX_RETURNED_ITEMS: Final = "quotaql_list_max_returned_items"
+"""Gauge: the most items one assumed list of ``coordinate`` returned since the process
+started."""
+LIST_SLICED_RATIO: Final = "quotaql_list_sliced_ratio"
+"""Histogram: items returned / items asked for, per sliced list, by ``coordinate``."""
+COST_ESTIMATE_RATIO: Final = "quotaql_cost_estimate_ratio"
+"""Histogram: actual / estimated cost of each priced operation that ran, by
+``operation_type``, ``tier``."""
+
 # -- labels and their values -----------------------------------------------------------------
 
 LABEL_DECISION: Final = "decision"
@@ -49,6 +68,8 @@ LABEL_ERROR_TYPE: Final = "error_type"
 LABEL_TENANT: Final = "tenant"
 LABEL_VERSION: Final = "version"
 LABEL_SOURCE: Final = "source"
+LABEL_COORDINATE: Final = "coordinate"
+"""A schema coordinate (``"Type.field"``): bounded by the schema, never by the traffic."""
 
 ALLOWED: Final = "allowed"
 BLOCKED: Final = "blocked"
@@ -117,6 +138,20 @@ COST_BUCKETS: Final = (
     300_000.0, 1_000_000.0,
 )  # fmt: skip
 DEPTH_BUCKETS: Final = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0, 30.0, 50.0)
+LIST_SIZE_BUCKETS: Final = (
+    0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 10.0, 15.0, 20.0, 25.0, 30.0, 50.0, 75.0, 100.0, 150.0,
+    200.0, 300.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0,
+)  # fmt: skip
+"""Items per list: every edge a whole number, so that "lists longer than N" is exact at an
+edge (``quotaql tune`` proposes edges)."""
+RATIO_BUCKETS: Final = (
+    0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0, 10.0,
+)  # fmt: skip
+"""actual / estimated and returned / asked for: an edge at 1.0, so that "more than was
+assumed" is exact."""
+RATIO_CAP: Final = 1_000.0
+"""A ratio above this (an estimate of 0 with an actual cost above 0) is recorded as this, so
+that the histograms' ``_sum`` stays finite; it is in the ``+Inf`` bucket either way."""
 
 # -- traces ----------------------------------------------------------------------------------
 
