@@ -371,6 +371,117 @@ def alerts(out_dir: Path, config_path: Path | None) -> None:
     click.echo(f"wrote {write_alerts(out_dir, thresholds)}")
 
 
+@app.command("tune")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The quotaql.toml the servers run: the diff is of this file.",
+)
+@click.option(
+    "--metrics",
+    "dumps",
+    multiple=True,
+    metavar="FILE",
+    help="A /metrics dump (Prometheus text format; several workers' dumps may be"
+    " concatenated; - reads stdin). Repeat for several files.",
+)
+@click.option(
+    "--prometheus",
+    "prometheus_url",
+    metavar="URL",
+    help="A Prometheus server (http://host:9090) to read the metrics from, summed over"
+    " every instance and worker.",
+)
+@click.option(
+    "--selector",
+    default="",
+    metavar="MATCHERS",
+    help='With --prometheus: label matchers for every query, e.g. job="api".',
+)
+@click.option(
+    "--window",
+    metavar="DURATION",
+    help="With --prometheus: count over this range (increase(), e.g. 7d). Default: the"
+    " totals since each server process started.",
+)
+@click.option(
+    "--quantile",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=0.99,
+    show_default=True,
+    help="A proposed size holds at least this share of a field's lists.",
+)
+@click.option(
+    "--min-lists",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="The fewest lists of a field that support a change.",
+)
+@click.option(
+    "--over-factor",
+    type=click.FloatRange(min=1),
+    default=2.0,
+    show_default=True,
+    help="Lower a size only when it is more than this many times what the lists need.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, max=600, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="With --prometheus: seconds to wait for all the answers.",
+)
+@click.option("--write", is_flag=True, help="Apply the changes to --config (atomically).")
+def tune(
+    config_path: Path,
+    dumps: tuple[str, ...],
+    prometheus_url: str | None,
+    selector: str,
+    window: str | None,
+    quantile: float,
+    min_lists: int,
+    over_factor: float,
+    timeout: float,
+    write: bool,
+) -> None:
+    """Propose list sizes (assumed_size, default_list_size) from the servers' tuning metrics.
+
+    Prints the evidence as # comment lines, then a unified diff of --config.
+    Exits 2 on unusable input (a file, a URL, the configuration), naming it.
+    """
+    from quotaql import tune as tuning  # noqa: PLC0415
+
+    if bool(dumps) == bool(prometheus_url):
+        raise click.UsageError("give either --metrics FILE (one or more) or --prometheus URL")
+    if not prometheus_url and (window or selector):
+        raise click.UsageError("--window and --selector go with --prometheus")
+    if window is not None and not tuning.DURATION.fullmatch(window):
+        raise click.BadParameter(
+            f"{window!r} is not a Prometheus duration (7d, 12h, 1h30m)", param_hint="--window"
+        )
+    if "{" in selector or "}" in selector:
+        raise click.BadParameter(
+            'give the matchers without braces: job="api",env="prod"', param_hint="--selector"
+        )
+    options = tuning.Options(quantile=quantile, min_lists=min_lists, over_factor=over_factor)
+    try:
+        if prometheus_url:
+            evidence = tuning.read_prometheus(
+                prometheus_url, selector=selector, window=window, timeout=timeout
+            )
+        else:
+            evidence = tuning.read_dumps(dumps)
+        report, proposal = tuning.tune(config_path, evidence, options, write=write)
+    except tuning.TuneError as error:
+        _fail(f"error: {error}", 2)
+    click.echo(report, nl=False)
+    if write and proposal.changes:
+        click.echo(f"wrote {config_path}", err=True)
+
+
 @app.command("demo")
 @click.option("--port", default=8000, show_default=True, help="Port to serve on (0: any free one).")
 @click.option(
