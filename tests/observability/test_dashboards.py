@@ -54,6 +54,10 @@ METRICS = {
     names.IDENTITY_TOTAL,
     names.SUBSCRIPTION_EVENTS_TOTAL,
     names.SUBSCRIPTIONS_OPEN,
+    names.LIST_RETURNED_ITEMS,
+    names.LIST_ASSUMED_ITEMS,
+    names.LIST_SLICED_RATIO,
+    names.COST_ESTIMATE_RATIO,
 }
 
 OVERVIEW_ROWS = [
@@ -75,6 +79,15 @@ OVERVIEW_ROWS = [
             "Cost charged / refunded per second",
             "Estimated cost heatmap",
             "Actual vs estimated cost",
+        ],
+    ),
+    (
+        "Tuning",
+        [
+            "Fields whose estimates are furthest off",
+            "Lists longer than their slicing argument",
+            "Actual ÷ estimated cost p50 / p95",
+            "Operations costing more than estimated",
         ],
     ),
     (
@@ -344,7 +357,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 24), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 30), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -414,6 +427,48 @@ def test_blocked_ratio_and_actual_vs_estimated(dashboards: dict[str, dict[str, A
         f'sum(rate({metric}_sum{{job=~"$job", tier=~"$tier"}}[$__rate_interval]))'
         for metric in (names.QUERY_COST, names.QUERY_ACTUAL_COST)
     ]
+
+
+def test_tuning_panels(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+
+    def exprs(title: str) -> list[str]:
+        return [t["expr"] for t in _panel(overview, title)["targets"]]
+
+    furthest = _panel(overview, "Fields whose estimates are furthest off")
+    mean = (
+        f'sum by (coordinate) (increase({names.LIST_RETURNED_ITEMS}_sum{{job=~"$job"}}[$__range]))'
+        f' / sum by (coordinate) (increase({names.LIST_RETURNED_ITEMS}_count{{job=~"$job"}}[$__range]))'
+    )
+    assumed = f'max by (coordinate) ({names.LIST_ASSUMED_ITEMS}{{job=~"$job"}})'
+    # Both directions, each a factor above 1, the top 10 fields; instant, over the range.
+    assert exprs("Fields whose estimates are furthest off") == [
+        f"topk(10, ({assumed} / ({mean})) > 1)",
+        f"topk(10, (({mean}) / {assumed}) > 1)",
+    ]
+    assert [t["legendFormat"] for t in furthest["targets"]] == [
+        "{{coordinate}} (assumed too high)",
+        "{{coordinate}} (assumed too low)",
+    ]
+    assert all(t["instant"] for t in furthest["targets"])
+    assert furthest["type"] == "bargauge"
+    (longer,) = exprs("Lists longer than their slicing argument")
+    assert 'le="1.0"' in longer
+    assert longer.endswith(" > 0)")
+    assert f"{names.LIST_SLICED_RATIO}_count" in longer
+    assert exprs("Actual ÷ estimated cost p50 / p95") == [
+        f"histogram_quantile({q}, sum by (le, tier) "
+        f'(rate({names.COST_ESTIMATE_RATIO}_bucket{{job=~"$job", tier=~"$tier"}}[$__rate_interval])))'
+        for q in ("0.5", "0.95")
+    ]
+    (under,) = exprs("Operations costing more than estimated")
+    assert 'le="1.0"' in under
+    assert under.startswith("((sum by (tier) (rate(")
+    assert ") or 0 * sum by (tier) (" in under  # 0, not absent, without under-estimates
+    # The edge the panels count above is one of the ratio histograms' buckets.
+    assert 1.0 in names.RATIO_BUCKETS
+    unit = _panel(overview, "Operations costing more than estimated")["fieldConfig"]["defaults"]
+    assert (unit["unit"], unit["max"]) == ("percentunit", 1)
 
 
 def _fixed_colours(panel: dict[str, Any]) -> dict[str, str]:

@@ -189,6 +189,23 @@ def subscribe_twice(ws_url: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         return second, payloads
 
 
+def tuning_traffic(metrics: PrometheusMetrics) -> None:
+    """What the gate records for an operation it samples for tuning (recorded here directly,
+    so that the Tuning row has data whatever the gate samples): reviews shorter than
+    assumed, products longer, a related list longer than its first: argument, one estimate
+    too high and one too low."""
+    metrics.list_sizes(
+        [
+            ("Query.products", 10, 40, False),
+            ("Product.reviews", 10, 2, False),
+            ("Product.related", 5, 7, True),
+            ("Product.related", 5, 5, True),
+        ]
+    )
+    metrics.estimate("query", "free", 70, 16)
+    metrics.estimate("query", "free", 10, 30)
+
+
 def codes(payload: dict[str, Any]) -> list[str]:
     return [error["extensions"]["code"] for error in payload.get("errors") or []]
 
@@ -238,6 +255,7 @@ def test_dashboards_have_data_and_alerts_fire(
                 break
             statuses.extend(post(client, polite, CHEAP) for polite in ("polite-1", "polite-2"))
             statuses.extend(post(client, FLOODER, EXPENSIVE) for _ in range(15))
+            tuning_traffic(metrics)
             if round_ % 5 == 0:
                 time.sleep(0.5)  # let a few scrapes see the counters grow
         assert 429 in statuses, "the flood was never blocked"
@@ -260,6 +278,7 @@ def test_dashboards_have_data_and_alerts_fire(
             for _ in range(10):
                 assert post(client, "polite-1", CHEAP) == 200
             identity_traffic()  # an unknown key is refused even while failing open
+            tuning_traffic(metrics)
             time.sleep(1)
 
         values = {
