@@ -701,7 +701,7 @@ def propose(evidence: Evidence, model: CostModel, options: Options | None = None
         if found.returned.total < options.min_lists:
             few.append(f"{found.coordinate} ({_count(found.returned.total)})")
             continue
-        target = _target(found.returned, options.quantile)
+        target = _target(found.returned, options.quantile, _exact_max(evidence, [found]))
         if target is None:
             proposal.notes.append(_beyond_buckets(found, options.quantile))
             continue
@@ -772,13 +772,20 @@ def _field(
     return _Field(coordinate, lists, lists.returned, source, current, in_file)
 
 
-def _target(buckets: Buckets, quantile: float) -> int | None:
-    """The smallest finite edge holding ``quantile`` of the lists (None: above them all)."""
+def _target(buckets: Buckets, quantile: float, longest: float | None) -> int | None:
+    """The smallest finite edge holding ``quantile`` of the lists, or ``longest`` (the
+    longest list, when the counts are exact) where it is below that edge: every list had at
+    most that many items. None: the quantile is above the largest finite edge."""
     index = buckets.quantile_index(quantile)
     if index is None:
         return None
     edge = buckets.edges[index]
-    return None if edge == math.inf else int(edge)
+    if edge == math.inf:
+        return None
+    below = buckets.edges[index - 1] if index > 0 else -1.0
+    if longest is not None and below < longest < edge:
+        return math.ceil(longest)
+    return int(edge)
 
 
 def _direction(buckets: Buckets, current: int, target: int, options: Options) -> _Direction | None:
@@ -802,7 +809,7 @@ def _propose_default(
         return None
     directions = []
     for found in supported:
-        target = _target(found.returned, options.quantile)
+        target = _target(found.returned, options.quantile, _exact_max(evidence, [found]))
         directions.append(
             None if target is None else _direction(found.returned, default, target, options)
         )
@@ -811,7 +818,7 @@ def _propose_default(
         if 2 * len(agreeing) <= len(supported):
             continue
         pooled = _pool([f.returned for f in on_default])
-        target = _target(pooled, options.quantile)
+        target = _target(pooled, options.quantile, _exact_max(evidence, on_default))
         if target is None or _direction(pooled, default, target, options) != wanted:
             return None
         lines = [
@@ -907,7 +914,7 @@ def _at_lines(
     evidence: Evidence,
     fields: Sequence[_Field],
 ) -> Iterator[str]:
-    longest = _known_max(fields) if evidence.exact else None
+    longest = _exact_max(evidence, fields)
     yield (
         f"  lists longer than the size (under-estimated): {_longer(buckets, now, longest)} at"
         f" {now} now, {_longer(buckets, target, longest)} at {target}"
@@ -923,6 +930,13 @@ def _at_lines(
             f" {_longer(per_operation, target, longest)} at {target}"
             f" (of {_count(per_operation.total)})"
         )
+
+
+def _exact_max(evidence: Evidence, fields: Sequence[_Field]) -> float | None:
+    """The longest list of ``fields``, where it bounds the counts: totals since each process
+    started, as the maximum gauge is (a window's counts may come from processes that are
+    gone, whose maximum no longer counts)."""
+    return _known_max(fields) if evidence.exact else None
 
 
 def _known_max(fields: Sequence[_Field]) -> float | None:
