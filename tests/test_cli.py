@@ -30,6 +30,9 @@ QUERY = "{ users(first: 3) { friends { id } } }\n"
 # users: 3 x (User 1 + friends: 5 x User 1) = 18; User.friends 3 x 5 = 15, Query.users 3.
 EXPECTED_REPORT = {
     "cost": 18,
+    "model": "apollo",
+    "fieldCost": 18,
+    "typeCost": None,
     "depth": 3,
     "aliases": 0,
     "rootFields": 1,
@@ -355,8 +358,9 @@ def test_human_output_shows_totals_and_the_share_of_each_coordinate(workdir):
 
     assert result.exit_code == 0
     lines = [line.rstrip() for line in result.stdout.splitlines()]
-    assert lines[:5] == [
+    assert lines[:6] == [
         "Operation    query (anonymous)",
+        "Model        apollo",
         "Cost         18",
         "Depth        3",
         "Aliases      0",
@@ -365,6 +369,20 @@ def test_human_output_shows_totals_and_the_share_of_each_coordinate(workdir):
     # The cells of each table row, whatever box characters the console can draw.
     rows = [re.findall(r"[\w.%]+", line) for line in lines if "User." in line or "Query." in line]
     assert rows == [["User.friends", "15", "83.3%"], ["Query.users", "3", "16.7%"]]
+
+
+def test_model_compare_prices_with_both_models(workdir):
+    result = invoke("cost", "--schema", "schema.graphql", "--model", "compare", "--json",
+                    "query.graphql")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    both = json.loads(result.stdout)
+    assert both["apollo"] == EXPECTED_REPORT
+    # IBM: field cost users 1 + 3 × friends 1 = 4; type cost Query 1 + 3 User + 15 User.
+    ibm = both["ibm"]
+    assert (ibm["model"], ibm["cost"], ibm["fieldCost"], ibm["typeCost"]) == ("ibm", 19, 4, 19)
+    human = invoke("cost", "--schema", "schema.graphql", "--model", "ibm", "query.graphql")
+    assert "Field cost   4" in human.stdout
+    assert "Type cost    19" in human.stdout
 
 
 def test_top_limits_the_rows_and_says_how_many_are_hidden(workdir):

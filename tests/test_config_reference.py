@@ -132,6 +132,7 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
     """
     assert set(reader._MODEL_KEYS) == set(_field_names(CostModel, "source", "locations"))
     assert set(reader._LIMIT_KEYS) == set(_field_names(CostLimits))
+    assert set(reader._COST_KEYS) == set(_field_names(CostConfig, "model", "limits"))
     assert set(reader._FIELD_COST_KEYS) == set(_field_names(FieldCost))
     assert set(reader._LIMITS_KEYS) == set(_field_names(LimitsConfig))
     assert set(thresholds.ALERT_KINDS) == set(_field_names(AlertsConfig))
@@ -146,9 +147,10 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         *_field_names(TenantConfig, "name", "quota"),
     }
 
-    cost_keys = (*reader._MODEL_KEYS, *reader._LIMIT_KEYS)
+    cost_keys = (*reader._MODEL_KEYS, *reader._LIMIT_KEYS, *reader._COST_KEYS)
     cost_defaults = {
         **_instance_defaults(CostModel(), reader._MODEL_KEYS),
+        **_instance_defaults(CostConfig(), reader._COST_KEYS),
         **_instance_defaults(SAFE_LIMITS, reader._LIMIT_KEYS),  # a file starts from these
     }
     quota_defaults = dict.fromkeys(reader._QUOTA_KEYS)
@@ -207,6 +209,8 @@ def _plain(value: Any) -> Any:
         return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, tuple | list):
         return [_plain(item) for item in value]
+    if isinstance(value, frozenset):
+        return sorted(_plain(item) for item in value)
     return value
 
 

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from graphql import (
     DirectiveDefinitionNode,
@@ -28,7 +28,7 @@ from quotaql.config import load_cost_config
 from quotaql.cost_analysis import CostLimits, CostModel, analyze, check_model
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
-from quotaql.cost_analysis.model import SAFE_LIMITS
+from quotaql.cost_analysis.model import MODELS, SAFE_LIMITS, ModelName
 from quotaql.errors import ConfigError, CostAnalysisError
 
 try:
@@ -267,6 +267,13 @@ def app() -> None:
     help="Variables: a JSON object, or @FILE holding one.",
 )
 @click.option("--operation", "operation_name", metavar="NAME", help="Operation to price.")
+@click.option(
+    "--model",
+    "model_name",
+    type=click.Choice(["apollo", "ibm", "compare"]),
+    help="Price with this model instead of the one of --config (apollo by default);"
+    " compare prices with both.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option(
     "--top",
@@ -281,6 +288,7 @@ def cost(
     config: Path | None,
     variables: dict[str, Any] | None,
     operation_name: str | None,
+    model_name: str | None,
     as_json: bool,
     top: int,
     query_file: TextIO,
@@ -292,15 +300,30 @@ def cost(
     """
     model, limits = _cost_config(config)
     query = _read_query(query_file)
+    names: tuple[ModelName, ...] = (model.model,)
+    if model_name == "compare":
+        names = MODELS
+    elif model_name is not None:
+        names = (cast("ModelName", model_name),)
+    reports = []
     try:
-        report = analyze(schema, query, variables, operation_name, model, limits)
+        for name in names:
+            priced_by = dataclasses.replace(model, model=name)
+            reports.append(analyze(schema, query, variables, operation_name, priced_by, limits))
     except CostAnalysisError as error:
         _analysis_failed(error, query_file.name, as_json)
     except ConfigError as error:  # the model names a coordinate the schema does not have
         _fail(f"error: {error}", 2)
     if as_json:
-        click.echo(json.dumps(_report_json(report), indent=2))
-    else:
+        if len(reports) == 1:
+            click.echo(json.dumps(_report_json(reports[0]), indent=2))
+        else:
+            both = {report.model: _report_json(report) for report in reports}
+            click.echo(json.dumps(both, indent=2))
+        return
+    for index, report in enumerate(reports):
+        if index:
+            click.echo()
         _print_report(report, top)
 
 
@@ -602,6 +625,9 @@ def _report_json(report: CostReport) -> dict[str, Any]:
     """The ``--json`` form of a report (camelCase keys, as GraphQL extensions use)."""
     return {
         "cost": _plain(report.cost),
+        "model": report.model,
+        "fieldCost": _plain(report.field_cost),
+        "typeCost": None if report.type_cost is None else _plain(report.type_cost),
         "depth": report.depth,
         "aliases": report.aliases,
         "rootFields": report.root_fields,
@@ -646,7 +672,13 @@ def _print_report(report: CostReport, top: int) -> None:
 def _summary(report: CostReport) -> Text:
     rows = (
         ("Operation", f"{report.operation_type} {report.operation_name or '(anonymous)'}"),
+        ("Model", report.model),
         ("Cost", _number(report.cost)),
+        *(
+            (("Field cost", _number(report.field_cost)), ("Type cost", _number(report.type_cost)))
+            if report.type_cost is not None
+            else ()
+        ),
         ("Depth", str(report.depth)),
         ("Aliases", str(report.aliases)),
         ("Root fields", str(report.root_fields)),

@@ -58,7 +58,6 @@ from quotaql.contract import (
 )
 from quotaql.cost_analysis import analyze, check_model
 from quotaql.cost_analysis._compile import graphql_schema
-from quotaql.cost_analysis.actual import actual_cost
 from quotaql.cost_analysis.analyzer import parse_document, select_operation
 from quotaql.cost_analysis.screen import screen
 from quotaql.deny import DenyCache
@@ -116,6 +115,8 @@ class Operation:
         quotas: the quotas debited, and ``costs`` what each was debited when they differ.
         decision: the limiter's answer (None when nothing was debited).
         actual: the actual cost once executed.
+        sizes: the lists the response held, ``(coordinate, assumed, returned, sliced)``,
+            when this operation was sampled for tuning (``[cost] tuning_sample``).
         refunded: what was given back after execution.
         error: the refusal to answer instead of running the operation.
         violation: the code of a static limit shadow mode let pass.
@@ -148,6 +149,7 @@ class Operation:
         "report",
         "schema",
         "screened",
+        "sizes",
         "slot",
         "span",
         "status",
@@ -169,6 +171,7 @@ class Operation:
         self.costs: tuple[float, ...] | None = None
         self.decision: Decision | None = None
         self.actual: float | None = None
+        self.sizes: list[tuple[str, float, int, bool]] | None = None
         self.refunded = 0.0
         self.breakdown: dict[str, float] | None = None
         self.error: GraphQLError | None = None
@@ -844,6 +847,10 @@ class Gate:
                 refunded=op.refunded,
                 identity=op.subject.source,
             )
+            if report is not None and op.actual is not None:
+                self.metrics.estimate(operation_type, op.tier.name, report.cost, op.actual)
+            if op.sizes:
+                self.metrics.list_sizes(op.sizes)
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {
@@ -857,6 +864,7 @@ class Gate:
                 attributes[names.ATTR_OPERATION_NAME] = report.operation_name
             if report is not None:
                 attributes[names.ATTR_COST_ESTIMATED] = report.cost
+                attributes[names.ATTR_COST_MODEL] = report.model
                 attributes[names.ATTR_DEPTH] = report.depth
             if op.actual is not None:
                 attributes[names.ATTR_COST_ACTUAL] = op.actual
@@ -1169,11 +1177,11 @@ class Gate:
             # The operation ran and an error says nothing of where (execution itself failed,
             # or a formatter dropped the paths): what it erased is unknown, nothing goes back.
             op.actual = report.cost
-        else:
-            op.actual = actual_cost(
-                op.schema, op.document, data, op.variables, report.operation_name,
-                self._config.cost.model, errors=errors or None,
-            )  # fmt: skip
+        else:  # the plan that priced it, walked against the data
+            sample = self._config.cost.tuning_sample
+            if self.metrics is not None and sample and random.random() < sample:  # noqa: S311
+                op.sizes = []
+            op.actual = report.actual(data, errors or None, op.sizes)
         kept = max(op.actual, limits.min_charge)
         amount = max(0.0, op.charge - kept) if refund else 0.0
         quotas = op.quotas

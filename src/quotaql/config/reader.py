@@ -28,7 +28,7 @@ from quotaql.config.values import (
     TenantConfig,
     TierConfig,
 )
-from quotaql.cost_analysis.model import SAFE_LIMITS, CostLimits, CostModel, FieldCost
+from quotaql.cost_analysis.model import MODELS, SAFE_LIMITS, CostLimits, CostModel, FieldCost
 from quotaql.errors import ConfigError
 from quotaql.identity import FORWARDED_HEADERS, MAX_HOPS, UNKNOWN_KEY_MODES, IdentityConfig
 from quotaql.observability.thresholds import (
@@ -60,12 +60,17 @@ _DECODE_ERROR: Final = re.compile(
 _INTROSPECTION_MODES: Final[tuple[Literal["free", "counted"], ...]] = ("free", "counted")
 _OPERATION_TYPES: Final = ("query", "mutation", "subscription")
 _MODEL_KEYS: Final = (
+    "model",
+    "connections",
+    "connections_exclude",
     "default_list_size",
     "slicing_arguments",
     "operation_weights",
     "introspection",
     "weights",
 )
+# [cost] keys that are neither the model's nor limits.
+_COST_KEYS: Final = ("tuning_sample",)
 _LIMIT_KEYS: Final = (
     "max_cost",
     "max_depth",
@@ -299,14 +304,21 @@ def _read(file: str) -> _Document:
 
 
 def _parse_cost(cost: _Table) -> CostConfig:
-    cost.check_keys(_MODEL_KEYS + _LIMIT_KEYS)
+    cost.check_keys(_MODEL_KEYS + _LIMIT_KEYS + _COST_KEYS)
     weights, locations = _parse_weights(cost.table("weights"))
     defaults = CostModel()
     default_list_size = cost.get("default_list_size", _size)
     slicing_arguments = cost.get("slicing_arguments", _names)
     introspection = cost.get("introspection", _introspection)
+    name = cost.get("model", _one_of(MODELS))
+    connections = cost.get("connections", _boolean)
+    connections_exclude = cost.get("connections_exclude", _names)
+    tuning_sample = cost.get("tuning_sample", _fraction)
     with cost.blame():
         model = CostModel(
+            model=_default(name, defaults.model),
+            connections=_default(connections, defaults.connections),
+            connections_exclude=frozenset(connections_exclude or ()),
             default_list_size=_default(default_list_size, defaults.default_list_size),
             slicing_arguments=_default(slicing_arguments, defaults.slicing_arguments),
             operation_weights=_parse_operation_weights(cost.table("operation_weights")),
@@ -319,7 +331,11 @@ def _parse_cost(cost: _Table) -> CostConfig:
             max_cost=cost.get("max_cost", _non_negative_number),
             **{name: _limit_or_safe(cost, name) for name in _LIMIT_KEYS if name != "max_cost"},
         )
-    return CostConfig(model=model, limits=limits)
+    return CostConfig(
+        model=model,
+        limits=limits,
+        tuning_sample=_default(tuning_sample, CostConfig().tuning_sample),
+    )
 
 
 def _limit_or_safe(cost: _Table, name: str) -> int | None:

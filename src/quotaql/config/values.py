@@ -46,10 +46,14 @@ class CostConfig:
         model: weights, list sizes and operation weights that price an operation.
         limits: static limits checked before any resolver runs (:data:`SAFE_LIMITS`
             unless the file says otherwise).
+        tuning_sample: the share of the operations that ran whose returned list sizes
+            are recorded against the sizes assumed (``quotaql_list_size_*``, read by
+            ``quotaql tune``); 0 records none. Only with metrics enabled.
     """
 
     model: CostModel = field(default_factory=CostModel)
     limits: CostLimits = SAFE_LIMITS
+    tuning_sample: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)

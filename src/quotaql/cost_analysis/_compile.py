@@ -6,11 +6,12 @@ import difflib
 import re
 import threading
 import weakref
-from typing import Any
+from typing import Any, cast
 
 from graphql import (
     GraphQLArgument,
     GraphQLField,
+    GraphQLInputObjectType,
     GraphQLInputType,
     GraphQLInt,
     GraphQLInterfaceType,
@@ -19,6 +20,7 @@ from graphql import (
     GraphQLObjectType,
     GraphQLSchema,
     GraphQLUnionType,
+    GraphQLWrappingType,
     Undefined,
     get_named_type,
     is_composite_type,
@@ -27,11 +29,19 @@ from graphql import (
 from graphql.type.introspection import SchemaMetaFieldDef, TypeMetaFieldDef
 
 from quotaql._graphql_compat import argument_default
-from quotaql.cost_analysis.directives import read_cost, read_list_size
+from quotaql.cost_analysis.directives import directive_names, read_cost, read_list_size
 from quotaql.cost_analysis.model import CostModel, FieldCost
 from quotaql.errors import ConfigError
 
-__all__ = ["CompiledField", "CompiledSchema", "CompiledType", "compiled_schema", "graphql_schema"]
+__all__ = [
+    "NO_VALUE",
+    "CompiledField",
+    "CompiledSchema",
+    "CompiledType",
+    "InputCost",
+    "compiled_schema",
+    "graphql_schema",
+]
 
 _COORDINATE = re.compile(
     r"^(?P<type>[_A-Za-z][_0-9A-Za-z]*)"
@@ -39,70 +49,121 @@ _COORDINATE = re.compile(
 )
 
 
+class InputCost:
+    """What a value in one input position costs: an argument, an input field, a list item.
+
+    ``kind`` is 0 for a scalar or enum, 1 for a list (``item`` prices each item), 2 for
+    an input object (``fields`` prices the fields it uses); ``weight`` is the position's
+    own weight: its ``@cost``, else 1 for an input object and 0 otherwise (IBM §7.1,
+    Apollo Router).
+    """
+
+    __slots__ = ("fields", "item", "kind", "weight")
+
+    def __init__(
+        self,
+        kind: int,
+        weight: float,
+        item: InputCost | None = None,
+        fields: dict[str, InputCost] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.weight = weight
+        self.item = item
+        self.fields: dict[str, InputCost] = fields if fields is not None else {}
+
+    @property
+    def may_cost(self) -> bool:
+        """Whether some value in this position costs something."""
+        if self.weight or self.kind == 2:
+            return True
+        return self.kind == 1 and self.item is not None and self.item.may_cost
+
+
+#: A slicing argument with no value: not written, and no default.
+NO_VALUE: Any = object()
+
+
 class CompiledField:
-    """Everything the analyzer needs about one field, precomputed."""
+    """Everything the planner needs about one field, precomputed."""
 
     __slots__ = (
-        "arg_types",
-        "arg_weights",
+        "a",
+        "arg_costs",
+        "b",
         "child",
         "coordinate",
         "fixed_size",
-        "int_arguments",
+        "int_paths",
         "is_list",
-        "leaf_cost",
+        "list_depth",
+        "list_paths",
         "own",
         "require_one",
-        "sized_fields",
+        "required_paths",
+        "sized_tree",
         "slicing",
-        "slicing_defaults",
+        "t",
     )
 
     def __init__(self, coordinate: str) -> None:
         self.coordinate = coordinate
+        # The field's own weight: @cost on the field, else its type's weight (apollo);
+        # a: paid per item (apollo), b: once per execution (ibm's field weight), t: the
+        # returned type's weight per item (ibm's type cost).
         self.own = 0.0
-        # (argument name, weight) for arguments with a non-zero weight; () when none.
-        self.arg_weights: tuple[tuple[str, float], ...] = ()
+        self.a = self.b = self.t = 0.0
+        # What each argument's value costs, for the arguments whose values may cost.
+        self.arg_costs: dict[str, InputCost] = {}
         self.is_list = False
-        # Names of the arguments whose value sizes the list; () when none.
-        self.slicing: tuple[str, ...] = ()
-        # The largest schema default among the slicing arguments, if any has one.
-        self.slicing_defaults: float | None = None
-        self.arg_types: dict[str, GraphQLInputType] = {}
-        # The slicing arguments of type Int (32-bit), whose literals are range-checked.
-        self.int_arguments: frozenset[str] = frozenset()
+        # How many lists wrap the named type: 0 for a non-list field, 2 for [[T]].
+        self.list_depth = 0
+        # The paths of the arguments whose value is the size (("first",), or
+        # ("input", "pagination", "first")), each with its argument's schema default
+        # (NO_VALUE when none); () when none.
+        self.slicing: tuple[tuple[tuple[str, ...], Any], ...] = ()
+        # The slicing paths of type Int (32-bit), whose values are range-checked.
+        self.int_paths: frozenset[tuple[str, ...]] = frozenset()
+        # The slicing paths of list type (a list's length is the size; one value where a
+        # list is expected is a list of one), and the arguments that may not be null.
+        self.list_paths: frozenset[tuple[str, ...]] = frozenset()
+        self.required_paths: frozenset[tuple[str, ...]] = frozenset()
         self.require_one = False
         # The size used when no slicing argument gives one (assumedSize or the default).
         self.fixed_size = 1.0
-        self.sized_fields: frozenset[str] | None = None
+        # sizedFields as a tree: a name mapped to None is sized by the slicing argument;
+        # mapped to a tree, the size applies further down ("results { page }").
+        self.sized_tree: dict[str, Any] | None = None
         self.child: CompiledType | None = None
-        # The whole cost of a leaf field whose cost does not depend on its arguments.
-        self.leaf_cost: float | None = None
 
 
 class CompiledType:
     """A composite type: its fields and, for interfaces and unions, its possible types."""
 
-    __slots__ = ("abstract", "fields", "name", "possible")
+    __slots__ = ("abstract", "fields", "name", "possible", "weight")
 
     def __init__(self, name: str, abstract: bool) -> None:
         self.name = name
         self.abstract = abstract
         self.fields: dict[str, CompiledField] = {}
         self.possible: frozenset[str] = frozenset((name,))
+        self.weight = 1.0  # the type's weight (the IBM type cost of the root type)
 
 
 class CompiledSchema:
-    """Lookup tables of one (schema, model) pair."""
+    """Lookup tables of one (schema, model) pair, and the plans made with them."""
 
-    __slots__ = ("has_negative", "model", "schema", "types")
+    __slots__ = ("directive_costs", "model", "plans", "schema", "types")
 
     def __init__(self, schema: GraphQLSchema, model: CostModel) -> None:
+        from quotaql.cost_analysis.plan import PlanCache  # noqa: PLC0415 (a cycle)
+
         self.schema = schema
         self.model = model
         self.types: dict[str, CompiledType] = {}
-        # Negative weights make partial sums useless as lower bounds for early stops.
-        self.has_negative = False
+        # The arguments of directives that cost something when used (IBM Example 13).
+        self.directive_costs: dict[str, dict[str, InputCost]] = {}
+        self.plans = PlanCache()
 
 
 def graphql_schema(schema: Any) -> GraphQLSchema:
@@ -151,10 +212,11 @@ class _Compiler:
         self.model = model
         self.result = CompiledSchema(schema, model)
         self.type_weights: dict[str, float] = {}
+        self.input_fields: dict[str, dict[str, InputCost]] = {}
+        self.names = directive_names(schema)
 
     def compile(self) -> CompiledSchema:
         self._check_coordinates()
-        self.result.has_negative = any(w < 0 for w in self.model.operation_weights.values())
         schema = self.schema
         types = self.result.types
         for named in schema.type_map.values():
@@ -164,17 +226,23 @@ class _Compiler:
                 compiled = CompiledType(named.name, abstract=True)
                 compiled.possible = frozenset(t.name for t in schema.get_possible_types(named))
                 types[named.name] = compiled
+        for name, compiled in types.items():
+            compiled.weight = 0.0 if self._is_free(name, "") else self._type_weight(name)
         for named in schema.type_map.values():
             if isinstance(named, GraphQLObjectType | GraphQLInterfaceType):
                 fields = types[named.name].fields
                 for field_name, field in named.fields.items():
-                    fields[field_name] = self._field(named.name, field_name, field)
+                    fields[field_name] = self._field(named, field_name, field)
         query = schema.query_type
         if query is not None:
             # The introspection entry points exist on the query root only.
             fields = types[query.name].fields
-            fields["__schema"] = self._field(query.name, "__schema", SchemaMetaFieldDef)
-            fields["__type"] = self._field(query.name, "__type", TypeMetaFieldDef)
+            fields["__schema"] = self._field(query, "__schema", SchemaMetaFieldDef)
+            fields["__type"] = self._field(query, "__type", TypeMetaFieldDef)
+        for directive in schema.directives:
+            costs = self._argument_costs(f"@{directive.name}", directive.args, free=False)
+            if costs:
+                self.result.directive_costs[directive.name] = costs
         return self.result
 
     # -- weights -------------------------------------------------------------------------
@@ -196,7 +264,7 @@ class _Compiler:
         if isinstance(override, float):
             weight = override
         else:
-            weight_from_directive = read_cost(named, f"type {type_name}")
+            weight_from_directive = read_cost(named, f"type {type_name}", self.names.cost)
             if weight_from_directive is not None:
                 weight = weight_from_directive
             elif isinstance(named, GraphQLInterfaceType | GraphQLUnionType):
@@ -209,7 +277,10 @@ class _Compiler:
         self.type_weights[type_name] = weight
         return weight
 
-    def _field(self, type_name: str, field_name: str, field: GraphQLField) -> CompiledField:
+    def _field(
+        self, parent: GraphQLObjectType | GraphQLInterfaceType, field_name: str, field: GraphQLField
+    ) -> CompiledField:
+        type_name = parent.name
         coordinate = f"{type_name}.{field_name}"
         compiled = CompiledField(coordinate)
         named = get_named_type(field.type)
@@ -217,52 +288,103 @@ class _Compiler:
         field_cost = override if isinstance(override, FieldCost) else None
         free = self._is_free(type_name, field_name)
 
+        explicit: float | None
         if free:
-            compiled.own = 0.0
+            explicit = 0.0
         elif isinstance(override, float):
-            compiled.own = override
+            explicit = override
         elif field_cost is not None and field_cost.weight is not None:
-            compiled.own = field_cost.weight
+            explicit = field_cost.weight
         else:
-            directive_weight = read_cost(field, coordinate)
-            compiled.own = (
-                directive_weight if directive_weight is not None else self._type_weight(named.name)
-            )
+            explicit = read_cost(field, coordinate, self.names.cost)
+        composite = is_composite_type(named)
+        if explicit is not None:
+            compiled.own = explicit
+        else:
+            compiled.own = self._type_weight(named.name)
+        if self.model.model == "ibm":
+            # The spec's field weight: @cost, else 1 for composite types, 0 for leaves;
+            # the type's weight goes to the type cost.
+            compiled.b = explicit if explicit is not None else (1.0 if composite else 0.0)
+            compiled.t = 0.0 if free else self._type_weight(named.name)
+        else:
+            compiled.a = compiled.own
+        compiled.arg_costs = self._argument_costs(coordinate, field.args, free=free)
 
-        arg_weights = []
-        for arg_name, arg in field.args.items():
-            arg_coordinate = f"{coordinate}({arg_name}:)"
-            arg_override = self._override(arg_coordinate)
-            if free:
-                weight = None
-            elif isinstance(arg_override, float):
-                weight = arg_override
-            else:
-                weight = read_cost(arg, arg_coordinate)
-            if weight:
-                arg_weights.append((arg_name, weight))
-                self.result.has_negative |= weight < 0
-        compiled.arg_weights = tuple(arg_weights)
-        self.result.has_negative |= compiled.own < 0
-
-        unwrapped = field.type.of_type if isinstance(field.type, GraphQLNonNull) else field.type
-        compiled.is_list = isinstance(unwrapped, GraphQLList)
-        self._list_size(compiled, field, field_cost)
-        if is_composite_type(named):
+        type_ = field.type
+        while isinstance(type_, GraphQLWrappingType):
+            if isinstance(type_, GraphQLList):
+                compiled.list_depth += 1
+            type_ = type_.of_type
+        compiled.is_list = compiled.list_depth > 0
+        self._list_size(compiled, parent, field_name, field, field_cost)
+        if composite:
             compiled.child = self.result.types[named.name]
-        elif not compiled.arg_weights and not compiled.slicing:
-            compiled.leaf_cost = compiled.own * (compiled.fixed_size if compiled.is_list else 1.0)
         return compiled
 
+    def _argument_costs(
+        self, where: str, args: dict[str, GraphQLArgument], *, free: bool
+    ) -> dict[str, InputCost]:
+        if free:
+            return {}
+        costs: dict[str, InputCost] = {}
+        for arg_name, arg in args.items():
+            arg_coordinate = f"{where}({arg_name}:)"
+            override = self._override(arg_coordinate)
+            if isinstance(override, float):
+                weight: float | None = override
+            else:
+                weight = read_cost(arg, arg_coordinate, self.names.cost)
+            cost = self._input_cost(arg.type, weight)
+            if cost.may_cost:
+                costs[arg_name] = cost
+        return costs
+
+    def _input_cost(self, type_: GraphQLInputType, weight: float | None) -> InputCost:
+        if isinstance(type_, GraphQLNonNull):
+            type_ = type_.of_type
+        if isinstance(type_, GraphQLList):
+            return InputCost(1, weight or 0.0, item=self._input_cost(type_.of_type, None))
+        if isinstance(type_, GraphQLInputObjectType):
+            return InputCost(2, 1.0 if weight is None else weight, fields=self._input_fields(type_))
+        return InputCost(0, weight or 0.0)
+
+    def _input_fields(self, type_: GraphQLInputObjectType) -> dict[str, InputCost]:
+        found = self.input_fields.get(type_.name)
+        if found is not None:
+            return found
+        found = self.input_fields[type_.name] = {}  # before the fields: types may recurse
+        for name, input_field in type_.fields.items():
+            weight = read_cost(input_field, f"{type_.name}.{name}", self.names.cost)
+            cost = self._input_cost(input_field.type, weight)
+            if cost.may_cost:
+                found[name] = cost
+        return found
+
     def _list_size(
-        self, compiled: CompiledField, field: GraphQLField, field_cost: FieldCost | None
+        self,
+        compiled: CompiledField,
+        parent: GraphQLObjectType | GraphQLInterfaceType,
+        field_name: str,
+        field: GraphQLField,
+        field_cost: FieldCost | None,
     ) -> None:
         coordinate = compiled.coordinate
-        directive = read_list_size(field, coordinate)
+        directive = read_list_size(field, coordinate, self.names.list_size)
+        if directive is None and isinstance(parent, GraphQLObjectType):
+            # An implementing field without @listSize sizes as its interface's field does.
+            for interface in parent.interfaces:
+                inherited = interface.fields.get(field_name)
+                if inherited is not None:
+                    where = f"{interface.name}.{field_name}"
+                    directive = read_list_size(inherited, where, self.names.list_size)
+                    if directive is not None:
+                        break
         assumed = directive.assumed_size if directive else None
         slicing = directive.slicing_arguments if directive else None
         sized = directive.sized_fields if directive else None
         require_one = directive.require_one_slicing_argument if directive else False
+        slice_default = getattr(directive, "slicing_argument_default_value", None)
         if field_cost is not None:
             if field_cost.assumed_size is not None:
                 assumed = field_cost.assumed_size
@@ -273,6 +395,11 @@ class _Compiler:
                 sized = field_cost.sized_fields
             if field_cost.require_one_slicing_argument is not None:
                 require_one = field_cost.require_one_slicing_argument
+        if slicing is None and sized is None:
+            connection = self._connection(field)
+            if connection is not None:
+                slicing, sized = connection
+                require_one = False
         if slicing is None:
             # The convention for schemas without @listSize: an Int `first`/`last`/`limit`.
             require_one = False
@@ -283,39 +410,142 @@ class _Compiler:
                     for name in self.model.slicing_arguments
                     if name in field.args and get_named_type(field.args[name].type) is GraphQLInt
                 )
+        paths: list[tuple[tuple[str, ...], Any]] = []
+        int_paths: set[tuple[str, ...]] = set()
+        list_paths: set[tuple[str, ...]] = set()
+        required: set[tuple[str, ...]] = set()
         for name in slicing:
-            if name not in field.args:
-                raise self._error(
-                    coordinate,
-                    f"slicing argument {name!r} is not an argument of {coordinate}",
-                    _suggest(name, field.args),
-                )
+            path = tuple(name.split("."))
+            leaf = self._slicing_path(coordinate, field, path)
+            if get_named_type(leaf) is GraphQLInt:
+                int_paths.add(path)
+            if _is_list(leaf):
+                list_paths.add(path)
+            if len(path) == 1 and isinstance(leaf, GraphQLNonNull):
+                required.add(path)
+            default = NO_VALUE
+            if len(path) == 1 or slice_default is not None:
+                value = argument_default(field.args[path[0]])
+                if len(path) == 1 and value is not Undefined:
+                    default = value
+                    _argument_default(field.args[path[0]], f"{coordinate}({name}:)")
+                elif slice_default is not None and value is Undefined:
+                    default = _nested(path[1:], slice_default)
+            paths.append((path, default))
         if sized:
-            named = get_named_type(field.type)
-            child_fields = getattr(named, "fields", None) or {}
-            for name in sized:
-                if name not in child_fields:
-                    raise self._error(
-                        coordinate,
-                        f"sized field {name!r} is not a field of {named.name}",
-                        _suggest(name, child_fields),
-                    )
-            compiled.sized_fields = frozenset(sized)
-        compiled.slicing = slicing
+            compiled.sized_tree = self._sized_tree(coordinate, field, sized)
+        compiled.slicing = tuple(paths)
+        compiled.int_paths = frozenset(int_paths)
+        compiled.list_paths = frozenset(list_paths)
+        compiled.required_paths = frozenset(required)
         compiled.require_one = bool(slicing) and require_one
-        compiled.arg_types = {name: field.args[name].type for name in slicing}
-        compiled.int_arguments = frozenset(
-            name for name in slicing if get_named_type(field.args[name].type) is GraphQLInt
-        )
-        defaults = [
-            value
-            for name in slicing
-            if (value := _argument_default(field.args[name], f"{coordinate}({name}:)")) is not None
-        ]
-        compiled.slicing_defaults = max(defaults) if defaults else None
         if assumed is None:
             assumed = self.model.default_list_size
         compiled.fixed_size = float(assumed)
+
+    def _connection(self, field: GraphQLField) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """A Relay connection field's slicing arguments and sized fields, if it is one."""
+        model = self.model
+        if not model.connections:
+            return None
+        type_ = field.type.of_type if isinstance(field.type, GraphQLNonNull) else field.type
+        if not isinstance(type_, GraphQLObjectType | GraphQLInterfaceType):
+            return None
+        if type_.name in model.connections_exclude or "pageInfo" not in type_.fields:
+            return None
+        sized = []
+        for name in ("edges", "nodes"):
+            child = type_.fields.get(name)
+            if child is None or not _is_list(child.type):
+                continue
+            item = get_named_type(child.type)
+            if name == "edges" and "node" not in (getattr(item, "fields", None) or {}):
+                continue
+            sized.append(name)
+        slicing = tuple(
+            name
+            for name in ("first", "last")
+            if name in field.args and get_named_type(field.args[name].type) is GraphQLInt
+        )
+        if not sized or not slicing:
+            return None
+        return slicing, tuple(sized)
+
+    def _slicing_path(
+        self, coordinate: str, field: GraphQLField, path: tuple[str, ...]
+    ) -> GraphQLInputType:
+        """The type at a slicing argument's path (``input.pagination.first``)."""
+        arg = field.args.get(path[0])
+        if arg is None:
+            raise self._error(
+                coordinate,
+                f"slicing argument {path[0]!r} is not an argument of {coordinate}",
+                _suggest(path[0], field.args),
+            )
+        type_: GraphQLInputType = arg.type
+        for depth, part in enumerate(path[1:], start=1):
+            named = get_named_type(type_)
+            fields = named.fields if isinstance(named, GraphQLInputObjectType) else {}
+            if isinstance(type_, GraphQLList) or (
+                isinstance(type_, GraphQLNonNull) and isinstance(type_.of_type, GraphQLList)
+            ):
+                fields = {}
+            if part not in fields:
+                where = ".".join(path[:depth])
+                raise self._error(
+                    coordinate,
+                    f"slicing argument {'.'.join(path)!r}: {where!r} has no input field {part!r}",
+                    _suggest(part, fields),
+                )
+            type_ = fields[part].type
+        return type_
+
+    def _sized_tree(
+        self, coordinate: str, field: GraphQLField, sized: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """``sizedFields`` as a tree: ``["page", "results { page }"]`` sizes ``page``
+        and ``results.page`` (Apollo's selection form; one sized field per entry)."""
+        tree: dict[str, Any] = {}
+        for entry in sized:
+            words = entry.replace("{", " { ").replace("}", " } ").split()
+            # (the tree node, its type) of each open "{", innermost last
+            stack: list[tuple[dict[str, Any], Any]] = [(tree, get_named_type(field.type))]
+            leaves = 0
+            for index, word in enumerate(words):
+                if not word:
+                    continue  # a "{" already read with its field
+                node, named = stack[-1]
+                following = words[index + 1] if index + 1 < len(words) else None
+                if word == "{":
+                    raise self._sized_error(coordinate, entry, "a '{' must follow a field")
+                if word == "}":
+                    if len(stack) == 1:
+                        raise self._sized_error(coordinate, entry, "an unmatched '}'")
+                    stack.pop()
+                    continue
+                fields = getattr(named, "fields", None) or {}
+                if not word.isidentifier() or word not in fields:
+                    raise self._error(
+                        coordinate,
+                        f"sized field {word!r} is not a field of {named.name}",
+                        _suggest(word, fields),
+                    )
+                if following == "{":
+                    below = node.get(word)
+                    node[word] = below = below if isinstance(below, dict) else {}
+                    stack.append((below, get_named_type(fields[word].type)))
+                    words[index + 1] = ""  # consumed
+                else:
+                    leaves += 1
+                    node.setdefault(word, None)
+            if len(stack) != 1:
+                raise self._sized_error(coordinate, entry, "an unclosed '{'")
+            if leaves != 1:
+                raise self._sized_error(coordinate, entry, "each entry sizes exactly one field")
+        return tree
+
+    def _sized_error(self, coordinate: str, entry: str, reason: str) -> ConfigError:
+        return self._error(coordinate, f"sizedFields entry {entry!r}: {reason}", [])
 
     # -- checks --------------------------------------------------------------------------
 
@@ -330,8 +560,16 @@ class _Compiler:
         )
 
     def _check_coordinates(self) -> None:
-        """Every coordinate in ``model.weights`` must name a real type, field or argument."""
+        """Every coordinate in ``model.weights`` must name a real type, field or argument,
+        and every name in ``model.connections_exclude`` a type."""
         type_map = self.schema.type_map
+        for name in sorted(self.model.connections_exclude):
+            if name not in type_map:
+                raise ConfigError(
+                    f"connections_exclude names no type {name!r} of the schema",
+                    file=self.model.source,
+                    key="cost.connections_exclude",
+                )
         for coordinate, value in self.model.weights.items():
             match = _COORDINATE.match(coordinate)
             if match is None:
@@ -388,6 +626,24 @@ def _argument_default(arg: GraphQLArgument, where: str) -> float | None:
     if size is None:
         raise ConfigError(f"the default of slicing argument {where} is not a size: {value!r}")
     return size
+
+
+def _field_of(named: Any, name: str) -> GraphQLField:
+    return cast("GraphQLField", named.fields[name])
+
+
+def _is_list(type_: Any) -> bool:
+    if isinstance(type_, GraphQLNonNull):
+        type_ = type_.of_type
+    return isinstance(type_, GraphQLList)
+
+
+def _nested(path: tuple[str, ...], value: Any) -> Any:
+    """``value`` placed at ``path`` inside input objects (``slicingArgumentDefaultValue``
+    for a nested slicing path)."""
+    for part in reversed(path):
+        value = {part: value}
+    return value
 
 
 def list_size_value(value: Any) -> float | None:

@@ -10,9 +10,13 @@ from typing import Literal
 from quotaql._graphql_compat import GRAPHQL_CORE_VERSION, HAS_PARSER_LIMITS
 from quotaql.errors import ConfigError
 
-__all__ = ["SAFE_LIMITS", "CostLimits", "CostModel", "FieldCost", "OperationType"]
+__all__ = ["SAFE_LIMITS", "CostLimits", "CostModel", "FieldCost", "ModelName", "OperationType"]
 
 OperationType = Literal["query", "mutation", "subscription"]
+#: The two pricing models: Apollo Router's combined cost, or the IBM specification's
+#: field cost and type cost (docs/cost-model.md, "Two models").
+ModelName = Literal["apollo", "ibm"]
+MODELS: tuple[ModelName, ...] = ("apollo", "ibm")
 
 DEFAULT_OPERATION_WEIGHTS: Mapping[str, float] = {
     "query": 0.0,
@@ -100,11 +104,21 @@ class CostModel:
         10.0
 
     Attributes:
+        model: ``"apollo"`` (the default: one combined cost, a list field's own weight
+            paid per item, as Apollo Router's ``static_estimated``) or ``"ibm"`` (the IBM
+            specification's field cost and type cost, computed apart; the budget is
+            debited by the larger of the two).
         default_list_size: size of a list field that no argument or ``@listSize`` sizes.
         slicing_arguments: argument names that size a list field without ``@listSize``
             (an ``Int`` argument called ``first``, ``last`` or ``limit``); ``()`` turns
             the convention off.
         operation_weights: added once per operation, by operation type.
+        connections: size Relay connections without directives: a field returning a
+            type with ``pageInfo`` and ``edges`` (items with a ``node``) or ``nodes``
+            sizes them by its ``first`` / ``last``, as ``@listSize(slicingArguments:
+            ["first", "last"], sizedFields: ["edges", "nodes"])`` would; an explicit
+            ``@listSize`` always wins.
+        connections_exclude: connection types the convention leaves alone.
         introspection: ``"free"`` prices ``__schema`` / ``__type`` at 0 (they still count
             for depth); ``"counted"`` prices them like any other field.
         weights: overrides by schema coordinate: ``"Type"`` (type weight),
@@ -114,8 +128,11 @@ class CostModel:
         locations: line of each ``weights`` key in ``source`` (for error messages only).
     """
 
+    model: ModelName = "apollo"
     default_list_size: int = 10
     slicing_arguments: tuple[str, ...] = ("first", "last", "limit")
+    connections: bool = True
+    connections_exclude: frozenset[str] = frozenset()
     operation_weights: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_OPERATION_WEIGHTS)
     )
@@ -125,6 +142,14 @@ class CostModel:
     locations: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ConfigError(f"model must be 'apollo' or 'ibm', got {self.model!r}")
+        exclude: object = self.connections_exclude
+        if isinstance(exclude, str) or not all(
+            isinstance(name, str) for name in self.connections_exclude
+        ):
+            raise ConfigError(f"connections_exclude must be a list of type names, got {exclude!r}")
+        object.__setattr__(self, "connections_exclude", frozenset(self.connections_exclude))
         size = self.default_list_size
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ConfigError(f"default_list_size must be an integer >= 0, got {size!r}")
