@@ -71,6 +71,7 @@ def test_a_check_span_under_the_operation_span(
         names.ATTR_OPERATION_TYPE: "query",
         names.ATTR_OPERATION_NAME: "Shop",
         names.ATTR_COST_ESTIMATED: 70.0,
+        names.ATTR_COST_MODEL: "apollo",
         names.ATTR_COST_ACTUAL: 16.0,
         names.ATTR_DEPTH: 3,
         names.ATTR_TENANT: hashed_tenant("key:acme"),

@@ -94,6 +94,7 @@ class CompiledField:
         "child",
         "coordinate",
         "fixed_size",
+        "free_leaf",
         "int_paths",
         "is_list",
         "list_depth",
@@ -135,6 +136,9 @@ class CompiledField:
         # mapped to a tree, the size applies further down ("results { page }").
         self.sized_tree: dict[str, Any] | None = None
         self.child: CompiledType | None = None
+        # A leaf that costs nothing whatever it returns or is given (no weight, no
+        # argument that costs, no slicing argument to check): planned as a count only.
+        self.free_leaf = False
 
 
 class CompiledType:
@@ -190,8 +194,22 @@ _cache_lock = threading.Lock()
 _MODELS_PER_SCHEMA = 4
 
 
+# The last pair asked for, compared by identity: a server asks for the same one each time.
+_last: tuple[GraphQLSchema, CostModel, CompiledSchema] | None = None
+
+
 def compiled_schema(schema: GraphQLSchema, model: CostModel) -> CompiledSchema:
     """The compiled tables for ``(schema, model)``, built on first use and cached."""
+    global _last
+    last = _last
+    if last is not None and last[0] is schema and last[1] is model:
+        return last[2]
+    compiled = _compiled_schema(schema, model)
+    _last = (schema, model, compiled)
+    return compiled
+
+
+def _compiled_schema(schema: GraphQLSchema, model: CostModel) -> CompiledSchema:
     per_schema = _cache.get(schema)
     if per_schema is not None:
         compiled = per_schema.get(model)
@@ -320,6 +338,14 @@ class _Compiler:
         self._list_size(compiled, parent, field_name, field, field_cost)
         if composite:
             compiled.child = self.result.types[named.name]
+        compiled.free_leaf = (
+            not composite
+            and not compiled.a
+            and not compiled.b
+            and not compiled.t
+            and not compiled.arg_costs
+            and not compiled.slicing
+        )
         return compiled
 
     def _argument_costs(

@@ -138,20 +138,22 @@ def price_operation(
 def _within(plan: Plan, limits: CostLimits) -> CostReport:
     """The report of ``plan``, or the error of the first of ``limits`` it crosses."""
     report = plan.report
-    where = locations(plan.operation)
     max_depth = limits.max_depth
     if max_depth is not None and report.depth > max_depth:
         node = deepest(plan.root, max_depth)
-        raise QueryTooDeep(report.depth, max_depth, locations=locations(node) or where)
+        where = locations(node) or locations(plan.operation)
+        raise QueryTooDeep(report.depth, max_depth, locations=where)
     max_aliases = limits.max_aliases
     if max_aliases is not None and report.aliases > max_aliases:
+        where = locations(plan.operation)
         raise TooManyAliases(report.aliases, max_aliases, locations=where)
     max_root_fields = limits.max_root_fields
     if max_root_fields is not None and report.root_fields > max_root_fields:
+        where = locations(plan.operation)
         raise TooManyRootFields(report.root_fields, max_root_fields, locations=where)
     max_cost = limits.max_cost
     if max_cost is not None and not report.cost <= max_cost:
-        raise QueryTooComplex(report.cost, max_cost, locations=where)
+        raise QueryTooComplex(report.cost, max_cost, locations=locations(plan.operation))
     return report
 
 

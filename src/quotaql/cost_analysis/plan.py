@@ -266,13 +266,6 @@ class Field:
         )
 
 
-def _sum(values: Any) -> float:
-    total = 0.0
-    for value in values:
-        total += value
-    return total
-
-
 class Selection:
     """What a selection set runs on one parent type.
 
@@ -303,17 +296,29 @@ class Selection:
         fields: tuple[Field, ...],
         by_type: dict[str, Selection] | None = None,
         typename_keys: tuple[str, ...] = (),
+        leaves: int = 0,
+        leaf_aliases: int = 0,
     ) -> None:
+        """``leaves`` and ``leaf_aliases``: fields that cost nothing whatever they return
+        (``__typename``, scalars of weight 0 without costed arguments), left out of
+        ``fields`` but counted for depth and aliases."""
         self.fields = fields
         self.by_type = by_type
         self.typename_keys = typename_keys
         if by_type is None:
             self.variants: tuple[Selection, ...] = ()
-            self.fc = _sum(f.fc for f in fields)
-            self.tc = _sum(f.tc for f in fields)
-            self.depth = max((f.depth for f in fields), default=0)
-            self.aliases = sum(f.aliases for f in fields)
-            self.weightless = all(f.weightless for f in fields)
+            fc = tc = 0.0
+            depth = 1 if leaves else 0
+            aliases = leaf_aliases
+            weightless = True
+            for planned in fields:
+                fc += planned.fc
+                tc += planned.tc
+                depth = max(depth, planned.depth)
+                aliases += planned.aliases
+                weightless = weightless and planned.weightless
+            self.fc, self.tc, self.depth = fc, tc, depth
+            self.aliases, self.weightless = aliases, weightless
         else:
             variants = self.variants = tuple({id(v): v for v in by_type.values()}.values())
             self.fc = max((v.fc for v in variants), default=0.0)
@@ -324,10 +329,6 @@ class Selection:
 
 
 _EMPTY = Selection(())
-# A selection set of fields that cost nothing (``__typename``): nothing to price, one
-# level of depth.
-_TYPENAME = Selection(())
-_TYPENAME.depth = 1
 
 
 # -- the plan ----------------------------------------------------------------------------
@@ -785,6 +786,11 @@ class PlanCache:
     def __len__(self) -> int:
         return len(self._documents)
 
+    def clear(self) -> None:
+        """Forget every plan (the next pricing of each document compiles it again)."""
+        with self._lock:
+            self._documents = {}
+
 
 def plan_for(
     compiled: CompiledSchema,
@@ -898,6 +904,18 @@ _Entry = tuple[FieldNode, "CompiledType", "str | None"]
 _Sized = tuple[Mapping[str, Any], float, bool] | None
 
 
+class _Collected:
+    """A selection set's fields, as ``CollectFields`` merges them: the field nodes by
+    response key, and the keys of fields that cost nothing (whether aliased, whether
+    ``__typename``)."""
+
+    __slots__ = ("groups", "leaves")
+
+    def __init__(self) -> None:
+        self.groups: dict[str, list[_Entry]] = {}
+        self.leaves: dict[str, tuple[bool, bool]] = {}
+
+
 class _Builder:
     """Plans one operation: collects fields as the executor does, sizes and prices them."""
 
@@ -905,6 +923,7 @@ class _Builder:
         "compiled",
         "directive_costs",
         "fragments",
+        "free_leaves",
         "in_progress",
         "memo",
         "reads",
@@ -930,6 +949,7 @@ class _Builder:
         self.reads: set[str] = set()
         self.memo: dict[Any, Field] = {}
         self.in_progress: dict[Any, str | None] = {}
+        self.free_leaves = True  # count fields that cost nothing rather than plan them
 
     def plan(self, operation: OperationDefinitionNode) -> Plan:
         operation_type: OperationType = operation.operation.value
@@ -940,37 +960,51 @@ class _Builder:
                 locations=locations(operation),
             )
         root = self.types[root_type.name]
-        groups = self._collect(root, [(operation.selection_set, root, None)], 1)
-        selection = self._selection_of(groups, root, None, 1)
-        return Plan(self.compiled, operation, selection, len(groups), root.weight)
+        # Root fields are all planned, free or not: root-field quotas count each one.
+        self.free_leaves = False
+        collected = self._collect(root, root, [(operation.selection_set, root, None)], 1)
+        self.free_leaves = True
+        selection = self._selection_of(collected, root, None, 1)
+        root_fields = len(collected.groups) + len(collected.leaves)
+        return Plan(self.compiled, operation, selection, root_fields, root.weight)
 
     # -- collecting (graphql-core's CollectFields) ------------------------------------
 
     def _collect(
         self,
         runtime: CompiledType | None,
+        lookup: CompiledType | None,
         selection_sets: Sequence[tuple[SelectionSetNode, CompiledType, str | None]],
         level: int,
-    ) -> dict[str, list[_Entry]]:
+    ) -> _Collected:
         """The fields an object of ``runtime`` (None: any possible type) runs, by response
-        key: each selection set read on its type, written in a fragment (or None)."""
-        groups: dict[str, list[_Entry]] = {}
+        key: each selection set read on its type, written in a fragment (or None).
+
+        Fields read on ``lookup`` (None: on the type they were selected on) that cost
+        nothing whatever they return are only counted, as ``leaves``.
+        """
+        collected = _Collected()
         visited: set[str] = set()
         for selection_set, scope, origin in selection_sets:
-            self._gather(runtime, scope, selection_set, groups, visited, (), origin, level)
-        return groups
+            self._gather(runtime, lookup, scope, selection_set, collected, visited, (), origin,
+                         level)  # fmt: skip
+        return collected
 
     def _gather(
         self,
         runtime: CompiledType | None,
+        lookup: CompiledType | None,
         scope: CompiledType,
         selection_set: SelectionSetNode,
-        groups: dict[str, list[_Entry]],
+        collected: _Collected,
         visited: set[str],
         spreading: tuple[str, ...],
         origin: str | None,
         level: int,
     ) -> None:
+        groups, leaves = collected.groups, collected.leaves
+        fields = (lookup or scope).fields
+        directive_costs = self.directive_costs
         if level > MAX_NESTING:
             raise QueryTooDeep(
                 level,
@@ -983,12 +1017,27 @@ class _Builder:
             if selection.directives and not self._included(selection.directives):
                 continue
             if isinstance(selection, FieldNode):
-                key = selection.alias.value if selection.alias is not None else selection.name.value
+                name = selection.name.value
+                key = selection.alias.value if selection.alias is not None else name
                 found = groups.get(key)
-                if found is None:
-                    groups[key] = [(selection, scope, origin)]
-                else:
+                if found is not None:
                     found.append((selection, scope, origin))
+                    continue
+                if key in leaves:
+                    continue  # the same free field again (validation: the same field)
+                compiled = fields.get(name)
+                if (
+                    (
+                        compiled.free_leaf
+                        and self.free_leaves
+                        and not (directive_costs and selection.directives)
+                    )
+                    if compiled is not None
+                    else name == "__typename"
+                ):
+                    leaves[key] = (selection.alias is not None, name == "__typename")
+                else:
+                    groups[key] = [(selection, scope, origin)]
             elif isinstance(selection, InlineFragmentNode):
                 condition = scope
                 if selection.type_condition is not None:
@@ -1001,8 +1050,8 @@ class _Builder:
                 if runtime is not None and runtime.name not in condition.possible:
                     continue
                 self._gather(
-                    runtime, condition, selection.selection_set, groups, visited, spreading,
-                    origin, level + 1,
+                    runtime, lookup, condition, selection.selection_set, collected, visited,
+                    spreading, origin, level + 1,
                 )  # fmt: skip
             else:
                 spread = cast("FragmentSpreadNode", selection)
@@ -1028,7 +1077,7 @@ class _Builder:
                     continue
                 visited.add(name)
                 self._gather(
-                    runtime, found_type, definition.selection_set, groups, visited,
+                    runtime, lookup, found_type, definition.selection_set, collected, visited,
                     (*spreading, name), name, level + 1,
                 )  # fmt: skip
 
@@ -1068,19 +1117,21 @@ class _Builder:
 
     def _selection_of(
         self,
-        groups: dict[str, list[_Entry]],
+        collected: _Collected,
         runtime: CompiledType | None,
         sized: _Sized,
         level: int,
     ) -> Selection:
         fields: list[Field] = []
-        for key, entries in groups.items():
+        for key, entries in collected.groups.items():
             planned = self._field(key, entries, runtime, sized, level)
             if planned is not None:
                 fields.append(planned)
-        if fields:
-            return Selection(tuple(fields))
-        return _TYPENAME if groups else _EMPTY
+        leaves = collected.leaves
+        if not fields and not leaves:
+            return _EMPTY
+        aliases = sum(aliased for aliased, _ in leaves.values()) if leaves else 0
+        return Selection(tuple(fields), leaves=len(leaves), leaf_aliases=aliases)
 
     def _children(
         self,
@@ -1089,6 +1140,14 @@ class _Builder:
         sized: _Sized,
         level: int,
     ) -> Selection:
+        if len(entries) == 1 and not child.abstract:  # the common case, inlined
+            node, _, origin = entries[0]
+            if node.selection_set is None:
+                return _EMPTY
+            collected = _Collected()
+            self._gather(child, child, child, node.selection_set, collected, set(), (), origin,
+                         level)  # fmt: skip
+            return self._selection_of(collected, child, sized, level)
         sets = [
             (node.selection_set, child, origin)
             for node, _, origin in entries
@@ -1096,27 +1155,31 @@ class _Builder:
         ]
         if not sets:
             return _EMPTY
-        if not child.abstract or not self._narrows(child, [s[0] for s in sets], set()):
-            runtime = None if child.abstract else child
-            groups = self._collect(runtime, sets, level)
-            return self._selection_of(groups, runtime, sized, level)
+        if not child.abstract:
+            return self._selection_of(self._collect(child, child, sets, level), child, sized,
+                                      level)  # fmt: skip
+        if not self._narrows(child, [s[0] for s in sets], set()):
+            return self._selection_of(self._collect(None, None, sets, level), None, sized, level)
+        # Fragments narrow by type: each possible type runs its own fields. They are read
+        # on the type they were selected on (the interface's own definition for fields
+        # outside `... on T`), so that the possible types share them: nested interfaces
+        # plan in linear time.
         by_type: dict[str, Selection] = {}
         shared: dict[Any, Selection] = {}
         typename: dict[str, bool] = {}
         for type_name in sorted(child.possible):
-            groups = self._collect(self.types[type_name], sets, level)
-            for key, found in groups.items():
-                only = all(node.name.value == "__typename" for node, _, _ in found)
-                typename[key] = typename.get(key, True) and only
-            identity = tuple(
-                (key, *(id(node) for node, _, _ in found)) for key, found in groups.items()
+            collected = self._collect(self.types[type_name], None, sets, level)
+            for key in collected.groups:
+                typename[key] = False  # some field other than __typename answers it
+            for key, (_, is_typename) in collected.leaves.items():
+                typename[key] = typename.get(key, True) and is_typename
+            identity = (
+                tuple((key, *(id(e[0]) for e in found)) for key, found in collected.groups.items()),
+                tuple(collected.leaves),
             )
             selection = shared.get(identity)
             if selection is None:
-                # Fields are read on the type they were selected on (the interface's own
-                # definition for `... on I`-less fields), so that the possible types
-                # share them: nested interfaces plan in linear time.
-                selection = shared[identity] = self._selection_of(groups, None, sized, level)
+                selection = shared[identity] = self._selection_of(collected, None, sized, level)
             by_type[type_name] = selection
         keys = tuple(key for key, only in typename.items() if only)
         return Selection((), by_type, keys)
@@ -1145,18 +1208,20 @@ class _Builder:
                     locations=locations(node),
                 )
             return None
-        memo_key = (
-            scope.name,
-            *(id(entry[0]) for entry in entries),
-            None if sized is None else (id(sized[0]), sized[1]),
-        )
-        found = self.memo.get(memo_key)
-        if found is not None:
-            return found
-        walking = memo_key[:-1]
-        if walking in self.in_progress:
-            self._cycle(origin or name, tuple(n for n in self.in_progress.values() if n), node)
-            return None
+        # A node written in a fragment may be reached along several paths (a DAG: plan
+        # it once) or around a cycle; one written in the operation, only once.
+        shared = origin is not None or len(entries) > 1
+        if shared:
+            sized_key = None if sized is None else (id(sized[0]), sized[1])
+            memo_key = (scope.name, *(id(entry[0]) for entry in entries), sized_key)
+            found = self.memo.get(memo_key)
+            if found is not None:
+                return found
+            walking = memo_key[:-1]
+            if walking in self.in_progress:
+                through = tuple(n for n in self.in_progress.values() if n)
+                self._cycle(origin or name, through, node)
+                return None
         # The field's own list size: sized by its parent's sizedFields, or its own.
         size_below: _Sized = None
         if sized is not None and name in sized[0]:
@@ -1166,6 +1231,8 @@ class _Builder:
             else:
                 n, sliced = self._own_size(compiled, node)
                 size_below = (below, sized[1], sized[2])
+        elif not compiled.is_list:
+            n, sliced = 1.0, False
         else:
             n, sliced = self._own_size(compiled, node)
         if compiled.sized_tree is not None:
@@ -1178,14 +1245,17 @@ class _Builder:
             args += max(self._directive_cost(entry[0]) for entry in entries)
         child: Selection | None = None
         if compiled.child is not None:
-            self.in_progress[walking] = origin
-            try:
+            if shared:
+                self.in_progress[walking] = origin
+                try:
+                    child = self._children(compiled.child, entries, size_below, level + 1)
+                finally:
+                    del self.in_progress[walking]
+            else:
                 child = self._children(compiled.child, entries, size_below, level + 1)
-            finally:
-                del self.in_progress[walking]
-        aliased = node.alias is not None
-        planned = Field(key, node, compiled, n, sliced, args, child, aliased)
-        self.memo[memo_key] = planned
+        planned = Field(key, node, compiled, n, sliced, args, child, node.alias is not None)
+        if shared:
+            self.memo[memo_key] = planned
         return planned
 
     def _own_size(self, compiled: CompiledField, node: FieldNode) -> tuple[float, bool]:
@@ -1201,6 +1271,17 @@ class _Builder:
         slicing = compiled.slicing
         if not slicing:
             return compiled.fixed_size, False
+        if len(slicing) == 1 and not compiled.require_one and compiled.int_paths:
+            # The common case: one Int slicing argument, given as a literal in range.
+            path = slicing[0][0]
+            for argument in node.arguments or ():
+                if len(path) == 1 and argument.name.value == path[0]:
+                    literal = argument.value
+                    if isinstance(literal, IntValueNode):
+                        number = int(literal.value)
+                        if 0 <= number <= _INT_MAX:
+                            return float(number), True
+                    break
         written: dict[str, ValueNode] = {}
         for argument in node.arguments or ():
             written[argument.name.value] = argument.value
