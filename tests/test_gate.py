@@ -548,3 +548,54 @@ def test_the_open_subscriptions_gauge_follows_every_slot(
     gate.finish(first)
     gate.finish(second)
     assert gauge() == 0
+
+
+# -- tuning from traffic --------------------------------------------------------------------
+
+
+def test_sampled_operations_feed_the_tuning_metrics(config_path: Callable[[str], Path]) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from quotaql.instrumentation import names
+    from quotaql.instrumentation.metrics import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    sampled = Gate(
+        load_config(config_path("[cost]\ntuning_sample = 1.0\n" + TOML)), metrics=metrics
+    )
+    never = Gate(
+        load_config(config_path("[cost]\ntuning_sample = 0\n" + TOML)),
+        metrics=PrometheusMetrics(CollectorRegistry()),
+    )
+    for gate in (sampled, never):
+        for _ in range(3):  # `first: 10` asked, 2 returned; the default 10 assumed, 4 returned
+            op = admit(gate, "{ products(first: 10) { name } }")
+            gate.settle(op, {"products": [{"name": "a"}, {"name": "b"}]})
+            gate.finish(op)
+            op = admit(gate, "{ products { name } }")
+            gate.settle(op, {"products": [{"name": "a"}] * 4})
+            gate.finish(op)
+    metrics.flush()
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    coordinate = {"coordinate": "Query.products"}
+    # The unsliced lists (priced at the schema default 10): their sizes, and what was assumed.
+    assert sample(names.LIST_RETURNED_ITEMS + "_count", **coordinate) == 3
+    assert sample(names.LIST_RETURNED_ITEMS + "_sum", **coordinate) == 12
+    assert sample(names.LIST_ASSUMED_ITEMS, **coordinate) == 10
+    # The sliced ones: returned / asked.
+    assert sample(names.LIST_SLICED_RATIO + "_count", **coordinate) == 3
+    assert sample(names.LIST_SLICED_RATIO + "_sum", **coordinate) == pytest.approx(0.6)
+    # Every operation: actual / estimated (2/10 three times, 4/10 three times).
+    ratio = {"operation_type": "query", "tier": "free"}
+    assert sample(names.COST_ESTIMATE_RATIO + "_count", **ratio) == 6
+    assert sample(names.COST_ESTIMATE_RATIO + "_sum", **ratio) == pytest.approx(1.8)
+    # tuning_sample = 0 records no list at all.
+    assert never.metrics is not None
+    assert (
+        never.metrics.registry.get_sample_value(names.LIST_RETURNED_ITEMS + "_count", coordinate)
+        is None
+    )
