@@ -31,7 +31,8 @@ from _harness import (
 )
 
 try:
-    from quotaql.cost_analysis import analyze
+    from quotaql.cost_analysis import CostModel, CostReport, analyze
+    from quotaql.cost_analysis._compile import CompiledSchema, compiled_schema
 except ImportError as exc:  # say what is missing, not just where the import failed
     raise RuntimeError(
         "quotaql.cost_analysis.analyze is not importable; the cost benchmark needs it"
@@ -51,6 +52,7 @@ BOMB_VALIDATE_LEVELS = (10,)
 VALIDATE_RATIO_MAX = 0.02  # analyze / validate, on medium and large
 VALIDATE_RATIO_QUERIES = ("medium", "large")
 JS_RATIO_MAX = 1.0  # analyze / getComplexity, strictly below, on every query
+CACHED_US_MAX = 3.0  # analyze with the plan cached, µs, on every query (issue 12)
 BOMB_RATIO_MAX = 4.0  # analyze time at 30 levels / at 10 levels
 BOMB_STACK_OFFSETS = range(0, 128, 16)  # caller stack depths each bomb is timed from
 BOMB_SAMPLES = 5
@@ -161,10 +163,18 @@ def run_js(corpus: Path) -> dict[str, Any] | None:
     return figures
 
 
+def _cold(
+    compiled: CompiledSchema, schema: GraphQLSchema, doc: DocumentNode, variables: Any
+) -> CostReport:
+    compiled.plans.clear()
+    return analyze(schema, doc, variables=variables, operation_name=None)
+
+
 def bench_corpus(
     schema: GraphQLSchema, cases: list[Case], js: dict[str, Any] | None
 ) -> list[Target]:
     depth_rule = create_validator(DEPTH_LIMIT, None, None)
+    compiled = compiled_schema(schema, CostModel())
     strawberry_depths: dict[str, int] = {}
     timings: dict[str, dict[str, Measurement]] = {}
     for case in cases:
@@ -174,7 +184,10 @@ def bench_corpus(
         doc = case.document
         timings[case.name] = measure_interleaved(
             {
-                "analyze": partial(
+                # Cold: the plan compiled from the document (the cache emptied first).
+                "analyze": partial(_cold, compiled, schema, doc, case.variables),
+                # Repeated: the same document and variables, the plan cached.
+                "cached": partial(
                     analyze, schema, doc, variables=case.variables, operation_name=None
                 ),
                 "validate": partial(validate, schema, doc),
@@ -187,7 +200,8 @@ def bench_corpus(
         return None if js is None else float(js[name])
 
     labels = {
-        "analyze": "quotaql analyze",
+        "analyze": "quotaql analyze, cold (plan compiled)",
+        "cached": "quotaql analyze, repeated (plan cached)",
         "validate": "graphql-core validate (all rules)",
         "parse": "graphql-core parse",
         "depth": "strawberry QueryDepthLimiter rule",
@@ -236,7 +250,8 @@ def bench_corpus(
             op="<",
             skip_reason="" if js else "node not found",
         )
-        targets += [target for target in (validate_target, js_target) if target]
+        cached_target = Target(f"analyze cached {q} (µs)", t["cached"].median_us, CACHED_US_MAX)
+        targets += [target for target in (validate_target, js_target, cached_target) if target]
         ratio_rows += [
             _ratio_row("analyze / validate", q, validate_ratio, validate_target),
             _ratio_row("analyze / getComplexity", q, js_target.value, js_target),
@@ -272,6 +287,7 @@ def _median_over_offsets(by_offset: list[Measurement]) -> Measurement:
 
 
 def bench_bombs(schema: GraphQLSchema) -> list[Target]:
+    compiled = compiled_schema(schema, CostModel())
     sources = {levels: fragment_bomb(levels) for levels in BOMB_LEVELS}
     documents = {levels: parse(source) for levels, source in sources.items()}
     # CPython 3.11 allocates its frame stack in 16 kB chunks and frees a chunk as soon as the
@@ -284,7 +300,7 @@ def bench_bombs(schema: GraphQLSchema) -> list[Target]:
             (levels, offset): partial(
                 _at_stack_depth,
                 offset,
-                partial(analyze, schema, doc, variables=None, operation_name=None),
+                partial(_cold, compiled, schema, doc, None),  # each time planned anew
             )
             for levels, doc in documents.items()
             for offset in BOMB_STACK_OFFSETS

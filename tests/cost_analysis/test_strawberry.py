@@ -122,3 +122,31 @@ def test_a_strawberry_execution():
     # books: only 4 exist (4 × 3); connection: 3 edges as estimated; search returned
     # null: its argument and its own weight (2 + 3).
     assert actual_cost(schema, query, result.data) == 12 + 13 + 5
+
+
+@strawberry.interface
+class Feed:
+    @strawberry.field(directives=[ListSize(slicing_arguments=["count"])])
+    def items(self, count: int = 10) -> list[Book]:
+        return []
+
+
+@strawberry.type
+class Timeline(Feed):
+    @strawberry.field  # no @listSize of its own: it sizes as the interface's field does
+    def items(self, count: int = 10) -> list[Book]:
+        return []
+
+
+@strawberry.type
+class FeedQuery:
+    @strawberry.field
+    def feed(self) -> Feed:
+        return Timeline()
+
+
+def test_list_size_on_an_interface_field_sizes_its_implementations():
+    schema = strawberry.Schema(query=FeedQuery, types=[Timeline])
+    # Book weighs 3: 3 items on the interface, and 3 when spelled on the implementation.
+    assert analyze(schema, "{ feed { items(count: 3) { id } } }").cost == 1 + 3 * 3
+    assert analyze(schema, "{ feed { ... on Timeline { items(count: 3) { id } } } }").cost == 10
