@@ -1233,8 +1233,10 @@ class _Builder:
                 size_below = (below, sized[1], sized[2])
         elif not compiled.is_list:
             n, sliced = 1.0, False
+        elif compiled.sized_tree is None:
+            n, sliced = self._list_size(compiled, node)
         else:
-            n, sliced = self._own_size(compiled, node)
+            n, sliced = compiled.fixed_size, False  # the slice sizes its children (IBM §8.3)
         if compiled.sized_tree is not None:
             slice_size, slice_given = self._list_size(compiled, node)
             size_below = (compiled.sized_tree, slice_size, slice_given)
@@ -1244,15 +1246,21 @@ class _Builder:
         if self.directive_costs:
             args += max(self._directive_cost(entry[0]) for entry in entries)
         child: Selection | None = None
-        if compiled.child is not None:
+        child_type = compiled.child
+        if child_type is not None:
             if shared:
                 self.in_progress[walking] = origin
                 try:
-                    child = self._children(compiled.child, entries, size_below, level + 1)
+                    child = self._children(child_type, entries, size_below, level + 1)
                 finally:
                     del self.in_progress[walking]
-            else:
-                child = self._children(compiled.child, entries, size_below, level + 1)
+            elif child_type.abstract or node.selection_set is None:
+                child = self._children(child_type, entries, size_below, level + 1)
+            else:  # the common case, inlined: one node, on an object type
+                collected = _Collected()
+                self._gather(child_type, child_type, child_type, node.selection_set, collected,
+                             set(), (), origin, level + 1)  # fmt: skip
+                child = self._selection_of(collected, child_type, size_below, level + 1)
         planned = Field(key, node, compiled, n, sliced, args, child, node.alias is not None)
         if shared:
             self.memo[memo_key] = planned
