@@ -199,3 +199,25 @@ def test_an_excluded_connection_type_must_exist():
 
     with pytest.raises(ConfigError, match="connections_exclude names no type 'Bookz'"):
         analyze(RELAY, RELAY_QUERY, model=CostModel(connections_exclude=frozenset({"Bookz"})))
+
+
+def test_slicing_argument_default_value_stands_in_only_when_no_slicing_argument_is_given():
+    schema = build(
+        """
+        type Book { title: String }
+        type BooksConnection { nodes: [Book]  pageInfo: PageInfo }
+        type PageInfo { hasNextPage: Boolean }
+        type Query {
+          books(first: Int, last: Int): BooksConnection @listSize(
+            slicingArguments: ["first", "last"], sizedFields: ["nodes"],
+            slicingArgumentDefaultValue: 10, requireOneSlicingArgument: false)
+          required(first: Int, last: Int): BooksConnection @listSize(
+            slicingArguments: ["first", "last"], sizedFields: ["nodes"],
+            slicingArgumentDefaultValue: 10)
+        }
+        """
+    )
+    assert analyze(schema, "{ books(first: 5) { nodes { title } } }").cost == 1 + 5
+    assert analyze(schema, "{ books { nodes { title } } }").cost == 1 + 10
+    with pytest.raises(SlicingArgumentRequired):
+        analyze(schema, "{ required { nodes { title } } }")

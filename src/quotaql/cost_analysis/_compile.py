@@ -104,6 +104,7 @@ class CompiledField:
         "required_paths",
         "sized_tree",
         "slicing",
+        "slicing_fallback",
         "t",
     )
 
@@ -123,6 +124,7 @@ class CompiledField:
         # ("input", "pagination", "first")), each with its argument's schema default
         # (NO_VALUE when none); () when none.
         self.slicing: tuple[tuple[tuple[str, ...], Any], ...] = ()
+        self.slicing_fallback: float | None = None
         # The slicing paths of type Int (32-bit), whose values are range-checked.
         self.int_paths: frozenset[tuple[str, ...]] = frozenset()
         # The slicing paths of list type (a list's length is the size; one value where a
@@ -410,7 +412,7 @@ class _Compiler:
         slicing = directive.slicing_arguments if directive else None
         sized = directive.sized_fields if directive else None
         require_one = directive.require_one_slicing_argument if directive else False
-        slice_default = getattr(directive, "slicing_argument_default_value", None)
+        slice_default = directive.slicing_argument_default_value if directive else None
         if field_cost is not None:
             if field_cost.assumed_size is not None:
                 assumed = field_cost.assumed_size
@@ -450,17 +452,18 @@ class _Compiler:
             if len(path) == 1 and isinstance(leaf, GraphQLNonNull):
                 required.add(path)
             default = NO_VALUE
-            if len(path) == 1 or slice_default is not None:
+            if len(path) == 1:
                 value = argument_default(field.args[path[0]])
-                if len(path) == 1 and value is not Undefined:
+                if value is not Undefined:
                     default = value
                     _argument_default(field.args[path[0]], f"{coordinate}({name}:)")
-                elif slice_default is not None and value is Undefined:
-                    default = _nested(path[1:], slice_default)
             paths.append((path, default))
         if sized:
             compiled.sized_tree = self._sized_tree(coordinate, field, sized)
         compiled.slicing = tuple(paths)
+        # Hot Chocolate's slicingArgumentDefaultValue: the size when no slicing argument
+        # (nor a schema default) gives one.
+        compiled.slicing_fallback = None if slice_default is None else float(slice_default)
         compiled.int_paths = frozenset(int_paths)
         compiled.list_paths = frozenset(list_paths)
         compiled.required_paths = frozenset(required)
@@ -662,14 +665,6 @@ def _is_list(type_: Any) -> bool:
     if isinstance(type_, GraphQLNonNull):
         type_ = type_.of_type
     return isinstance(type_, GraphQLList)
-
-
-def _nested(path: tuple[str, ...], value: Any) -> Any:
-    """``value`` placed at ``path`` inside input objects (``slicingArgumentDefaultValue``
-    for a nested slicing path)."""
-    for part in reversed(path):
-        value = {part: value}
-    return value
 
 
 def list_size_value(value: Any) -> float | None:

@@ -1334,7 +1334,8 @@ class _Builder:
                 locations=locations(node),
             )
         if size is None:
-            return compiled.fixed_size, False
+            fallback = compiled.slicing_fallback
+            return (compiled.fixed_size if fallback is None else fallback), False
         return size, given > 0
 
     def _size(
