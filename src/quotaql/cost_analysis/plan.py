@@ -212,8 +212,6 @@ class Field:
         "coordinate",
         "depth",
         "fc",
-        "item_fc",
-        "item_tc",
         "key",
         "list_depth",
         "n",
@@ -253,12 +251,12 @@ class Field:
         child_tc = child.tc if child is not None else 0.0
         # 0 × an overflowing (infinite) subtree is NaN: nothing runs, it costs 0.
         below = n * child_fc if child_fc else 0.0
-        self.fc = own + (0.0 if math.isnan(below) else below)
-        types = n * (self.t + child_tc) if self.t or child_tc else 0.0
-        self.tc = 0.0 if math.isnan(types) else types
-        # One item of a list (for items an error erased): its own weight and selections.
-        self.item_fc = self.a + child_fc
-        self.item_tc = self.t + child_tc
+        self.fc = own + below if below >= 0.0 else own
+        if self.t or child_tc:
+            types = n * (self.t + child_tc)
+            self.tc = 0.0 if math.isnan(types) else types
+        else:
+            self.tc = 0.0
         self.depth = 1 + (child.depth if child is not None else 0)
         self.aliases = (1 if aliased else 0) + (child.aliases if child is not None else 0)
         self.weightless = (
