@@ -120,19 +120,40 @@ def test_fragments_and_aliases(worked_schema):
     assert actual_cost(worked_schema, query, {"a": [user(friends=[user()])], "b": []}) == 2
 
 
-def test_a_fragment_spread_twice_on_the_same_object_counts_twice(worked_schema):
-    # As in the analyzer: each use of a fragment counts, even on the same object.
+def test_a_fragment_spread_twice_on_the_same_object_counts_once(worked_schema):
+    # CollectFields expands a fragment at most once per selection set (visitedFragments):
+    # `{ ...F ...F }` runs F's fields once, as in the analyzer.
     query = "{ users(first: 1) { ...F ...F } } fragment F on User { friends(first: 2) { id } }"
-    assert analyze(worked_schema, query).cost == 1 + 2 * 2
-    assert actual_cost(worked_schema, query, {"users": [user(friends=[user(), user()])]}) == 5
+    once = "{ users(first: 1) { ...F } } fragment F on User { friends(first: 2) { id } }"
+    assert analyze(worked_schema, query).cost == analyze(worked_schema, once).cost == 1 + 2
+    data = {"users": [user(friends=[user(), user()])]}
+    assert actual_cost(worked_schema, query, data) == actual_cost(worked_schema, once, data) == 3
+    # Two different fragments selecting different fields both count.
+    both = (
+        "{ users(first: 1) { ...F ...G } } fragment F on User { friends(first: 2) { id } }"
+        " fragment G on User { more: friends(first: 3) { id } }"
+    )
+    assert analyze(worked_schema, both).cost == 1 + 2 + 3
+    data = {"users": [user(friends=[user(), user()], more=[user()] * 3)]}
+    assert actual_cost(worked_schema, both, data) == 6
 
 
-def test_fields_merged_under_one_response_key_each_count(worked_schema):
-    # The executor answers both `users` fields in one key; each field of the document
-    # reads it and counts, as each counts in the analyzer: 2 × 1 + 2 × 1.
+def test_fields_merged_under_one_response_key_count_once(worked_schema):
+    # The executor runs both `users` fields as one (CollectFields): one resolver call, its
+    # selections the union of both: 2 × (User 1 + id 0 + name 0), not 2 + 2.
     query = "{ users(first: 2) { id } users(first: 2) { name } }"
-    assert analyze(worked_schema, query).cost == 4
-    assert actual_cost(worked_schema, query, {"users": [user(), user()]}) == 4
+    assert analyze(worked_schema, query).cost == 2
+    assert actual_cost(worked_schema, query, {"users": [user(), user()]}) == 2
+    # Under two response keys they are two fields: 2 + 2.
+    aliased = "{ users(first: 2) { id } other: users(first: 2) { name } }"
+    assert analyze(worked_schema, aliased).cost == 4
+    data = {"users": [user(), user()], "other": [user(), user()]}
+    assert actual_cost(worked_schema, aliased, data) == 4
+    # Merged children merge too: the friends of both copies are one field.
+    nested = "{ users(first: 2) { friends(first: 3) { id } } users(first: 2) { friends(first: 3) { name } } }"
+    assert analyze(worked_schema, nested).cost == 2 * (1 + 3)
+    data = {"users": [user(friends=[user()] * 3)] * 2}
+    assert actual_cost(worked_schema, nested, data) == 8
 
 
 SEARCH = """
@@ -379,16 +400,20 @@ def test_keys_the_document_does_not_ask_for_are_ignored(worked_schema):
     assert actual_cost(worked_schema, USERS, data) == 1
 
 
-def test_weights_that_make_a_field_negative_clamp_to_zero(shop_schema):
-    # discounted weighs -2 per product: each field clamps at 0, as in the analyzer.
+def test_a_negative_weight_clamps_the_fields_own_part_not_its_selections(shop_schema):
+    # discounted weighs -2 per product: its own part max(0, 2 × -2) clamps at 0.
     query = "{ discounted(limit: 2) { name } tags }"
     assert analyze(shop_schema, query).cost == 0
     assert actual_cost(shop_schema, query, {"discounted": [{"name": "a"}] * 2, "tags": []}) == 0
-    # Selections below can outweigh the negative own weight: 2 × (-2 + 2 × 2 reviews).
+    # The clamp never reaches the selections below: max(0, 2 × -2) + 2 × (2 related × 2),
+    # not the whole subtree's 2 × (-2 + 2 × 2) = 4.
     query = "{ discounted(limit: 2) { related(limit: 2) { id } } }"
-    assert analyze(shop_schema, query).cost == 2 * (-2 + 2 * 2)
+    assert analyze(shop_schema, query).cost == 0 + 2 * (2 * 2)
     item = {"related": [{"id": "p"}] * 2}
-    assert actual_cost(shop_schema, query, {"discounted": [item] * 2}) == 4
+    assert actual_cost(shop_schema, query, {"discounted": [item] * 2}) == 8
+    # Returned items: max(0, 1 × -2) + 1 related × 2.
+    one = {"related": [{"id": "p"}]}
+    assert actual_cost(shop_schema, query, {"discounted": [one]}) == 2
 
 
 def test_a_hundred_thousand_items(worked_schema):
@@ -445,16 +470,20 @@ def test_a_document_at_the_analyzers_nesting_limit(worked_schema):
     assert actual_cost(worked_schema, document, friends_chain(levels)) == 1 + levels
 
 
-def test_a_document_past_the_nesting_limit_is_refused_when_the_data_goes_there(worked_schema):
+def test_a_document_past_the_nesting_limit_is_refused_whatever_the_data(worked_schema):
+    # The plan is compiled from the document, once, before any data is read: a document
+    # nested past MAX_NESTING is refused as analyze refuses it.
     document = nested_friends(10_000)
     with pytest.raises(QueryTooDeep) as raised:
-        actual_cost(worked_schema, document, friends_chain(10_000))
+        analyze(worked_schema, document)
     assert (raised.value.value, raised.value.limit) == (MAX_NESTING + 1, MAX_NESTING)
-    # Data that stops early never reaches the part the analyzer would refuse.
-    assert actual_cost(worked_schema, document, friends_chain(3)) == 4
+    for data in (friends_chain(10_000), friends_chain(3), {"users": []}):
+        with pytest.raises(QueryTooDeep) as raised:
+            actual_cost(worked_schema, document, data)
+        assert (raised.value.value, raised.value.limit) == (MAX_NESTING + 1, MAX_NESTING)
 
 
-def test_fragment_cycles_are_refused_not_followed(worked_schema):
+def test_fragment_cycles_are_refused_whatever_the_data(worked_schema):
     data = {"users": [{"friends": [{"id": "1"}]}]}
     with pytest.raises(FragmentCycle, match="Fragment 'A' spreads itself"):
         actual_cost(worked_schema, "{ users { ...A } } fragment A on User { ...A }", data)
@@ -463,8 +492,11 @@ def test_fragment_cycles_are_refused_not_followed(worked_schema):
     )
     with pytest.raises(FragmentCycle):
         actual_cost(worked_schema, through_a_field, data)
-    # With nothing to price below the spread, nothing is followed.
-    assert actual_cost(worked_schema, through_a_field, {"users": []}) == 0
+    # Data with nothing below the spread changes nothing: the plan has the cycle.
+    with pytest.raises(FragmentCycle):
+        actual_cost(worked_schema, through_a_field, {"users": []})
+    with pytest.raises(FragmentCycle):
+        actual_cost(worked_schema, through_a_field, {})
 
 
 def test_a_chain_of_five_thousand_fragments_is_refused_without_recursion_error(worked_schema):
@@ -476,14 +508,44 @@ def test_a_chain_of_five_thousand_fragments_is_refused_without_recursion_error(w
         actual_cost(worked_schema, document, {"users": [user()]})
 
 
-def test_a_fragment_bomb_is_priced_at_its_true_cost_in_linear_time(worked_schema):
-    # F1 spreads F2 twice, ... F29 spreads F30 twice: 2^29 copies of `friends` on one user.
+def test_a_same_level_fragment_bomb_collapses_as_collect_fields(worked_schema):
+    # F1 spreads F2 twice, ... F29 spreads F30 twice: CollectFields expands each fragment
+    # once per selection set, so the 2^29 copies of `friends` are one field.
     fragments = [f"fragment F{i} on User {{ ...F{i + 1} ...F{i + 1} }}" for i in range(1, 30)]
     fragments.append("fragment F30 on User { friends { id } }")
     query = "{ users(first: 1) { ...F1 } }\n" + "\n".join(fragments)
-    expected = 1 + 2**29 * 5  # the user, and 5 friends per copy
+    expected = 1 + 5  # the user, and its 5 friends (default first: 5)
     assert analyze(worked_schema, query).cost == expected
     assert actual_cost(worked_schema, query, {"users": [user(friends=[user()] * 5)]}) == expected
+
+
+def test_an_aliased_fragment_bomb_is_priced_at_its_true_cost_in_linear_time(worked_schema):
+    # Each level selects the next under two aliases: 2^levels distinct fields, exponential
+    # in the text; the plan shares the fragment's node, so it is priced in linear time.
+    def bomb(levels: int) -> str:
+        fragments = [
+            f"fragment F{i} on User {{ a: friends(first: 1) {{ ...F{i + 1} }}"
+            f" b: friends(first: 1) {{ ...F{i + 1} }} }}"
+            for i in range(1, levels)
+        ]
+        fragments.append(f"fragment F{levels} on User {{ id }}")
+        return "{ users(first: 1) { ...F1 } }\n" + "\n".join(fragments)
+
+    # c_levels = 0, c_i = 2 × (1 + c_{i+1}): c_1 = 2^levels - 2; plus the user.
+    assert analyze(worked_schema, bomb(40)).cost == 1 + 2**40 - 2
+    # The actual cost walks the data: a full tree of 2^12 objects (shared dicts).
+    levels = 12
+    leaf: dict[str, Any] = {"id": "1"}
+    for _ in range(levels - 1):
+        leaf = {"a": [leaf], "b": [leaf]}
+    expected = 1 + 2**levels - 2
+    assert analyze(worked_schema, bomb(levels)).cost == expected
+    assert actual_cost(worked_schema, bomb(levels), {"users": [leaf]}) == expected
+    # Every `b` list empty: only the `a` chain ran, one friend per level.
+    chain: dict[str, Any] = {"id": "1"}
+    for _ in range(levels - 1):
+        chain = {"a": [chain], "b": []}
+    assert actual_cost(worked_schema, bomb(levels), {"users": [chain]}) == 1 + (levels - 1)
 
 
 def test_nested_interfaces_without_typename_are_read_in_linear_time():
@@ -593,15 +655,13 @@ class Runner:
 
     def size(self, parent: str, name: str, node: FieldNode) -> float:
         definition = self.schema.type_map[parent].fields[name]
-        slicing = slicing_of(parent, name, definition)
-        values = []
-        for argument in node.arguments or ():
-            if argument.name.value in slicing.arguments:
-                value = value_from_ast_untyped(argument.value)
-                values.append(float(len(value) if isinstance(value, list) else value))
-        if values:
-            return max(values)
-        return max(slicing.defaults) if slicing.defaults else slicing.assumed
+        slicing = slicing_of(parent, name, definition, self.schema)
+        given = {
+            argument.name.value: value_from_ast_untyped(argument.value)
+            for argument in node.arguments or ()
+        }
+        # An explicit null sizes nothing: the assumed size, not the schema default.
+        return slicing.size(given)
 
     def sizes(self, source: Any, info: Any) -> int:
         if isinstance(source, dict) and SIZED in source and info.field_name in source[SIZED][0]:
@@ -621,7 +681,7 @@ class Runner:
         if is_leaf_type(named):
             return _LEAVES[named.name]
         definition = info.parent_type.fields[info.field_name]
-        slicing = slicing_of(info.parent_type.name, info.field_name, definition)
+        slicing = slicing_of(info.parent_type.name, info.field_name, definition, self.schema)
         if slicing.sized_fields:
             return {SIZED: (slicing.sized_fields, self.sizes(source, info))}
         return {}

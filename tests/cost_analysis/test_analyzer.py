@@ -78,9 +78,44 @@ def test_missing_slicing_argument_falls_back_to_the_schema_default(worked_schema
     assert analyze(worked_schema, "{ users { id } }").cost == 10
 
 
-def test_null_slicing_variable_falls_back_to_the_schema_default(worked_schema):
+def test_a_slicing_variable_not_sent_takes_the_schema_default(worked_schema):
     query = "query Q($n: Int) { users(first: $n) { id } }"
-    assert analyze(worked_schema, query, variables={"n": None}).cost == 10
+    assert analyze(worked_schema, query, variables={}).cost == 10
+    assert analyze(worked_schema, query).cost == 10
+
+
+def test_a_null_slicing_variable_sizes_nothing_and_a_required_slice_is_refused(worked_schema):
+    # An explicit null is a value given (CoerceArgumentValues): the schema default does
+    # not apply, and `users` requires one slicing argument (requireOneSlicingArgument is
+    # true by default): refused, as Apollo Router refuses it.
+    query = "query Q($n: Int) { users(first: $n) { id } }"
+    with pytest.raises(SlicingArgumentRequired, match=r"'Query\.users'"):
+        analyze(worked_schema, query, variables={"n": None})
+    with pytest.raises(SlicingArgumentRequired):
+        analyze(worked_schema, "{ users(first: null) { id } }")
+
+
+def test_a_null_slicing_argument_falls_to_the_assumed_or_default_list_size():
+    # Issue 12 §2: null slices nothing, so the size is assumedSize, else default_list_size
+    # (never the argument's schema default, 4 here).
+    schema = build(
+        """
+        type Item { id: ID }
+        type Query {
+          items(first: Int = 4): [Item]
+            @listSize(slicingArguments: ["first"], requireOneSlicingArgument: false)
+          assumed(first: Int = 4): [Item]
+            @listSize(slicingArguments: ["first"], assumedSize: 50, requireOneSlicingArgument: false)
+        }
+        """
+    )
+    assert analyze(schema, "{ items { id } }").cost == 4
+    assert analyze(schema, "{ items(first: null) { id } }").cost == 10
+    query = "query Q($n: Int) { items(first: $n) { id } }"
+    assert analyze(schema, query, variables={"n": None}).cost == 10
+    assert analyze(schema, query, variables={}).cost == 4
+    assert analyze(schema, "{ assumed(first: null) { id } }").cost == 50
+    assert analyze(schema, "{ assumed { id } }").cost == 4
 
 
 def test_largest_of_several_slicing_arguments_wins(shop_schema):
@@ -287,9 +322,25 @@ def test_typename_costs_nothing_but_counts_for_depth_and_root_fields(worked_sche
 
 
 def test_aliases_and_root_fields_are_counted_with_fragments_expanded(worked_schema):
+    query = (
+        "{ ...R ...S } fragment R on Query { a: users(first: 1) { b: id } }"
+        " fragment S on Query { c: users(first: 2) { id } users(first: 3) { id } }"
+    )
+    report = analyze(worked_schema, query)
+    assert (report.aliases, report.root_fields, report.cost) == (3, 3, 6)
+
+
+def test_a_fragment_spread_twice_counts_once(worked_schema):
+    # CollectFields expands `...R` once per selection set (visitedFragments).
     query = "{ ...R ...R } fragment R on Query { a: users(first: 1) { b: id } }"
     report = analyze(worked_schema, query)
-    assert (report.aliases, report.root_fields, report.cost) == (4, 2, 2)
+    assert (report.aliases, report.root_fields, report.cost) == (2, 1, 1)
+
+
+def test_namesakes_merge_into_one_root_field(worked_schema):
+    report = analyze(worked_schema, "{ users(first: 2) { id } users(first: 2) { name } }")
+    assert (report.aliases, report.root_fields, report.cost) == (0, 1, 2)
+    assert report.root_field_costs["Query.users"] == (2, 1)
 
 
 def test_each_limit_raises_its_own_error(worked_schema):
@@ -321,15 +372,14 @@ def test_cost_limit_message_reads_like_the_issue():
     assert raised.value.extensions == {"code": "QUERY_TOO_COMPLEX", "cost": 5230, "limit": 5000}
 
 
-def test_cost_limit_stops_the_walk_early_on_a_wide_query(worked_schema):
+def test_cost_limit_reports_the_exact_cost_of_a_wide_query(worked_schema):
     query = "{ " + " ".join(f"u{i}: users(first: 100) {{ id }}" for i in range(1000)) + " }"
     with pytest.raises(QueryTooComplex) as raised:
         analyze(worked_schema, query, limits=CostLimits(max_cost=5000))
-    # It stopped at the first field that pushed the total over, not after all 1000,
-    # and says the value is a lower bound.
-    assert raised.value.value == 5100
-    assert raised.value.partial
-    assert str(raised.value) == "Query cost of at least 5100 exceeds the maximum of 5000"
+    # The plan is priced whole: the exact cost, not a lower bound.
+    assert raised.value.value == 100_000
+    assert not raised.value.partial
+    assert str(raised.value) == "Query cost 100000 exceeds the maximum of 5000"
 
 
 def test_error_locations_point_at_the_offending_node(worked_schema):

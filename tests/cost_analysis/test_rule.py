@@ -35,7 +35,10 @@ def test_each_static_limit_is_reported_with_its_code(worked_schema):
             "TOO_MANY_ALIASES",
             "Number of aliases 3 exceeds the maximum of 2",
         ),
-        "{ a: users(first: 1) { id } users(first: 1) { id } ...R ...R } fragment R on Query { users(first: 1) { id } }": (
+        # Root response keys, fragments expanded once each, namesakes merged, __typename
+        # included: users, __typename, a, t.
+        "{ users(first: 1) { id } __typename ...R ...R users(first: 1) { id } }"
+        " fragment R on Query { a: users(first: 1) { id } t: __typename }": (
             "TOO_MANY_ROOT_FIELDS",
             "Number of root fields 4 exceeds the maximum of 3",
         ),
@@ -80,3 +83,15 @@ def test_rule_works_in_a_plain_graphql_core_server(worked_schema):
     errors = validate(worked_schema, document, [*specified_rules, cost_limit_rule(LIMITS)])
     assert errors[0].extensions == {"code": "QUERY_TOO_COMPLEX", "cost": 1000.0, "limit": 100}
     assert graphql_sync(worked_schema, "{ users(first: 1) { id } }").errors is None
+
+
+def test_namesakes_and_repeated_spreads_count_once(worked_schema):
+    # Four root fields in the text, two response keys (`users` merged, `...R` expanded
+    # once): within max_root_fields 3 and max_aliases 2.
+    query = (
+        "{ users(first: 1) { id } users(first: 1) { name } ...R ...R ...R }"
+        " fragment R on Query { a: users(first: 1) { id } }"
+    )
+    reports = []
+    assert errors_for(worked_schema, query, on_report=reports.append) == []
+    assert [(r.root_fields, r.aliases, r.cost) for r in reports] == [(2, 1, 2)]
