@@ -211,6 +211,7 @@ class Field:
         "child",
         "coordinate",
         "depth",
+        "erased",
         "fc",
         "key",
         "list_depth",
@@ -252,6 +253,15 @@ class Field:
         # 0 × an overflowing (infinite) subtree is NaN: nothing runs, it costs 0.
         below = n * child_fc if child_fc else 0.0
         self.fc = own + below if below >= 0.0 else own
+        # What may have run below an error that erased this field: as fc, but a list
+        # sized 0 may still have returned null (one item, its own weight).
+        erased = self.fc
+        if child is not None and child.erased != child_fc:
+            below = n * child.erased
+            erased = own + below if below >= 0.0 else own
+        if self.list_depth and n < 1.0:
+            erased += max(0.0, self.a + self.b - own)
+        self.erased = erased
         if self.t or child_tc:
             types = n * (self.t + child_tc)
             self.tc = 0.0 if math.isnan(types) else types
@@ -276,6 +286,7 @@ class Selection:
         "aliases",
         "by_type",
         "depth",
+        "erased",
         "fc",
         "fields",
         "tc",
@@ -284,6 +295,7 @@ class Selection:
         "weightless",
     )
     fc: float
+    erased: float
     tc: float
     depth: int
     aliases: int
@@ -305,21 +317,23 @@ class Selection:
         self.typename_keys = typename_keys
         if by_type is None:
             self.variants: tuple[Selection, ...] = ()
-            fc = tc = 0.0
+            fc = tc = erased = 0.0
             depth = 1 if leaves else 0
             aliases = leaf_aliases
             weightless = True
             for planned in fields:
                 fc += planned.fc
+                erased += planned.erased
                 tc += planned.tc
                 depth = max(depth, planned.depth)
                 aliases += planned.aliases
                 weightless = weightless and planned.weightless
-            self.fc, self.tc, self.depth = fc, tc, depth
+            self.fc, self.tc, self.depth, self.erased = fc, tc, depth, erased
             self.aliases, self.weightless = aliases, weightless
         else:
             variants = self.variants = tuple({id(v): v for v in by_type.values()}.values())
             self.fc = max((v.fc for v in variants), default=0.0)
+            self.erased = max((v.erased for v in variants), default=0.0)
             self.tc = max((v.tc for v in variants), default=0.0)
             self.depth = max((v.depth for v in variants), default=0)
             self.aliases = max((v.aliases for v in variants), default=0)
@@ -403,7 +417,8 @@ class Plan:
         if data is None:
             if errs is None:
                 return 0.0
-            return self.report.cost  # a field error nulled the root: everything erased
+            # A field error nulled the root: everything erased, charged as estimated.
+            return max(self.report.cost, finite(self.weight + self.root.erased))
         if not isinstance(data, Mapping):
             return finite(self.weight)
         walker = _Walker(sizes)
@@ -601,7 +616,7 @@ class _Walker:
         if value is _MISSING or value is None:
             self.tc += planned.tc
             ran = planned.a + planned.b if value is None else 0.0
-            return max(planned.fc, ran)
+            return max(planned.erased, ran)
         list_depth = planned.list_depth
         entries: list[tuple[Any, _Trie | None]]
         erased_inner = False
@@ -634,10 +649,10 @@ class _Walker:
             ):
                 cost += self.selection(child, item, below, level + 1)
             elif item is None and below is not None and child is not None:
-                cost += child.fc  # the item's own weight is in `own` already
+                cost += child.erased  # the item's own weight is in `own` already
                 self.tc += child.tc
-        if erased_inner and planned.fc > cost:
-            cost = planned.fc
+        if erased_inner and planned.erased > cost:
+            cost = planned.erased
         return cost
 
 
