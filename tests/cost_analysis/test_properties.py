@@ -515,6 +515,10 @@ class Oracle:
     - On an interface or a union, the most expensive possible type; depth and aliases
       likewise (each possible type collects its own fields). Depth: root fields at 1;
       aliases: the aliased response keys; root fields: the root response keys.
+    - A field is read on the type of the selection set its first node is written in (an
+      interface's own definition outside ``... on T``). The executor reads the runtime
+      type's; in the schemas here an interface field and its implementations weigh and
+      size the same, so the two readings agree.
     """
 
     def __init__(self, schema: GraphQLSchema) -> None:
