@@ -306,16 +306,21 @@ def test_two_threads_cannot_leave_a_plan_under_a_key_that_ignores_what_it_read(
     threads["B"] = threading.Thread(target=price, args=("B", {"s": True, "t": False, "m": 1}))
     threads["B"].start()
     assert b_paused.wait(10)
-    price("C", {"s": False, "t": True, "n": 1})
+    # C, then A, while B is paused in the middle of its update (a locked update makes them
+    # wait for B: A may then never reach its own pause).
+    threads["C"] = threading.Thread(target=price, args=("C", {"s": False, "t": True, "n": 1}))
+    threads["C"].start()
+    threads["C"].join(0.5)
     threads["A"] = threading.Thread(
         target=price, args=("A", {"s": False, "t": True, "n": 2, "m": 7})
     )
     threads["A"].start()
-    assert a_paused.wait(10)
+    a_paused.wait(0.5)
     b_resume.set()
-    threads["B"].join(10)
     a_resume.set()
-    threads["A"].join(10)
+    for thread in threads.values():
+        thread.join(10)
+        assert not thread.is_alive()
     monkeypatch.undo()
     assert (costs["A"], costs["B"], costs["C"]) == (2.0, 1.0, 1.0)
     attack = analyze(schema, document, {"s": False, "t": True, "n": 100_000, "m": 7})

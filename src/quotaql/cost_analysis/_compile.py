@@ -99,6 +99,7 @@ class CompiledField:
         "is_list",
         "list_depth",
         "list_paths",
+        "nested_defaults",
         "own",
         "require_one",
         "required_paths",
@@ -130,6 +131,8 @@ class CompiledField:
         # The slicing paths of list type (a list's length is the size; one value where a
         # list is expected is a list of one), and the arguments that may not be null.
         self.list_paths: frozenset[tuple[str, ...]] = frozenset()
+        # The schema defaults of the input fields along each nested slicing path.
+        self.nested_defaults: dict[tuple[str, ...], tuple[Any, ...]] = {}
         self.required_paths: frozenset[tuple[str, ...]] = frozenset()
         self.require_one = False
         # The size used when no slicing argument gives one (assumedSize or the default).
@@ -247,7 +250,8 @@ class _Compiler:
                 compiled.possible = frozenset(t.name for t in schema.get_possible_types(named))
                 types[named.name] = compiled
         for name, compiled in types.items():
-            compiled.weight = 0.0 if self._is_free(name, "") else self._type_weight(name)
+            free = self._is_free(name, "")
+            compiled.weight = 0.0 if free else max(0.0, self._type_weight(name))
         for named in schema.type_map.values():
             if isinstance(named, GraphQLObjectType | GraphQLInterfaceType):
                 fields = types[named.name].fields
@@ -259,6 +263,9 @@ class _Compiler:
             fields = types[query.name].fields
             fields["__schema"] = self._field(query, "__schema", SchemaMetaFieldDef)
             fields["__type"] = self._field(query, "__type", TypeMetaFieldDef)
+        for compiled in types.values():
+            if compiled.abstract and compiled.fields:
+                self._most_expensive(compiled)
         for directive in schema.directives:
             costs = self._argument_costs(f"@{directive.name}", directive.args, free=False)
             if costs:
@@ -326,7 +333,9 @@ class _Compiler:
             # The spec's field weight: @cost, else 1 for composite types, 0 for leaves;
             # the type's weight goes to the type cost.
             compiled.b = explicit if explicit is not None else (1.0 if composite else 0.0)
-            compiled.t = 0.0 if free else self._type_weight(named.name)
+            # A negative type weight would cancel the type cost of other fields (scaled by
+            # a list the client sizes): the type cost never decreases, as field costs.
+            compiled.t = 0.0 if free else max(0.0, self._type_weight(named.name))
         else:
             compiled.a = compiled.own
         compiled.arg_costs = self._argument_costs(coordinate, field.args, free=free)
@@ -349,6 +358,25 @@ class _Compiler:
             and not compiled.slicing
         )
         return compiled
+
+    def _most_expensive(self, interface: CompiledType) -> None:
+        """A field read on an interface runs one of its implementations' fields: it costs
+        what the most expensive of them would (weights and assumed size), never less than
+        its own definition says (so that no spelling of a selection is cheaper)."""
+        types = self.result.types
+        for name, field in interface.fields.items():
+            implementations = [
+                found
+                for type_name in interface.possible
+                if (found := types[type_name].fields.get(name)) is not None
+            ]
+            if not implementations:
+                continue
+            field.a = max(field.a, *(found.a for found in implementations))
+            field.b = max(field.b, *(found.b for found in implementations))
+            field.t = max(field.t, *(found.t for found in implementations))
+            field.fixed_size = max(field.fixed_size, *(f.fixed_size for f in implementations))
+            field.free_leaf = field.free_leaf and all(f.free_leaf for f in implementations)
 
     def _argument_costs(
         self, where: str, args: dict[str, GraphQLArgument], *, free: bool
@@ -442,9 +470,13 @@ class _Compiler:
         int_paths: set[tuple[str, ...]] = set()
         list_paths: set[tuple[str, ...]] = set()
         required: set[tuple[str, ...]] = set()
+        nested_defaults: dict[tuple[str, ...], tuple[Any, ...]] = {}
         for name in slicing:
             path = tuple(name.split("."))
-            leaf = self._slicing_path(coordinate, field, path)
+            part_defaults: list[Any] = []
+            leaf = self._slicing_path(coordinate, field, path, part_defaults)
+            if len(path) > 1:
+                nested_defaults[path] = tuple(part_defaults)
             if get_named_type(leaf) is GraphQLInt:
                 int_paths.add(path)
             if _is_list(leaf):
@@ -466,6 +498,7 @@ class _Compiler:
         compiled.slicing_fallback = None if slice_default is None else float(slice_default)
         compiled.int_paths = frozenset(int_paths)
         compiled.list_paths = frozenset(list_paths)
+        compiled.nested_defaults = nested_defaults
         compiled.required_paths = frozenset(required)
         compiled.require_one = bool(slicing) and require_one
         if assumed is None:
@@ -501,9 +534,15 @@ class _Compiler:
         return slicing, tuple(sized)
 
     def _slicing_path(
-        self, coordinate: str, field: GraphQLField, path: tuple[str, ...]
+        self,
+        coordinate: str,
+        field: GraphQLField,
+        path: tuple[str, ...],
+        defaults: list[Any] | None = None,
     ) -> GraphQLInputType:
-        """The type at a slicing argument's path (``input.pagination.first``)."""
+        """The type at a slicing argument's path (``input.pagination.first``); the schema
+        default of each input field along it is appended to ``defaults`` (NO_VALUE when
+        it has none)."""
         arg = field.args.get(path[0])
         if arg is None:
             raise self._error(
@@ -527,6 +566,9 @@ class _Compiler:
                     _suggest(part, fields),
                 )
             type_ = fields[part].type
+            if defaults is not None:
+                value = argument_default(fields[part])
+                defaults.append(NO_VALUE if value is Undefined else value)
         return type_
 
     def _sized_tree(

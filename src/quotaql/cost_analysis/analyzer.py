@@ -24,6 +24,7 @@ from quotaql.cost_analysis.plan import (
     RootFieldCost,
     build_plan,
     deepest,
+    document_tokens,
     locations,
     plan_for,
     select_operation,
@@ -58,10 +59,13 @@ _BRACES_STRINGS_COMMENTS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|[{}]')
 # How deep graphql-core's parser follows selection sets (it refuses deeper documents).
 _PARSER_NESTING = PARSER_NESTING if PARSER_NESTING is not None else MAX_NESTING
 # Parsed documents kept by their text (and parser limits), so that a repeated query is
-# one document, whose plan is cached: at most this many, each at most this long.
+# one document, whose plan is cached: at most this many, of at most this many lexical
+# tokens each and in all (a token, with the nodes it makes, is a few hundred bytes).
 _PARSED = 512
-_MAX_PARSED_SOURCE = 20_000
-_parsed: dict[tuple[str, int | None, int | None], DocumentNode] = {}
+_MAX_PARSED_TOKENS = 5_000
+_PARSED_TOKENS = 100_000
+_parsed: dict[tuple[str, int | None, int | None], tuple[DocumentNode, int]] = {}
+_parsed_tokens = 0
 _parsed_lock = threading.Lock()
 
 
@@ -160,26 +164,30 @@ def _within(plan: Plan, limits: CostLimits) -> CostReport:
 def parse_document(source: str, limits: CostLimits = _NO_LIMITS) -> DocumentNode:
     """Parse ``source`` within the parser limits of ``limits``.
 
-    A document of at most 20,000 characters is kept once parsed (the last 512, by their
-    text and limits): the same text gives the same ``DocumentNode``, whose plan is then
-    cached (graphql-core never changes a parsed document). What does not parse is not
-    kept.
+    A document of at most 5,000 lexical tokens is kept once parsed (the last 512, by
+    their text and limits, 100,000 tokens in all): the same text gives the same
+    ``DocumentNode``, whose plan is then cached (graphql-core never changes a parsed
+    document). What does not parse is not kept.
 
     Raises:
         QuerySyntaxError: not GraphQL (``locations`` has the line and column).
         QueryTooLarge: more tokens than ``max_tokens`` or characters than ``max_length``.
         QueryTooDeep: nested deeper than the parser can follow.
     """
+    global _parsed_tokens
     key = (source, limits.max_tokens, limits.max_length)
-    document = _parsed.get(key)
-    if document is not None:
-        return document
+    found = _parsed.get(key)
+    if found is not None:
+        return found[0]
     document = _parse(source, limits)
-    if len(source) <= _MAX_PARSED_SOURCE:
+    tokens = document_tokens(document, _MAX_PARSED_TOKENS)
+    if tokens <= _MAX_PARSED_TOKENS:
         with _parsed_lock:
-            while len(_parsed) >= _PARSED:
-                del _parsed[next(iter(_parsed))]
-            _parsed[key] = document
+            if key not in _parsed:
+                _parsed[key] = (document, tokens)
+                _parsed_tokens += tokens
+            while _parsed and (len(_parsed) > _PARSED or _parsed_tokens > _PARSED_TOKENS):
+                _parsed_tokens -= _parsed.pop(next(iter(_parsed)))[1]
     return document
 
 

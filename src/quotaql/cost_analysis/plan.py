@@ -67,7 +67,7 @@ from quotaql.errors import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from graphql.language import DirectiveNode, ValueNode
+    from graphql.language import DirectiveNode, Token, ValueNode
 
     from quotaql.cost_analysis._compile import (
         CompiledField,
@@ -103,11 +103,18 @@ _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _MAX_COST = sys.float_info.max
 _MISSING: Any = NO_VALUE  # a variable not sent, a slicing argument with no value
 # Documents (per compiled schema) whose plans are kept, plans per document (distinct
-# values of the variables that change them), and the longest document text cached.
+# values of the variables that change them), variable sets known to coerce per document;
+# what the kept documents and plans may hold in all (lexical tokens of the documents and
+# fields of the plans: a token or a field is a few hundred bytes), and per document.
 _DOCUMENTS = 512
 _PLANS_PER_DOCUMENT = 32
 _VALIDATED_PER_DOCUMENT = 64
-_MAX_CACHED_SOURCE = 20_000
+_CACHE_WEIGHT = 100_000
+_MAX_CACHED_TOKENS = 5_000
+# The most scalars, containers and keys a variable value kept in a key may hold.
+_FREEZE_BUDGET = 256
+# A value too large to keep: equal to nothing.
+_UNKEPT: Any = object()
 
 
 class RootFieldCost(NamedTuple):
@@ -422,7 +429,12 @@ class Plan:
         if not isinstance(data, Mapping):
             return finite(self.weight)
         walker = _Walker(sizes)
-        field_cost = walker.selection(self.root, data, errs, 1)
+        try:
+            field_cost = walker.selection(self.root, data, errs, 1)
+        except RecursionError:
+            # Data nested deeper than the stack allows a walk of it: what ran cannot be
+            # told, it is charged as estimated (nothing refunded).
+            return self.report.cost
         if not self.ibm:
             return finite(self.weight + field_cost)
         return finite(self.weight + max(field_cost, self.root_weight + walker.tc))
@@ -511,11 +523,15 @@ def error_paths(errors: Sequence[Any]) -> _Trie | None:
 class _Walker:
     """One walk of the data against the plan; ``tc`` accumulates the IBM type cost."""
 
-    __slots__ = ("sizes", "tc")
+    __slots__ = ("seen", "sizes", "tc")
 
     def __init__(self, sizes: list[tuple[str, float, int, bool]] | None) -> None:
         self.tc = 0.0
         self.sizes = sizes
+        # What an object costs under an interface's or a union's selection, when read
+        # without __typename: the same object may be read under it from several possible
+        # types of its parent (fragments on each), once is enough.
+        self.seen: dict[tuple[int, int], tuple[float, float]] = {}
 
     def selection(
         self,
@@ -596,6 +612,12 @@ class _Walker:
                 if found is not None:
                     return self.selection(found, obj, errs, level)
         # No __typename to read: the most any possible type makes of the object.
+        seen = (id(selection), id(obj))
+        if errs is None:
+            known = self.seen.get(seen)
+            if known is not None:
+                self.tc += known[1]
+                return known[0]
         best = best_tc = 0.0
         start = self.tc
         memo: dict[int, tuple[float, float]] = {}
@@ -604,6 +626,8 @@ class _Walker:
             best = max(best, self.selection(variant, obj, errs, level, memo))
             best_tc = max(best_tc, self.tc - start)
         self.tc = start + best_tc
+        if errs is None:
+            self.seen[seen] = (best, best_tc)
         return best
 
     def _erased(self, planned: Field, value: Any, errs: _Trie, level: int) -> float:
@@ -756,32 +780,49 @@ def locations(node: Any) -> tuple[tuple[int, int], ...]:
 class _Document:
     """The plans of one (document, operation) under one compiled schema."""
 
-    __slots__ = ("document", "fragments", "operation", "plans", "reads", "validated")
+    __slots__ = (
+        "cached",
+        "document",
+        "fragments",
+        "lock",
+        "operation",
+        "state",
+        "validated",
+        "weight",
+    )
 
     def __init__(
         self,
         document: DocumentNode,
         operation: OperationDefinitionNode,
         fragments: dict[str, FragmentDefinitionNode],
+        tokens: int,
     ) -> None:
         self.document = document  # held: the key is its id
         self.operation = operation
         self.fragments = fragments
-        # The variables some plan of this operation read, and the plans by their values.
-        self.reads: tuple[str, ...] = ()
-        self.plans: dict[Any, Plan] = {}
+        # The variables some plan of this operation read, and the plans by their values,
+        # swapped together (under the lock) when a plan reads a variable none read before.
+        self.state: tuple[tuple[str, ...], dict[Any, Plan]] = ((), {})
         # Every variable value sent (frozen) that coerced without an error.
         self.validated: dict[Any, None] = {}
+        self.lock = threading.Lock()
+        # What the entry holds, in tokens of the document and fields of its plans, and
+        # whether the cache holds it.
+        self.weight = tokens
+        self.cached = False
 
 
 class PlanCache:
-    """A bounded LRU of plans per compiled schema (documents, then values per document)."""
+    """The plans of one compiled schema: bounded in documents, and in what they hold
+    (tokens of the documents plus fields of their plans), the oldest dropped first."""
 
-    __slots__ = ("_documents", "_lock")
+    __slots__ = ("_documents", "_lock", "_weight")
 
     def __init__(self) -> None:
         self._documents: dict[tuple[int, str | None], _Document] = {}
         self._lock = threading.Lock()
+        self._weight = 0
 
     def get(self, document: DocumentNode, operation_name: str | None) -> _Document | None:
         entry = self._documents.get((id(document), operation_name))
@@ -790,19 +831,64 @@ class PlanCache:
         return None
 
     def put(self, operation_name: str | None, entry: _Document) -> None:
-        source = entry.document.loc.source.body if entry.document.loc is not None else ""
-        if len(source) > _MAX_CACHED_SOURCE:
+        if entry.weight > _MAX_CACHED_TOKENS:
             return
         with self._lock:
-            _bounded(self._documents, _DOCUMENTS)[(id(entry.document), operation_name)] = entry
+            documents = self._documents
+            key = (id(entry.document), operation_name)
+            before = documents.pop(key, None)
+            if before is not None:
+                before.cached = False
+                self._weight -= before.weight
+            documents[key] = entry
+            entry.cached = True
+            self._weight += entry.weight
+            self._shrink()
+
+    def grew(self, entry: _Document, by: int) -> None:
+        """``entry`` holds ``by`` more (a plan added to it)."""
+        with self._lock:
+            entry.weight += by
+            if entry.cached:
+                self._weight += by
+                self._shrink()
+
+    def _shrink(self) -> None:
+        documents = self._documents
+        while documents and (len(documents) > _DOCUMENTS or self._weight > _CACHE_WEIGHT):
+            dropped = documents.pop(next(iter(documents)))
+            dropped.cached = False
+            self._weight -= dropped.weight
 
     def __len__(self) -> int:
         return len(self._documents)
 
+    @property
+    def weight(self) -> int:
+        """Tokens of the documents and fields of the plans held."""
+        return self._weight
+
     def clear(self) -> None:
         """Forget every plan (the next pricing of each document compiles it again)."""
         with self._lock:
+            for entry in self._documents.values():
+                entry.cached = False
             self._documents = {}
+            self._weight = 0
+
+
+def document_tokens(document: DocumentNode, cap: int) -> int:
+    """How many lexical tokens ``document`` was parsed from (counted up to ``cap + 1``;
+    ``cap + 1`` for a document without locations)."""
+    loc = document.loc
+    if loc is None:
+        return cap + 1
+    count = 0
+    token: Token | None = loc.start_token
+    while token is not None and count <= cap:
+        count += 1
+        token = token.next
+    return count
 
 
 def plan_for(
@@ -817,7 +903,8 @@ def plan_for(
     document to repeated query texts), the same operation and the same values of the
     variables it read (``@skip`` / ``@include`` conditions, slicing arguments, arguments
     with a cost); the other variables are coerced once per distinct value sent, as
-    graphql-core coerces them, so that invalid ones are refused as before.
+    graphql-core coerces them, so that invalid ones are refused as before. Values too
+    large to keep (over 256 scalars) are coerced and planned each time.
 
     Raises:
         CostAnalysisError: the operation cannot be chosen or planned (see ``analyze``).
@@ -826,30 +913,44 @@ def plan_for(
     entry = cache.get(document, operation_name)
     if entry is None:
         operation, fragments = select_operation(document, operation_name)
-        entry = _Document(document, operation, fragments)
+        entry = _Document(
+            document, operation, fragments, document_tokens(document, _MAX_CACHED_TOKENS)
+        )
         cache.put(operation_name, entry)
     operation = entry.operation
     if not operation.variable_definitions:
-        plan = entry.plans.get(())
+        plan = entry.state[1].get(())
         if plan is None:
-            plan = _Builder(compiled, entry.fragments, {}, static=False).plan(operation)
-            entry.plans[()] = plan
+            builder = _Builder(compiled, entry.fragments, {}, static=False)
+            plan = builder.plan(operation)
+            entry.state[1][()] = plan
+            cache.grew(entry, builder.count)
         return plan
     sent: Mapping[str, Any] = variables if isinstance(variables, Mapping) else {}
-    plan = entry.plans.get(_key(entry.reads, sent))
+    reads, plans = entry.state
+    key = _key(reads, sent)
+    plan = plans.get(key) if key is not _UNKEPT else None
     full = _freeze(sent)
     if plan is not None and full in entry.validated:
         return plan
     values = _check_variables(compiled.schema, operation, variables)
-    _bounded(entry.validated, _VALIDATED_PER_DOCUMENT)[full] = None
+    if full is not _UNKEPT:
+        _bounded(entry.validated, _VALIDATED_PER_DOCUMENT)[full] = None
     if plan is not None:
         return plan
     builder = _Builder(compiled, entry.fragments, values, static=False)
     plan = builder.plan(operation)
-    if not builder.reads <= set(entry.reads):
-        entry.reads = tuple(sorted(builder.reads | set(entry.reads)))
-        entry.plans = {}
-    _bounded(entry.plans, _PLANS_PER_DOCUMENT)[_key(entry.reads, sent)] = plan
+    with entry.lock:
+        reads, plans = entry.state
+        if not builder.reads <= set(reads):
+            reads = tuple(sorted(builder.reads | set(reads)))
+            plans = {}
+            entry.state = (reads, plans)
+        key = _key(reads, sent)
+        if key is not _UNKEPT:
+            _bounded(plans, _PLANS_PER_DOCUMENT)[key] = plan
+    if key is not _UNKEPT:
+        cache.grew(entry, builder.count)
     return plan
 
 
@@ -879,31 +980,37 @@ def build_plan(
 
 def _key(reads: tuple[str, ...], sent: Mapping[str, Any]) -> Any:
     """The values of the variables a plan read, as sent (a variable not sent is its
-    default, the same each time)."""
+    default, the same each time); ``_UNKEPT`` when they are too large to keep."""
     if not reads:
         return ()
-    return tuple(_freeze(sent[name]) if name in sent else _MISSING for name in reads)
+    budget = [_FREEZE_BUDGET]
+    key = tuple(_freeze(sent[name], budget) if name in sent else _MISSING for name in reads)
+    return _UNKEPT if budget[0] < 0 else key
 
 
-def _freeze(value: Any, depth: int = 0) -> Any:
-    """A hashable image of a JSON value that tells ``1``, ``1.0`` and ``true`` apart.
-
-    A value nested more than 64 levels deep gets an image equal to nothing: never cached,
-    always coerced again (and refused, when graphql-core refuses it).
-    """
+def _freeze(value: Any, budget: list[int] | None = None) -> Any:
+    """A hashable image of a JSON value that tells ``1``, ``1.0`` and ``true`` apart, or
+    ``_UNKEPT`` when it holds more than 256 scalars, containers and keys (or one that is
+    not hashable): such values are not worth keeping (and could fill memory)."""
+    if budget is None:
+        budget = [_FREEZE_BUDGET]
+        found = _freeze(value, budget)
+        return _UNKEPT if budget[0] < 0 else found
+    budget[0] -= 1
+    if budget[0] < 0:
+        return _UNKEPT
     cls = value.__class__
     if cls is str or value is None:
         return value
-    if depth > 64:
-        return object()
     if cls is dict or isinstance(value, Mapping):
-        return (dict, tuple((k, _freeze(v, depth + 1)) for k, v in value.items()))
+        return (dict, tuple((k, _freeze(v, budget)) for k, v in value.items()))
     if cls is list or cls is tuple:
-        return (list, tuple(_freeze(v, depth + 1) for v in value))
+        return (list, tuple(_freeze(v, budget) for v in value))
     try:
         hash(value)
     except TypeError:
-        return object()
+        budget[0] = -1
+        return _UNKEPT
     return (cls, value)
 
 
@@ -934,12 +1041,14 @@ class _Builder:
 
     __slots__ = (
         "compiled",
+        "count",
         "directive_costs",
         "fragments",
         "free_leaves",
         "in_progress",
         "memo",
         "reads",
+        "selections",
         "static",
         "types",
         "values",
@@ -961,6 +1070,8 @@ class _Builder:
         self.static = static
         self.reads: set[str] = set()
         self.memo: dict[Any, Field] = {}
+        self.selections: dict[Any, Selection] = {}
+        self.count = 0  # fields planned
         self.in_progress: dict[Any, str | None] = {}
         self.free_leaves = True  # count fields that cost nothing rather than plan them
 
@@ -1177,9 +1288,14 @@ class _Builder:
         # on the type they were selected on (the interface's own definition for fields
         # outside `... on T`), so that the possible types share them: nested interfaces
         # plan in linear time.
+        # Every field below is planned once (the memo), whatever path reaches it: the
+        # possible types select mostly the same nodes. Selections equal in their nodes are
+        # one object, so the walk can remember what an object costs under each.
+        sized_key = None if sized is None else (id(sized[0]), sized[1])
         by_type: dict[str, Selection] = {}
-        shared: dict[Any, Selection] = {}
         typename: dict[str, bool] = {}
+        identities = []
+        per_type = []
         for type_name in sorted(child.possible):
             collected = self._collect(self.types[type_name], None, sets, level)
             for key in collected.groups:
@@ -1189,13 +1305,23 @@ class _Builder:
             identity = (
                 tuple((key, *(id(e[0]) for e in found)) for key, found in collected.groups.items()),
                 tuple(collected.leaves),
+                sized_key,
             )
-            selection = shared.get(identity)
+            identities.append(identity)
+            per_type.append((type_name, identity, collected))
+        whole = (child.name, tuple(identities))
+        found_whole = self.selections.get(whole)
+        if found_whole is not None:
+            return found_whole
+        for type_name, identity, collected in per_type:
+            selection = self.selections.get(identity)
             if selection is None:
-                selection = shared[identity] = self._selection_of(collected, None, sized, level)
+                selection = self._selection_of(collected, None, sized, level)
+                self.selections[identity] = selection
             by_type[type_name] = selection
         keys = tuple(key for key, only in typename.items() if only)
-        return Selection((), by_type, keys)
+        result = self.selections[whole] = Selection((), by_type, keys)
+        return result
 
     def _field(
         self,
@@ -1222,8 +1348,9 @@ class _Builder:
                 )
             return None
         # A node written in a fragment may be reached along several paths (a DAG: plan
-        # it once) or around a cycle; one written in the operation, only once.
-        shared = origin is not None or len(entries) > 1
+        # it once) or around a cycle, and so may one below an interface or a union (each
+        # possible type reaches it); one written in the operation on objects, only once.
+        shared = origin is not None or runtime is None or len(entries) > 1
         if shared:
             sized_key = None if sized is None else (id(sized[0]), sized[1])
             memo_key = (scope.name, *(id(entry[0]) for entry in entries), sized_key)
@@ -1275,6 +1402,7 @@ class _Builder:
                              set(), (), origin, level + 1)  # fmt: skip
                 child = self._selection_of(collected, child_type, size_below, level + 1)
         planned = Field(key, node, compiled, n, sliced, args, child, node.alias is not None)
+        self.count += 1
         if shared:
             self.memo[memo_key] = planned
         return planned
@@ -1319,8 +1447,15 @@ class _Builder:
                 from_query = False
             else:
                 from_query = True
-            for part in path[1:]:
-                value = value.get(part, _MISSING) if isinstance(value, Mapping) else _MISSING
+            if len(path) > 1:
+                # Into input objects, an input field not given taking its schema default.
+                for part, part_default in zip(
+                    path[1:], compiled.nested_defaults[path], strict=True
+                ):
+                    if not isinstance(value, Mapping):
+                        value = _MISSING
+                        break
+                    value = value.get(part, part_default)
             if value is None and from_query:
                 if path in compiled.required_paths and not self.static:
                     raise InvalidArgument(
