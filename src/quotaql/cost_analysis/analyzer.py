@@ -24,7 +24,6 @@ from quotaql.cost_analysis.plan import (
     RootFieldCost,
     build_plan,
     deepest,
-    document_tokens,
     locations,
     plan_for,
     select_operation,
@@ -59,10 +58,11 @@ _BRACES_STRINGS_COMMENTS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|[{}]')
 # How deep graphql-core's parser follows selection sets (it refuses deeper documents).
 _PARSER_NESTING = PARSER_NESTING if PARSER_NESTING is not None else MAX_NESTING
 # Parsed documents kept by their text (and parser limits), so that a repeated query is
-# one document, whose plan is cached: at most this many, of at most this many lexical
-# tokens each and in all (a token, with the nodes it makes, is a few hundred bytes).
+# one document, whose plan is cached: at most this many, of at most this many characters
+# each and in all (a character makes at most one lexical token, which with its nodes is a
+# few hundred bytes).
 _PARSED = 512
-_MAX_PARSED_TOKENS = 5_000
+_MAX_PARSED_TOKENS = 10_000
 _PARSED_TOKENS = 100_000
 _parsed: dict[tuple[str, int | None, int | None], tuple[DocumentNode, int]] = {}
 _parsed_tokens = 0
@@ -164,8 +164,8 @@ def _within(plan: Plan, limits: CostLimits) -> CostReport:
 def parse_document(source: str, limits: CostLimits = _NO_LIMITS) -> DocumentNode:
     """Parse ``source`` within the parser limits of ``limits``.
 
-    A document of at most 5,000 lexical tokens is kept once parsed (the last 512, by
-    their text and limits, 100,000 tokens in all): the same text gives the same
+    A document of at most 10,000 characters is kept once parsed (the last 512, by their
+    text and limits, 100,000 characters in all): the same text gives the same
     ``DocumentNode``, whose plan is then cached (graphql-core never changes a parsed
     document). What does not parse is not kept.
 
@@ -180,7 +180,7 @@ def parse_document(source: str, limits: CostLimits = _NO_LIMITS) -> DocumentNode
     if found is not None:
         return found[0]
     document = _parse(source, limits)
-    tokens = document_tokens(document, _MAX_PARSED_TOKENS)
+    tokens = len(source)  # at least its lexical tokens
     if tokens <= _MAX_PARSED_TOKENS:
         with _parsed_lock:
             if key not in _parsed:

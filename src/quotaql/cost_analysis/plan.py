@@ -67,7 +67,7 @@ from quotaql.errors import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from graphql.language import DirectiveNode, Token, ValueNode
+    from graphql.language import DirectiveNode, ValueNode
 
     from quotaql.cost_analysis._compile import (
         CompiledField,
@@ -104,13 +104,14 @@ _MAX_COST = sys.float_info.max
 _MISSING: Any = NO_VALUE  # a variable not sent, a slicing argument with no value
 # Documents (per compiled schema) whose plans are kept, plans per document (distinct
 # values of the variables that change them), variable sets known to coerce per document;
-# what the kept documents and plans may hold in all (lexical tokens of the documents and
-# fields of the plans: a token or a field is a few hundred bytes), and per document.
+# what the kept documents and plans may hold in all (characters of the documents, at least
+# their lexical tokens, and fields of the plans: a token or a field is at most a few
+# hundred bytes), and per document.
 _DOCUMENTS = 512
 _PLANS_PER_DOCUMENT = 32
 _VALIDATED_PER_DOCUMENT = 64
 _CACHE_WEIGHT = 100_000
-_MAX_CACHED_TOKENS = 5_000
+_MAX_CACHED_SIZE = 10_000
 # The most scalars, containers and keys a variable value kept in a key may hold.
 _FREEZE_BUDGET = 256
 # A value too large to keep: equal to nothing.
@@ -348,6 +349,19 @@ class Selection:
 
 
 _EMPTY = Selection(())
+# Selections of free fields only, by their counts (they differ in nothing else): shared.
+_FREE: dict[tuple[int, int], Selection] = {}
+
+
+def _free_selection(leaves: int, aliases: int) -> Selection:
+    if not leaves:
+        return _EMPTY
+    found = _FREE.get((leaves, aliases))
+    if found is None:
+        found = Selection((), leaves=leaves, leaf_aliases=aliases)
+        if len(_FREE) < 1_024:
+            _FREE[leaves, aliases] = found
+    return found
 
 
 # -- the plan ----------------------------------------------------------------------------
@@ -785,6 +799,7 @@ class _Document:
         "document",
         "fragments",
         "lock",
+        "names",
         "operation",
         "state",
         "validated",
@@ -801,13 +816,17 @@ class _Document:
         self.document = document  # held: the key is its id
         self.operation = operation
         self.fragments = fragments
-        # The variables some plan of this operation read, and the plans by their values,
-        # swapped together (under the lock) when a plan reads a variable none read before.
-        self.state: tuple[tuple[str, ...], dict[Any, Plan]] = ((), {})
+        # The operation's variables; the positions among them of those some plan of this
+        # operation read, and the plans by their values, swapped together (under the
+        # lock) when a plan reads a variable none read before.
+        self.names = tuple(
+            definition.variable.name.value for definition in operation.variable_definitions or ()
+        )
+        self.state: tuple[tuple[int, ...], dict[Any, Plan]] = ((), {})
         # Every variable value sent (frozen) that coerced without an error.
         self.validated: dict[Any, None] = {}
         self.lock = threading.Lock()
-        # What the entry holds, in tokens of the document and fields of its plans, and
+        # What the entry holds, in characters of the document and fields of its plans, and
         # whether the cache holds it.
         self.weight = tokens
         self.cached = False
@@ -815,7 +834,7 @@ class _Document:
 
 class PlanCache:
     """The plans of one compiled schema: bounded in documents, and in what they hold
-    (tokens of the documents plus fields of their plans), the oldest dropped first."""
+    (characters of the documents plus fields of their plans), the oldest dropped first."""
 
     __slots__ = ("_documents", "_lock", "_weight")
 
@@ -831,7 +850,7 @@ class PlanCache:
         return None
 
     def put(self, operation_name: str | None, entry: _Document) -> None:
-        if entry.weight > _MAX_CACHED_TOKENS:
+        if entry.weight > _MAX_CACHED_SIZE:
             return
         with self._lock:
             documents = self._documents
@@ -865,7 +884,7 @@ class PlanCache:
 
     @property
     def weight(self) -> int:
-        """Tokens of the documents and fields of the plans held."""
+        """Characters of the documents and fields of the plans held."""
         return self._weight
 
     def clear(self) -> None:
@@ -877,18 +896,11 @@ class PlanCache:
             self._weight = 0
 
 
-def document_tokens(document: DocumentNode, cap: int) -> int:
-    """How many lexical tokens ``document`` was parsed from (counted up to ``cap + 1``;
-    ``cap + 1`` for a document without locations)."""
+def document_size(document: DocumentNode) -> int:
+    """The length of ``document``'s text: at least its number of lexical tokens, so a
+    bound of what it holds (without locations: too large to keep)."""
     loc = document.loc
-    if loc is None:
-        return cap + 1
-    count = 0
-    token: Token | None = loc.start_token
-    while token is not None and count <= cap:
-        count += 1
-        token = token.next
-    return count
+    return len(loc.source.body) if loc is not None else _MAX_CACHED_SIZE + 1
 
 
 def plan_for(
@@ -913,9 +925,7 @@ def plan_for(
     entry = cache.get(document, operation_name)
     if entry is None:
         operation, fragments = select_operation(document, operation_name)
-        entry = _Document(
-            document, operation, fragments, document_tokens(document, _MAX_CACHED_TOKENS)
-        )
+        entry = _Document(document, operation, fragments, document_size(document))
         cache.put(operation_name, entry)
     operation = entry.operation
     if not operation.variable_definitions:
@@ -927,29 +937,34 @@ def plan_for(
             cache.grew(entry, builder.count)
         return plan
     sent: Mapping[str, Any] = variables if isinstance(variables, Mapping) else {}
-    reads, plans = entry.state
-    key = _key(reads, sent)
-    plan = plans.get(key) if key is not _UNKEPT else None
-    full = _freeze(sent)
-    if plan is not None and full in entry.validated:
+    # Each declared variable's value as sent (_MISSING: not sent), frozen once: the
+    # validated set is keyed by all of them, a plan by those it read.
+    sent_values = tuple(_freeze(sent[name]) if name in sent else _MISSING for name in entry.names)
+    positions, plans = entry.state
+    key = tuple([sent_values[i] for i in positions]) if positions else ()
+    plan = plans.get(key) if _UNKEPT not in key else None
+    kept = _UNKEPT not in sent_values
+    if plan is not None and kept and sent_values in entry.validated:
         return plan
     values = _check_variables(compiled.schema, operation, variables)
-    if full is not _UNKEPT:
-        _bounded(entry.validated, _VALIDATED_PER_DOCUMENT)[full] = None
+    if kept:
+        _bounded(entry.validated, _VALIDATED_PER_DOCUMENT)[sent_values] = None
     if plan is not None:
         return plan
     builder = _Builder(compiled, entry.fragments, values, static=False)
     plan = builder.plan(operation)
     with entry.lock:
-        reads, plans = entry.state
-        if not builder.reads <= set(reads):
-            reads = tuple(sorted(builder.reads | set(reads)))
+        positions, plans = entry.state
+        read = {entry.names.index(name) for name in builder.reads if name in entry.names}
+        if not read <= set(positions):
+            positions = tuple(sorted(read | set(positions)))
             plans = {}
-            entry.state = (reads, plans)
-        key = _key(reads, sent)
-        if key is not _UNKEPT:
+            entry.state = (positions, plans)
+        key = tuple([sent_values[i] for i in positions]) if positions else ()
+        stored = _UNKEPT not in key
+        if stored:
             _bounded(plans, _PLANS_PER_DOCUMENT)[key] = plan
-    if key is not _UNKEPT:
+    if stored:
         cache.grew(entry, builder.count)
     return plan
 
@@ -978,20 +993,13 @@ def build_plan(
     return _Builder(compiled, fragments, values, static=static).plan(operation)
 
 
-def _key(reads: tuple[str, ...], sent: Mapping[str, Any]) -> Any:
-    """The values of the variables a plan read, as sent (a variable not sent is its
-    default, the same each time); ``_UNKEPT`` when they are too large to keep."""
-    if not reads:
-        return ()
-    budget = [_FREEZE_BUDGET]
-    key = tuple(_freeze(sent[name], budget) if name in sent else _MISSING for name in reads)
-    return _UNKEPT if budget[0] < 0 else key
-
-
 def _freeze(value: Any, budget: list[int] | None = None) -> Any:
     """A hashable image of a JSON value that tells ``1``, ``1.0`` and ``true`` apart, or
     ``_UNKEPT`` when it holds more than 256 scalars, containers and keys (or one that is
     not hashable): such values are not worth keeping (and could fill memory)."""
+    cls = value.__class__
+    if budget is None and (cls is str or cls is int or value is None):
+        return value if cls is not int else (int, value)  # the common case, at once
     if budget is None:
         budget = [_FREEZE_BUDGET]
         found = _freeze(value, budget)
@@ -1029,11 +1037,12 @@ class _Collected:
     response key, and the keys of fields that cost nothing (whether aliased, whether
     ``__typename``)."""
 
-    __slots__ = ("groups", "leaves")
+    __slots__ = ("groups", "leaf_aliases", "leaves")
 
     def __init__(self) -> None:
         self.groups: dict[str, list[_Entry]] = {}
         self.leaves: dict[str, tuple[bool, bool]] = {}
+        self.leaf_aliases = 0
 
 
 class _Builder:
@@ -1140,7 +1149,7 @@ class _Builder:
         for selection in selection_set.selections:
             if selection.directives and not self._included(selection.directives):
                 continue
-            if isinstance(selection, FieldNode):
+            if selection.__class__ is FieldNode:  # (hot: the exact class, as graphql-core makes it)
                 name = selection.name.value
                 key = selection.alias.value if selection.alias is not None else name
                 found = groups.get(key)
@@ -1159,10 +1168,13 @@ class _Builder:
                     if compiled is not None
                     else name == "__typename"
                 ):
-                    leaves[key] = (selection.alias is not None, name == "__typename")
+                    aliased = selection.alias is not None
+                    leaves[key] = (aliased, name == "__typename")
+                    if aliased:
+                        collected.leaf_aliases += 1
                 else:
                     groups[key] = [(selection, scope, origin)]
-            elif isinstance(selection, InlineFragmentNode):
+            elif selection.__class__ is InlineFragmentNode:
                 condition = scope
                 if selection.type_condition is not None:
                     name = selection.type_condition.name.value
@@ -1252,10 +1264,9 @@ class _Builder:
             if planned is not None:
                 fields.append(planned)
         leaves = collected.leaves
-        if not fields and not leaves:
-            return _EMPTY
-        aliases = sum(aliased for aliased, _ in leaves.values()) if leaves else 0
-        return Selection(tuple(fields), leaves=len(leaves), leaf_aliases=aliases)
+        if fields:
+            return Selection(tuple(fields), leaves=len(leaves), leaf_aliases=collected.leaf_aliases)
+        return _free_selection(len(leaves), collected.leaf_aliases)
 
     def _children(
         self,
