@@ -17,6 +17,7 @@ GQL32_TESTS  := tests/cost_analysis tests/policy tests/storage tests/test_limite
                 src/quotaql/cost_analysis src/quotaql/gate.py
 # The Strawberry modules among them (the main run covers them).
 GQL32_IGNORE := --ignore=tests/cost_analysis/test_strawberry.py \
+                --ignore=tests/cost_analysis/test_link_strawberry.py \
                 --ignore=src/quotaql/cost_analysis/_strawberry.py
 
 .PHONY: test lint typecheck pytest pytest-gql32 alerts-check bench demo stack system-deps \

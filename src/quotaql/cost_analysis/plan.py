@@ -67,7 +67,7 @@ from quotaql.errors import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from graphql.language import DirectiveNode, ValueNode
+    from graphql.language import ArgumentNode, DirectiveNode, ValueNode
 
     from quotaql.cost_analysis._compile import (
         CompiledField,
@@ -1393,7 +1393,7 @@ class _Builder:
             size_below = (compiled.sized_tree, slice_size, slice_given)
         args = 0.0
         if compiled.arg_costs:
-            args = self._argument_cost(compiled, node)
+            args = self._argument_cost(compiled.arg_costs, node.arguments)
         if self.directive_costs:
             args += max(self._directive_cost(entry[0]) for entry in entries)
         child: Selection | None = None
@@ -1536,10 +1536,12 @@ class _Builder:
             )
         return size
 
-    def _argument_cost(self, compiled: CompiledField, node: FieldNode) -> float:
-        costs = compiled.arg_costs
+    def _argument_cost(
+        self, costs: dict[str, InputCost], arguments: tuple[ArgumentNode, ...] | None
+    ) -> float:
+        """What the ``arguments`` written cost (of a field, or of a directive's use)."""
         total = 0.0
-        for argument in node.arguments or ():
+        for argument in arguments or ():
             cost = costs.get(argument.name.value)
             if cost is not None:
                 value = self.literal(argument.value)
@@ -1551,14 +1553,8 @@ class _Builder:
         total = 0.0
         for directive in node.directives or ():
             costs = self.directive_costs.get(directive.name.value)
-            if costs is None:
-                continue
-            for argument in directive.arguments or ():
-                cost = costs.get(argument.name.value)
-                if cost is not None:
-                    value = self.literal(argument.value)
-                    if value is not _MISSING:
-                        total += input_cost(cost, value, 0)
+            if costs is not None:
+                total += self._argument_cost(costs, directive.arguments)
         return total
 
     # -- values -----------------------------------------------------------------------
