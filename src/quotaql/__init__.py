@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from quotaql.breaker import CircuitBreaker
 from quotaql.errors import (
     ConfigError,
     CostAnalysisError,
@@ -12,7 +13,7 @@ from quotaql.errors import (
     TooManyAliases,
     TooManyRootFields,
 )
-from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter
+from quotaql.limiter import AsyncLimiter, Limiter
 from quotaql.policy import Decision, Quota, QuotaStatus
 from quotaql.storage import AsyncRedisStorage, MemoryStorage, RedisStorage
 
