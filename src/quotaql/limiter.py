@@ -517,18 +517,6 @@ class _LimiterBase:
         """The circuit breaker in front of the storage."""
         return self._core.breaker
 
-    def _substitute_acquire(
-        self,
-        key: str,
-        cost: float,
-        quotas: Sequence[Quota],
-        now: int | None,
-        costs: Sequence[float] | None,
-    ) -> Decision:
-        """The fail mode's decision on an acquire the storage cannot take."""
-        flow = lambda: _Core.acquire_flow(key, cost, quotas, now, costs)  # noqa: E731
-        return cast("Decision", self._core.substitute(flow, cost, quotas))
-
 
 class Limiter(_LimiterBase):
     """Debits a key's quotas by the cost of each request; answers even when Redis is down.
@@ -588,30 +576,19 @@ class Limiter(_LimiterBase):
         shared = _check_request(key, cost, quotas, costs)
         core = self._core
         started = time.perf_counter() if core.timed else 0.0
-        if shared:
+        decision: Decision
+        if core.infallible and not shared:  # the embedded default: no flow, no breaker
+            decision = core.storage.decide(key, cost, quotas, now, costs)  # checked above
+        else:  # one path for one quota or many, shared or not
             decision = cast(
                 "Decision",
                 self._execute(
-                    lambda: _Core.acquire_flow(key, cost, quotas, now, costs), cost, quotas
+                    lambda: _Core.acquire_flow(key, cost, quotas, now, costs),
+                    cost,
+                    quotas,
+                    None if shared else ("acquire", key, cost, quotas, now, costs),
                 ),
             )
-        elif core.infallible:  # the embedded default
-            decision = core.storage.decide(key, cost, quotas, now, costs)  # checked above
-        elif core.breaker.allow():  # one storage call, without the flow machinery
-            try:
-                decision = _call(core.storage, ("acquire", key, cost, quotas, now, costs))
-            except StorageError as error:
-                core.failed(error)
-                decision = self._substitute_acquire(key, cost, quotas, now, costs)
-            except BaseException:
-                core.breaker.abandon()  # e.g. interrupted: no verdict on the storage
-                raise
-            else:
-                core.succeeded()
-                if core.remembering:
-                    core.remember(key, quotas, decision, now)
-        else:
-            decision = self._substitute_acquire(key, cost, quotas, now, costs)
         if core.timed:
             core.recorder.decision(decision, time.perf_counter() - started)
         return decision
@@ -645,13 +622,19 @@ class Limiter(_LimiterBase):
         flow_factory: Callable[[], _Flow],
         cost: float,
         quotas: Sequence[Quota],
+        call: _Call | None = None,
     ) -> Decision | None:
         core = self._core
         if core.infallible:
             return _run(flow_factory(), core.storage)
         if core.breaker.allow():
             try:
-                result = _run(flow_factory(), core.storage, core.remember_hook)
+                if call is None:
+                    result = _run(flow_factory(), core.storage, core.remember_hook)
+                else:  # a request of one storage call: made at once, no flow to drive
+                    result = _call(core.storage, call)
+                    if core.remember_hook is not None:
+                        core.remember_hook(call[1], call[3], result, call[4])
             except StorageError as error:
                 core.failed(error)
             except BaseException:
@@ -689,30 +672,19 @@ class AsyncLimiter(_LimiterBase):
         shared = _check_request(key, cost, quotas, costs)
         core = self._core
         started = time.perf_counter() if core.timed else 0.0
-        if shared:
+        decision: Decision
+        if core.infallible and not shared:  # the embedded default: no flow, no breaker
+            decision = core.storage.decide(key, cost, quotas, now, costs)  # checked above
+        else:  # one path for one quota or many, shared or not
             decision = cast(
                 "Decision",
                 await self._execute(
-                    lambda: _Core.acquire_flow(key, cost, quotas, now, costs), cost, quotas
+                    lambda: _Core.acquire_flow(key, cost, quotas, now, costs),
+                    cost,
+                    quotas,
+                    None if shared else ("acquire", key, cost, quotas, now, costs),
                 ),
             )
-        elif core.infallible:  # the embedded default
-            decision = core.storage.decide(key, cost, quotas, now, costs)  # checked above
-        elif core.breaker.allow():  # one storage call, without the flow machinery
-            try:
-                decision = await _call(core.storage, ("acquire", key, cost, quotas, now, costs))
-            except StorageError as error:
-                core.failed(error)
-                decision = self._substitute_acquire(key, cost, quotas, now, costs)
-            except BaseException:
-                core.breaker.abandon()  # e.g. cancelled: no verdict on the storage
-                raise
-            else:
-                core.succeeded()
-                if core.remembering:
-                    core.remember(key, quotas, decision, now)
-        else:
-            decision = self._substitute_acquire(key, cost, quotas, now, costs)
         if core.timed:
             core.recorder.decision(decision, time.perf_counter() - started)
         return decision
@@ -747,13 +719,19 @@ class AsyncLimiter(_LimiterBase):
         flow_factory: Callable[[], _Flow],
         cost: float,
         quotas: Sequence[Quota],
+        call: _Call | None = None,
     ) -> Decision | None:
         core = self._core
         if core.infallible:
             return _run(flow_factory(), core.storage)
         if core.breaker.allow():
             try:
-                result = await _run_async(flow_factory(), core.storage, core.remember_hook)
+                if call is None:
+                    result = await _run_async(flow_factory(), core.storage, core.remember_hook)
+                else:  # a request of one storage call: made at once, no flow to drive
+                    result = await _call(core.storage, call)
+                    if core.remember_hook is not None:
+                        core.remember_hook(call[1], call[3], result, call[4])
             except StorageError as error:
                 core.failed(error)
             except BaseException:
