@@ -488,7 +488,7 @@ class _Compiler:
                 value = argument_default(field.args[path[0]])
                 if value is not Undefined:
                     default = value
-                    _argument_default(field.args[path[0]], f"{coordinate}({name}:)")
+                    _check_slicing_default(value, f"{coordinate}({name}:)")
             paths.append((path, default))
         if sized:
             compiled.sized_tree = self._sized_tree(coordinate, field, sized)
@@ -688,15 +688,10 @@ def _suggest(word: str, candidates: Any) -> list[str]:
     return difflib.get_close_matches(word, list(candidates), n=3, cutoff=0.6)
 
 
-def _argument_default(arg: GraphQLArgument, where: str) -> float | None:
-    """The schema default of a slicing argument, as a size (or None when it has none)."""
-    value = argument_default(arg)
-    if value is Undefined or value is None:
-        return None
-    size = list_size_value(value)
-    if size is None:
+def _check_slicing_default(value: Any, where: str) -> None:
+    """The schema default of a slicing argument must be a size (or null)."""
+    if value is not None and list_size_value(value) is None:
         raise ConfigError(f"the default of slicing argument {where} is not a size: {value!r}")
-    return size
 
 
 def _field_of(named: Any, name: str) -> GraphQLField:

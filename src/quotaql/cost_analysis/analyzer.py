@@ -62,10 +62,10 @@ _PARSER_NESTING = PARSER_NESTING if PARSER_NESTING is not None else MAX_NESTING
 # each and in all (a character makes at most one lexical token, which with its nodes is a
 # few hundred bytes).
 _PARSED = 512
-_MAX_PARSED_TOKENS = 10_000
-_PARSED_TOKENS = 100_000
-_parsed: dict[tuple[str, int | None, int | None], tuple[DocumentNode, int]] = {}
-_parsed_tokens = 0
+_MAX_PARSED_SIZE = 10_000
+_PARSED_SIZE = 100_000
+_parsed: dict[tuple[str, int | None, int | None], DocumentNode] = {}
+_parsed_size = 0
 _parsed_lock = threading.Lock()
 
 
@@ -174,20 +174,21 @@ def parse_document(source: str, limits: CostLimits = _NO_LIMITS) -> DocumentNode
         QueryTooLarge: more tokens than ``max_tokens`` or characters than ``max_length``.
         QueryTooDeep: nested deeper than the parser can follow.
     """
-    global _parsed_tokens
+    global _parsed_size
     key = (source, limits.max_tokens, limits.max_length)
     found = _parsed.get(key)
     if found is not None:
-        return found[0]
+        return found
     document = _parse(source, limits)
-    tokens = len(source)  # at least its lexical tokens
-    if tokens <= _MAX_PARSED_TOKENS:
+    if len(source) <= _MAX_PARSED_SIZE:  # a character makes at most one lexical token
         with _parsed_lock:
             if key not in _parsed:
-                _parsed[key] = (document, tokens)
-                _parsed_tokens += tokens
-            while _parsed and (len(_parsed) > _PARSED or _parsed_tokens > _PARSED_TOKENS):
-                _parsed_tokens -= _parsed.pop(next(iter(_parsed)))[1]
+                _parsed[key] = document
+                _parsed_size += len(source)
+            while _parsed and (len(_parsed) > _PARSED or _parsed_size > _PARSED_SIZE):
+                oldest = next(iter(_parsed))
+                del _parsed[oldest]
+                _parsed_size -= len(oldest[0])
     return document
 
 

@@ -1374,20 +1374,17 @@ class _Builder:
                 self._cycle(origin or name, through, node)
                 return None
         # The field's own list size: sized by its parent's sizedFields, or its own.
-        size_below: _Sized = None
-        if sized is not None and name in sized[0]:
-            below = sized[0][name]
-            if below is None:
-                n, sliced = sized[1], sized[2]
-            else:
-                n, sliced = self._own_size(compiled, node)
-                size_below = (below, sized[1], sized[2])
+        if sized is not None and sized[0].get(name, _MISSING) is None:
+            n, sliced = sized[1], sized[2]  # the field the parent's slice sizes
         elif not compiled.is_list:
             n, sliced = 1.0, False
         elif compiled.sized_tree is None:
             n, sliced = self._list_size(compiled, node)
         else:
             n, sliced = compiled.fixed_size, False  # the slice sizes its children (IBM §8.3)
+        size_below: _Sized = None
+        if sized is not None and (below := sized[0].get(name)) is not None:
+            size_below = (below, sized[1], sized[2])  # the slice applies further down
         if compiled.sized_tree is not None:
             slice_size, slice_given = self._list_size(compiled, node)
             size_below = (compiled.sized_tree, slice_size, slice_given)
@@ -1405,26 +1402,13 @@ class _Builder:
                     child = self._children(child_type, entries, size_below, level + 1)
                 finally:
                     del self.in_progress[walking]
-            elif child_type.abstract or node.selection_set is None:
+            else:
                 child = self._children(child_type, entries, size_below, level + 1)
-            else:  # the common case, inlined: one node, on an object type
-                collected = _Collected()
-                self._gather(child_type, child_type, child_type, node.selection_set, collected,
-                             set(), (), origin, level + 1)  # fmt: skip
-                child = self._selection_of(collected, child_type, size_below, level + 1)
         planned = Field(key, node, compiled, n, sliced, args, child, node.alias is not None)
         self.count += 1
         if shared:
             self.memo[memo_key] = planned
         return planned
-
-    def _own_size(self, compiled: CompiledField, node: FieldNode) -> tuple[float, bool]:
-        if not compiled.is_list:
-            return 1.0, False
-        if compiled.sized_tree is not None:
-            # sizedFields: the slice sizes the named children, not the field (IBM §8.3).
-            return compiled.fixed_size, False
-        return self._list_size(compiled, node)
 
     def _list_size(self, compiled: CompiledField, node: FieldNode) -> tuple[float, bool]:
         """The size a field's slicing arguments give, and whether the query gave it."""
