@@ -100,7 +100,6 @@ class CompiledField:
         "list_depth",
         "list_paths",
         "nested_defaults",
-        "own",
         "require_one",
         "required_paths",
         "sized_tree",
@@ -111,10 +110,9 @@ class CompiledField:
 
     def __init__(self, coordinate: str) -> None:
         self.coordinate = coordinate
-        # The field's own weight: @cost on the field, else its type's weight (apollo);
-        # a: paid per item (apollo), b: once per execution (ibm's field weight), t: the
-        # returned type's weight per item (ibm's type cost).
-        self.own = 0.0
+        # a: paid per item (apollo: @cost on the field, else its type's weight), b: once
+        # per execution (ibm's field weight), t: the returned type's weight per item (ibm's
+        # type cost).
         self.a = self.b = self.t = 0.0
         # What each argument's value costs, for the arguments whose values may cost.
         self.arg_costs: dict[str, InputCost] = {}
@@ -325,10 +323,6 @@ class _Compiler:
         else:
             explicit = read_cost(field, coordinate, self.names.cost)
         composite = is_composite_type(named)
-        if explicit is not None:
-            compiled.own = explicit
-        else:
-            compiled.own = self._type_weight(named.name)
         if self.model.model == "ibm":
             # The spec's field weight: @cost, else 1 for composite types, 0 for leaves;
             # the type's weight goes to the type cost.
@@ -337,7 +331,7 @@ class _Compiler:
             # a list the client sizes): the type cost never decreases, as field costs.
             compiled.t = 0.0 if free else max(0.0, self._type_weight(named.name))
         else:
-            compiled.a = compiled.own
+            compiled.a = explicit if explicit is not None else self._type_weight(named.name)
         compiled.arg_costs = self._argument_costs(coordinate, field.args, free=free)
 
         type_ = field.type
