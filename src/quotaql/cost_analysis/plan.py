@@ -225,6 +225,7 @@ class Field:
         "list_depth",
         "n",
         "node",
+        "own",
         "sliced",
         "t",
         "tc",
@@ -256,6 +257,7 @@ class Field:
         own = n * self.a + self.b
         if not own > 0.0:  # also NaN (0 × inf)
             own = 0.0
+        self.own = own  # its own part, clamped: what by_coordinate attributes to it
         child_fc = child.fc if child is not None else 0.0
         child_tc = child.tc if child is not None else 0.0
         # 0 × an overflowing (infinite) subtree is NaN: nothing runs, it costs 0.
@@ -484,8 +486,8 @@ def _explain(selection: Selection, memo: dict[int, dict[str, float]]) -> dict[st
         return found
     found = {}
     for planned in selection.fields:
-        own = planned.n * planned.a + planned.b
-        if own > 0.0:
+        own = planned.own
+        if own:
             found[planned.coordinate] = found.get(planned.coordinate, 0.0) + own
         if planned.child is not None and planned.child.fc and planned.n:
             n = planned.n
