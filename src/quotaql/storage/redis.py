@@ -357,20 +357,28 @@ class RedisStorage(_RedisBase):
         if not quotas:
             return []
         keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts)
-        script = self.script_for(quotas)
+        result: list[bytes] = self.evaluate(self.script_for(quotas), keys, args)
+        return result
+
+    def evaluate(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
+        """Run a registered ``script`` (``self.client.register_script(source)``) on ``keys``
+        and ``args``: one ``EVALSHA``, loaded again after a ``NOSCRIPT``.
+
+        Raises:
+            StorageError: Redis failed (:class:`StorageTimeout` past ``timeout``).
+        """
         # EVALSHA itself rather than through Script.__call__, whose per-call work (an import,
         # argument copies, two more layers) costs ~3 µs a decision; NOSCRIPT is handled the
         # same way: load the script, call again.
         execute = self.client.execute_command
         try:
             try:
-                result: list[bytes] = execute("EVALSHA", script.sha, len(keys), *keys, *args)
+                return execute("EVALSHA", script.sha, len(keys), *keys, *args)
             except self._noscript:
                 script.sha = self.client.script_load(script.script)
-                result = execute("EVALSHA", script.sha, len(keys), *keys, *args)
+                return execute("EVALSHA", script.sha, len(keys), *keys, *args)
         except self._errors as exc:
             raise _storage_error(exc) from exc
-        return result
 
 
 class AsyncRedisStorage(_RedisBase):
@@ -450,8 +458,12 @@ class AsyncRedisStorage(_RedisBase):
         if not quotas:
             return []
         keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts)
-        script = self.script_for(quotas)
-        execute = self.client.execute_command  # see RedisStorage._call
+        result: list[bytes] = await self.evaluate(self.script_for(quotas), keys, args)
+        return result
+
+    async def evaluate(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
+        """:meth:`RedisStorage.evaluate` for asyncio, bounded by the storage's deadline."""
+        execute = self.client.execute_command  # see RedisStorage.evaluate
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
         if task is None:
@@ -459,10 +471,10 @@ class AsyncRedisStorage(_RedisBase):
         deadline = _Deadline(loop, task, self.timeout, self._stall_tolerance)
         try:
             try:
-                result: list[bytes] = await execute("EVALSHA", script.sha, len(keys), *keys, *args)
+                return await execute("EVALSHA", script.sha, len(keys), *keys, *args)
             except self._noscript:
                 script.sha = await self.client.script_load(script.script)
-                result = await execute("EVALSHA", script.sha, len(keys), *keys, *args)
+                return await execute("EVALSHA", script.sha, len(keys), *keys, *args)
         except asyncio.CancelledError:
             if deadline.expired and deadline.withdraw():  # our own cancellation: a timeout
                 raise StorageTimeout(f"Redis did not answer within {self.timeout:g} s") from None
@@ -471,7 +483,6 @@ class AsyncRedisStorage(_RedisBase):
             raise _storage_error(exc) from exc
         finally:
             deadline.disarm()
-        return result
 
 
 class _Deadline:
