@@ -803,3 +803,36 @@ def test_open_with_a_cap_allows_a_share_of_each_quota_per_outage(
         assert [decision.allowed for decision in again] == [True] * 10 + [False] * 2
     finally:
         limiter.storage.close()  # type: ignore[attr-defined]
+
+
+# -- refunds go back where their debit was made ------------------------------------------------
+
+
+def test_a_refund_of_a_fallback_debit_never_reaches_redis(fresh_redis_server: RedisServer) -> None:
+    """An operation decided by the local fallback during an outage and refunded after Redis is
+    back: Redis never saw its debit, so giving the refund to Redis would hand the tenant
+    budget it never paid for there (an attacker's expensive queries, timed around an outage,
+    would each mint their unused cost)."""
+    server = fresh_redis_server
+    limiter = sync_limiter(server, "local", CollectingRecorder())
+    try:
+        spent = limiter.acquire(KEY, 50, [SLOW])
+        assert (spent.source, spent.allowed) == ("redis", True)
+        server.pause()
+        try:
+            during = [limiter.acquire(KEY, 1, [SLOW]) for _ in range(3)]
+            assert during[-1].source == "fallback"
+            assert during[-1].allowed
+        finally:
+            server.resume()
+        assert wait_until(lambda: limiter.peek(KEY, [SLOW]).source == "redis")
+        before = limiter.peek(KEY, [SLOW]).remaining
+
+        limiter.refund(KEY, 1, [SLOW], decision=during[-1])  # the fallback's debit
+        limiter.refund(KEY, 40, [SLOW], decision=spent._replace(source="fail_open"))
+
+        assert limiter.peek(KEY, [SLOW]).remaining == pytest.approx(before, abs=0.05)
+        limiter.refund(KEY, 40, [SLOW], decision=spent)  # Redis's own debit goes back to it
+        assert limiter.peek(KEY, [SLOW]).remaining == pytest.approx(before + 40, abs=0.05)
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]

@@ -1151,7 +1151,7 @@ class Gate:
     def _settle(self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None) -> _Flow:
         amount, amounts = self._refund_amounts(op, data, errors)
         if amount > 0:
-            yield ("refund", op.subject.key, amount, op.quotas, amounts)
+            yield ("refund", op.subject.key, amount, op.quotas, amounts, op.decision)
         op.refunded = amount
         if amount > 0:
             if op.span is not None:
@@ -1219,13 +1219,14 @@ class Gate:
         kind = step[0]
         if kind == "await":
             return step[1]
-        _, key, amount, quotas, amounts = step
         limiter = self.limiter
         if kind == "acquire":
+            _, key, amount, quotas, amounts = step
             if amounts is None:
                 return limiter.acquire(key, amount, quotas)
             return limiter.acquire(key, amount, quotas, costs=amounts)
-        return limiter.refund(key, amount, quotas, amounts=amounts)
+        _, key, amount, quotas, amounts, decision = step  # the refund of decision's debit
+        return limiter.refund(key, amount, quotas, amounts=amounts, decision=decision)
 
     def _drive(self, flow: _Flow, *, storage: bool = True) -> Any:
         """Run ``flow`` with plain calls; ``storage=False``: a flow that calls no storage

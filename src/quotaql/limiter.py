@@ -46,8 +46,11 @@ DEFAULT_LOCAL_SHARE = 0.1
 # reported first out; an entry is a key string and a (remaining, ms) pair: ~200 bytes.
 MAX_REPORTS = 100_000
 
-# One storage call a flow asks for: (method, key, amount, quotas, now, per-quota amounts).
-_Call = tuple[str, str | None, float, Sequence[Quota], int | None, Sequence[float] | None]
+# One storage call a flow asks for: (method, key, amount, quotas, now, per-quota amounts,
+# and for a refund the time of the debit it gives back).
+_Call = tuple[
+    str, str | None, float, Sequence[Quota], int | None, Sequence[float] | None, int | None
+]
 _Flow = Generator[_Call, Any, Decision | None]
 
 
@@ -162,18 +165,27 @@ class _Core:
         costs: Sequence[float] | None = None,
     ) -> _Flow:
         own, own_costs, shared, shared_costs = _split(quotas, costs)
-        decision: Decision = yield ("acquire", key, cost, own, now, own_costs)
+        decision: Decision = yield ("acquire", key, cost, own, now, own_costs, None)
         if not shared or not decision.allowed:
             return decision
         # Shared quotas live on their own slot: a second call; the tenant's debit is
         # undone when it refuses or fails.
+        at = decision.at
         try:
-            shared_decision: Decision = yield ("acquire", None, cost, shared, now, shared_costs)
+            shared_decision: Decision = yield (
+                "acquire",
+                None,
+                cost,
+                shared,
+                now,
+                shared_costs,
+                None,
+            )
         except StorageError:
-            yield ("refund", key, cost, own, now, own_costs)
+            yield ("refund", key, cost, own, now, own_costs, at)
             raise
         if not shared_decision.allowed:
-            yield ("refund", key, cost, own, now, own_costs)
+            yield ("refund", key, cost, own, now, own_costs, at)
         return _merge(decision, shared_decision, own_first=bool(own))
 
     @staticmethod
@@ -183,22 +195,46 @@ class _Core:
         quotas: Sequence[Quota],
         now: int | None,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> _Flow:
         own, own_amounts, shared, shared_amounts = _split(quotas, amounts)
         if own:
-            yield ("refund", key, amount, own, now, own_amounts)
+            yield ("refund", key, amount, own, now, own_amounts, at)
         if shared:
-            yield ("refund", None, amount, shared, now, shared_amounts)
+            yield ("refund", None, amount, shared, now, shared_amounts, at)
         return None
 
     @staticmethod
     def peek_flow(key: str, quotas: Sequence[Quota], now: int | None) -> _Flow:
         own, _, shared, _ = _split(quotas, None)
-        decision: Decision = yield ("peek", key, 0.0, own, now, None)
+        decision: Decision = yield ("peek", key, 0.0, own, now, None, None)
         if not shared:
             return decision
-        shared_decision: Decision = yield ("peek", None, 0.0, shared, now, None)
+        shared_decision: Decision = yield ("peek", None, 0.0, shared, now, None, None)
         return _merge(decision, shared_decision, own_first=bool(own))
+
+    def refund_target(
+        self,
+        key: str,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+        amounts: Sequence[float] | None,
+        decision: Decision | None,
+    ) -> int | Literal[False] | None:
+        """Where the refund of ``decision``'s debit goes: the storage, for a debit made at
+        the time returned (None: unknown, now), or ``False`` when it is done here (a
+        debit of the local fallback goes back to it; no debit, nothing to give back)."""
+        if decision is None:
+            return None
+        source = decision.source
+        if source == "fallback":
+            # Its states live as long as the outage: a refund after it finds nothing.
+            self.fallback.refund(key, amount, quotas, now, amounts, decision.at)
+            return False
+        if source == "fail_open" or source == "fail_closed":  # noqa: PLR1714
+            return False  # nothing was debited
+        return decision.at
 
     # -- failure handling ----------------------------------------------------------------
 
@@ -333,7 +369,9 @@ class _Substitute:
         quotas: Sequence[Quota],
         now: int | None = None,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> None:
+        del at  # a debit made in the storage: the fallback's clock is another
         self._core.seed(key, quotas, now, self._share, self._reports)
         self._fallback.refund(key, amount, quotas, now, amounts)
 
@@ -389,15 +427,22 @@ def _merge(first: Decision, second: Decision, *, own_first: bool) -> Decision:
     if not own_first:
         return second
     statuses = first.quotas + second.quotas
+    # The earlier of the two times (a cluster's shared quotas are on another node, with its
+    # own clock): a refund dated too early gives back less to a window, never more.
+    at = (
+        first.at
+        if second.at is None or (first.at is not None and first.at <= second.at)
+        else second.at
+    )
     if not second.allowed:
         return Decision(
             False, second.cost, second.remaining, second.limit, second.retry_after,
-            second.reset_after, second.limited_by, second.source, second.reason, statuses,
+            second.reset_after, second.limited_by, second.source, second.reason, statuses, at,
         )  # fmt: skip
     tightest = first if first.remaining <= second.remaining else second
     return Decision(
         True, first.cost, tightest.remaining, tightest.limit, 0.0, tightest.reset_after,
-        None, first.source, None, statuses,
+        None, first.source, None, statuses, at,
     )  # fmt: skip
 
 
@@ -432,12 +477,16 @@ def _assumed(
 
 def _call(storage: Any, call: _Call) -> Any:
     """Make one storage call a flow asked for (its result, or an awaitable of it)."""
-    method, key, amount, quotas, now, amounts = call
+    method, key, amount, quotas, now, amounts, at = call
     if method == "peek":
         return storage.peek(key, quotas, now)
+    if method == "refund":
+        if at is None:  # a storage written before refunds carried the debit's time works too
+            return storage.refund(key, amount, quotas, now, amounts)
+        return storage.refund(key, amount, quotas, now, amounts, at=at)
     if amounts is None:
-        return getattr(storage, method)(key, amount, quotas, now)
-    return getattr(storage, method)(key, amount, quotas, now, amounts)
+        return storage.acquire(key, amount, quotas, now)
+    return storage.acquire(key, amount, quotas, now, amounts)
 
 
 _Remember = Callable[[str | None, Sequence[Quota], Decision, int | None], None]
@@ -586,7 +635,7 @@ class Limiter(_LimiterBase):
                     lambda: _Core.acquire_flow(key, cost, quotas, now, costs),
                     cost,
                     quotas,
-                    None if shared else ("acquire", key, cost, quotas, now, costs),
+                    None if shared else ("acquire", key, cost, quotas, now, costs, None),
                 ),
             )
         if core.timed:
@@ -601,14 +650,26 @@ class Limiter(_LimiterBase):
         *,
         now: int | None = None,
         amounts: Sequence[float] | None = None,
+        decision: Decision | None = None,
     ) -> None:
         """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``
-        (or each quota its ``amounts``)."""
+        (or each quota its ``amounts``).
+
+        ``decision`` is the decision whose debit this gives back: a refund goes where that
+        debit was made (the storage, or the local fallback during an outage; nothing for a
+        fail-open or fail-closed decision, which debited nothing), and a window gives back
+        only to the window it was counted in (``decision.at``). Without it, the refund is of
+        a debit made in the storage now.
+        """
         _check_request(key, amount, quotas, amounts)
         if amount > 0 if amounts is None else any(amounts):
-            self._execute(
-                lambda: _Core.refund_flow(key, amount, quotas, now, amounts), amount, quotas
-            )
+            at = self._core.refund_target(key, amount, quotas, now, amounts, decision)
+            if at is not False:
+                self._execute(
+                    lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at),
+                    amount,
+                    quotas,
+                )
 
     def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
         """The state of ``key``'s quotas, without debiting anything."""
@@ -682,7 +743,7 @@ class AsyncLimiter(_LimiterBase):
                     lambda: _Core.acquire_flow(key, cost, quotas, now, costs),
                     cost,
                     quotas,
-                    None if shared else ("acquire", key, cost, quotas, now, costs),
+                    None if shared else ("acquire", key, cost, quotas, now, costs, None),
                 ),
             )
         if core.timed:
@@ -697,14 +758,26 @@ class AsyncLimiter(_LimiterBase):
         *,
         now: int | None = None,
         amounts: Sequence[float] | None = None,
+        decision: Decision | None = None,
     ) -> None:
         """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``
-        (or each quota its ``amounts``)."""
+        (or each quota its ``amounts``).
+
+        ``decision`` is the decision whose debit this gives back: a refund goes where that
+        debit was made (the storage, or the local fallback during an outage; nothing for a
+        fail-open or fail-closed decision, which debited nothing), and a window gives back
+        only to the window it was counted in (``decision.at``). Without it, the refund is of
+        a debit made in the storage now.
+        """
         _check_request(key, amount, quotas, amounts)
         if amount > 0 if amounts is None else any(amounts):
-            await self._execute(
-                lambda: _Core.refund_flow(key, amount, quotas, now, amounts), amount, quotas
-            )
+            at = self._core.refund_target(key, amount, quotas, now, amounts, decision)
+            if at is not False:
+                await self._execute(
+                    lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at),
+                    amount,
+                    quotas,
+                )
 
     async def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
         """The state of ``key``'s quotas, without debiting anything."""

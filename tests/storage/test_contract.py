@@ -138,9 +138,10 @@ class AsyncDriven:
         quotas: Sequence[Quota],
         now: int | None = None,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> None:
         assert self.storage is not None
-        self._call(self.storage.refund(key, amount, quotas, now, amounts))
+        self._call(self.storage.refund(key, amount, quotas, now, amounts, at))
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         assert self.storage is not None
@@ -197,8 +198,11 @@ class Backend:
         quotas: Sequence[Quota],
         now: int | None = T0,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> None:
-        if amounts is None:
+        if at is not None:
+            self.storage.refund(key, amount, quotas, now, amounts, at)
+        elif amounts is None:
             self.storage.refund(key, amount, quotas, now)
         else:
             self.storage.refund(key, amount, quotas, now, amounts)
@@ -304,7 +308,7 @@ def test_acquire_debits_the_cost_and_reports_what_is_left(backend: Backend, algo
     reset = RESET_AFTER_4[algorithm]
     assert decision == (
         True, 4, 6.0, 10.0, 0.0, reset, None, backend.source, None,
-        (("q", 10.0, 6.0, reset, 0.0, True),),
+        (("q", 10.0, 6.0, reset, 0.0, True),), T0,
     )  # fmt: skip
     assert backend.acquire("acme", 6, [q]).remaining == 0
 
@@ -338,9 +342,48 @@ def test_peek_of_an_untouched_key_shows_a_full_quota_and_writes_nothing(
     decision = backend.peek("acme", [make(algorithm)])
     assert decision == (
         True, 0.0, 10.0, 10.0, 0.0, 0.0, None, backend.source, None,
-        (("q", 10.0, 10.0, 0.0, 0.0, True),),
+        (("q", 10.0, 10.0, 0.0, 0.0, True),), T0,
     )  # fmt: skip
     assert backend.size() == 0
+
+
+@pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a not in BUCKETS])
+def test_a_late_refund_never_gives_more_than_a_prompt_one(backend: Backend, algorithm: str) -> None:
+    """A refund that arrives after its debit's window has passed (a slow operation, a deferred
+    refund) gives back only to that window: never budget of the window a later operation
+    is spending (a refund taken from the current window's count would hand it out again).
+
+    A bucket has no windows: a late refund gives back the same tokens, up to full, and the
+    bucket's bound (capacity + rate x time over any interval) holds whenever it comes.
+    """
+    q = make(algorithm)
+    for key, late in (("prompt", False), ("late", True)):
+        first = backend.acquire(key, 8, [q], now=T0 + 9_000)  # near the end of window 0
+        assert first.allowed
+        assert first.at == T0 + 9_000
+        if not late:
+            backend.refund(key, 8, [q], now=T0 + 9_500, at=first.at)
+        assert backend.acquire(key, 2, [q], now=T0 + 10_500).allowed  # window 1
+        if late:
+            backend.refund(key, 8, [q], now=T0 + 11_000, at=first.at)
+    for when in (T0 + 11_000, T0 + 19_500):  # before and after the first debit expires
+        prompt = backend.peek("prompt", [q], now=when).remaining
+        late_remaining = backend.peek("late", [q], now=when).remaining
+        assert late_remaining <= prompt + 1e-9, (when, prompt, late_remaining)
+    # The window's own count is left as the later debit made it.
+    assert backend.peek("late", [q], now=T0 + 11_000).remaining == 8
+
+
+def test_a_refund_never_reaches_into_a_later_operations_entries(backend: Backend) -> None:
+    """A sliding log gives a refund back from the entries made at or before its debit."""
+    q = make("sliding_log")
+    first = backend.acquire("acme", 6, [q], now=T0)
+    assert backend.acquire("acme", 4, [q], now=T0 + 5_000).allowed
+    backend.refund("acme", 6, [q], now=T0 + 6_000, at=first.at)
+    # The first debit is gone; the second stays until it expires at T0 + 15 s.
+    assert backend.peek("acme", [q], now=T0 + 6_000).remaining == 6
+    assert backend.peek("acme", [q], now=T0 + 14_999).remaining == 6
+    assert backend.peek("acme", [q], now=T0 + 15_000).remaining == 10
 
 
 def test_refund_gives_cost_back_but_never_above_full(backend: Backend, algorithm: str) -> None:

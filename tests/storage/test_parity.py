@@ -67,6 +67,9 @@ FLOATS = st.one_of(
 )
 
 STEPS = st.one_of(st.just(0), st.integers(1, 3), st.integers(0, 4000))
+# How long before a refund its debit was made (None: a refund of no known debit, "now"):
+# within the same window, across one window boundary, or long gone.
+DEBIT_AGES = st.one_of(st.none(), st.just(0), st.integers(1, 3), st.integers(0, 12_000))
 
 
 class TransactionalScript:
@@ -87,8 +90,10 @@ class TransactionalScript:
         quotas: Sequence[Quota],
         now: int,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> Any:
-        keys, args = _request(self.storage.prefix, mode, tenant, amount, quotas, now, amounts)
+        prefix = self.storage.prefix
+        keys, args = _request(prefix, mode, tenant, amount, quotas, now, amounts, at)
         pipe = self.storage.client.pipeline(transaction=True)
         self.storage.script_for(quotas)(keys=keys, args=args, client=pipe)
         for key in keys:
@@ -114,10 +119,11 @@ class TransactionalScript:
         quotas: Sequence[Quota],
         now: int,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> None:
         check_arguments(amount, quotas, amounts)
         if quotas and (amount > 0 if amounts is None else any(amounts)):
-            self._call("refund", tenant, amount, quotas, now, amounts)
+            self._call("refund", tenant, amount, quotas, now, amounts, at)
 
     def peek(self, tenant: str | None, quotas: Sequence[Quota], now: int) -> Decision:
         check_arguments(0, quotas)
@@ -174,20 +180,29 @@ def parity_machine(
             python = self.python.acquire(tenant, each[0], chosen, self.now, each)
             assert same(lua, python), self._explain(lua, python)
 
-        @rule(tenant=tenants, chosen=subsets, data=st.data())
+        def _at(self, back: int | None) -> int | None:
+            """The time of the debit a refund gives back: ``back`` ms ago (None: now)."""
+            return None if back is None else self.now - back
+
+        @rule(tenant=tenants, chosen=subsets, data=st.data(), back=DEBIT_AGES)
         def refund_each_its_own(
-            self, tenant: str | None, chosen: list[Quota], data: st.DataObject
+            self, tenant: str | None, chosen: list[Quota], data: st.DataObject, back: int | None
         ) -> None:
             each = data.draw(st.lists(costs, min_size=len(chosen), max_size=len(chosen)))
-            self.log.append(f"refund({tenant!r}, amounts={each!r}, {[q.name for q in chosen]})")
-            self.lua.refund(tenant, each[0], chosen, self.now, each)
-            self.python.refund(tenant, each[0], chosen, self.now, each)
+            at = self._at(back)
+            names = [q.name for q in chosen]
+            self.log.append(f"refund({tenant!r}, amounts={each!r}, {names}, at={at})")
+            self.lua.refund(tenant, each[0], chosen, self.now, each, at)
+            self.python.refund(tenant, each[0], chosen, self.now, each, at)
 
-        @rule(tenant=tenants, amount=costs, chosen=subsets)
-        def refund(self, tenant: str | None, amount: float, chosen: list[Quota]) -> None:
-            self.log.append(f"refund({tenant!r}, {amount!r}, {[q.name for q in chosen]})")
-            self.lua.refund(tenant, amount, chosen, self.now)
-            self.python.refund(tenant, amount, chosen, self.now)
+        @rule(tenant=tenants, amount=costs, chosen=subsets, back=DEBIT_AGES)
+        def refund(
+            self, tenant: str | None, amount: float, chosen: list[Quota], back: int | None
+        ) -> None:
+            at = self._at(back)
+            self.log.append(f"refund({tenant!r}, {amount!r}, {[q.name for q in chosen]}, at={at})")
+            self.lua.refund(tenant, amount, chosen, self.now, None, at)
+            self.python.refund(tenant, amount, chosen, self.now, None, at)
 
         @rule(tenant=tenants, chosen=subsets)
         def peek(self, tenant: str | None, chosen: list[Quota]) -> None:

@@ -10,6 +10,10 @@ the caller commits it. Nothing is written for a blocked call, and a state equal 
 empty one may be dropped (``ttl_ms`` says when the stored state stops mattering, counted
 from ``now``).
 
+Each ``refund`` takes ``at``, the time of the debit it gives back (None: now): a window
+gives back only what that debit counted in it, so a late refund never returns more than a
+prompt one would have, and never budget of a later window.
+
 Floating point: a cost "fits" when it exceeds what is available by at most ``SLACK`` of
 the quota's size, so that rounding never refuses a request that fits exactly (a full
 bucket, or a retry at the promised time). A clock that steps back (Redis ``TIME`` after an
@@ -141,10 +145,19 @@ def token_bucket(
 
 
 def token_bucket_refund(
-    state: BucketState | None, now: int, amount: float, capacity: float, rate: float
+    state: BucketState | None,
+    now: int,
+    amount: float,
+    capacity: float,
+    rate: float,
+    at: int | None = None,
 ) -> tuple[BucketState | None, int]:
-    """Give ``amount`` tokens back (never above capacity). Returns the state and its TTL."""
-    del capacity  # the signature matches token_bucket's: callers pass Quota.params
+    """Give ``amount`` tokens back (never above capacity). Returns the state and its TTL.
+
+    A bucket does not care when the debit was (``at``): tokens given back late are the same
+    tokens, and they never lift it above full.
+    """
+    del capacity, at  # the signature matches token_bucket's: callers pass Quota.params
     now_us = now * 1000
     debt = _debt(state, now_us) - amount / rate
     if debt <= 0:
@@ -197,10 +210,16 @@ def gcra(
 
 
 def gcra_refund(
-    state: BucketState | None, now: int, amount: float, capacity: float, interval: float
+    state: BucketState | None,
+    now: int,
+    amount: float,
+    capacity: float,
+    interval: float,
+    at: int | None = None,
 ) -> tuple[BucketState | None, int]:
-    """Move the arrival time back by ``amount`` units (never before now)."""
-    del capacity
+    """Move the arrival time back by ``amount`` units (never before now; ``at`` as for
+    :func:`token_bucket_refund`)."""
+    del capacity, at
     now_us = now * 1000
     debt = _debt(state, now_us) - amount * interval
     if debt <= 0:
@@ -255,23 +274,35 @@ def sliding_log_commit(pending: tuple[SlidingLog, int, float]) -> SlidingLog:
 
 
 def sliding_log_refund(
-    state: SlidingLog | None, now: int, amount: float, limit: float, window: int
+    state: SlidingLog | None,
+    now: int,
+    amount: float,
+    limit: float,
+    window: int,
+    at: int | None = None,
 ) -> tuple[SlidingLog | None, int]:
-    """Take ``amount`` back from the most recent entries."""
+    """Take ``amount`` back from the most recent entries made at or before ``at`` (the
+    debit's time; None: any), never from a later operation's entries."""
     del limit
     if state is None:
         return None, 0
     state.expire(now, window)
     entries = state.entries
+    later: list[tuple[int, float]] = []  # entries after the debit: not this refund's
+    if at is not None:
+        while entries and entries[-1][0] > at:
+            later.append(entries.pop())
     while entries and amount > 0:
-        at, entry_cost = entries.pop()
+        when, entry_cost = entries.pop()
         if entry_cost > amount:
-            entries.append((at, entry_cost - amount))
+            entries.append((when, entry_cost - amount))
             state.total = state.total - amount
             amount = 0
         else:
             state.total = state.total - entry_cost
             amount = amount - entry_cost
+    while later:
+        entries.append(later.pop())
     if not entries:
         return None, 0
     return state, _ms(entries[-1][0] + window - now)
@@ -353,14 +384,24 @@ def sliding_counter(
 
 
 def sliding_counter_refund(
-    state: SlidingCounterState | None, now: int, amount: float, limit: float, window: int
+    state: SlidingCounterState | None,
+    now: int,
+    amount: float,
+    limit: float,
+    window: int,
+    at: int | None = None,
 ) -> tuple[SlidingCounterState | None, int]:
-    """Take ``amount`` back from the current window's count."""
+    """Take ``amount`` back from the count of the window the debit was in (``at``; None:
+    the current one): the current or the previous window, else nothing (gone already)."""
     del limit
     if state is None:
         return None, 0
     start, current, previous = _counter_windows(state, now, window)
-    current = max(0.0, current - amount)
+    debited = start if at is None else at - at % window
+    if debited == start:
+        current = max(0.0, current - amount)
+    elif debited == start - window:
+        previous = max(0.0, previous - amount)
     ttl = _counter_reset(start, current, previous, now, window)
     if ttl == 0:
         return None, 0
@@ -399,12 +440,19 @@ def fixed_window(
 
 
 def fixed_window_refund(
-    state: FixedWindowState | None, now: int, amount: float, limit: float, window: int
+    state: FixedWindowState | None,
+    now: int,
+    amount: float,
+    limit: float,
+    window: int,
+    at: int | None = None,
 ) -> tuple[FixedWindowState | None, int]:
-    """Take ``amount`` back from the current window's count."""
+    """Take ``amount`` back from the current window's count if the debit (``at``; None:
+    now) was counted in it; a debit of an earlier window is gone with its window."""
     del limit
     start, count = _fixed_count(state, now, window)
-    count = max(0.0, count - amount)
+    if at is None or at - at % window == start:
+        count = max(0.0, count - amount)
     if count == 0:
         return None, 0
     return (start, count), _ms(start + window - now)
@@ -417,7 +465,8 @@ def commit(algorithm: str, pending: object) -> object:
     return pending
 
 
-# name -> (check, refund); each takes (state, now, amount, *Quota.params).
+# name -> (check, refund); each takes (state, now, amount, *Quota.params), a refund also
+# the debit's time ``at``.
 ALGORITHMS: dict[str, tuple[Callable[..., Check], Callable[..., tuple[Any, int]]]] = {
     "token_bucket": (token_bucket, token_bucket_refund),
     "gcra": (gcra, gcra_refund),

@@ -199,6 +199,9 @@ class Decision(NamedTuple):
         reason: why it was refused: ``rate_limited``, ``exceeds_capacity`` (the cost
             is larger than the quota can ever allow), ``backend_unavailable``.
         quotas: every quota's status, in the order asked.
+        at: the storage's clock (ms) when it decided; None when no storage did (fail open
+            or closed). A refund of this decision's debit carries it, so that a window
+            algorithm gives back only to the window the debit was counted in.
     """
 
     allowed: bool
@@ -211,6 +214,7 @@ class Decision(NamedTuple):
     source: Source
     reason: Reason | None = None
     quotas: tuple[QuotaStatus, ...] = ()
+    at: int | None = None
 
 
 # tuple.__new__ builds a NamedTuple without its Python-level __new__: a third of the time.
@@ -227,19 +231,24 @@ def combine(
     cost: float,
     source: Source,
     costs: Sequence[float] | None = None,
+    at: int | None = None,
 ) -> Decision:
     """One decision from each quota's check: allowed only if every quota allows.
 
     When several refuse, the one that names the decision is the first whose cost can never
     fit, else the one with the longest wait; when all allow, the one with least remaining.
     With ``costs`` (what each quota was asked for), a refusal reports the cost asked of
-    the quota that refused.
+    the quota that refused. ``at`` is the storage's time of the decision (ms).
     """
     if len(checks) == 1 and costs is None:
         allowed, exceeds, _, remaining, retry_ms, reset_ms, _ = checks[0]
-        return decide_one(quotas[0], allowed, exceeds, remaining, retry_ms, reset_ms, cost, source)
+        return decide_one(
+            quotas[0], allowed, exceeds, remaining, retry_ms, reset_ms, cost, source, at
+        )
     if not checks:  # no quota at all: nothing limits
-        return _new(Decision, (True, cost, math.inf, math.inf, 0.0, 0.0, None, source, None, ()))
+        return _new(
+            Decision, (True, cost, math.inf, math.inf, 0.0, 0.0, None, source, None, (), at)
+        )
     statuses: list[QuotaStatus] = []
     chosen = 0  # the quota that names the decision
     refused = never = False
@@ -265,14 +274,15 @@ def combine(
         return _new(
             Decision,
             (True, cost, named.remaining, named.limit, 0.0, named.reset_after, None, source,
-             None, tuple(statuses)),
+             None, tuple(statuses), at),
         )  # fmt: skip
     if costs is not None:
         cost = costs[chosen]
     return _new(
         Decision,
         (False, cost, named.remaining, named.limit, named.retry_after, named.reset_after,
-         named.name, source, "exceeds_capacity" if never else "rate_limited", tuple(statuses)),
+         named.name, source, "exceeds_capacity" if never else "rate_limited", tuple(statuses),
+         at),
     )  # fmt: skip
 
 
@@ -285,6 +295,7 @@ def decide_one(
     reset_ms: float,
     cost: float,
     source: Source,
+    at: int | None = None,
 ) -> Decision:
     """:func:`combine` for the common case of one quota, from its check's fields.
 
@@ -298,12 +309,13 @@ def decide_one(
     if allowed:
         status = _new(QuotaStatus, (quota.name, limit, remaining, reset, 0.0, True))
         return _new(
-            Decision, (True, cost, remaining, limit, 0.0, reset, None, source, None, (status,))
+            Decision,
+            (True, cost, remaining, limit, 0.0, reset, None, source, None, (status,), at),
         )
     retry = None if exceeds else retry_ms / 1000
     status = _new(QuotaStatus, (quota.name, limit, remaining, reset, retry, False))
     reason: Reason = "exceeds_capacity" if exceeds else "rate_limited"
     return _new(
         Decision,
-        (False, cost, remaining, limit, retry, reset, quota.name, source, reason, (status,)),
+        (False, cost, remaining, limit, retry, reset, quota.name, source, reason, (status,), at),
     )

@@ -97,8 +97,11 @@ class Storage(Protocol):
         quotas: Sequence[Quota],
         now: int | None = None,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> None:
-        """Give ``amount`` back to every quota (never above full)."""
+        """Give ``amount`` back to every quota (never above full), for the debit of a
+        decision made at ``at`` (its ``Decision.at``, in the storage's clock; None: now):
+        a window gives back only to the window that debit was counted in."""
         ...
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
@@ -129,8 +132,11 @@ class AsyncStorage(Protocol):
         quotas: Sequence[Quota],
         now: int | None = None,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> None:
-        """Give ``amount`` back to every quota (never above full)."""
+        """Give ``amount`` back to every quota (never above full), for the debit of a
+        decision made at ``at`` (its ``Decision.at``, in the storage's clock; None: now):
+        a window gives back only to the window that debit was counted in."""
         ...
 
     async def peek(

@@ -177,7 +177,7 @@ class MemoryStorage:
         if entry is None:
             return self._acquire_new(key, k, cost, quota, now)
         return decide_one(
-            quota, allowed, exceeds, remaining, retry_ms, reset_ms, cost, self._source
+            quota, allowed, exceeds, remaining, retry_ms, reset_ms, cost, self._source, now
         )
 
     def _acquire_new(
@@ -205,7 +205,7 @@ class MemoryStorage:
             if allowed and new is not None:
                 self._write(table, k, now, ttl, commit(algorithm, new))
         return decide_one(
-            quota, allowed, exceeds, remaining, retry_ms, reset_ms, cost, self._source
+            quota, allowed, exceeds, remaining, retry_ms, reset_ms, cost, self._source, now
         )
 
     def _acquire_many(
@@ -250,7 +250,7 @@ class MemoryStorage:
                     if check.state is not None:
                         state = commit(quota.algorithm, check.state)
                         self._write(table, k, now, check.ttl_ms, state)
-        return combine(quotas, checks, cost, self._source, costs)
+        return combine(quotas, checks, cost, self._source, costs, now)
 
     def refund(
         self,
@@ -259,9 +259,10 @@ class MemoryStorage:
         quotas: Sequence[Quota],
         now: int | None = None,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> None:
         """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
-        (never above full)."""
+        (never above full), for a debit made at ``at`` (``Decision.at``; None: now)."""
         check_arguments(amount, quotas, amounts)
         each = amounts if amounts is not None else [amount] * len(quotas)
         now = self.now() if now is None else now
@@ -275,7 +276,7 @@ class MemoryStorage:
                 if entry is None:
                     continue  # a full quota: nothing to give back, nothing to write
                 refund = ALGORITHMS[quota.algorithm][1]
-                state, ttl = refund(_get(table, k, now), now, given, *quota.params)
+                state, ttl = refund(_get(table, k, now), now, given, *quota.params, at)
                 table[k] = _EMPTY if state is None or ttl <= 0 else (now + ttl, state)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
@@ -289,7 +290,7 @@ class MemoryStorage:
                 table, k = self._target(quota.state_name + part, quota)
                 check = ALGORITHMS[quota.algorithm][0]
                 checks.append(check(_get(table, k, now), now, 0.0, *quota.params))
-        return combine(quotas, checks, 0.0, self._source)
+        return combine(quotas, checks, 0.0, self._source, None, now)
 
     def clear(self) -> None:
         """Forget every state."""

@@ -90,6 +90,7 @@ def _request(
     quotas: Sequence[Quota],
     now: int | None,
     amounts: Sequence[float] | None = None,
+    at: int | None = None,
 ) -> tuple[list[str], list[str]]:
     """The script's KEYS and ARGV (see lua/driver.lua)."""
     base = _key_base(prefix, tenant)
@@ -110,7 +111,10 @@ def _request(
         text = repr(float(amount))
     else:  # one amount per quota
         text = " ".join(repr(float(each)) for each in amounts)
-    return keys, [mode, text, "" if now is None else str(int(now)), specs]
+    args = [mode, text, "" if now is None else str(int(now)), specs]
+    if at is not None:
+        args.append(str(int(at)))
+    return keys, args
 
 
 def _decision(
@@ -118,15 +122,16 @@ def _decision(
 ) -> Decision:
     """The decision from the script's reply: ``now``, then five values per quota."""
     if len(quotas) == 1 and costs is None:  # the common case: the decision straight from the reply
-        _, allowed, exceeds, remaining, retry, reset = raw
+        now, allowed, exceeds, remaining, retry, reset = raw
         return decide_one(
-            quotas[0], allowed == 1, exceeds == 1, float(remaining), retry, reset, cost, "redis"
-        )
+            quotas[0], allowed == 1, exceeds == 1, float(remaining), retry, reset, cost, "redis",
+            now,
+        )  # fmt: skip
     checks = [
         (raw[i] == 1, raw[i + 1] == 1, None, float(raw[i + 2]), raw[i + 3], raw[i + 4], 0)
         for i in range(1, len(raw), _FIELDS_PER_QUOTA)
     ]
-    return combine(quotas, checks, cost, "redis", costs)
+    return combine(quotas, checks, cost, "redis", costs, raw[0] if raw else None)
 
 
 def _is_cluster(client: Any) -> bool:
@@ -326,12 +331,13 @@ class RedisStorage(_RedisBase):
         quotas: Sequence[Quota],
         now: int | None = None,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> None:
         """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
-        (never above full)."""
+        (never above full), for a debit made at ``at`` (``Decision.at``; None: now)."""
         check_arguments(amount, quotas, amounts)
         if quotas and (amount > 0 if amounts is None else any(amounts)):
-            self._call("refund", key, amount, quotas, now, amounts)
+            self._call("refund", key, amount, quotas, now, amounts, at)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         """Each quota's state for ``key``, without debiting anything."""
@@ -353,10 +359,11 @@ class RedisStorage(_RedisBase):
         quotas: Sequence[Quota],
         now: int | None,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> list[bytes]:
         if not quotas:
             return []
-        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts)
+        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts, at)
         result: list[bytes] = self.evaluate(self.script_for(quotas), keys, args)
         return result
 
@@ -425,12 +432,13 @@ class AsyncRedisStorage(_RedisBase):
         quotas: Sequence[Quota],
         now: int | None = None,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> None:
         """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
-        (never above full)."""
+        (never above full), for a debit made at ``at`` (``Decision.at``; None: now)."""
         check_arguments(amount, quotas, amounts)
         if quotas and (amount > 0 if amounts is None else any(amounts)):
-            await self._call("refund", key, amount, quotas, now, amounts)
+            await self._call("refund", key, amount, quotas, now, amounts, at)
 
     async def peek(
         self, key: str | None, quotas: Sequence[Quota], now: int | None = None
@@ -454,10 +462,11 @@ class AsyncRedisStorage(_RedisBase):
         quotas: Sequence[Quota],
         now: int | None,
         amounts: Sequence[float] | None = None,
+        at: int | None = None,
     ) -> list[bytes]:
         if not quotas:
             return []
-        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts)
+        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts, at)
         result: list[bytes] = await self.evaluate(self.script_for(quotas), keys, args)
         return result
 

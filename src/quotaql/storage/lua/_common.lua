@@ -5,7 +5,7 @@
 -- in the tables below.
 
 local checks = {}      -- algorithm -> check(keys, now, cost, param 1, param 2)
-local refunds = {}     -- algorithm -> refund(keys, now, amount, param 1, param 2)
+local refunds = {}     -- algorithm -> refund(keys, now, amount, param 1, param 2, debit time)
 local key_counts = {}  -- algorithm -> keys per quota, when more than one
 
 -- A duration rounded up to whole milliseconds, never negative.

@@ -1,7 +1,8 @@
 -- ARGV: mode (acquire | peek | refund), cost or amount (or one per quota, space-separated),
 -- now in ms ('' reads the server's TIME),
 -- then the quotas in one argument: "<algorithm> <parameter 1> <parameter 2>" per quota,
--- space-separated (fewer arguments: each one costs the client an encoding step).
+-- space-separated (fewer arguments: each one costs the client an encoding step),
+-- then (refund) the time of the debit it gives back, ms in the server's clock ('': now).
 -- KEYS: per quota its state key (sliding_log: the ZSET and its meta key), in quota order.
 -- Returns: now, then per quota: allowed (1/0), exceeds capacity (1/0), remaining (text: Redis
 -- truncates Lua numbers to integers), retry after ms, reset after ms (acquire and peek).
@@ -16,6 +17,8 @@ else
   now = tonumber(ARGV[3])
 end
 
+local at = tonumber(ARGV[5] or '')
+
 local function unknown(algorithm)
   return redis.error_reply('quotaql: unknown algorithm ' .. tostring(algorithm))
 end
@@ -25,7 +28,7 @@ local algorithm, first, second = string.match(ARGV[4], '^(%S+) (%S+) (%S+)$')
 if algorithm ~= nil then
   if checks[algorithm] == nil then return unknown(algorithm) end
   if mode == 'refund' then
-    refunds[algorithm](KEYS, now, amount, tonumber(first), tonumber(second))
+    refunds[algorithm](KEYS, now, amount, tonumber(first), tonumber(second), at)
     return {now}
   end
   local check = checks[algorithm](KEYS, now, amount, tonumber(first), tonumber(second))
@@ -55,7 +58,7 @@ for algorithm, first, second in string.gmatch(ARGV[4], '(%S+) (%S+) (%S+)') do
   end
   if mode == 'refund' then
     -- Nothing back (a root field's quota): its state is left as it is, as in memory.
-    if amount > 0 then refunds[algorithm](keys, now, amount, first, second) end
+    if amount > 0 then refunds[algorithm](keys, now, amount, first, second, at) end
   else
     local check = checks[algorithm](keys, now, amount, first, second)
     if not check[1] then allowed = false end

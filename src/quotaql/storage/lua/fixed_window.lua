@@ -33,9 +33,10 @@ local function fixed_window_check(keys, now, cost, limit, window)
   return {false, false, limit - count, window_end, reset}
 end
 
-local function fixed_window_refund(keys, now, amount, limit, window)
+-- Only to the window the debit (at its time `at`; nil: now) was counted in.
+local function fixed_window_refund(keys, now, amount, limit, window, at)
   local start, count = fixed_window_count(keys[1], now, window)
-  count = math.max(0, count - amount)
+  if at == nil or at - at % window == start then count = math.max(0, count - amount) end
   if count == 0 then
     redis.call('DEL', keys[1])
   else

@@ -64,10 +64,17 @@ local function sliding_counter_check(keys, now, cost, limit, window)
   return {false, false, math.max(0, limit - estimated), retry, reset}
 end
 
-local function sliding_counter_refund(keys, now, amount, limit, window)
+-- To the window the debit (at its time `at`; nil: now) was counted in: current or previous.
+local function sliding_counter_refund(keys, now, amount, limit, window, at)
   if redis.call('EXISTS', keys[1]) == 0 then return end
   local start, current, previous = sliding_counter_windows(keys[1], now, window)
-  current = math.max(0, current - amount)
+  local debited = start
+  if at ~= nil then debited = at - at % window end
+  if debited == start then
+    current = math.max(0, current - amount)
+  elseif debited == start - window then
+    previous = math.max(0, previous - amount)
+  end
   local ttl = sliding_counter_reset(start, current, previous, now, window)
   if ttl == 0 then
     redis.call('DEL', keys[1])

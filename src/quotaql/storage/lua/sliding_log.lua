@@ -77,17 +77,23 @@ local function sliding_log_check(keys, now, cost, limit, window)
   return {false, false, limit - total, retry, reset}
 end
 
-local function sliding_log_refund(keys, now, amount, limit, window)
+-- From the newest entries made at or before the debit's time `at` (nil: any).
+local function sliding_log_refund(keys, now, amount, limit, window, at)
   local total, seq = sliding_log_expire(keys, now, window)
-  local entries = redis.call('ZREVRANGE', keys[1], 0, -1, 'WITHSCORES')
+  local entries
+  if at == nil then
+    entries = redis.call('ZREVRANGE', keys[1], 0, -1, 'WITHSCORES')
+  else
+    entries = redis.call('ZREVRANGEBYSCORE', keys[1], at, '-inf', 'WITHSCORES')
+  end
   local i = 1
   while i <= #entries and amount > 0 do
-    local member, at = entries[i], tonumber(entries[i + 1])
+    local member, when = entries[i], tonumber(entries[i + 1])
     local entry_cost = sliding_log_cost(member)
     redis.call('ZREM', keys[1], member)
     if entry_cost > amount then
       local prefix = string.match(member, '^(%d+):')
-      redis.call('ZADD', keys[1], at, prefix .. ':' .. num(entry_cost - amount))
+      redis.call('ZADD', keys[1], when, prefix .. ':' .. num(entry_cost - amount))
       total = total - amount
       amount = 0
     else
