@@ -1,6 +1,7 @@
 """Run the benchmarks: every bench/bench_*.py module's main(), or the modules named as arguments.
 
 Usage: ``.venv/bin/python bench/run.py [cost | bench_cost | bench/bench_cost.py ...]``
+(``QUOTAQL_BENCH_QUICK=1 .venv/bin/python bench/run.py http``: the wrk bench's smoke run).
 
 A benchmark module's ``main()`` prints its tables and returns the targets it checked (a sequence of
 ``_harness.Target``, or None). Missing a target does not fail the run: the figures are a report.
@@ -23,9 +24,12 @@ if str(BENCH_DIR) not in sys.path:
 
 import _harness  # noqa: E402
 
+# Modules named bench_*.py that are not benchmarks: the app bench_http.py serves.
+HELPERS = frozenset({"bench_http_app"})
+
 
 def available() -> list[str]:
-    return sorted(path.stem for path in BENCH_DIR.glob("bench_*.py"))
+    return sorted(path.stem for path in BENCH_DIR.glob("bench_*.py") if path.stem not in HELPERS)
 
 
 def module_name(arg: str) -> str:
