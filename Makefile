@@ -69,7 +69,8 @@ alerts-check: system-deps
 
 test: lint typecheck alerts-check pytest pytest-gql32
 
-bench: $(STAMP)
+# bench_http drives real uvicorns with wrk (system-deps installs it, and redis-server).
+bench: $(STAMP) system-deps
 	$(BIN)/python bench/run.py
 
 demo: $(STAMP)
