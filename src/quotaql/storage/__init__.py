@@ -3,7 +3,25 @@
 from __future__ import annotations
 
 from quotaql.storage.base import AsyncStorage, Storage
+from quotaql.storage.leases import (
+    AsyncRedisLeases,
+    LeaseKeeper,
+    LeaseSpec,
+    MemoryLeases,
+    RedisLeases,
+)
 from quotaql.storage.memory import MemoryStorage
 from quotaql.storage.redis import AsyncRedisStorage, RedisStorage
 
-__all__ = ["AsyncRedisStorage", "AsyncStorage", "MemoryStorage", "RedisStorage", "Storage"]
+__all__ = [
+    "AsyncRedisLeases",
+    "AsyncRedisStorage",
+    "AsyncStorage",
+    "LeaseKeeper",
+    "LeaseSpec",
+    "MemoryLeases",
+    "MemoryStorage",
+    "RedisLeases",
+    "RedisStorage",
+    "Storage",
+]
