@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from quotaql.adaptive import AdaptiveConfig
 from quotaql.config import (
     AlertsConfig,
     CostConfig,
@@ -142,6 +143,8 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         *_field_names(TierConfig, "name", "quota", "field_lines"),
     }
     assert set(reader._IDENTITY_KEYS) == set(_field_names(IdentityConfig, "networks"))
+    adaptive_fields = {reader.ADAPTIVE_FIELDS.get(key, key): key for key in reader._ADAPTIVE_KEYS}
+    assert set(adaptive_fields) == set(_field_names(AdaptiveConfig))
     assert set(reader._TENANT_KEYS) == {
         *reader._QUOTA_KEYS,
         *_field_names(TenantConfig, "name", "quota"),
@@ -173,6 +176,7 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
                 "operations": _field_default(TierConfig, "operations"),
                 "per_user": _field_default(TierConfig, "per_user"),
                 "fields": _field_default(TierConfig, "fields"),
+                "essential": _field_default(TierConfig, "essential"),
             },
         ),
         "[tiers.<name>.operations.<Operation>]": (reader._QUOTA_KEYS, quota_defaults),
@@ -190,6 +194,10 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         "[alerts]": (
             tuple(thresholds.ALERT_KINDS),
             _instance_defaults(AlertsConfig(), tuple(thresholds.ALERT_KINDS)),
+        ),
+        "[adaptive]": (
+            reader._ADAPTIVE_KEYS,
+            {key: getattr(AdaptiveConfig(), field) for field, key in adaptive_fields.items()},
         ),
     }
 
@@ -279,11 +287,13 @@ def _defaults_file(reference: dict[str, list[Row]], tables: tuple[str, ...]) -> 
 
 def test_a_file_of_the_documented_defaults_loads_as_the_defaults(reference, tmp_path):
     path = tmp_path / "quotaql.toml"
-    path.write_text(_defaults_file(reference, ("[cost]", "[limits]", "[alerts]")), encoding="utf-8")
+    tables = ("[cost]", "[limits]", "[alerts]", "[adaptive]")
+    path.write_text(_defaults_file(reference, tables), encoding="utf-8")
     config = load_config(path)
     assert config.limits == LimitsConfig()
     assert config.alerts == AlertsConfig()
     assert config.cost == CostConfig()
+    assert config.adaptive == AdaptiveConfig()
 
 
 def test_the_defaults_file_sets_every_limits_and_alerts_key(reference):

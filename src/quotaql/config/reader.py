@@ -13,6 +13,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
+from quotaql.adaptive import (
+    ADAPTIVE_MODES,
+    ORDERED,
+    PRESSURE_SOURCES,
+    AdaptiveConfig,
+    describe_range,
+    range_of,
+)
 from quotaql.config.locator import KeyPath, locate, render_key
 from quotaql.config.values import (
     ALGORITHMS,
@@ -110,7 +118,7 @@ _LIMITS_KEYS: Final = (
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")
 _WINDOW_KEYS: Final = ("limit", "window_seconds")
 _QUOTA_KEYS: Final = ("algorithm", *_BUCKET_KEYS, *_WINDOW_KEYS)
-_TIER_KEYS: Final = (*_QUOTA_KEYS, "mode", "operations", "per_user", "fields")
+_TIER_KEYS: Final = (*_QUOTA_KEYS, "mode", "operations", "per_user", "fields", "essential")
 _IDENTITY_KEYS: Final = (
     "api_key_header",
     "unknown_keys",
@@ -120,6 +128,24 @@ _IDENTITY_KEYS: Final = (
     "ipv6_prefix",
 )
 _TENANT_KEYS: Final = ("tier", *_QUOTA_KEYS)
+_ADAPTIVE_NUMBERS: Final = (
+    "floor",
+    "latency_target",
+    "latency_saturate",
+    "latency_percentile",
+    "error_target",
+    "error_saturate",
+    "window",
+    "max_tenant_share",
+    "engage_at",
+    "release_at",
+    "engage_for",
+    "release_for",
+    "step",
+)
+_ADAPTIVE_KEYS: Final = ("mode", "sources", "tiers", *_ADAPTIVE_NUMBERS, "min_samples", "global")
+#: The ``[adaptive]`` keys whose AdaptiveConfig field has another name.
+ADAPTIVE_FIELDS: Final = {"global": "scale_global"}
 _DEFAULT_CAPACITY: Final = 1000.0
 _DEFAULT_REFILL_PER_SECOND: Final = 50.0
 
@@ -491,6 +517,7 @@ class _TierKeys:
     operations: Mapping[str, _QuotaKeys]
     per_user: _QuotaKeys | None
     fields: Mapping[str, _QuotaKeys]
+    essential: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,7 +589,10 @@ def _parse_tiers(tiers: _Table) -> _Tiers:
             entry = table.table(coordinate)
             entry.check_keys(_QUOTA_KEYS)
             fields[coordinate] = _parse_quota_keys(entry)
-        entries[name] = _TierKeys(tier, _parse_quota_keys(tier), mode, operations, per_user, fields)
+        essential = tier.get("essential", _boolean) or False
+        entries[name] = _TierKeys(
+            tier, _parse_quota_keys(tier), mode, operations, per_user, fields, essential
+        )
     return _Tiers(tiers, tiers.path[0] in tiers.doc.data, entries)
 
 
@@ -594,6 +624,133 @@ def _parse_alerts(alerts: _Table) -> AlertsConfig:
         return AlertsConfig(**values)
 
 
+def _parse_adaptive(adaptive: _Table) -> AdaptiveConfig:
+    adaptive.check_keys(_ADAPTIVE_KEYS)
+    values: dict[str, Any] = {}
+    mode = adaptive.get("mode", _one_of(ADAPTIVE_MODES))
+    if mode is not None:
+        values["mode"] = mode
+    sources = adaptive.get("sources", _sources)
+    if sources is not None:
+        values["sources"] = sources
+    tiers = adaptive.get("tiers", _tier_names)
+    if tiers is not None:
+        values["tiers"] = tiers
+    for name in _ADAPTIVE_NUMBERS:
+        value = adaptive.get(name, _ranged(name))
+        if value is not None:
+            values[name] = value
+    min_samples = adaptive.get("min_samples", _size)
+    if min_samples is not None:
+        if min_samples < 1:
+            raise adaptive.doc.error(
+                (*adaptive.path, "min_samples"), f"expected an integer >= 1, got {min_samples}"
+            )
+        values["min_samples"] = min_samples
+    scale_global = adaptive.get("global", _boolean)
+    if scale_global is not None:
+        values["scale_global"] = scale_global
+    defaults = AdaptiveConfig()
+    for low, high in ORDERED:
+        low_value = values.get(low, getattr(defaults, low))
+        high_value = values.get(high, getattr(defaults, high))
+        if high_value > low_value:
+            continue
+        given = [key for key in (low, high) if key in values]
+        lines = {key: adaptive.doc.line((*adaptive.path, key)) or 0 for key in given}
+        blamed = max(given, key=lambda key: lines[key])  # the one written last
+        if blamed == high:
+            reason = f"expected a number above {low} ({low_value:g}), got {high_value:g}"
+        else:
+            reason = f"expected a number below {high} ({high_value:g}), got {low_value:g}"
+        raise adaptive.doc.error((*adaptive.path, blamed), reason)
+    with adaptive.blame():
+        return AdaptiveConfig(**values)
+
+
+def _check_adaptive_tiers(
+    doc: _Document, adaptive: AdaptiveConfig, tiers: Mapping[str, TierConfig]
+) -> None:
+    """Every tier ``[adaptive] tiers`` lists exists and is not essential."""
+    for index, name in enumerate(adaptive.tiers or ()):
+        path: KeyPath = ("adaptive", "tiers", index)
+        tier = tiers.get(name)
+        if tier is None:
+            close = difflib.get_close_matches(name, list(tiers), n=1)
+            hint = (
+                f"did you mean {json.dumps(close[0], ensure_ascii=False)}?"
+                if close
+                else (f"expected one of: {_listing(tiers)}")
+            )
+            raise doc.error(path, f"no tier named {json.dumps(name, ensure_ascii=False)}; {hint}")
+        if tier.essential:
+            raise doc.error(
+                path,
+                f"tier {json.dumps(name, ensure_ascii=False)} is essential (tiers.{name}"
+                ".essential = true): an essential tier is never scaled; list it here or mark"
+                " it essential, not both",
+            )
+
+
+def _sources(doc: _Document, path: KeyPath, value: object) -> tuple[Any, ...]:
+    names = _names(doc, path, value)
+    if not names:
+        raise doc.error(path, f"expected at least one of {_listing(PRESSURE_SOURCES)}")
+    for index, source in enumerate(names):
+        if source not in PRESSURE_SOURCES:
+            close = difflib.get_close_matches(source, PRESSURE_SOURCES, n=1)
+            hint = (
+                f"did you mean {json.dumps(close[0])}?"
+                if close
+                else (f"expected one of: {_listing(PRESSURE_SOURCES)}")
+            )
+            raise doc.error(
+                (*path, index),
+                f"unknown pressure source {json.dumps(source, ensure_ascii=False)}; {hint}",
+            )
+        if source in names[:index]:
+            raise doc.error((*path, index), f"{json.dumps(source)} is listed twice")
+    return names
+
+
+def _tier_names(doc: _Document, path: KeyPath, value: object) -> tuple[str, ...]:
+    names = _names(doc, path, value)
+    if not names:
+        raise doc.error(
+            path, "expected at least one tier (leave tiers out: every tier that is not essential)"
+        )
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise doc.error(
+                (*path, index), f"{json.dumps(name, ensure_ascii=False)} is listed twice"
+            )
+    return names
+
+
+def _ranged(name: str) -> Callable[[_Document, KeyPath, object], float]:
+    """A check that the value is a number within the range of the ``[adaptive]`` key ``name``."""
+    bounds = range_of(name)
+    if bounds is None:  # every name of _ADAPTIVE_NUMBERS has a range
+        raise KeyError(name)
+    low, high, low_in, high_in = bounds
+    expected = f"expected {describe_range(bounds)}"
+
+    def check(doc: _Document, path: KeyPath, value: object) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise doc.error(path, f"{expected}, got {describe_value(value)}")
+        above = value >= low if low_in else value > low
+        below = value <= high if high_in else value < high
+        if not (above and below):
+            raise doc.error(path, f"{expected}, got {value}")
+        return float(value)
+
+    return check
+
+
 def _alert_check(kind: AlertKind) -> Callable[[_Document, KeyPath, object], object]:
     def check(doc: _Document, path: KeyPath, value: object) -> object:
         checked = alert_value(kind, value)
@@ -616,6 +773,7 @@ _TABLES: Final[Mapping[str, Callable[[_Table], object]]] = {
     "global": _parse_global,
     "alerts": _parse_alerts,
     "identity": _parse_identity,
+    "adaptive": _parse_adaptive,
 }
 
 
@@ -642,6 +800,7 @@ def _build(doc: _Document) -> Config:
     global_keys = _parsed(tables, "global", _Global)
     alerts = _parsed(tables, "alerts", AlertsConfig)
     identity = _parsed(tables, "identity", IdentityConfig)
+    adaptive = _parsed(tables, "adaptive", AdaptiveConfig)
     limits_keys = doc.data.get("limits", {})
     if not isinstance(limits_keys, dict):  # _parse_limits rejected it already
         raise TypeError("[limits] is not a table")
@@ -688,6 +847,7 @@ def _build(doc: _Document) -> Config:
     global_quota = None
     if global_keys.quota is not None:
         global_quota = _build_quota(global_keys.quota, "global", (base,), shared=True)
+    _check_adaptive_tiers(doc, adaptive, tiers)
 
     with _Table(doc, (), doc.data).blame():
         return Config(
@@ -700,6 +860,7 @@ def _build(doc: _Document) -> Config:
             alerts=alerts,
             identity=identity,
             declares_tiers=tier_keys.present,
+            adaptive=adaptive,
         )
 
 
@@ -747,7 +908,9 @@ def _build_tier(name: str, tier: _TierKeys, base: tuple[Algorithm, str]) -> Tier
         if (line := keys.table.doc.line(keys.table.path)) is not None
     }
     with tier.table.blame():
-        return TierConfig(name, quota, operations, tier.mode, per_user, fields, lines)
+        return TierConfig(
+            name, quota, operations, tier.mode, per_user, fields, lines, essential=tier.essential
+        )
 
 
 def _build_quota(

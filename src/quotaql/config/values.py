@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, cast, get_args
 
+from quotaql.adaptive import AdaptiveConfig
 from quotaql.config.locator import render_key
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.model import SAFE_LIMITS, CostLimits, CostModel
@@ -174,6 +175,8 @@ class TierConfig:
             named ``field:<coordinate>``), debited the cost of that field's selections
             whenever an operation selects it, under any alias or fragment.
         field_lines: the line of each of ``fields`` in the file (for error messages).
+        essential: never scaled by adaptive limits (``[adaptive]``), whatever the pressure:
+            the traffic to protect while the service is overloaded.
     """
 
     name: str
@@ -183,6 +186,7 @@ class TierConfig:
     per_user: Quota | None = None
     fields: Mapping[str, Quota] = field(default_factory=dict)
     field_lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+    essential: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "operations", MappingProxyType(dict(self.operations)))
@@ -233,6 +237,9 @@ class Config:
         identity: the ``[identity]`` table: where subjects come from.
         declares_tiers: the file has a ``[tiers]`` table (else its one tier is the
             default ``free``): a reload never goes from one to a file without.
+        adaptive: the ``[adaptive]`` table: which tiers adaptive limits scale, and how.
+        adaptive_tiers: the names of the tiers adaptive limits scale (``adaptive.tiers``,
+            else every tier that is not ``essential``), whatever the mode.
     """
 
     cost: CostConfig
@@ -244,10 +251,29 @@ class Config:
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     identity: IdentityConfig = field(default_factory=IdentityConfig)
     declares_tiers: bool = field(default=False, compare=False)
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    adaptive_tiers: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))
         object.__setattr__(self, "tenants", MappingProxyType(dict(self.tenants)))
+        listed = self.adaptive.tiers
+        for name in listed or ():
+            tier = self.tiers.get(name)
+            if tier is None:
+                raise ConfigError(
+                    f"[adaptive] tiers: {name!r} is not a tier (tiers: {', '.join(self.tiers)})"
+                )
+            if tier.essential:
+                raise ConfigError(
+                    f"[adaptive] tiers: {name!r} is essential: an essential tier is never scaled"
+                )
+        scaled = (
+            frozenset(listed)
+            if listed is not None
+            else frozenset(name for name, tier in self.tiers.items() if not tier.essential)
+        )
+        object.__setattr__(self, "adaptive_tiers", scaled)
         if self.limits.default_tier not in self.tiers:
             raise ConfigError(
                 f"default_tier {self.limits.default_tier!r} is not a tier"
@@ -289,6 +315,7 @@ class Config:
         report: CostReport | None,
         tier: TierConfig | None = None,
         charge: float | None = None,
+        multiplier: float = 1.0,
     ) -> tuple[tuple[Quota, ...], tuple[float, ...] | None]:
         """The quotas one operation of ``subject`` pays into, and what each is debited.
 
@@ -303,10 +330,20 @@ class Config:
         pay (default: the report's cost); without a report (a request refused before it
         was priced pays ``charge``) no operation or root-field quota applies.
 
+        ``multiplier`` (adaptive limits, below 1 while the service is overloaded) divides
+        what the quotas of an adaptive tier (:attr:`adaptive_tiers`) are debited, each at
+        most its maximum (:meth:`AdaptiveConfig.scale`); other tiers ignore it.
+
         Returns:
             The quotas, and their amounts when they differ from the operation's cost
             (None: every quota pays :attr:`CostReport.cost`).
         """
+        if multiplier < 1.0:
+            paid, amounts = self.charges_for(subject, report, tier, charge)
+            if self._tier_quota(subject.tenant, tier)[0].name not in self.adaptive_tiers:
+                return paid, amounts
+            base = charge if charge is not None else report.cost if report is not None else 0.0
+            return paid, self.adaptive.scale(paid, amounts, base, multiplier)
         tier, own = self._tier_quota(subject.tenant, tier)
         if not (tier.per_user or tier.operations or tier.fields or self.global_quota):
             return (own,), None  # the common case: one quota

@@ -38,6 +38,17 @@ SUBSCRIPTION_EVENTS_TOTAL: Final = "quotaql_subscription_events_total"
 SUBSCRIPTIONS_OPEN: Final = "quotaql_subscriptions_open"
 """Gauge: subscriptions open now (summed over a server's processes)."""
 
+# Adaptive limits (``[adaptive]``, docs/adaptive.md): per process, set once a second.
+PRESSURE: Final = "quotaql_pressure"
+"""Gauge: the pressure signal of each configured ``source`` (``PRESSURE_SOURCES``), 0 to 1."""
+ADAPTIVE_MULTIPLIER: Final = "quotaql_adaptive_multiplier"
+"""Gauge: the multiplier ``m`` of each ``tier`` (its charges are divided by it; 1 for a tier
+that is not adaptive); in shadow mode, the one that would apply."""
+ADAPTIVE_ENGAGED: Final = "quotaql_adaptive_engaged"
+"""Gauge: 1 while adaptive limits are engaged (in shadow mode: would be), else 0."""
+ADAPTIVE_TRANSITIONS_TOTAL: Final = "quotaql_adaptive_transitions_total"
+"""Counter: transitions of adaptive limits, by ``to`` (``engaged``, ``released``)."""
+
 # The tuning metrics (``quotaql tune``, docs/tuning.md), recorded for the operations the
 # server samples. An *assumed* list is one whose size the pricing took from ``assumed_size``
 # (``@listSize(assumedSize:)``), a slicing argument's schema default or ``default_list_size``;
@@ -70,6 +81,8 @@ LABEL_VERSION: Final = "version"
 LABEL_SOURCE: Final = "source"
 LABEL_COORDINATE: Final = "coordinate"
 """A schema coordinate (``"Type.field"``): bounded by the schema, never by the traffic."""
+LABEL_TO: Final = "to"
+"""The state a transition goes to (``TRANSITIONS``)."""
 
 ALLOWED: Final = "allowed"
 BLOCKED: Final = "blocked"
@@ -120,6 +133,19 @@ IDENTITY_SOURCES: Final = (
 SUSPECT_SOURCES: Final = (
     SOURCE_ANONYMOUS, SOURCE_UNKNOWN_KEY, SOURCE_REJECTED_KEY, SOURCE_UNVERIFIED_KEY,
 )  # fmt: skip
+
+#: The sources of the pressure signal (the ``source`` label of ``quotaql_pressure``).
+PRESSURE_LATENCY: Final = "latency"
+"""A percentile of the execution time against ``[adaptive] latency_target``."""
+PRESSURE_ERRORS: Final = "errors"
+"""The share of operations that ended with an unexpected error (not a ``GraphQLError``)."""
+PRESSURE_CALLABLE: Final = "callable"
+"""What ``Gate(pressure=fn)`` returns."""
+PRESSURE_SOURCES: Final = (PRESSURE_LATENCY, PRESSURE_ERRORS, PRESSURE_CALLABLE)
+ENGAGED: Final = "engaged"
+RELEASED: Final = "released"
+#: The values of ``to`` in ``quotaql_adaptive_transitions_total``.
+TRANSITIONS: Final = (ENGAGED, RELEASED)
 
 CHARGED: Final = "charged"
 REFUNDED: Final = "refunded"
@@ -174,6 +200,8 @@ ATTR_IDENTITY: Final = "quotaql.identity"
 """How the subject was identified (one of ``IDENTITY_SOURCES``)."""
 ATTR_EVENTS: Final = "quotaql.subscription.events"
 """Events a subscription delivered (on its span, which ends when the subscription does)."""
+ATTR_ADAPTIVE_MULTIPLIER: Final = "quotaql.adaptive.multiplier"
+"""The multiplier the operation's debit was divided by (set only when below 1)."""
 EVENT_FAIL_OPEN: Final = "quotaql.fail_open"
 EVENT_FAIL_CLOSED: Final = "quotaql.fail_closed"
 EVENT_REFUND: Final = "quotaql.refund"

@@ -111,6 +111,8 @@ class AlertsConfig:
         unverified_keys_for: how long operations with unknown keys taken as tenants of their
             own (``source="unverified_key"``: ``[identity] unknown_keys = "tenant"``) must go
             on before ``QuotaqlUnverifiedApiKeys`` fires (5m).
+        adaptive_engaged_for: how long adaptive limits must stay engaged on an instance
+            before ``QuotaqlAdaptiveEngaged`` fires (1m).
         metrics_absent_for: how long ``quotaql_build_info`` may be missing before
             ``QuotaqlMetricsAbsent`` fires (10m).
     """
@@ -139,6 +141,7 @@ class AlertsConfig:
     unknown_keys_per_second: float = 0.1
     unknown_keys_for: str = "5m"
     unverified_keys_for: str = "5m"
+    adaptive_engaged_for: str = "1m"
     metrics_absent_for: str = "10m"
 
     def __post_init__(self) -> None:
@@ -178,6 +181,7 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "unknown_keys_per_second": "non_negative",
     "unknown_keys_for": "duration",
     "unverified_keys_for": "duration",
+    "adaptive_engaged_for": "duration",
     "metrics_absent_for": "duration",
 }
 

@@ -1,0 +1,686 @@
+"""Adaptive limits: tighten the budgets of chosen tiers while the service is overloaded.
+
+A **pressure** signal in [0, 1] is the largest of its configured sources:
+
+- ``latency``: a percentile of the execution time of the operations this process ran
+  (admitted to settled) over the last ``window`` seconds, against a target:
+  ``(p - latency_target) / (latency_saturate - latency_target)``, clamped;
+- ``errors``: the share of those operations that ended with an **unexpected** error (a
+  resolver raised something that is not a ``GraphQLError``: a bug, a timeout, a database
+  down), against ``error_target`` and ``error_saturate`` alike. Client errors (a
+  ``GraphQLError`` a resolver raised on purpose, such as ``NOT_FOUND``; a document that does
+  not parse or validate; a refusal) never count;
+- ``callable``: what ``Gate(pressure=fn)`` returns, read at most once a second.
+
+Both measured sources weigh each tenant's samples so that no tenant holds more than
+``max_tenant_share`` of the window (:func:`fair_weights`): one tenant's slow or failing
+queries cannot move the percentile for everyone, many tenants' can (that is an overload).
+
+Once pressure stays at or above ``engage_at`` for ``engage_for`` seconds adaptation
+**engages**: the multiplier ``m`` moves towards ``max(floor, 1 - pressure)``, at most ``step``
+per second, quantized to :data:`QUANTUM`. It is **released** once pressure stays at or below
+``release_at`` for ``release_for``, and ``m`` climbs back to 1 at ``step`` per second.
+
+The multiplier is applied to the **charge**, never to the stored refill rate (a bucket's
+state is the time it is full again: a lower rate would read the same state as *more*
+tokens): an adaptive tier's quotas are debited ``cost / m``, at most each quota's maximum
+(so pressure never makes an operation ``COST_EXCEEDS_CAPACITY``), and an operation's refund
+is scaled by the factor its own debit used. A greedy tenant is admitted ``m × refill`` cost
+points a second; the state in Redis stays valid for every worker, whatever each one's ``m``.
+
+Everything here is per process: each worker measures the operations it ran and throttles
+what it admits. The update runs at most once a second, on the request path of whichever
+operation comes first after the second (a non-blocking lock: the others go on with the
+current ``m``); the multiplier an operation reads is one attribute.
+
+Example:
+    >>> clock = [0.0]
+    >>> adaptive = Adaptive(AdaptiveConfig(mode="enforce", sources=("callable",),
+    ...                     engage_for=2.0), pressure=lambda: 0.7, clock=lambda: clock[0])
+    >>> for second in range(5):
+    ...     clock[0] = float(second)
+    ...     adaptive.poll()
+    ...     print(second, adaptive.engaged, adaptive.multiplier)
+    0 False 1.0
+    1 False 1.0
+    2 True 0.9
+    3 True 0.8
+    4 True 0.7
+
+    It goes on down to ``max(floor, 1 - pressure)``, 0.3, and stays there while the pressure
+    does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal, cast, get_args
+
+from graphql import GraphQLError
+
+from quotaql.errors import ConfigError
+from quotaql.instrumentation import names
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+
+    from quotaql.instrumentation.logs import StructuredLog
+    from quotaql.policy.quota import Quota
+
+__all__ = [
+    "ADAPTIVE_MODES",
+    "PRESSURE_SOURCES",
+    "QUANTUM",
+    "Adaptive",
+    "AdaptiveConfig",
+    "AdaptiveMode",
+    "PressureSource",
+    "fair_weights",
+    "quantize",
+    "unexpected_error",
+]
+
+#: ``off``: nothing measured; ``shadow``: pressure and ``m`` computed, exported and logged,
+#: nothing applied; ``enforce``: adaptive tiers are debited ``cost / m``.
+AdaptiveMode = Literal["off", "shadow", "enforce"]
+#: Where pressure comes from (the ``source`` label of ``quotaql_pressure``).
+PressureSource = Literal["latency", "errors", "callable"]
+
+ADAPTIVE_MODES: Final = cast("tuple[AdaptiveMode, ...]", get_args(AdaptiveMode))
+PRESSURE_SOURCES: Final = cast("tuple[PressureSource, ...]", get_args(PressureSource))
+
+QUANTUM: Final = 0.05
+"""The multiplier's grid: ``m`` is a multiple of it (or the floor), so the set of debits an
+operation can be charged stays small (a deny cache entry, a Redis script argument)."""
+UPDATE_INTERVAL: Final = 1.0
+"""Seconds between two updates of the signal and the multiplier (at most one per interval)."""
+SLOW_CALLABLE: Final = 0.01
+"""A ``pressure`` callable slower than this (seconds) is logged (``pressure_slow``): it runs
+on the request path, once a second."""
+SAMPLES_PER_SECOND: Final = 512
+"""The samples kept per second of the window (a uniform reservoir of the operations that
+settled in it): memory and the once-a-second update stay bounded whatever the traffic."""
+FAILURE_LOG_INTERVAL: Final = 60.0
+"""Seconds between two ``pressure_failed`` records while the callable keeps failing."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveConfig:
+    """The ``[adaptive]`` table of ``quotaql.toml``.
+
+    Attributes:
+        mode: ``off`` (default), ``shadow`` or ``enforce`` (see :data:`AdaptiveMode`).
+        sources: where pressure comes from; pressure is the largest of them.
+        tiers: the tiers whose quotas are scaled; None: every tier that is not
+            ``essential``. An essential tier may not be listed.
+        floor: the smallest multiplier (above 0, at most 1): a tier keeps at least this
+            share of its refill rate however high the pressure.
+        latency_target: seconds; the latency percentile at or below it is no pressure.
+        latency_saturate: seconds; at or above it, full pressure (above the target).
+        latency_percentile: which percentile of the execution times (above 0, below 1).
+        error_target: the share of unexpected errors that is no pressure (0 to 1).
+        error_saturate: the share that is full pressure (above the target, at most 1).
+        window: seconds of samples the measured sources look at (at least 1).
+        min_samples: below this many samples in the window, the measured sources report
+            no pressure (too little traffic to tell).
+        max_tenant_share: the most weight one tenant's samples may have in the window
+            (above 0, at most 1). Keep it below ``1 - latency_percentile`` and below the
+            error share that reaches ``engage_at``, or one tenant alone can engage.
+        engage_at: pressure at or above it, for ``engage_for`` seconds, engages.
+        release_at: pressure at or below it, for ``release_for`` seconds, releases (below
+            ``engage_at``: the hysteresis).
+        engage_for: seconds.
+        release_for: seconds.
+        step: the most ``m`` moves per second (above 0, at most 1).
+        scale_global: the ``[global]`` quota is scaled too, for the operations of adaptive
+            tiers (TOML key ``global``); by default the platform quota is left alone.
+    """
+
+    mode: AdaptiveMode = "off"
+    sources: tuple[PressureSource, ...] = ("latency",)
+    tiers: tuple[str, ...] | None = None
+    floor: float = 0.25
+    latency_target: float = 0.25
+    latency_saturate: float = 1.0
+    latency_percentile: float = 0.9
+    error_target: float = 0.01
+    error_saturate: float = 0.1
+    window: float = 10.0
+    min_samples: int = 50
+    max_tenant_share: float = 0.05
+    engage_at: float = 0.5
+    release_at: float = 0.2
+    engage_for: float = 5.0
+    release_for: float = 30.0
+    step: float = 0.1
+    scale_global: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in ADAPTIVE_MODES:
+            raise ConfigError(f"mode must be one of {', '.join(ADAPTIVE_MODES)}, got {self.mode!r}")
+        sources: object = self.sources
+        if isinstance(sources, str) or not isinstance(sources, tuple | list):
+            raise ConfigError(f"sources must be a list of source names, got {sources!r}")
+        object.__setattr__(self, "sources", tuple(sources))
+        for source in self.sources:
+            if source not in PRESSURE_SOURCES:
+                raise ConfigError(
+                    f"sources: unknown source {source!r} (expected {', '.join(PRESSURE_SOURCES)})"
+                )
+        if not self.sources:
+            raise ConfigError("sources must name at least one source")
+        if len(set(self.sources)) < len(self.sources):
+            raise ConfigError(f"sources names a source twice: {list(self.sources)}")
+        tiers: object = self.tiers
+        if tiers is not None:
+            if isinstance(tiers, str) or not isinstance(tiers, tuple | list):
+                raise ConfigError(f"tiers must be a list of tier names, got {tiers!r}")
+            object.__setattr__(self, "tiers", tuple(tiers))
+            if not tiers:
+                raise ConfigError("tiers must name at least one tier (or be left out)")
+            if not all(isinstance(name, str) and name for name in tiers):
+                raise ConfigError(f"tiers must be tier names, got {list(tiers)!r}")
+            if len(set(tiers)) < len(tiers):
+                raise ConfigError(f"tiers names a tier twice: {list(tiers)}")
+        for name, bounds in _RANGES.items():
+            value = getattr(self, name)
+            if not _within(value, bounds):
+                raise ConfigError(f"{name} must be {describe_range(bounds)}, got {value!r}")
+        size = self.min_samples
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"min_samples must be an integer >= 1, got {size!r}")
+        if not isinstance(self.scale_global, bool):
+            raise ConfigError(f"global must be true or false, got {self.scale_global!r}")
+        for low, high in _ORDERED:
+            if getattr(self, high) <= getattr(self, low):
+                raise ConfigError(ordering_error(low, high, getattr(self, low)))
+
+    @property
+    def enabled(self) -> bool:
+        """Anything to measure (``shadow`` or ``enforce``)."""
+        return self.mode != "off"
+
+    @property
+    def measures(self) -> bool:
+        """A source that needs the operations' samples (``latency``, ``errors``)."""
+        return "latency" in self.sources or "errors" in self.sources
+
+    def scale(
+        self,
+        quotas: Sequence[Quota],
+        costs: Sequence[float] | None,
+        cost: float,
+        multiplier: float,
+    ) -> tuple[float, ...]:
+        """What each of ``quotas`` is debited under ``multiplier``: its amount (its own of
+        ``costs``, else ``cost``) divided by the multiplier, but never more than the quota's
+        maximum unless the amount itself is (an operation that pressure alone would push
+        over a quota's capacity is clamped to it: waiting still lets it through). The shared
+        ``[global]`` quota keeps its amount unless :attr:`scale_global`."""
+        amounts = costs if costs is not None else (cost,) * len(quotas)
+        debits = []
+        for quota, amount in zip(quotas, amounts, strict=True):
+            if multiplier >= 1.0 or (quota.shared and not self.scale_global):
+                debits.append(amount)
+                continue
+            scaled = amount / multiplier
+            limit = quota.maximum
+            debits.append(scaled if scaled <= limit else max(amount, limit))
+        return tuple(debits)
+
+
+# Each number's range: (low, high, low included, high included).
+_Bounds = tuple[float, float, bool, bool]
+_RANGES: Final[Mapping[str, _Bounds]] = {
+    "floor": (0.0, 1.0, False, True),
+    "latency_target": (0.0, math.inf, False, False),
+    "latency_saturate": (0.0, math.inf, False, False),
+    "latency_percentile": (0.0, 1.0, False, False),
+    "error_target": (0.0, 1.0, True, False),
+    "error_saturate": (0.0, 1.0, False, True),
+    "window": (1.0, math.inf, True, False),
+    "max_tenant_share": (0.0, 1.0, False, True),
+    "engage_at": (0.0, 1.0, False, True),
+    "release_at": (0.0, 1.0, True, False),
+    "engage_for": (0.0, math.inf, True, False),
+    "release_for": (0.0, math.inf, True, False),
+    "step": (0.0, 1.0, False, True),
+}
+# (a, b): b must be above a.
+_ORDERED: Final = (
+    ("latency_target", "latency_saturate"),
+    ("error_target", "error_saturate"),
+    ("release_at", "engage_at"),
+)
+
+
+def _within(value: object, bounds: _Bounds) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return False
+    low, high, low_in, high_in = bounds
+    if math.isinf(value):
+        return False
+    above = value >= low if low_in else value > low
+    below = value <= high if high_in else value < high
+    return above and below
+
+
+def describe_range(bounds: _Bounds) -> str:
+    """``bounds`` in words: ``a number above 0 and at most 1``."""
+    low, high, low_in, high_in = bounds
+    first = f"{'at least' if low_in else 'above'} {low:g}"
+    if high == math.inf:
+        return f"a finite number {first}"
+    return f"a number {first} and {'at most' if high_in else 'below'} {high:g}"
+
+
+def range_of(name: str) -> _Bounds | None:
+    """The range of the ``[adaptive]`` number ``name`` (for the config reader)."""
+    return _RANGES.get(name)
+
+
+def ordering_error(low: str, high: str, low_value: float) -> str:
+    """The message when ``high`` is not above ``low`` (for the config reader too)."""
+    return f"{high} must be above {low} ({low_value:g})"
+
+
+ORDERED: Final = _ORDERED
+
+
+def quantize(m: float, floor: float) -> float:
+    """``m`` on the :data:`QUANTUM` grid, within ``[floor, 1]`` (the floor itself may be off
+    the grid: the values are the grid's and the floor)."""
+    if m <= floor:
+        return floor
+    grid = round(round(m / QUANTUM) * QUANTUM, 2)
+    return 1.0 if grid >= 1.0 else max(floor, grid)
+
+
+def fair_weights(counts: Mapping[str, int], share: float) -> dict[str, float]:
+    """The weight of one sample of each tenant, so that no tenant weighs more than ``share``
+    of all the samples (water-filling: the largest tenants are capped at the same total,
+    the others keep theirs).
+
+    With fewer than ``1 / share`` tenants no such cap exists; every tenant then weighs the
+    same in all (one of three tenants is a third of the traffic, whatever it sends).
+
+    Example:
+        >>> weights = fair_weights({"a": 90, "b": 5, "c": 5}, 0.5)
+        >>> round(weights["a"] * 90, 6), weights["b"] * 5
+        (10.0, 5.0)
+    """
+    if not counts:
+        return {}
+    ordered = sorted(counts.values(), reverse=True)
+    if share * len(ordered) <= 1.0:
+        return {tenant: 1.0 / count for tenant, count in counts.items()}
+    rest = float(sum(ordered))
+    cap = math.inf
+    for capped, count in enumerate(ordered):
+        if share * capped >= 1.0:  # unreachable: a cap exists before (see the docstring)
+            break
+        candidate = share * rest / (1.0 - share * capped)
+        if candidate >= count:
+            cap = candidate
+            break
+        rest -= count
+    if cap == math.inf:
+        return {tenant: 1.0 / count for tenant, count in counts.items()}
+    return {tenant: min(1.0, cap / count) for tenant, count in counts.items()}
+
+
+def _quantile(pairs: list[tuple[float, float]], q: float) -> float:
+    """The ``q`` quantile of weighted values ``(value, weight)``: the smallest value whose
+    cumulative weight reaches ``q`` of the total (within rounding)."""
+    pairs.sort()
+    total = math.fsum(weight for _, weight in pairs)
+    goal = q * total - 1e-9 * total
+    cumulative = 0.0
+    for value, weight in pairs:
+        cumulative += weight
+        if cumulative >= goal:
+            return value
+    return pairs[-1][0]
+
+
+def _ramp(value: float, target: float, saturate: float) -> float:
+    """0 at ``target`` and below, 1 at ``saturate`` and above, linear between."""
+    return min(1.0, max(0.0, (value - target) / (saturate - target)))
+
+
+def unexpected_error(errors: Iterable[Any] | None) -> bool:
+    """Whether an execution's ``errors`` hold an unexpected one: a ``GraphQLError`` whose
+    ``original_error`` is an exception that is not itself a ``GraphQLError`` (a resolver
+    crashed). A ``GraphQLError`` raised on purpose, validation errors and formatted errors
+    (dicts: nothing says what raised them) are the client's."""
+    if not errors:
+        return False
+    for error in errors:
+        if isinstance(error, GraphQLError):
+            original = error.original_error
+            if original is not None and not isinstance(original, GraphQLError):
+                return True
+    return False
+
+
+class _Bucket:
+    """One second of samples: ``(tenant, seconds, failed)``, a uniform reservoir."""
+
+    __slots__ = ("samples", "second", "seen")
+
+    def __init__(self) -> None:
+        self.second = -1
+        self.seen = 0
+        self.samples: list[tuple[str, float, bool]] = []
+
+
+class Adaptive:
+    """The pressure signal and the multiplier of one process (see the module).
+
+    Args:
+        config: the ``[adaptive]`` table.
+        pressure: ``pressure() -> float``, the ``callable`` source: read at most once a
+            second, on the request path (it must return in well under 10 ms: return a value
+            computed elsewhere). Clamped to [0, 1]; NaN, a non-number, an awaitable or an
+            exception counts as 0 and is logged (``pressure_failed``, at most once a minute).
+        clock: seconds from a monotonic clock (``time.monotonic``; tests set their own, as
+            the attribute ``clock`` too).
+        log: where transitions and failures are logged.
+        tiers: the names of the tiers it scales (for the log records).
+        on_update: called with this object after each update (metrics).
+        on_transition: called with ``"engaged"`` or ``"released"`` on each transition.
+
+    Attributes:
+        multiplier: what adaptive tiers' charges are divided by now: the computed
+            multiplier in ``enforce`` mode, 1 otherwise. One attribute: the hot path reads it.
+        computed: the multiplier the controller computed (also in ``shadow`` mode).
+        engaged: adaptation is engaged (in shadow mode: would be).
+        pressure: the latest pressure, the largest of ``pressures``.
+        pressures: the latest value of each configured source.
+        next_update: the clock's time of the next update.
+    """
+
+    __slots__ = (
+        "_above_since",
+        "_below_since",
+        "_buckets",
+        "_failure_logged",
+        "_failures",
+        "_lock",
+        "_m",
+        "_pressure",
+        "_updated",
+        "_updating",
+        "clock",
+        "computed",
+        "config",
+        "engaged",
+        "log",
+        "multiplier",
+        "next_update",
+        "on_transition",
+        "on_update",
+        "pressure",
+        "pressures",
+        "tiers",
+    )
+
+    def __init__(
+        self,
+        config: AdaptiveConfig,
+        *,
+        pressure: Callable[[], float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        log: StructuredLog | None = None,
+        tiers: Collection[str] = (),
+        on_update: Callable[[Adaptive], None] | None = None,
+        on_transition: Callable[[str], None] | None = None,
+    ) -> None:
+        if pressure is not None and not callable(pressure):
+            raise TypeError(f"pressure must be a callable, got {type(pressure).__name__}")
+        self._pressure = pressure
+        self.clock = clock
+        self.log = log
+        self.on_update = on_update
+        self.on_transition = on_transition
+        self._lock = threading.Lock()  # the samples
+        self._updating = threading.Lock()  # one update at a time, never waited for
+        self.multiplier = 1.0
+        self.computed = 1.0
+        self._m = 1.0
+        self.engaged = False
+        self.pressure = 0.0
+        self._above_since: float | None = None
+        self._below_since: float | None = None
+        self._updated: float | None = None
+        self._failures = 0
+        self._failure_logged: float | None = None
+        self.next_update = -math.inf
+        self.config = config
+        self.tiers: tuple[str, ...] = tuple(tiers)
+        self.pressures: dict[str, float] = {}
+        self._buckets: list[_Bucket] = []
+        self.configure(config, tiers)
+
+    def configure(self, config: AdaptiveConfig, tiers: Collection[str] = ()) -> None:
+        """Apply a new ``[adaptive]`` table (a reload): the samples, the engaged state and
+        the multiplier carry over (within the new floor); ``enforce`` applies at once."""
+        if "callable" in config.sources and config.enabled and self._pressure is None:
+            raise ConfigError(
+                '[adaptive] sources lists "callable": give the gate its pressure callable'
+                " (Gate(pressure=fn), or the adapter's pressure= keyword)"
+            )
+        with self._lock:
+            span = math.ceil(config.window)
+            if len(self._buckets) != span:
+                kept = sorted(
+                    (bucket for bucket in self._buckets if bucket.second >= 0),
+                    key=lambda bucket: bucket.second,
+                )[-span:]
+                self._buckets = [_Bucket() for _ in range(span)]
+                for bucket in kept:
+                    self._buckets[bucket.second % span] = bucket
+        self.config = config
+        self.tiers = tuple(tiers)
+        self.pressures = dict.fromkeys(config.sources, 0.0)
+        if not config.enabled:
+            self.engaged = False
+            self._m = 1.0
+        self._m = min(1.0, max(config.floor, self._m))
+        self.computed = quantize(self._m, config.floor) if self._m < 1.0 else 1.0
+        self.multiplier = self.computed if config.mode == "enforce" else 1.0
+
+    # -- the hot path ----------------------------------------------------------------------
+
+    def observe(self, tenant: str, seconds: float, failed: bool, now: float) -> None:
+        """One operation that ran: ``tenant`` (who paid), how long it took from admission to
+        settlement, whether it ended with an unexpected error, and the clock now."""
+        second = int(now)
+        with self._lock:
+            buckets = self._buckets
+            bucket = buckets[second % len(buckets)]
+            if bucket.second != second:
+                if second < bucket.second:
+                    return  # a sample older than the window (a clock that went back)
+                bucket.second, bucket.seen = second, 0
+                bucket.samples = []
+            bucket.seen += 1
+            samples = bucket.samples
+            if len(samples) < SAMPLES_PER_SECOND:
+                samples.append((tenant, seconds, failed))
+                return
+            slot = int(random.random() * bucket.seen)  # noqa: S311  (a reservoir, not a secret)
+            if slot < SAMPLES_PER_SECOND:
+                samples[slot] = (tenant, seconds, failed)
+
+    def poll(self, now: float | None = None) -> None:
+        """Update the signal and the multiplier if a second has passed since the last
+        update; return at once otherwise, or while another thread updates."""
+        if now is None:
+            now = self.clock()
+        if now < self.next_update or not self._updating.acquire(blocking=False):
+            return
+        try:
+            if now < self.next_update:
+                return  # another thread updated meanwhile
+            self.next_update = now + UPDATE_INTERVAL
+            self.update(now)
+        finally:
+            self._updating.release()
+
+    # -- once a second ---------------------------------------------------------------------
+
+    def update(self, now: float) -> None:
+        """Read the sources, step the hysteresis and the multiplier (:meth:`poll` calls it
+        at most once a second; tests may call it directly)."""
+        config = self.config
+        elapsed = UPDATE_INTERVAL if self._updated is None else max(0.0, now - self._updated)
+        self._updated = now
+        pressures: dict[str, float] = {}
+        if config.measures:
+            latency, errors = self.measure(now)
+            if "latency" in config.sources:
+                pressures["latency"] = latency
+            if "errors" in config.sources:
+                pressures["errors"] = errors
+        if "callable" in config.sources:
+            pressures["callable"] = self._read_callable(now)
+        self.pressures = pressures
+        pressure = self.pressure = max(pressures.values(), default=0.0)
+        if not self.engaged:
+            self._below_since = None
+            if pressure >= config.engage_at:
+                if self._above_since is None:
+                    self._above_since = now
+                if now - self._above_since >= config.engage_for:
+                    self._transition(True, now)
+            else:
+                self._above_since = None
+        else:
+            self._above_since = None
+            if pressure <= config.release_at:
+                if self._below_since is None:
+                    self._below_since = now
+                if now - self._below_since >= config.release_for:
+                    self._transition(False, now)
+            else:
+                self._below_since = None
+        target = max(config.floor, 1.0 - pressure) if self.engaged else 1.0
+        limit = config.step * max(1.0, elapsed / UPDATE_INTERVAL)
+        m = self._m + max(-limit, min(limit, target - self._m))
+        self._m = m = min(1.0, max(config.floor, m))
+        self.computed = quantize(m, config.floor)
+        self.multiplier = self.computed if config.mode == "enforce" else 1.0
+        if self.on_update is not None:
+            self.on_update(self)
+
+    def measure(self, now: float) -> tuple[float, float]:
+        """The ``latency`` and ``errors`` pressures of the samples in the window ending
+        ``now`` (0 and 0 below ``min_samples``), each tenant's weight capped."""
+        config = self.config
+        oldest = int(now) - len(self._buckets) + 1
+        samples: list[tuple[str, float, bool]] = []
+        with self._lock:
+            for bucket in self._buckets:
+                if oldest <= bucket.second <= now:
+                    samples.extend(bucket.samples)
+        if len(samples) < config.min_samples:
+            return 0.0, 0.0
+        weights = fair_weights(Counter(tenant for tenant, _, _ in samples), config.max_tenant_share)
+        pairs = [(seconds, weights[tenant]) for tenant, seconds, _ in samples]
+        total = math.fsum(weight for _, weight in pairs)
+        failed = math.fsum(weights[tenant] for tenant, _, bad in samples if bad)
+        latency = _quantile(pairs, config.latency_percentile)
+        return (
+            _ramp(latency, config.latency_target, config.latency_saturate),
+            _ramp(failed / total, config.error_target, config.error_saturate),
+        )
+
+    def _read_callable(self, now: float) -> float:
+        function = self._pressure
+        if function is None:
+            return 0.0
+        started = time.perf_counter()
+        try:
+            value: Any = function()
+        except Exception as error:  # a bug in the callable must not fail the request
+            self._spent(time.perf_counter() - started)
+            return self._failed(now, f"raised {type(error).__name__}: {error}")
+        self._spent(time.perf_counter() - started)
+        if inspect.isawaitable(value):
+            close = getattr(value, "close", None)
+            if callable(close):
+                close()  # never awaited: no "coroutine was never awaited" warning
+            return self._failed(now, "returned an awaitable (pass a plain function)")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return self._failed(now, f"returned {type(value).__name__}, not a number")
+        if math.isnan(value):
+            return self._failed(now, "returned NaN")
+        self._failures = 0
+        return min(1.0, max(0.0, float(value)))
+
+    def _spent(self, seconds: float) -> None:
+        if seconds > SLOW_CALLABLE and self.log is not None:
+            self.log.log(
+                logging.WARNING,
+                "pressure_slow",
+                "quotaql: the pressure callable took %.1f ms; it runs on the request path"
+                " once a second: return a value computed elsewhere",
+                seconds * 1000,
+                seconds=seconds,
+            )
+
+    def _failed(self, now: float, what: str) -> float:
+        self._failures += 1
+        logged = self._failure_logged
+        if self.log is not None and (logged is None or now - logged >= FAILURE_LOG_INTERVAL):
+            self._failure_logged = now
+            self.log.log(
+                logging.WARNING,
+                "pressure_failed",
+                "quotaql: the pressure callable %s; counted as no pressure (%d failures in a row)",
+                what,
+                self._failures,
+                failures=self._failures,
+            )
+        return 0.0
+
+    def _transition(self, engaged: bool, now: float) -> None:
+        self.engaged = engaged
+        self._above_since = self._below_since = None
+        config = self.config
+        to = names.ENGAGED if engaged else names.RELEASED
+        if self.log is not None:
+            sources = ", ".join(f"{source} {value:.2f}" for source, value in self.pressures.items())
+            shadow = " (shadow mode: nothing is applied)" if config.mode == "shadow" else ""
+            tiers = ", ".join(self.tiers) or "none"
+            if engaged:
+                self.log.log(
+                    logging.WARNING,
+                    "adaptive_engaged",
+                    "quotaql: adaptive limits engaged: pressure %.2f (%s) at or above %g for"
+                    " %gs; the tiers %s are debited cost / m, m down to %g%s",
+                    self.pressure, sources, config.engage_at, config.engage_for, tiers,
+                    quantize(1.0 - self.pressure, config.floor), shadow,
+                    pressure=self.pressure, pressures=dict(self.pressures), mode=config.mode,
+                    tiers=list(self.tiers),
+                )  # fmt: skip
+            else:
+                self.log.log(
+                    logging.INFO,
+                    "adaptive_released",
+                    "quotaql: adaptive limits released: pressure %.2f (%s) at or below %g for"
+                    " %gs; m returns to 1 by %g a second%s",
+                    self.pressure, sources, config.release_at, config.release_for, config.step,
+                    shadow, pressure=self.pressure, pressures=dict(self.pressures),
+                    mode=config.mode, tiers=list(self.tiers),
+                )  # fmt: skip
+        if self.on_transition is not None:
+            self.on_transition(to)
