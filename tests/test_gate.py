@@ -316,11 +316,13 @@ def test_per_user_and_field_quotas_in_one_redis_call(
         third = admit(gate, "mutation { exportOrders }", scope(key="acme"))
         assert third.error.extensions["quota"] == "field:Mutation.exportOrders"
         keys = sorted(key.decode() for key in redis_client.keys("*"))
-        assert keys == [
-            "quotaql:{t:key:acme}:field:Mutation.exportOrders",
-            "quotaql:{t:key:acme}:tenant",
-            "quotaql:{t:key:acme}:user!s:u1",
-        ]  # one hash tag: one slot, one atomic script call
+        # One hash tag: one slot, one atomic script call; the tenant's quotas in one hash,
+        # the user's in another.
+        assert keys == ["quotaql:{t:key:acme}:~q", "quotaql:{t:key:acme}:~u:s:u1"]
+        fields = {field.decode() for field in redis_client.hkeys("quotaql:{t:key:acme}:~q")}
+        assert fields == {"~x", "tenant", "field:Mutation.exportOrders"}
+        user = {field.decode() for field in redis_client.hkeys("quotaql:{t:key:acme}:~u:s:u1")}
+        assert user == {"~x", "user"}
     finally:
         storage.close()
 

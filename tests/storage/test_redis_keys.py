@@ -45,12 +45,12 @@ def tag_of(key: str) -> str:
 @pytest.mark.parametrize(
     ("tenant", "key"),
     [
-        ("acme", "quotaql:{t:acme}:tenant"),
-        ("ACME", "quotaql:{t:ACME}:tenant"),
-        ("user@example.com", "quotaql:{t:user@example.com}:tenant"),
-        ("a/b+c=d-e_f.g:h", "quotaql:{t:a/b+c=d-e_f.g:h}:tenant"),
-        ("x" * 64, f"quotaql:{{t:{'x' * 64}}}:tenant"),
-        (None, "quotaql:{global}:tenant"),
+        ("acme", "quotaql:{t:acme}:~q"),
+        ("ACME", "quotaql:{t:ACME}:~q"),
+        ("user@example.com", "quotaql:{t:user@example.com}:~q"),
+        ("a/b+c=d-e_f.g:h", "quotaql:{t:a/b+c=d-e_f.g:h}:~q"),
+        ("x" * 64, f"quotaql:{{t:{'x' * 64}}}:~q"),
+        (None, "quotaql:{global}:~q"),
     ],
 )
 def test_safe_tenants_are_kept_readable_in_their_hash_tag(tenant: str | None, key: str) -> None:
@@ -77,7 +77,7 @@ def test_safe_tenants_are_kept_readable_in_their_hash_tag(tenant: str | None, ke
     ],
 )
 def test_other_tenants_are_hashed_into_their_hash_tag(tenant: str) -> None:
-    assert redis_key("quotaql", tenant, BUCKET) == f"quotaql:{{h:{digest(tenant)}}}:tenant"
+    assert redis_key("quotaql", tenant, BUCKET) == f"quotaql:{{h:{digest(tenant)}}}:~q"
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,28 @@ def test_the_prefix_and_the_quota_name_frame_the_tag() -> None:
     # quota names): a quota renamed to another algorithm never reads the other's state.
     assert redis_key("rl", "acme", LOG) == "rl:{t:acme}:ops~log"
     assert redis_key("a:b", None, LOG) == "a:b:{global}:ops~log"
-    assert redis_key("rl", "acme", BUCKET) == "rl:{t:acme}:tenant"
+    # Buckets and windows are fields of their group's hash: the tenant's own, or a user's.
+    assert redis_key("rl", "acme", BUCKET) == "rl:{t:acme}:~q"
+    assert BUCKET.state_field == "tenant"
+    window = Quota("daily", limit=5, window_seconds=60, algorithm="fixed_window")
+    assert (redis_key("rl", "acme", window), window.state_field) == ("rl:{t:acme}:~q", "daily~fw")
+    user = BUCKET.scoped("u1")
+    assert (redis_key("rl", "acme", user), user.state_field) == ("rl:{t:acme}:~u:s:u1", "tenant")
+    hashed = BUCKET.scoped("{u} 1")
+    assert redis_key("rl", "acme", hashed).startswith("rl:{t:acme}:~u:h:")
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.from_regex(r"[A-Za-z0-9_.:@/+=-]{1,128}", fullmatch=True), scope=st.text(min_size=1))
+def test_no_quota_key_is_another_groups_hash(name: str, scope: str) -> None:
+    """A sliding log's keys start with its name, never with ``~``: no quota name spells the
+    tenant's hash or a user's; and a user's hash is never the tenant's."""
+    log = Quota(name, limit=5, window_seconds=1, algorithm="sliding_log")
+    groups = {redis_key("p", "acme", BUCKET), redis_key("p", "acme", BUCKET.scoped(scope))}
+    assert len(groups) == 2
+    for key in (redis_key("p", "acme", log), redis_key("p", "acme", log.scoped(scope))):
+        assert key not in groups
+        assert key + "#log" not in groups
 
 
 TENANTS = st.one_of(
@@ -120,7 +141,7 @@ def test_every_key_holds_exactly_one_hash_tag_shared_by_all_the_tenants_quotas(
         assert key.count("{") == 1, key
         assert key.count("}") == 1, key
         assert key.startswith("quotaql:{")
-        assert len(key) <= len("quotaql:{t:}:tenant") + 64
+        assert len(key) <= len("quotaql:{t:}:ops~log") + 64
     assert len({key_slot(key.encode("utf-8", "surrogatepass")) for key in keys}) == 1
     assert tag_of(keys[0]) == tag_of(keys[1])
 
@@ -158,7 +179,7 @@ def test_the_storage_writes_under_its_prefix_and_the_tenants_tag(
     assert sorted(redis_client.keys("*")) == [
         f"rl:{{{tag}}}:ops~log".encode(),
         f"rl:{{{tag}}}:ops~log#log".encode(),
-        f"rl:{{{tag}}}:tenant".encode(),
+        f"rl:{{{tag}}}:~q".encode(),
     ]
 
 

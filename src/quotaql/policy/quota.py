@@ -80,6 +80,17 @@ class Quota:
     unless it is the default token bucket. Two quotas of one name but different algorithms
     (a tenant moving from a token-bucket tier to a window tier, an edited config) keep
     separate states, so neither reads the other's."""
+    state_group: str | None = field(init=False, repr=False, compare=False)
+    """Which of its tenant's state groups holds this quota's state: ``~q`` (the tenant's
+    own), ``~u:<scope>`` (one user's), or None for a sliding log (which keeps its own).
+    The Redis storage keeps each group in one hash, one field per quota (:attr:`state_field`),
+    so a decision reads and writes each group once."""
+    state_field: str = field(init=False, repr=False, compare=False)
+    """The name of this quota's state within its group: :attr:`state_name` without the
+    scope."""
+    script_spec: str = field(init=False, repr=False, compare=False)
+    """:attr:`script_args` and where the state is, as the Redis script reads them for a call
+    of this quota alone."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -124,13 +135,21 @@ class Quota:
         object.__setattr__(self, "script_args", args)
         # "~" is not allowed in names: no quota's state name is another's.
         mark = _STATE_MARKS[self.algorithm]
-        state_name = f"{self.name}~{mark}" if mark else self.name
+        state_field = state_name = f"{self.name}~{mark}" if mark else self.name
+        group = "~q"
         if self.scope is not None:
             if not isinstance(self.scope, str) or not self.scope:
                 raise ConfigError(f"{where}: scope must be a non-empty string, got {self.scope!r}")
             # "!" is not allowed in names either: a scope never reads another quota's state.
-            state_name = f"{state_name}!{_scope_token(self.scope)}"
+            token = _scope_token(self.scope)
+            state_name = f"{state_name}!{token}"
+            group = f"~u:{token}"
+        # "~" starts no quota name: no group's name is a sliding log's key.
+        logged = self.algorithm == "sliding_log"
         object.__setattr__(self, "state_name", state_name)
+        object.__setattr__(self, "state_group", None if logged else group)
+        object.__setattr__(self, "state_field", state_field)
+        object.__setattr__(self, "script_spec", f"{args} 1 {'-' if logged else state_field}")
 
     def scoped(self, scope: str) -> Quota:
         """This quota with one budget per ``scope`` (a user inside the tenant)."""

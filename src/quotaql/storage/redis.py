@@ -5,9 +5,11 @@ mirroring :mod:`quotaql.policy.algorithms`, and a driver that checks every quota
 key and debits all of them or none. The script reads the server's clock (``TIME``), so a
 fleet of application servers with skewed clocks agrees.
 
-Keys are ``<prefix>:{t:<tenant>}:<quota>``: one hash tag per tenant, so all its quotas
-share one Redis Cluster slot and one script call covers them. Tenants outside a safe
-alphabet (or long ones) are hashed, ``{h:<sha256>}``; shared quotas live under
+A tenant's buckets and windows are the fields of one hash, ``<prefix>:{t:<tenant>}:~q``
+(and one per user scope, ``~u:<scope>``), so a decision over several quotas reads and
+writes each hash once; a sliding log keeps its own two keys. One hash tag per tenant: all
+its keys share one Redis Cluster slot and one script call covers them. Tenants outside a
+safe alphabet (or long ones) are hashed, ``{h:<sha256>}``; shared quotas live under
 ``{global}``. Every key carries a TTL: an idle tenant costs nothing once its bucket is full.
 """
 
@@ -65,8 +67,12 @@ def script_source(algorithms: tuple[str, ...] = ALGORITHM_NAMES) -> str:
 
 
 def redis_key(prefix: str, tenant: str | None, quota: Quota) -> str:
-    """The key of ``quota`` for ``tenant`` (``None``: the shared, platform-wide scope)."""
-    return f"{_key_base(prefix, tenant)}{quota.state_name}"
+    """The key that holds ``quota``'s state for ``tenant`` (``None``: the shared,
+    platform-wide scope): the hash of its state group, whose field
+    :attr:`~quotaql.Quota.state_field` is the state, or a sliding log's ZSET (its total is
+    in the same key with ``#log`` appended)."""
+    group = quota.state_group
+    return _key_base(prefix, tenant) + (quota.state_name if group is None else group)
 
 
 def _key_base(prefix: str, tenant: str | None) -> str:
@@ -96,17 +102,34 @@ def _request(
     base = _key_base(prefix, tenant)
     if amounts is not None and len(amounts) == 1:
         amount, amounts = amounts[0], None
-    if len(quotas) == 1 and quotas[0].algorithm != "sliding_log":  # the common case
-        keys = [base + quotas[0].state_name]
-        specs = quotas[0].script_args
+    if len(quotas) == 1:  # the common case
+        quota = quotas[0]
+        group = quota.state_group
+        if group is not None:
+            keys = [base + group]
+        else:
+            key = base + quota.state_name
+            keys = [key, key + "#log"]  # "#" is not allowed in quota names: no clash
+        specs = quota.script_spec
     else:
         keys = []
+        parts = []
         for quota in quotas:
-            key = base + quota.state_name
-            keys.append(key)
-            if quota.algorithm == "sliding_log":
-                keys.append(key + "#log")  # "#" is not allowed in quota names: no clash
-        specs = " ".join(quota.script_args for quota in quotas)
+            group = quota.state_group
+            if group is None:  # a sliding log: its own two keys
+                key = base + quota.state_name
+                keys.append(key)
+                keys.append(key + "#log")
+                parts.append(f"{quota.script_args} {len(keys) - 1} -")
+                continue
+            key = base + group
+            if key in keys:
+                place = keys.index(key) + 1
+            else:
+                keys.append(key)
+                place = len(keys)
+            parts.append(f"{quota.script_args} {place} {quota.state_field}")
+        specs = " ".join(parts)
     if amounts is None:
         text = repr(float(amount))
     else:  # one amount per quota

@@ -3,10 +3,15 @@
 -- no definitions it does not need), and driver.lua, in that order. The algorithm files
 -- mirror quotaql/policy/algorithms.py operation for operation; each registers its functions
 -- in the tables below.
+--
+-- The states of a tenant's buckets and windows are fields of one hash (one per user scope),
+-- so a decision over several quotas reads and writes each hash once: the algorithms are pure
+-- functions of a state's text (false: none), and the driver does the I/O. A sliding log
+-- keeps its own two keys (a ZSET of entries and their total) and does its own I/O.
 
-local checks = {}      -- algorithm -> check(keys, now, cost, param 1, param 2)
-local refunds = {}     -- algorithm -> refund(keys, now, amount, param 1, param 2, debit time)
-local key_counts = {}  -- algorithm -> keys per quota, when more than one
+local checks = {}      -- algorithm -> check(state, now, cost, param 1, param 2)
+local refunds = {}     -- algorithm -> refund(state, now, amount, param 1, param 2, debit time)
+local logs = {}        -- algorithms that keep their own keys (sliding_log)
 
 -- A duration rounded up to whole milliseconds, never negative.
 local function ms(value)
@@ -28,19 +33,10 @@ end
 -- The rounding a fit may absorb, as a share of the quota's size (policy.algorithms.SLACK).
 local SLACK = 1e-9
 
--- Store a state with its time to live; a state that no longer matters is deleted.
-local function put(key, value, ttl)
-  if ttl > 0 then
-    redis.call('SET', key, value, 'PX', ttl)
-  else
-    redis.call('DEL', key)
-  end
-end
-
 -- Milliseconds of refill a bucket (token_bucket, gcra) still owes: 0 when full. The state is
 -- when it is full again, in microseconds.
-local function bucket_debt(key, now_us)
-  local full_at = tonumber(redis.call('GET', key) or nil)
+local function bucket_debt(state, now_us)
+  local full_at = tonumber(state)
   if full_at ~= nil and full_at > now_us then return (full_at - now_us) / 1000 end
   return 0
 end

@@ -1,34 +1,29 @@
 -- GCRA (leaky bucket as a meter): mirrors quotaql.policy.algorithms.gcra / gcra_refund.
--- State (integer string): the theoretical arrival time, in microseconds (bucket_debt reads it).
--- Params: capacity, interval (ms per unit of cost).
+-- State (integer text): the theoretical arrival time, in microseconds (bucket_debt reads it).
+-- Params: capacity, interval (ms per unit of cost). Returns as token_bucket.lua's.
 
-local function gcra_check(keys, now, cost, capacity, interval)
+local function gcra_check(state, now, cost, capacity, interval)
   local now_us = now * 1000
-  local debt = bucket_debt(keys[1], now_us)
+  local debt = bucket_debt(state, now_us)
   local tolerance = capacity * interval
   if cost > capacity then
-    return {false, true, capacity - debt / interval, 0, ms(debt)}
+    return false, true, capacity - debt / interval, 0, ms(debt)
   end
   local new_debt = debt + cost * interval
   if new_debt <= tolerance + tolerance * SLACK then
     local reset = ms(new_debt)
     local remaining = capacity - new_debt / interval
     if not (remaining > 0) then remaining = 0 end
-    return {true, false, remaining, 0, reset, function()
-      put(keys[1], num(now_us + math.ceil(new_debt * 1000)), reset)
-    end}
+    return true, false, remaining, 0, reset, num(now_us + math.ceil(new_debt * 1000)), reset
   end
-  return {false, false, capacity - debt / interval, ms(new_debt - tolerance), ms(debt)}
+  return false, false, capacity - debt / interval, ms(new_debt - tolerance), ms(debt)
 end
 
-local function gcra_refund(keys, now, amount, capacity, interval)
+local function gcra_refund(state, now, amount, capacity, interval)
   local now_us = now * 1000
-  local debt = bucket_debt(keys[1], now_us) - amount * interval
-  if debt <= 0 then
-    redis.call('DEL', keys[1])
-  else
-    put(keys[1], num(now_us + math.ceil(debt * 1000)), ms(debt))
-  end
+  local debt = bucket_debt(state, now_us) - amount * interval
+  if debt <= 0 then return nil, 0 end
+  return num(now_us + math.ceil(debt * 1000)), ms(debt)
 end
 
 checks.gcra = gcra_check

@@ -1,5 +1,6 @@
 -- Sliding window counter: mirrors quotaql.policy.algorithms.sliding_counter / _refund.
--- State (string): "<window start ms> <current count> <previous count>". Params: limit, window.
+-- State (text): "<window start ms> <current count> <previous count>". Params: limit, window.
+-- Returns as token_bucket.lua's.
 
 -- The counts as of now's window (a state from a later window stays as it is).
 local function sliding_counter_roll(start, old_start, current, previous, window)
@@ -8,11 +9,10 @@ local function sliding_counter_roll(start, old_start, current, previous, window)
   return start, 0, 0
 end
 
-local function sliding_counter_windows(key, now, window)
+local function sliding_counter_windows(state, now, window)
   local start = now - now % window
-  local raw = redis.call('GET', key)
-  if not raw then return start, 0, 0 end
-  local old_start, current, previous = string.match(raw, '^(%S+) (%S+) (%S+)$')
+  if not state then return start, 0, 0 end
+  local old_start, current, previous = string.match(state, '^(%S+) (%S+) (%S+)$')
   return sliding_counter_roll(start, tonumber(old_start), tonumber(current),
     tonumber(previous), window)
 end
@@ -29,21 +29,20 @@ local function sliding_counter_reset(start, current, previous, now, window)
   return 0
 end
 
-local function sliding_counter_check(keys, now, cost, limit, window)
-  local start, current, previous = sliding_counter_windows(keys[1], now, window)
+local function sliding_counter_check(state, now, cost, limit, window)
+  local start, current, previous = sliding_counter_windows(state, now, window)
   local estimated = sliding_counter_estimate(start, current, previous, now, window)
   local reset = sliding_counter_reset(start, current, previous, now, window)
   if cost > limit then
-    return {false, true, math.max(0, limit - estimated), 0, reset}
+    return false, true, math.max(0, limit - estimated), 0, reset
   end
   if estimated + cost <= limit + limit * SLACK then
     current = current + cost
     local after = sliding_counter_reset(start, current, previous, now, window)
     local remaining = limit - (estimated + cost)
     if not (remaining > 0) then remaining = 0 end
-    return {true, false, remaining, 0, after, function()
-      put(keys[1], num(start) .. ' ' .. num(current) .. ' ' .. num(previous), after)
-    end}
+    return true, false, remaining, 0, after,
+      num(start) .. ' ' .. num(current) .. ' ' .. num(previous), after
   end
   local at
   if current + cost <= limit then
@@ -61,13 +60,13 @@ local function sliding_counter_check(keys, now, cost, limit, window)
     end
     retry = retry + 1
   end
-  return {false, false, math.max(0, limit - estimated), retry, reset}
+  return false, false, math.max(0, limit - estimated), retry, reset
 end
 
 -- To the window the debit (at its time `at`; nil: now) was counted in: current or previous.
-local function sliding_counter_refund(keys, now, amount, limit, window, at)
-  if redis.call('EXISTS', keys[1]) == 0 then return end
-  local start, current, previous = sliding_counter_windows(keys[1], now, window)
+local function sliding_counter_refund(state, now, amount, limit, window, at)
+  if not state then return nil, 0 end
+  local start, current, previous = sliding_counter_windows(state, now, window)
   local debited = start
   if at ~= nil then debited = at - at % window end
   if debited == start then
@@ -76,11 +75,8 @@ local function sliding_counter_refund(keys, now, amount, limit, window, at)
     previous = math.max(0, previous - amount)
   end
   local ttl = sliding_counter_reset(start, current, previous, now, window)
-  if ttl == 0 then
-    redis.call('DEL', keys[1])
-  else
-    put(keys[1], num(start) .. ' ' .. num(current) .. ' ' .. num(previous), ttl)
-  end
+  if ttl == 0 then return nil, 0 end
+  return num(start) .. ' ' .. num(current) .. ' ' .. num(previous), ttl
 end
 
 checks.sliding_counter = sliding_counter_check

@@ -2,6 +2,9 @@
 -- keys[1]: ZSET of admitted calls, score = time ms, member = "<seq, 15 digits>:<cost>"
 -- (the zero-padded sequence keeps same-millisecond entries in arrival order).
 -- keys[2]: "<total cost> <last seq>". Params: limit, window (ms).
+-- Unlike the other algorithms it does its own I/O (the driver passes it its two keys): a
+-- check returns as token_bucket.lua's, with a function that writes the entry in place of
+-- the state.
 
 local function sliding_log_meta(keys)
   local raw = redis.call('GET', keys[2])
@@ -44,24 +47,24 @@ local function sliding_log_check(keys, now, cost, limit, window)
     reset = ms(newest + window - now)
   end
   if cost > limit then
-    return {false, true, limit - total, 0, reset}
+    return false, true, limit - total, 0, reset
   end
   if total + cost <= limit + limit * SLACK then
     local remaining = limit - (total + cost)
     if not (remaining > 0) then remaining = 0 end
     if cost == 0 then
-      return {true, false, remaining, 0, reset}
+      return true, false, remaining, 0, reset
     end
     -- Entries stay in time order even when the clock steps back.
     local at = now
     if newest ~= nil and newest >= now then at = newest end
     local ttl = ms(at + window - now)
-    return {true, false, remaining, 0, ttl, function()
+    return true, false, remaining, 0, ttl, function()
       seq = seq + 1
       redis.call('ZADD', keys[1], at, string.format('%015d', seq) .. ':' .. num(cost))
       redis.call('PEXPIRE', keys[1], ttl)
-      put(keys[2], num(total + cost) .. ' ' .. num(seq), ttl)
-    end}
+      redis.call('SET', keys[2], num(total + cost) .. ' ' .. num(seq), 'PX', ttl)
+    end, ttl
   end
   -- The first entry whose expiry makes room, with the admission test's own arithmetic.
   local retry = reset
@@ -74,7 +77,7 @@ local function sliding_log_check(keys, now, cost, limit, window)
       break
     end
   end
-  return {false, false, limit - total, retry, reset}
+  return false, false, limit - total, retry, reset
 end
 
 -- From the newest entries made at or before the debit's time `at` (nil: any).
@@ -109,9 +112,13 @@ local function sliding_log_refund(keys, now, amount, limit, window, at)
   end
   local ttl = ms(tonumber(last[2]) + window - now)
   redis.call('PEXPIRE', keys[1], math.max(1, ttl))
-  put(keys[2], num(total) .. ' ' .. num(seq), ttl)
+  if ttl > 0 then
+    redis.call('SET', keys[2], num(total) .. ' ' .. num(seq), 'PX', ttl)
+  else
+    redis.call('DEL', keys[2])
+  end
 end
 
 checks.sliding_log = sliding_log_check
 refunds.sliding_log = sliding_log_refund
-key_counts.sliding_log = 2
+logs.sliding_log = true
