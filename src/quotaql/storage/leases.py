@@ -329,6 +329,9 @@ class MemoryLeases:
     overflow set, :attr:`overflowed` counts the takes made on one. Long or non-ASCII tenant
     keys are stored as their digest, as :class:`~quotaql.storage.memory.MemoryStorage` does.
 
+    Each process has its own sets: limits in memory are per process (Redis shares them).
+    A forked child starts with a copy of the parent's sets and a lock of its own.
+
     Example:
         >>> leases = MemoryLeases(clock=lambda: 0.0)
         >>> tier = LeaseSpec("tier", maximum=1)
@@ -374,6 +377,12 @@ class MemoryLeases:
         self._full_at: int | None = None  # when _make_room last found nothing to drop
         self.overflowing = False
         self.overflowed = 0
+        _memories.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child: a fresh lock (another thread of the parent may have held it at
+        the fork, and no thread of the child would ever release it)."""
+        self._lock = threading.Lock()
 
     def now(self) -> int:
         """The storage clock in integer milliseconds."""
@@ -833,6 +842,8 @@ def _after_fork_in_child() -> None:
     _ids = _Ids()
     for keeper in list(_keepers):
         keeper._forked()
+    for memory in list(_memories):
+        memory._forked()
 
 
 # -- the keeper ------------------------------------------------------------------------------
@@ -1098,4 +1109,5 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 _keepers: weakref.WeakSet[LeaseKeeper] = weakref.WeakSet()
+_memories: weakref.WeakSet[MemoryLeases] = weakref.WeakSet()
 os.register_at_fork(after_in_child=_after_fork_in_child)
