@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Self
 from graphql import DocumentNode, GraphQLError, validate
 
 from quotaql import web
+from quotaql.adaptive import Adaptive, unexpected_error
 from quotaql.config import Config, TierConfig, default_config, load_config
 from quotaql.contract import (
     RATE_LIMITED,
@@ -125,10 +126,15 @@ class Operation:
         denied: refused from the deny cache, before parsing or before the storage.
         failed: refused before it was priced (it did not parse, validate or pass the
             static pass): it pays ``min_charge`` only.
+        multiplier: what adaptive limits divided this operation's debit by (1: nothing).
+        base: when ``multiplier`` is below 1, what each quota would have been debited
+            without it (``costs`` holds what was): its refund is scaled by the same factor.
+        started: the adaptive clock's time the operation was admitted (its latency sample).
     """
 
     __slots__ = (
         "actual",
+        "base",
         "breakdown",
         "charge",
         "costs",
@@ -142,6 +148,7 @@ class Operation:
         "header",
         "mode",
         "more",
+        "multiplier",
         "operation_name",
         "paid_minimum",
         "quotas",
@@ -152,6 +159,7 @@ class Operation:
         "sizes",
         "slot",
         "span",
+        "started",
         "status",
         "subject",
         "tier",
@@ -191,6 +199,9 @@ class Operation:
         self.failed = False
         self.screened = False
         self.finished = False
+        self.multiplier = 1.0
+        self.base: tuple[float, ...] | None = None
+        self.started: float | None = None
 
     def refuse(self, error: GraphQLError, status: int | None = None, *more: GraphQLError) -> None:
         """Answer ``error`` (and ``more``; with HTTP ``status``, for a limiter's refusal)
@@ -322,8 +333,15 @@ class _Reloader:
     first poll that sees the change sees the whole file, and the next one applies it.
     """
 
-    def __init__(self, path: str, interval: float, log: StructuredLog) -> None:
+    def __init__(
+        self,
+        path: str,
+        interval: float,
+        log: StructuredLog,
+        check: Callable[[Config], None] | None = None,
+    ) -> None:
         self.log = log
+        self.check = check  # what else a new file must pass (the gate's own arguments)
         self.path = path
         self.interval = interval
         self._seen = self._stamp()
@@ -362,6 +380,8 @@ class _Reloader:
         try:
             config = load_config(self.path)
             _check(config, schema)
+            if self.check is not None:
+                self.check(config)
             if current.declares_tiers and not config.declares_tiers:
                 raise ConfigError(
                     "the new file declares no [tiers] (cut short while being written?);"
@@ -523,6 +543,14 @@ class Gate:
         recorder: another hook for the limiter's decisions, errors and breaker changes.
         breaker: the circuit breaker in front of the storage.
         config_path: the file ``config`` came from, read again when it changes.
+        pressure: ``pressure() -> float`` in [0, 1], the ``callable`` source of adaptive
+            limits (``[adaptive] sources``): read at most once a second, on the request
+            path, so it must return at once (a value computed elsewhere); NaN or an
+            exception counts as 0 ([adaptive limits](docs/adaptive.md)).
+
+    Attributes:
+        adaptive: the adaptive limits' controller (:class:`quotaql.adaptive.Adaptive`:
+            pressure, multiplier, engaged), None while ``[adaptive] mode`` is ``off``.
     """
 
     def __init__(
@@ -540,8 +568,13 @@ class Gate:
         recorder: Recorder | None = None,
         breaker: CircuitBreaker | None = None,
         config_path: str | os.PathLike[str] | None = None,
+        pressure: Callable[[], float] | None = None,
     ) -> None:
         self._config = config if config is not None else default_config()
+        if pressure is not None and not callable(pressure):
+            raise TypeError(f"pressure must be a callable, got {type(pressure).__name__}")
+        self._pressure = pressure
+        self._check_pressure(self._config)
         self.storage = storage if storage is not None else MemoryStorage()
         self.tier_resolver = tier_resolver
         self.is_async = inspect.iscoroutinefunction(getattr(self.storage, "acquire", None))
@@ -563,7 +596,12 @@ class Gate:
             recorder=MultiRecorder(logs, *hooks) if hooks else logs,
         )
         self._reloader = (
-            _Reloader(os.fspath(config_path), self._config.limits.reload_interval, self.log)
+            _Reloader(
+                os.fspath(config_path),
+                self._config.limits.reload_interval,
+                self.log,
+                self._check_pressure,
+            )
             if config_path is not None
             else None
         )
@@ -572,6 +610,7 @@ class Gate:
         self._denials = DenyCache(self._config.limits.deny_cache_size)
         self._responses = _Responses()
         self._said: set[str] = set()  # what has been logged once
+        self.adaptive: Adaptive | None = None
         self._configured(self._config)
 
     @classmethod
@@ -870,6 +909,8 @@ class Gate:
                 attributes[names.ATTR_COST_ACTUAL] = op.actual
             if op.events:
                 attributes[names.ATTR_EVENTS] = op.events
+            if op.multiplier < 1.0:
+                attributes[names.ATTR_ADAPTIVE_MULTIPLIER] = op.multiplier
             if decision is not None:
                 attributes[names.ATTR_REMAINING] = decision.remaining
                 attributes[names.ATTR_BACKEND] = decision.source
@@ -968,8 +1009,12 @@ class Gate:
             subject, report, op.tier if self.tier_resolver is not None else None,
             charge if charge != report.cost else None,
         )  # fmt: skip
+        adaptive = self.adaptive
+        if adaptive is not None:
+            self._adapt(op, adaptive, config, report.operation_type != "subscription")
         if op.mode == "enforce" and len(self._denials):
-            denial = self._denials.priced(_denial_key(subject), charge)
+            probe = charge if op.base is None else _subject_debit(op)
+            denial = self._denials.priced(_denial_key(subject), probe)
             if denial is not None:  # no cheaper than what was refused, before its time
                 self._deny(op, denial.decision._replace(cost=charge), op.quotas)
                 return op
@@ -1050,7 +1095,8 @@ class Gate:
         if minimum <= 0:
             return None
         tier = op.tier if self.tier_resolver is not None else None
-        quotas, costs = config.charges_for(op.subject, None, tier, minimum)
+        multiplier = self.adaptive.multiplier if self.adaptive is not None else 1.0
+        quotas, costs = config.charges_for(op.subject, None, tier, minimum, multiplier)
         decision: Decision = yield ("acquire", op.subject.key, minimum, quotas, costs)
         return decision, quotas, costs
 
@@ -1119,8 +1165,13 @@ class Gate:
     def _reject_key(self, op: Operation) -> _Flow:
         """An unknown key under ``unknown_keys = "reject"``: the address pays for the try."""
         quota = op.tier.quota
-        charge = max(_REJECTED_KEY_CHARGE, self._config.limits.min_charge)
-        decision: Decision = yield ("acquire", op.subject.key, charge, (quota,), None)
+        config = self._config
+        charge = max(_REJECTED_KEY_CHARGE, config.limits.min_charge)
+        costs = None
+        multiplier = self.adaptive.multiplier if self.adaptive is not None else 1.0
+        if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
+            costs = config.adaptive.scale((quota,), None, charge, multiplier)
+        decision: Decision = yield ("acquire", op.subject.key, charge, (quota,), costs)
         op.quotas, op.decision, op.charge = (quota,), decision, charge
         header = self._config.identity.api_key_header
         if op.mode != "enforce":
@@ -1163,7 +1214,18 @@ class Gate:
         self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None
     ) -> tuple[float, tuple[float, ...] | None]:
         """The actual cost (when shown or refunded), and what to give back to each quota:
-        never below ``min_charge``."""
+        never below ``min_charge``; each quota's refund scaled by the factor adaptive limits
+        scaled its debit by (``op.base``), whatever the multiplier is now.
+
+        The operation's latency and errors are one sample of the adaptive limits' signal
+        here, once (``settle`` calls this once per operation that ran)."""
+        started = op.started
+        if started is not None:
+            op.started = None
+            adaptive = self.adaptive
+            if adaptive is not None and op.runs and adaptive.config.measures:
+                now = adaptive.clock()
+                adaptive.observe(op.subject.key, now - started, unexpected_error(errors), now)
         report = op.report
         if report is None or op.error is not None or op.header == "validate":
             return 0.0, None
@@ -1185,6 +1247,15 @@ class Gate:
         kept = max(op.actual, limits.min_charge)
         amount = max(0.0, op.charge - kept) if refund else 0.0
         quotas = op.quotas
+        base, debits = op.base, op.costs
+        if base is not None and debits is not None and amount > 0:
+            # What the debit took per point of cost, for each quota: 1/m, or less where the
+            # debit was clamped to the quota's maximum. Never the multiplier of now: a
+            # tenant that paid before the pressure rose must not be refunded at its price.
+            return amount, tuple(
+                amount * (debit / paid if paid > 0 else 1.0) if quota.refundable else 0.0
+                for quota, debit, paid in zip(quotas, debits, base, strict=True)
+            )
         if amount <= 0 or (len(quotas) == 1 and quotas[0].refundable):
             return amount, None
         amounts = tuple(amount if quota.refundable else 0.0 for quota in quotas)
@@ -1194,6 +1265,11 @@ class Gate:
         op.events += 1
         if op.events == 1 or op.mode == "off" or not op.quotas or op.error is not None:
             return None  # the first event was paid when the subscription started
+        adaptive = self.adaptive
+        if adaptive is not None:
+            adaptive.poll()
+            if adaptive.multiplier != op.multiplier:
+                self._rescale(op, adaptive.multiplier)
         decision: Decision = yield ("acquire", op.subject.key, op.charge, op.quotas, op.costs)
         if self.metrics is not None:
             outcome = names.ALLOWED if decision.allowed else names.BLOCKED
@@ -1287,6 +1363,59 @@ class Gate:
         if self.metrics is not None:
             self.metrics.subscriptions(self._slots.total())
 
+    def _adapt(self, op: Operation, adaptive: Adaptive, config: Config, timed: bool) -> None:
+        """Adaptive limits on ``op`` about to be debited: its start time (``timed``: its
+        latency is a sample), the signal's update when a second has passed, and its debits
+        divided by the multiplier when its tier is one that adaptation scales."""
+        now = adaptive.clock()
+        adaptive.poll(now)
+        if timed:
+            op.started = now
+        multiplier = adaptive.multiplier
+        if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
+            op.base = op.costs if op.costs is not None else (op.charge,) * len(op.quotas)
+            op.costs = config.adaptive.scale(op.quotas, op.costs, op.charge, multiplier)
+            op.multiplier = multiplier
+
+    def _rescale(self, op: Operation, multiplier: float) -> None:
+        """``op``'s debits under ``multiplier`` (a subscription's later event)."""
+        config = self._config
+        if op.tier.name not in config.adaptive_tiers:
+            return
+        base = op.base if op.base is not None else op.costs
+        if multiplier < 1.0:
+            op.base = base if base is not None else (op.charge,) * len(op.quotas)
+            op.costs = config.adaptive.scale(op.quotas, base, op.charge, multiplier)
+        else:  # back to what it paid at the start: None when every quota paid the charge
+            same = base is None or all(amount == op.charge for amount in base)
+            op.base, op.costs = None, None if same else base
+        op.multiplier = multiplier
+
+    def _check_pressure(self, config: Config) -> None:
+        """``config``'s ``[adaptive]`` table against this gate's arguments."""
+        adaptive = config.adaptive
+        if adaptive.enabled and "callable" in adaptive.sources and self._pressure is None:
+            raise ConfigError(
+                'lists "callable", but the gate has no pressure callable: pass'
+                " Gate(pressure=fn) (or the adapter's pressure= keyword), or drop it",
+                file=config.source,
+                key="adaptive.sources",
+            )
+
+    def _adaptive_updated(self, adaptive: Adaptive) -> None:
+        """Export the signal and the multiplier (once a second, and at configuration)."""
+        metrics = self.metrics
+        if metrics is None:
+            return
+        config = self._config
+        scaled, m = config.adaptive_tiers, adaptive.computed
+        multipliers = {name: m if name in scaled else 1.0 for name in config.tiers}
+        metrics.adaptive(adaptive.pressures, multipliers, engaged=adaptive.engaged)
+
+    def _adaptive_transition(self, to: str) -> None:
+        if self.metrics is not None:
+            self.metrics.adaptive_transition(to)
+
     def _refuse(self, op: Operation, error: GraphQLError) -> GraphQLError:
         """Refuse ``op`` with a limiter's ``error`` and the HTTP status its code has."""
         code = (error.extensions or {}).get("code")
@@ -1304,7 +1433,9 @@ class Gate:
                 self._configured(config)
 
     def _configured(self, config: Config) -> None:
-        """Say once what an unsafe setting of ``config`` means."""
+        """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
+        what an unsafe setting of it means."""
+        self._configure_adaptive(config)
         if config.identity.unknown_keys == "tenant":
             self._say_once(
                 "unknown_keys_tenant",
@@ -1312,6 +1443,52 @@ class Gate:
                 " own, so a client that sends a new key each time gets a new budget each"
                 " time; do not use it on a public API (docs/identity.md)",
                 logging.WARNING,
+            )
+
+    def _configure_adaptive(self, config: Config) -> None:
+        adaptive, settings = self.adaptive, config.adaptive
+        tiers = sorted(config.adaptive_tiers)
+        if not settings.enabled:
+            if adaptive is not None:  # turned off by a reload: nothing scaled from now on
+                adaptive.configure(settings, tiers)
+                self._adaptive_updated(adaptive)
+                self.adaptive = None
+        elif adaptive is None:
+            self.adaptive = adaptive = Adaptive(
+                settings,
+                pressure=self._pressure,
+                log=self.log,
+                tiers=tiers,
+                on_update=self._adaptive_updated,
+                on_transition=self._adaptive_transition,
+            )
+            if self.metrics is not None:
+                self.metrics.adaptive_transitions()  # both series from 0
+            self._adaptive_updated(adaptive)
+        else:
+            adaptive.configure(settings, tiers)
+            self._adaptive_updated(adaptive)
+        if self._pressure is not None and not (settings.enabled and "callable" in settings.sources):
+            self._say_once(
+                "pressure_unused",
+                "quotaql: the gate has a pressure callable, but [adaptive] does not read it"
+                ' (mode "off", or "callable" not in sources)',
+            )
+        if not settings.enabled:
+            return
+        share = settings.max_tenant_share
+        latency = "latency" in settings.sources and share >= 1.0 - settings.latency_percentile
+        errors = "errors" in settings.sources and (
+            share
+            >= settings.error_target
+            + settings.engage_at * (settings.error_saturate - settings.error_target)
+        )
+        if latency or errors:
+            self._say_once(
+                "adaptive_unfair",
+                f"quotaql: [adaptive] max_tenant_share = {share:g} lets one tenant alone"
+                " reach engage_at (keep it below 1 - latency_percentile and below the error"
+                " share that reaches engage_at; docs/adaptive.md)",
             )
 
     def _say_once(self, event: str, message: str, level: int = logging.WARNING) -> None:
@@ -1448,9 +1625,10 @@ def _refunded(decision: Decision, amount: float, amounts: Sequence[float] | None
     or its own of ``amounts``), and the tightest one now may be another."""
     statuses = decision.quotas
     if len(statuses) <= 1:
-        remaining = min(decision.limit, decision.remaining + amount)
-        back = tuple(status._replace(remaining=remaining) for status in statuses)
-        return decision._replace(remaining=remaining, quotas=back)
+        given_back = amounts[0] if amounts else amount  # its own amount, when scaled
+        remaining = min(decision.limit, decision.remaining + given_back)
+        statuses = tuple(status._replace(remaining=remaining) for status in statuses)
+        return decision._replace(remaining=remaining, quotas=statuses)
     given = amounts if amounts is not None else (amount,) * len(statuses)
     back = tuple(
         status._replace(remaining=min(status.limit, status.remaining + each))
@@ -1463,6 +1641,19 @@ def _refunded(decision: Decision, amount: float, amounts: Sequence[float] | None
         reset_after=tightest.reset_after,
         quotas=back,
     )
+
+
+def _subject_debit(op: Operation) -> float:
+    """The least ``op`` debits a quota that refuses its subject (``tenant``, ``user``,
+    ``global``): what the deny cache compares a kept refusal with, never more than the
+    refusing quota's own debit (the cache may only err towards asking the storage)."""
+    costs = op.costs or ()
+    debits = [
+        debit
+        for quota, debit in zip(op.quotas, costs, strict=True)
+        if quota.name in ("tenant", "user", "global")
+    ]
+    return min(debits, default=op.charge)
 
 
 def _has_path(error: Any) -> bool:

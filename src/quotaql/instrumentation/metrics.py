@@ -11,7 +11,9 @@ open live worker (``multiprocess_mode="livemax"``: call prometheus-client's
 ``multiprocess.mark_process_dead(pid)`` when a worker exits, e.g. in gunicorn's
 ``child_exit`` hook) and the build info one value (``"max"``). Of the tuning gauges, the
 assumed list sizes report the most recent value written by any worker (``"mostrecent"``)
-and the largest list seen the maximum (``"max"``).
+and the largest list seen the maximum (``"max"``). The adaptive limits' gauges are per
+worker: the pressure and the engaged state report the highest live worker's
+(``"livemax"``), the multiplier the lowest (``"livemin"``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 from quotaql.instrumentation import names
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from prometheus_client import CollectorRegistry
 
@@ -214,6 +216,35 @@ class PrometheusMetrics:
             registry=registry,
             multiprocess_mode="livesum",  # every live worker's, summed
         )
+        self.pressure = Gauge(
+            names.PRESSURE,
+            "The adaptive limits' pressure signal of each source, 0 (none) to 1 (saturated).",
+            (names.LABEL_SOURCE,),
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.adaptive_multiplier = Gauge(
+            names.ADAPTIVE_MULTIPLIER,
+            "What each tier's charges are divided by (1: not scaled); in shadow mode, what"
+            " would be.",
+            (names.LABEL_TIER,),
+            registry=registry,
+            multiprocess_mode="livemin",
+        )
+        self.adaptive_engaged = Gauge(
+            names.ADAPTIVE_ENGAGED,
+            "1 while adaptive limits are engaged (in shadow mode: would be).",
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.adaptive_transitions_total = Counter(
+            _base(names.ADAPTIVE_TRANSITIONS_TOTAL),
+            "Adaptive limits engaging and releasing.",
+            (names.LABEL_TO,),
+            registry=registry,
+        )
+        self._pressure_sources: set[str] = set()
+        self._adaptive_tiers: set[str] = set()
         build_info = Gauge(
             names.BUILD_INFO,
             "The running quotaql version (always 1).",
@@ -353,6 +384,35 @@ class PrometheusMetrics:
     def subscriptions(self, open_now: int) -> None:
         """Follow how many subscriptions are open."""
         self.subscriptions_open.set(open_now)
+
+    # -- adaptive limits (once a second) ---------------------------------------------------
+
+    def adaptive(
+        self, pressures: Mapping[str, float], multipliers: Mapping[str, float], *, engaged: bool
+    ) -> None:
+        """Set the pressure of each source, the multiplier of each tier and the engaged
+        state. A source or a tier no longer given (a reload dropped it) goes back to 0 and
+        1: no stale value stays behind."""
+        for source in self._pressure_sources - set(pressures):
+            self._child(self.pressure, source).set(0.0)
+        for tier in self._adaptive_tiers - set(multipliers):
+            self._child(self.adaptive_multiplier, tier).set(1.0)
+        self._pressure_sources |= set(pressures)
+        self._adaptive_tiers |= set(multipliers)
+        for source, value in pressures.items():
+            self._child(self.pressure, source).set(value)
+        for tier, value in multipliers.items():
+            self._child(self.adaptive_multiplier, tier).set(value)
+        self.adaptive_engaged.set(1 if engaged else 0)
+
+    def adaptive_transition(self, to: str) -> None:
+        """Count one transition (``to`` is one of ``names.TRANSITIONS``)."""
+        self._child(self.adaptive_transitions_total, to).inc()
+
+    def adaptive_transitions(self) -> None:
+        """Create both transition series at 0, so that ``increase()`` sees the first one."""
+        for to in names.TRANSITIONS:
+            self._child(self.adaptive_transitions_total, to)
 
     # -- the tuning metrics (quotaql tune) --------------------------------------------------
     # Called for a sampled fraction of the operations. list_sizes() may get dozens of lists
