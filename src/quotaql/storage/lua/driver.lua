@@ -21,152 +21,145 @@ if ARGV[3] == '' then
 else
   now = tonumber(ARGV[3])
 end
-local at = tonumber(ARGV[5] or '')
 
-local amounts = {}
-for each in string.gmatch(ARGV[2], '%S+') do amounts[#amounts + 1] = tonumber(each) end
+-- One amount for all quotas, or one each (root-field quotas pay their field's cost).
+local amount = tonumber(ARGV[2])
+local amounts
+if amount == nil then
+  amounts = {}
+  for each in string.gmatch(ARGV[2], '%S+') do amounts[#amounts + 1] = tonumber(each) end
+end
 
--- The quotas, and the fields each hash is read for ('~x' first).
-local algorithms, firsts, seconds, places, fields = {}, {}, {}, {}, {}
-local reads, hashes = {}, {}
+-- The quotas, 8 slots each in one array: algorithm, parameters, key index, field, the
+-- position of its state in its hash's read, and after the checks its new state (a sliding
+-- log's: a function that writes it) and that state's TTL. Per hash, the fields to read
+-- ('~x', its expiry, first), and in `places` each hash once: its key index and what its
+-- states need (the latest time one of them still matters, ms).
+local q = {}
+local reads = {}
+local places = {}
 local n = 0
 for algorithm, first, second, place, field in
     string.gmatch(ARGV[4], '(%S+) (%S+) (%S+) (%S+) (%S+)') do
   if checks[algorithm] == nil then
     return redis.error_reply('quotaql: unknown algorithm ' .. tostring(algorithm))
   end
-  n = n + 1
-  algorithms[n], firsts[n], seconds[n] = algorithm, tonumber(first), tonumber(second)
   place = tonumber(place)
-  places[n], fields[n] = place, field
-  if not logs[algorithm] then
+  local slot = 0
+  if field ~= '-' then
     local read = reads[place]
     if read == nil then
       read = {'~x'}
       reads[place] = read
-      hashes[#hashes + 1] = place
+      places[#places + 1] = place
+      places[#places + 1] = 0
     end
-    read[#read + 1] = field
+    slot = #read + 1
+    read[slot] = field
   end
+  q[n + 1], q[n + 2], q[n + 3], q[n + 4], q[n + 5], q[n + 6] =
+    algorithm, tonumber(first), tonumber(second), place, field, slot
+  n = n + 8
 end
 
--- One read per hash; states[i] is quota i's state text (false: none).
-local states, expiry = {}, {}
-for _, place in ipairs(hashes) do
-  local values = redis.call('HMGET', KEYS[place], unpack(reads[place]))
-  expiry[place] = tonumber(values[1]) or 0
-  reads[place] = values
-end
-do
-  local seen = {}
-  for i = 1, n do
-    local place = places[i]
-    if not logs[algorithms[i]] then
-      local index = (seen[place] or 1) + 1
-      seen[place] = index
-      states[i] = reads[place][index]
-    end
-  end
+-- One read per hash: reads[place] becomes what it read, [slot] a state's text (false: none),
+-- [1] the hash's expiry.
+for j = 1, #places, 2 do
+  local place = places[j]
+  reads[place] = redis.call('HMGET', KEYS[place], unpack(reads[place]))
 end
 
--- Write the changed states of each hash (HDEL the empty ones), extending its TTL if needed.
-local function store(changed, needs)
-  for place, change in pairs(changed) do
-    if #change.set > 0 then
-      local need = needs[place] or 0
-      if need > expiry[place] then
-        local expires = need + math.max(1000, math.ceil((need - now) / 4))
-        change.set[#change.set + 1] = '~x'
-        change.set[#change.set + 1] = expires
-        redis.call('HSET', KEYS[place], unpack(change.set))
-        redis.call('PEXPIRE', KEYS[place], expires - now)
-      else
-        redis.call('HSET', KEYS[place], unpack(change.set))
+-- Write each hash's changed states (mode: 'acquire' or 'refund'), deleting the empty ones and
+-- extending its TTL when a state needs more than it has.
+local function store()
+  for j = 1, #places, 2 do
+    local place, need = places[j], places[j + 1]
+    local set, del
+    for i = 1, n, 8 do
+      if q[i + 3] == place and q[i + 5] > 0 then
+        local new, ttl = q[i + 6], q[i + 7]
+        if new ~= nil and ttl > 0 then
+          if set == nil then set = {q[i + 4], new} else
+            set[#set + 1] = q[i + 4]
+            set[#set + 1] = new
+          end
+        elseif ttl ~= nil and reads[place][q[i + 5]] then  -- empty again: nothing to keep
+          if del == nil then del = {q[i + 4]} else del[#del + 1] = q[i + 4] end
+        end
       end
     end
-    if #change.del > 0 then redis.call('HDEL', KEYS[place], unpack(change.del)) end
+    if set ~= nil then
+      if need > (tonumber(reads[place][1]) or 0) then
+        local expires = need + math.max(1000, math.ceil((need - now) / 4))
+        set[#set + 1] = '~x'
+        set[#set + 1] = expires
+        redis.call('HSET', KEYS[place], unpack(set))
+        redis.call('PEXPIRE', KEYS[place], expires - now)
+      else
+        redis.call('HSET', KEYS[place], unpack(set))
+      end
+    end
+    if del ~= nil then redis.call('HDEL', KEYS[place], unpack(del)) end
   end
-end
-
-local function change_of(changed, place)
-  local change = changed[place]
-  if change == nil then
-    change = {set = {}, del = {}}
-    changed[place] = change
-  end
-  return change
 end
 
 if mode == 'refund' then
-  local changed = {}
-  for i = 1, n do
-    local amount = amounts[i] or amounts[1]
-    local algorithm, place = algorithms[i], places[i]
+  local at = tonumber(ARGV[5] or '')
+  for i = 1, n, 8 do
+    local algorithm, place = q[i], q[i + 3]
+    local given = amount or amounts[(i + 7) / 8]
     -- Nothing back (a root field's quota): its state is left as it is, as in memory.
-    if amount > 0 then
+    if given > 0 then
       if logs[algorithm] then
-        refunds[algorithm]({KEYS[place], KEYS[place + 1]}, now, amount, firsts[i], seconds[i], at)
-      elseif states[i] then  -- no state: a full quota, nothing to give back
-        local state, ttl = refunds[algorithm](states[i], now, amount, firsts[i], seconds[i], at)
-        local change = change_of(changed, place)
-        if state ~= nil and ttl > 0 then
-          change.set[#change.set + 1] = fields[i]
-          change.set[#change.set + 1] = state
-        else
-          change.del[#change.del + 1] = fields[i]
+        refunds[algorithm]({KEYS[place], KEYS[place + 1]}, now, given, q[i + 1], q[i + 2], at)
+      else
+        local state = reads[place][q[i + 5]]
+        if state then  -- no state: a full quota, nothing to give back
+          q[i + 6], q[i + 7] = refunds[algorithm](state, now, given, q[i + 1], q[i + 2], at)
         end
       end
     end
   end
-  store(changed, {})  -- a refund never needs more time than the hash has
+  store()  -- a refund never needs more time than the hash has: `places` needs stay 0
   return {now}
 end
 
 local results = {now}
 local allowed = true
-local news, ttls = {}, {}
-for i = 1, n do
-  local algorithm, place = algorithms[i], places[i]
-  local amount = amounts[i] or amounts[1]
+for i = 1, n, 8 do
+  local algorithm, place = q[i], q[i + 3]
+  local cost = amount or amounts[(i + 7) / 8]
   local ok, exceeds, remaining, retry, reset, new, ttl
   if logs[algorithm] then
     ok, exceeds, remaining, retry, reset, new, ttl =
-      checks[algorithm]({KEYS[place], KEYS[place + 1]}, now, amount, firsts[i], seconds[i])
+      checks[algorithm]({KEYS[place], KEYS[place + 1]}, now, cost, q[i + 1], q[i + 2])
   else
     ok, exceeds, remaining, retry, reset, new, ttl =
-      checks[algorithm](states[i], now, amount, firsts[i], seconds[i])
+      checks[algorithm](reads[place][q[i + 5]], now, cost, q[i + 1], q[i + 2])
   end
   if not ok then allowed = false end
-  news[i], ttls[i] = new, ttl
+  q[i + 6], q[i + 7] = new, ttl
   local k = #results
-  results[k + 1] = ok and 1 or 0
-  results[k + 2] = exceeds and 1 or 0
   -- '%.17g' reads back to the same double.
-  results[k + 3] = string.format('%.17g', remaining)
-  results[k + 4] = retry
-  results[k + 5] = reset
+  results[k + 1], results[k + 2], results[k + 3], results[k + 4], results[k + 5] =
+    ok and 1 or 0, exceeds and 1 or 0, string.format('%.17g', remaining), retry, reset
 end
 
 -- All or nothing: write only when every quota allowed.
 if mode == 'acquire' and allowed then
-  local changed, needs = {}, {}
-  for i = 1, n do
-    local new, place = news[i], places[i]
+  for i = 1, n, 8 do
+    local new = q[i + 6]
     if new ~= nil then
-      if logs[algorithms[i]] then
+      if logs[q[i]] then
         new()
-      elseif ttls[i] > 0 then
-        local change = change_of(changed, place)
-        change.set[#change.set + 1] = fields[i]
-        change.set[#change.set + 1] = new
-        local need = now + ttls[i]
-        if need > (needs[place] or 0) then needs[place] = need end
-      elseif states[i] then  -- back to the empty state: nothing to keep
-        local change = change_of(changed, place)
-        change.del[#change.del + 1] = fields[i]
+      elseif q[i + 7] > 0 then
+        local need = now + q[i + 7]
+        for j = 1, #places, 2 do
+          if places[j] == q[i + 3] and need > places[j + 1] then places[j + 1] = need end
+        end
       end
     end
   end
-  store(changed, needs)
+  store()
 end
 return results
