@@ -294,8 +294,8 @@ def test_the_async_keeper_renews_on_its_loop_until_closed(
             await asyncio.sleep(0.6)
             one = await leases.count("acme", TIER.name)
             renewed = keeper.renewed
-            await keeper.aclose()
             task = keeper._loops[asyncio.get_running_loop()].task
+            await keeper.aclose()
             await asyncio.sleep(0.6)  # closed: "long" expires too
             none = await leases.count("acme", TIER.name)
             return both, one, none, renewed > 10 and task is not None and task.done()

@@ -970,7 +970,7 @@ class LeaseKeeper:
                 raise RuntimeError("the LeaseKeeper is closed")
             if loop is None:
                 state = self._sync
-                if self._thread is None:
+                if self._thread is None or not self._thread.is_alive():
                     self._thread = threading.Thread(
                         target=self._run, args=(self._stop,), name="quotaql-lease-keeper"
                     )
@@ -983,7 +983,8 @@ class LeaseKeeper:
             state.groups.setdefault(group, {})[lease] = None
 
     def drop(self, key: str | None, names: Sequence[str], lease: str) -> bool:
-        """Stop renewing ``lease`` in the sets of ``names``: False if it was not held."""
+        """Stop renewing ``lease`` held with this ``key`` and ``names`` (in the order
+        :meth:`hold` was given): False if it was not held so."""
         group = (key, tuple(names))
         loop = _running_loop() if self.is_async else None
         with self._lock:
@@ -1027,11 +1028,12 @@ class LeaseKeeper:
 
     async def aclose(self) -> None:
         """:meth:`close`, and wait for the current loop's task to end."""
-        self.close()
         state = self._loops.get(asyncio.get_running_loop())
-        if state is not None and state.task is not None:
+        task = None if state is None else state.task
+        self.close()
+        if task is not None:
             with contextlib.suppress(asyncio.CancelledError):
-                await state.task
+                await task
 
     # -- rounds --------------------------------------------------------------------------
 
@@ -1052,17 +1054,22 @@ class LeaseKeeper:
     async def _run_async(self, loop: asyncio.AbstractEventLoop, state: _LoopState) -> None:
         """A loop's task: a round every period until cancelled (or forked away)."""
         renew: Callable[..., Coroutine[Any, Any, int]] = self.leases.renew  # type: ignore[assignment]
-        while True:
-            await asyncio.sleep(self.period_ms / 1000)
-            if self._loops.get(loop) is not state or state.task is not asyncio.current_task():
-                return  # forked, or replaced
-            for group, chunk in self._round(state):
-                try:
-                    renewed = await renew(group[0], group[1], chunk, self.ttl_ms)
-                except Exception as exc:  # never stop renewing
-                    self._failed(exc)
-                else:
-                    self._done(renewed, len(group[1]) * len(chunk))
+        me = asyncio.current_task()
+        try:
+            while True:
+                await asyncio.sleep(self.period_ms / 1000)
+                if self._loops.get(loop) is not state or state.task is not me:
+                    return  # forked, or replaced
+                for group, chunk in self._round(state):
+                    try:
+                        renewed = await renew(group[0], group[1], chunk, self.ttl_ms)
+                    except Exception as exc:  # never stop renewing
+                        self._failed(exc)
+                    else:
+                        self._done(renewed, len(group[1]) * len(chunk))
+        finally:
+            if state.task is me:  # the state no longer refers to the loop (a weak key)
+                state.task = None
 
     def _round(self, state: _LoopState) -> Iterable[tuple[_Group, list[str]]]:
         """The renew calls of one round: each group's leases still held when its call is
