@@ -127,6 +127,7 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlAnonymousRequests",
         "QuotaqlUnknownApiKeys",
         "QuotaqlUnverifiedApiKeys",
+        "QuotaqlAdaptiveEngaged",
         "QuotaqlMetricsAbsent",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
@@ -206,6 +207,7 @@ def test_the_exprs_compare_with_the_default_thresholds():
     assert exprs["QuotaqlUnverifiedApiKeys"] == (
         'sum by (job) (rate(quotaql_identity_total{source="unverified_key"}[5m]))\n  > 0'
     )
+    assert exprs["QuotaqlAdaptiveEngaged"] == f"max by (job) ({names.ADAPTIVE_ENGAGED})\n  > 0"
     assert exprs["QuotaqlMetricsAbsent"] == f"absent({names.BUILD_INFO})"
 
 
@@ -311,6 +313,7 @@ anonymous_for = "20m"
 unknown_keys_per_second = 2
 unknown_keys_for = "15m"
 unverified_keys_for = "1h"
+adaptive_engaged_for = "3m"
 metrics_absent_for = "1h30m"
 """
 
@@ -349,6 +352,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlAnonymousRequests": "20m",
         "QuotaqlUnknownApiKeys": "15m",
         "QuotaqlUnverifiedApiKeys": "1h",
+        "QuotaqlAdaptiveEngaged": "3m",
         "QuotaqlMetricsAbsent": "1h30m",
     }
     for name, rule in rules.items():

@@ -58,12 +58,25 @@ METRICS = {
     names.LIST_ASSUMED_ITEMS,
     names.LIST_SLICED_RATIO,
     names.COST_ESTIMATE_RATIO,
+    names.PRESSURE,
+    names.ADAPTIVE_MULTIPLIER,
+    names.ADAPTIVE_ENGAGED,
+    names.ADAPTIVE_TRANSITIONS_TOTAL,
 }
 
 OVERVIEW_ROWS = [
     (
         "Overview",
         ["Decisions per second", "Blocked ratio", "Fail-open / fail-closed decisions"],
+    ),
+    (
+        "Adaptive",
+        [
+            "Pressure by source",
+            "Adaptive multiplier by tier",
+            "Adaptive limits",
+            "Adaptive transitions in range",
+        ],
     ),
     (
         "Identity",
@@ -357,7 +370,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 30), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 34), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -551,6 +564,35 @@ def test_subscription_panels(dashboards: dict[str, dict[str, Any]]) -> None:
     colours = _fixed_colours(_panel(overview, "Subscription events per second"))
     assert colours[names.ALLOWED] == "green"
     assert colours[names.BLOCKED] == "red"
+
+
+def test_adaptive_panels(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+
+    def exprs(title: str) -> list[str]:
+        return [t["expr"] for t in _panel(overview, title)["targets"]]
+
+    # The most pressured instance per source, the tightest per tier: what an operator must
+    # see first is the worst of the instances.
+    assert exprs("Pressure by source") == [f'max by (source) ({names.PRESSURE}{{job=~"$job"}})']
+    assert exprs("Adaptive multiplier by tier") == [
+        f'min by (tier) ({names.ADAPTIVE_MULTIPLIER}{{job=~"$job", tier=~"$tier"}})'
+    ]
+    assert exprs("Adaptive limits") == [f'max({names.ADAPTIVE_ENGAGED}{{job=~"$job"}})']
+    assert exprs("Adaptive transitions in range") == [
+        f'sum by (to) (increase({names.ADAPTIVE_TRANSITIONS_TOTAL}{{job=~"$job"}}[$__range]))'
+    ]
+    pressure = _panel(overview, "Pressure by source")["fieldConfig"]["defaults"]
+    assert (pressure["unit"], pressure["max"]) == ("percentunit", 1)
+    assert _panel(overview, "Adaptive multiplier by tier")["fieldConfig"]["defaults"]["max"] == 1
+    engaged = _panel(overview, "Adaptive limits")
+    mapped = engaged["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    assert {value: entry["text"] for value, entry in mapped.items()} == {
+        "0": "released",
+        "1": "engaged",
+    }
+    assert names.LABEL_TO == "to"
+    assert names.TRANSITIONS == ("engaged", "released")
 
 
 def test_tenant_refusals_count_every_refusing_decision(

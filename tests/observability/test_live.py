@@ -72,6 +72,11 @@ tier = "free"
 tier = "free"
 [tenants.streamer]
 tier = "free"
+# Shadow: pressure, multiplier and transitions reach Prometheus, nothing is scaled.
+[adaptive]
+mode = "shadow"
+sources = ["callable", "latency"]
+engage_for = 1
 """
 # An internal endpoint behind a gateway that (we are told) verified every key already.
 INTERNAL_TOML = """
@@ -96,6 +101,7 @@ TEST_ALERTS = AlertsConfig(
     anonymous_for="0s",
     unknown_keys_for="0s",
     unverified_keys_for="0s",
+    adaptive_engaged_for="0s",
     metrics_absent_for="0s",
 )
 IDENTITY_ALERTS = {"QuotaqlAnonymousRequests", "QuotaqlUnknownApiKeys", "QuotaqlUnverifiedApiKeys"}
@@ -219,6 +225,7 @@ def test_dashboards_have_data_and_alerts_fire(
         write_config(base=TOML),
         storage=AsyncRedisStorage.from_url(fresh_redis_server.url, timeout=0.2),
         metrics=metrics,
+        pressure=lambda: 0.9,  # an overloaded service, as the application's own signal says
     )
     internal_toml = tmp_path / "internal.toml"
     internal_toml.write_text(INTERNAL_TOML, encoding="utf-8")
@@ -305,6 +312,9 @@ def test_dashboards_have_data_and_alerts_fire(
                 ("quotaql_requests_total", "decision", "too_many_subscriptions"),
                 ("quotaql_subscription_events_total", "decision", "allowed"),
                 ("quotaql_subscription_events_total", "decision", "blocked"),
+                ("quotaql_pressure", "source", "callable"),
+                ("quotaql_adaptive_transitions_total", "to", "engaged"),
+                ("quotaql_adaptive_multiplier", "tier", "free"),
             )
         ]
 
@@ -328,7 +338,7 @@ def test_dashboards_have_data_and_alerts_fire(
             series = prom.query('max_over_time(ALERTS{alertstate="firing"}[5m])')
             return {entry["metric"]["alertname"] for entry in series}
 
-        wanted = {"QuotaqlBlockSpike", "QuotaqlBackendErrors"}
+        wanted = {"QuotaqlBlockSpike", "QuotaqlBackendErrors", "QuotaqlAdaptiveEngaged"}
         active = eventually(lambda: wanted <= firing() and firing(), 60, f"alerts {wanted}")
         assert wanted <= active
         assert "QuotaqlFailingOpen" in active

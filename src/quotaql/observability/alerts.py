@@ -60,6 +60,7 @@ ALERT_NAMES: Final = (
     "QuotaqlAnonymousRequests",
     "QuotaqlUnknownApiKeys",
     "QuotaqlUnverifiedApiKeys",
+    "QuotaqlAdaptiveEngaged",
     "QuotaqlMetricsAbsent",
 )
 """Every alert, in the order of the rule file and of ``docs/runbook.md``."""
@@ -105,6 +106,7 @@ def alert_rules(config: AlertsConfig = _DEFAULTS) -> dict[str, list[dict[str, ob
         _anonymous(config),
         _unknown_keys(config),
         _unverified_keys(config),
+        _adaptive_engaged(config),
         _metrics_absent(config),
     ]
     return {"groups": [{"name": GROUP, "rules": rules}]}
@@ -373,6 +375,25 @@ def _unverified_keys(config: AlertsConfig) -> dict[str, object]:
         f' [identity] unknown_keys = "tenant" is in force, so a client that sends a new key'
         f" each time gets a new budget each time. It is safe only where every key was"
         f" verified before quotaql sees it.",
+        config,
+    )
+
+
+def _adaptive_engaged(config: AlertsConfig) -> dict[str, object]:
+    """Adaptive limits engaged on any instance of a job (each process has its own signal:
+    one overloaded worker is enough to tighten what it admits)."""
+    return _rule(
+        "QuotaqlAdaptiveEngaged",
+        f"max by ({_JOB}) ({names.ADAPTIVE_ENGAGED})\n  > 0",
+        config.adaptive_engaged_for,
+        "warning",
+        "quotaql of {{ $labels.job }} tightened its adaptive tiers: the service is under pressure",
+        f"Adaptive limits have been engaged on an instance of job {{{{ $labels.job }}}} for"
+        f" {config.adaptive_engaged_for} ({names.ADAPTIVE_ENGAGED}): its pressure signal"
+        f" ({names.PRESSURE}, by source) stayed at or above [adaptive] engage_at, so the"
+        f" tiers it scales are debited cost / m ({names.ADAPTIVE_MULTIPLIER}) and their"
+        f" tenants get less; essential tiers are not scaled. In shadow mode nothing is"
+        f" applied: it shows what would have been.",
         config,
     )
 
