@@ -21,8 +21,9 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from quotaql.errors import StorageError, StorageTimeout
+from quotaql.errors import StorageTimeout
 from quotaql.policy.quota import ALGORITHM_NAMES, Decision, Quota, combine, decide_one
+from quotaql.storage._pipeline import Pipeline, storage_error
 from quotaql.storage.base import check_arguments, tenant_digest
 
 if TYPE_CHECKING:
@@ -408,7 +409,7 @@ class RedisStorage(_RedisBase):
                 script.sha = self.client.script_load(script.script)
                 return execute("EVALSHA", script.sha, len(keys), *keys, *args)
         except self._errors as exc:
-            raise _storage_error(exc) from exc
+            raise storage_error(exc) from exc
 
 
 class AsyncRedisStorage(_RedisBase):
@@ -417,15 +418,72 @@ class AsyncRedisStorage(_RedisBase):
     ``timeout`` bounds each call (connecting included) with a deadline that tells a stalled
     event loop from a silent Redis: time the loop spent blocked by other work does not count
     against Redis (see :class:`_Deadline`), so a worker stall is not taken for an outage.
+
+    On a single Redis server, the calls an event loop makes at once are pipelined
+    (:mod:`quotaql.storage._pipeline`): queued, and sent at the end of the loop iteration as
+    one write on one of ``pipeline_connections`` connections of the storage's own, at most
+    ``pipeline_limit`` per write. Under load, batches grow while the connections are busy;
+    beyond ``pipeline_queue_max`` waiting calls, a call fails at once (the fail mode answers
+    it). ``pipeline=False`` makes one call per connection of the pool at a time, as Redis
+    Cluster clients always do.
     """
 
     _harden = staticmethod(_hardened_async)
 
     def __init__(
-        self, client: Any, *, prefix: str = "quotaql", timeout: float = DEFAULT_TIMEOUT
+        self,
+        client: Any,
+        *,
+        prefix: str = "quotaql",
+        timeout: float = DEFAULT_TIMEOUT,
+        pipeline: bool = True,
+        pipeline_limit: int = 128,
+        pipeline_connections: int = 2,
+        pipeline_queue_max: int = 10_000,
     ) -> None:
+        if not isinstance(pipeline, bool):
+            raise ValueError(f"pipeline must be True or False, got {pipeline!r}")
+        for name, value in (
+            ("pipeline_limit", pipeline_limit),
+            ("pipeline_connections", pipeline_connections),
+            ("pipeline_queue_max", pipeline_queue_max),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         super().__init__(client, prefix=prefix, timeout=timeout)
         self._stall_tolerance = max(timeout * STALL_TOLERANCE_SHARE, MIN_STALL_TOLERANCE)
+        self.pipelined = pipeline and not _is_cluster(self.client)
+        self._pipeline_options = (pipeline_limit, pipeline_connections, pipeline_queue_max)
+        self._pipeline: Pipeline | None = None
+
+    @property
+    def pipeline(self) -> Pipeline | None:
+        """The pipeline of the event loop that last used the storage (None: not pipelined,
+        or not used yet)."""
+        return self._pipeline
+
+    def _pipeline_for(self, loop: asyncio.AbstractEventLoop) -> Pipeline:
+        limit, connections, queue_max = self._pipeline_options
+        pool = self.client.connection_pool
+        tolerance = self._stall_tolerance
+        timeout = self.timeout
+
+        def deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> _Deadline:
+            return _Deadline(loop, task, timeout, tolerance)
+
+        pipeline = Pipeline(
+            loop,
+            pool.make_connection,
+            deadline,
+            timeout=timeout,
+            errors=self._errors,
+            noscript=self._noscript,
+            limit=limit,
+            connections=connections,
+            queue_max=queue_max,
+        )
+        self._pipeline = pipeline
+        return pipeline
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> AsyncRedisStorage:
@@ -472,6 +530,8 @@ class AsyncRedisStorage(_RedisBase):
 
     async def close(self) -> None:
         """Close the storage's private connections."""
+        if self._pipeline is not None:
+            await self._pipeline.close()
         if _is_cluster(self.client):
             await self.client.aclose()
         else:  # a pool passed in is not closed by the client unless asked
@@ -494,7 +554,14 @@ class AsyncRedisStorage(_RedisBase):
         return result
 
     async def evaluate(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
-        """:meth:`RedisStorage.evaluate` for asyncio, bounded by the storage's deadline."""
+        """:meth:`RedisStorage.evaluate` for asyncio, bounded by the storage's deadline (and
+        pipelined with the loop's other calls)."""
+        if self.pipelined:
+            loop = asyncio.get_running_loop()
+            pipeline = self._pipeline
+            if pipeline is None or pipeline.loop is not loop:
+                pipeline = self._pipeline_for(loop)
+            return await pipeline.submit(script, keys, args)
         execute = self.client.execute_command  # see RedisStorage.evaluate
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
@@ -512,7 +579,7 @@ class AsyncRedisStorage(_RedisBase):
                 raise StorageTimeout(f"Redis did not answer within {self.timeout:g} s") from None
             raise
         except self._errors as exc:
-            raise _storage_error(exc) from exc
+            raise storage_error(exc) from exc
         finally:
             deadline.disarm()
 
@@ -604,11 +671,3 @@ def _check_options(prefix: str, timeout: float) -> None:
         raise ValueError(f"prefix must be a non-empty string without braces, got {prefix!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-
-
-def _storage_error(exc: Exception) -> StorageError:
-    from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: PLC0415
-
-    if isinstance(exc, RedisTimeoutError):
-        return StorageTimeout(f"Redis did not answer in time: {exc}")
-    return StorageError(f"Redis failed: {type(exc).__name__}: {exc}")
