@@ -22,12 +22,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
+from quotaql import ariadne
 from quotaql.config import load_config
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
 from quotaql.errors import ConfigError
 from quotaql.gate import Gate, Operation, current_operation
 from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics
+from quotaql.plugin import CostLimiter
 from quotaql.storage.memory import MemoryStorage
 
 if TYPE_CHECKING:
@@ -608,3 +610,14 @@ def test_a_reload_carries_the_state_over_and_can_turn_it_off(
     assert world.run("greedy").multiplier == 1.0
     assert registry.get_sample_value(names.ADAPTIVE_ENGAGED) == 0.0
     assert registry.get_sample_value(names.ADAPTIVE_MULTIPLIER, {"tier": "free"}) == 1.0
+
+
+def test_the_adapters_give_their_gate_the_pressure_callable(tmp_path: Path) -> None:
+    config = load_config(World(tmp_path).path)
+    for adapter in (CostLimiter, ariadne.CostLimiter):
+        limiter = adapter(config, pressure=lambda: 0.7)
+        assert limiter.gate.adaptive is not None
+        limiter.gate.adaptive.poll()
+        assert limiter.gate.adaptive.pressures == {"callable": 0.7}
+        with pytest.raises(ConfigError, match="no pressure callable"):
+            adapter(config)

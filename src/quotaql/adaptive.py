@@ -401,6 +401,7 @@ class Adaptive:
         multiplier: what adaptive tiers' charges are divided by now: the computed
             multiplier in ``enforce`` mode, 1 otherwise. One attribute: the hot path reads it.
         computed: the multiplier the controller computed (also in ``shadow`` mode).
+        measures: a configured source needs the operations' samples (:meth:`observe`).
         engaged: adaptation is engaged (in shadow mode: would be).
         pressure: the latest pressure, the largest of ``pressures``.
         pressures: the latest value of each configured source.
@@ -423,6 +424,7 @@ class Adaptive:
         "config",
         "engaged",
         "log",
+        "measures",
         "multiplier",
         "next_update",
         "on_transition",
@@ -488,6 +490,7 @@ class Adaptive:
                 for bucket in kept:
                     self._buckets[bucket.second % span] = bucket
         self.config = config
+        self.measures = config.enabled and config.measures
         self.tiers = tuple(tiers)
         self.pressures = dict.fromkeys(config.sources, 0.0)
         if not config.enabled:

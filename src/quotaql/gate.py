@@ -1223,7 +1223,7 @@ class Gate:
         if started is not None:
             op.started = None
             adaptive = self.adaptive
-            if adaptive is not None and op.runs and adaptive.config.measures:
+            if adaptive is not None and adaptive.measures and op.runs:
                 now = adaptive.clock()
                 adaptive.observe(op.subject.key, now - started, unexpected_error(errors), now)
         report = op.report
