@@ -13,6 +13,7 @@ import random
 import threading
 import time
 import warnings
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -293,6 +294,33 @@ def test_an_async_callable_is_refused_without_a_never_awaited_warning(
     assert not adaptive.engaged
     assert "returned an awaitable (pass a plain function)" in caplog.text
     assert asyncio.iscoroutinefunction(pressure)
+
+
+def test_a_fraction_or_another_real_number_counts() -> None:
+    clock = Clock()
+    adaptive = controller(Pressure(Fraction(3, 4)), clock)
+    run(adaptive, clock, 1)
+    assert adaptive.pressures == {"callable": 0.75}
+
+
+def test_a_failing_update_keeps_the_multiplier_and_never_fails_the_caller(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug in an update hook (the metrics) is logged; the request path goes on."""
+    clock, pressure = Clock(), Pressure(1.0)
+    adaptive = controller(pressure, clock, engage_for=0.0)
+    run(adaptive, clock, 3)
+    m = adaptive.multiplier
+
+    def broken(_: Adaptive) -> None:
+        raise RuntimeError("registry gone")
+
+    adaptive.on_update = broken
+    with caplog.at_level(logging.ERROR, logger=names.LOGGER):
+        run(adaptive, clock, 2)  # raises nothing
+    assert "adaptive_failed" in [r.quotaql_event for r in caplog.records]
+    assert "RuntimeError: registry gone" in caplog.text
+    assert adaptive.multiplier <= m
 
 
 def test_a_callable_that_recovers_counts_again() -> None:

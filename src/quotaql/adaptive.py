@@ -56,6 +56,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import numbers
 import random
 import threading
 import time
@@ -535,6 +536,18 @@ class Adaptive:
                 return  # another thread updated meanwhile
             self.next_update = now + UPDATE_INTERVAL
             self.update(now)
+        except Exception as error:  # a bug here (or in a hook) must not fail the request
+            if self.log is not None:
+                self.log.log(
+                    logging.ERROR,
+                    "adaptive_failed",
+                    "quotaql: the adaptive limits' update failed (%s: %s); the multiplier"
+                    " stays %g",
+                    type(error).__name__,
+                    error,
+                    self.multiplier,
+                    error_type=type(error).__name__,
+                )
         finally:
             self._updating.release()
 
@@ -622,12 +635,13 @@ class Adaptive:
             if callable(close):
                 close()  # never awaited: no "coroutine was never awaited" warning
             return self._failed(now, "returned an awaitable (pass a plain function)")
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return self._failed(now, f"returned {type(value).__name__}, not a number")
-        if math.isnan(value):
+        number = float(value)  # a NumPy scalar or a Fraction too
+        if math.isnan(number):
             return self._failed(now, "returned NaN")
         self._failures = 0
-        return min(1.0, max(0.0, float(value)))
+        return min(1.0, max(0.0, number))
 
     def _spent(self, seconds: float) -> None:
         if seconds > SLOW_CALLABLE and self.log is not None:

@@ -3,7 +3,8 @@
 Every record goes to the ``quotaql`` logger with its fields as ``extra`` (``quotaql_event``
 says what happened: ``blocked``, ``shadow_blocked``, ``backend_error``, ``circuit_opened``,
 ``circuit_closed``, ``config_reloaded``, ``config_reload_failed``, ``unknown_tier``,
-``adaptive_engaged``, ``adaptive_released``, ``pressure_failed``, ``pressure_slow``).
+``adaptive_engaged``, ``adaptive_released``, ``adaptive_failed``, ``pressure_failed``,
+``pressure_slow``).
 Each event kind may log ``burst`` records at once and ``per_second`` on average; the records
 it drops are counted and the next record that passes says how many (``suppressed``).
 """
