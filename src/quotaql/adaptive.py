@@ -541,8 +541,7 @@ class Adaptive:
                 self.log.log(
                     logging.ERROR,
                     "adaptive_failed",
-                    "quotaql: the adaptive limits' update failed (%s: %s); the multiplier"
-                    " stays %g",
+                    "quotaql: the adaptive limits' update failed (%s: %s); the multiplier stays %g",
                     type(error).__name__,
                     error,
                     self.multiplier,
