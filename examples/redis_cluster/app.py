@@ -7,14 +7,15 @@
 one reachable node is enough, the client discovers the others). ``QUOTAQL_CONFIG`` points
 at another ``quotaql.toml`` (default: the demo's).
 
-How the budgets spread over the cluster: a tenant's keys are
-``quotaql:{t:<tenant>}:<quota>``. Redis Cluster hashes only the part between braces (the
-hash tag), so every quota of one tenant (its tier's ``tenant`` quota, an operation quota
-such as ``op:ExportOrders``) lands in one slot, and the one Lua script that checks and
-debits them all at once is a single-slot call: no ``CROSSSLOT`` error. Different tenants
-hash to different slots, so tenants spread over the masters. A ``[global]`` quota, one
-budget for all tenants, is ``quotaql:{global}:global``, on a slot of its own: quotaql takes
-it with a second call after the tenant's, and gives the tenant's debit back if it refuses.
+How the budgets spread over the cluster: a tenant's quotas are the fields of one hash,
+``quotaql:{t:<tenant>}:~q``. Redis Cluster hashes only the part between braces (the hash
+tag), so every key of one tenant (a user's ``per_user`` hash too) lands in one slot, and the
+one Lua script that checks and debits them all at once (its tier's ``tenant`` quota, an
+operation quota such as ``op:ExportOrders``) is a single-slot call: no ``CROSSSLOT`` error.
+Different tenants hash to different slots, so tenants spread over the masters. A
+``[global]`` quota, one budget for all tenants, is in ``quotaql:{global}:~q``, on a slot of
+its own: quotaql takes it with a second call after the tenant's, and gives the tenant's
+debit back if it refuses.
 """
 
 from __future__ import annotations

@@ -80,6 +80,11 @@ class StorageTimeout(StorageError):
     """The storage did not answer within its timeout."""
 
 
+class StorageNotReached(StorageError):
+    """The call was not sent to the storage (a full queue, a closed storage): unlike other
+    storage errors, it is known to have changed nothing."""
+
+
 class CostAnalysisError(QuotaqlError):
     """An operation cannot be priced, or its price breaks a static limit.
 

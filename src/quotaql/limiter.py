@@ -13,16 +13,21 @@ or from ``capacity * local_share`` for a state never reported (see :class:`_Subs
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import contextlib
 import math
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from quotaql.breaker import CircuitBreaker
-from quotaql.errors import ConfigError, StorageError, StorageTimeout
+from quotaql.errors import ConfigError, StorageError, StorageNotReached, StorageTimeout
 from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
+from quotaql.refunds import DEFAULT_MAX_AGE, DEFAULT_MAX_ENTRIES, PendingRefund, RefundQueue
 from quotaql.storage.base import check_arguments
 from quotaql.storage.memory import MemoryStorage, tenant_part
 
@@ -46,6 +51,22 @@ DEFAULT_LOCAL_SHARE = 0.1
 # reported first out; an entry is a key string and a (remaining, ms) pair: ~200 bytes.
 MAX_REPORTS = 100_000
 
+# Refunds the storage could not take are tried again after this many seconds.
+_RETRY_INTERVAL = 0.1
+# An idle refund thread ends after this many seconds (the next refund starts another).
+_IDLE_THREAD = 5.0
+# How long a peek waits for the refunds queued before it (then it reads what is there).
+_PEEK_FLUSH = 1.0
+# What a process does at exit with refunds still waiting: a last try, this long at most.
+_EXIT_FLUSH = 0.5
+_STARTING = threading.Lock()  # starting a limiter's refund thread
+_LIMITERS: weakref.WeakSet[Limiter] = weakref.WeakSet()  # those with a refund thread
+
+# What became of a waiting refund the limiter tried: applied; not sent (the breaker was open,
+# the storage took nothing), to be tried again; or unknown (sent, then the call failed: it
+# may have been applied), dropped and counted lost rather than risk applying it twice.
+_Outcome = Literal["applied", "retry", "unknown"]
+
 # One storage call a flow asks for: (method, key, amount, quotas, now, per-quota amounts,
 # and for a refund the time of the debit it gives back).
 _Call = tuple[
@@ -66,6 +87,9 @@ class Recorder(Protocol):
     def circuit(self, backend: str, is_open: bool) -> None:
         """The circuit breaker opened (``True``) or closed again (``False``)."""
 
+    # Optional (a recorder without it is not told): ``refunds(outcome, count, cost)``, where
+    # outcome is ``applied``, ``lost`` or ``unknown`` (see :mod:`quotaql.refunds`).
+
 
 class NullRecorder:
     """Records nothing: the default."""
@@ -78,6 +102,9 @@ class NullRecorder:
 
     def circuit(self, backend: str, is_open: bool) -> None:
         """Ignore the change."""
+
+    def refunds(self, outcome: str, count: int, cost: float) -> None:
+        """Ignore the refunds."""
 
 
 class MultiRecorder:
@@ -101,6 +128,13 @@ class MultiRecorder:
         for recorder in self.recorders:
             recorder.circuit(backend, is_open)
 
+    def refunds(self, outcome: str, count: int, cost: float) -> None:
+        """Pass the refunds on (to the recorders that take them)."""
+        for recorder in self.recorders:
+            told = getattr(recorder, "refunds", None)
+            if told is not None:
+                told(outcome, count, cost)
+
 
 class _Core:
     """What the sync and async limiters share: validation, flows, fail modes."""
@@ -115,7 +149,12 @@ class _Core:
         recorder: Recorder | None,
         local_share: float = DEFAULT_LOCAL_SHARE,
         open_cap: float | None = None,
+        defer_refunds: bool = True,
+        refund_max_age: float = DEFAULT_MAX_AGE,
+        refund_queue_size: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
+        if not isinstance(defer_refunds, bool):
+            raise ConfigError(f"defer_refunds must be True or False, got {defer_refunds!r}")
         if on_backend_error not in _MODES:
             raise ConfigError(
                 f"on_backend_error must be one of {', '.join(_MODES)}, got {on_backend_error!r}"
@@ -139,6 +178,16 @@ class _Core:
         self.backend: str = getattr(storage, "name", type(storage).__name__)
         # The memory storage cannot fail: no breaker, no fail mode.
         self.infallible = isinstance(storage, MemoryStorage)
+        # Refunds of the storage's debits, waiting to be applied off the response path
+        # (None: applied at once; the memory storage needs no round trip).
+        self.refunds: RefundQueue | None = None
+        if defer_refunds and not self.infallible:
+            try:
+                self.refunds = RefundQueue(
+                    max_age=refund_max_age, max_entries=refund_queue_size, on_dropped=self.dropped
+                )
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         # What the storage last reported per (tenant, quota), least recently first, for the
         # local fallback: (remaining, when in the fallback's clock, ms).
         self.reports: dict[str, tuple[float, int]] = {}
@@ -235,6 +284,69 @@ class _Core:
         if source == "fail_open" or source == "fail_closed":  # noqa: PLR1714
             return False  # nothing was debited
         return decision.at
+
+    def dropped(self, outcome: str, count: int, cost: float) -> None:
+        """``count`` refunds (``cost`` points) were dropped: ``lost`` or ``unknown``."""
+        told = getattr(self.recorder, "refunds", None)
+        if told is not None:
+            told(outcome, count, cost)
+
+    def settle_refunds(
+        self, queue: RefundQueue, tried: Sequence[PendingRefund], outcomes: Sequence[_Outcome]
+    ) -> bool:
+        """Count what was applied, drop what may have been, queue again what was not sent;
+        True when nothing is left to retry."""
+        applied = [r for r, outcome in zip(tried, outcomes, strict=True) if outcome == "applied"]
+        unknown = [r for r, outcome in zip(tried, outcomes, strict=True) if outcome == "unknown"]
+        retry = [r for r, outcome in zip(tried, outcomes, strict=True) if outcome == "retry"]
+        told = getattr(self.recorder, "refunds", None)
+        if told is not None and applied:
+            told("applied", sum(r.merged for r in applied), sum(r.amount for r in applied))
+        if unknown:
+            queue.drop(unknown)
+        queue.put_back(retry)
+        return not retry
+
+    def apply(self, refund: PendingRefund) -> _Outcome:
+        """Apply one waiting refund with plain calls (see :data:`_Outcome`)."""
+        if not self.breaker.allow():
+            return "retry"
+        flow = _Core.refund_flow(
+            refund.key, refund.amount, refund.quotas, refund.now, refund.per_quota, refund.at
+        )
+        try:
+            _run(flow, self.storage)
+        except StorageError as error:
+            return self.refund_failed(error)
+        except BaseException:
+            self.breaker.abandon()
+            raise
+        self.succeeded()
+        return "applied"
+
+    async def apply_async(self, refund: PendingRefund) -> _Outcome:
+        """:meth:`apply` with awaited calls."""
+        if not self.breaker.allow():
+            return "retry"
+        flow = _Core.refund_flow(
+            refund.key, refund.amount, refund.quotas, refund.now, refund.per_quota, refund.at
+        )
+        try:
+            await _run_async(flow, self.storage)
+        except StorageError as error:
+            return self.refund_failed(error)
+        except BaseException:
+            self.breaker.abandon()
+            raise
+        self.succeeded()
+        return "applied"
+
+    def refund_failed(self, error: StorageError) -> _Outcome:
+        """A refund's call failed: retried only when it is known not to have been sent. A
+        call that timed out or broke may still be applied (a paused Redis runs it when it
+        resumes): sending it again could give it back twice, so it is not."""
+        self.failed(error)
+        return "retry" if isinstance(error, StorageNotReached) else "unknown"
 
     # -- failure handling ----------------------------------------------------------------
 
@@ -550,6 +662,9 @@ class _LimiterBase:
         recorder: Recorder | None = None,
         local_share: float = DEFAULT_LOCAL_SHARE,
         open_cap: float | None = None,
+        defer_refunds: bool = True,
+        refund_max_age: float = DEFAULT_MAX_AGE,
+        refund_queue_size: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
         self._core = _Core(
             storage if storage is not None else MemoryStorage(),
@@ -559,7 +674,18 @@ class _LimiterBase:
             recorder=recorder,
             local_share=local_share,
             open_cap=open_cap,
+            defer_refunds=defer_refunds,
+            refund_max_age=refund_max_age,
+            refund_queue_size=refund_queue_size,
         )
+        self._pending = threading.Event()  # refunds were queued (the sync refund thread)
+        self._thread: threading.Thread | None = None
+        self._task: asyncio.Task[None] | None = None  # the async refund task
+
+    @property
+    def refund_queue(self) -> RefundQueue | None:
+        """The refunds waiting to be applied (None: refunds are applied at once)."""
+        return self._core.refunds
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -663,17 +789,70 @@ class Limiter(_LimiterBase):
         """
         _check_request(key, amount, quotas, amounts)
         if amount > 0 if amounts is None else any(amounts):
-            at = self._core.refund_target(key, amount, quotas, now, amounts, decision)
-            if at is not False:
-                self._execute(
-                    lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at),
-                    amount,
-                    quotas,
-                )
+            core = self._core
+            at = core.refund_target(key, amount, quotas, now, amounts, decision)
+            if at is False:
+                return
+            if core.refunds is not None:  # applied by the background thread
+                each = (amount,) * len(quotas) if amounts is None else amounts
+                core.refunds.add(key, quotas, each, at, now)
+                self._wake()
+                return
+            self._execute(
+                lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at), amount, quotas
+            )
+
+    def flush(self, timeout: float = 5.0) -> int:
+        """Apply the refunds waiting now, in this thread (at shutdown, in tests); give up on
+        the ones the storage cannot take within ``timeout`` seconds (they stay queued).
+
+        Returns:
+            How many refunds are still waiting.
+        """
+        queue = self._core.refunds
+        if queue is None:
+            return 0
+        deadline = time.monotonic() + timeout
+        while queue.pending and time.monotonic() < deadline:
+            if len(queue):
+                if not self._apply(queue):
+                    time.sleep(_RETRY_INTERVAL)
+            else:  # the refund thread is applying some
+                queue.wait_done(max(0.0, deadline - time.monotonic()))
+        return len(queue)
+
+    def _apply(self, queue: RefundQueue) -> bool:
+        """Apply what is waiting; False if the storage could not take all of it."""
+        waiting = queue.take()
+        try:
+            outcomes = [self._core.apply(refund) for refund in waiting]
+            return self._core.settle_refunds(queue, waiting, outcomes)
+        finally:
+            queue.done(len(waiting))
+
+    def _wake(self) -> None:
+        """Make sure the refund thread runs (started on first use, again in a forked child)."""
+        self._pending.set()
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            with _STARTING:
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(
+                        target=_refund_thread,
+                        args=(weakref.ref(self), self._pending),
+                        name="quotaql-refunds",
+                        daemon=True,
+                    )
+                    self._thread.start()
+                    _LIMITERS.add(self)
 
     def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
-        """The state of ``key``'s quotas, without debiting anything."""
+        """The state of ``key``'s quotas, without debiting anything (after the refunds
+        queued before it: a peek reads what this process refunded)."""
         _check_request(key, 0.0, quotas)
+        queue = self._core.refunds
+        if queue is not None and queue.pending:
+            self.flush(_PEEK_FLUSH)
         return cast(
             "Decision", self._execute(lambda: _Core.peek_flow(key, quotas, now), 0.0, quotas)
         )
@@ -771,17 +950,74 @@ class AsyncLimiter(_LimiterBase):
         """
         _check_request(key, amount, quotas, amounts)
         if amount > 0 if amounts is None else any(amounts):
-            at = self._core.refund_target(key, amount, quotas, now, amounts, decision)
-            if at is not False:
-                await self._execute(
-                    lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at),
-                    amount,
-                    quotas,
-                )
+            core = self._core
+            at = core.refund_target(key, amount, quotas, now, amounts, decision)
+            if at is False:
+                return
+            if core.refunds is not None:  # applied by a task of the loop, with what is in flight
+                each = (amount,) * len(quotas) if amounts is None else amounts
+                core.refunds.add(key, quotas, each, at, now)
+                self._schedule()
+                return
+            await self._execute(
+                lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at), amount, quotas
+            )
+
+    async def flush(self, timeout: float = 5.0) -> int:
+        """Apply the refunds waiting now (at shutdown, in tests); give up on the ones the
+        storage cannot take within ``timeout`` seconds (they stay queued).
+
+        Returns:
+            How many refunds are still waiting.
+        """
+        queue = self._core.refunds
+        if queue is None:
+            return 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while queue.pending and loop.time() < deadline:
+            task = self._task
+            if task is not None and not task.done() and task.get_loop() is loop:
+                # The loop's refund task is applying some: wait for it.
+                await asyncio.wait({task}, timeout=max(0.0, deadline - loop.time()))
+            elif len(queue):
+                if not await self._apply(queue):
+                    await asyncio.sleep(_RETRY_INTERVAL)
+            else:  # taken by a task of another loop: nothing to wait on here
+                break
+        return len(queue)
+
+    async def _apply(self, queue: RefundQueue) -> bool:
+        """Apply what is waiting; False if the storage could not take all of it."""
+        waiting = queue.take()
+        core = self._core
+        try:
+            outcomes = await asyncio.gather(*(core.apply_async(refund) for refund in waiting))
+            return core.settle_refunds(queue, waiting, outcomes)
+        finally:
+            queue.done(len(waiting))
+
+    def _schedule(self) -> None:
+        """Start the loop's refund task unless it runs (it takes what is queued meanwhile)."""
+        task = self._task
+        if task is None or task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        queue = self._core.refunds
+        if queue is None:
+            return
+        while len(queue):
+            if not await self._apply(queue):  # the storage could not take some: again later
+                await asyncio.sleep(_RETRY_INTERVAL)
 
     async def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
-        """The state of ``key``'s quotas, without debiting anything."""
+        """The state of ``key``'s quotas, without debiting anything (after the refunds
+        queued before it: a peek reads what this process refunded)."""
         _check_request(key, 0.0, quotas)
+        queue = self._core.refunds
+        if queue is not None and queue.pending:
+            await self.flush(_PEEK_FLUSH)
         return cast(
             "Decision",
             await self._execute(lambda: _Core.peek_flow(key, quotas, now), 0.0, quotas),
@@ -814,3 +1050,43 @@ class AsyncLimiter(_LimiterBase):
                 core.succeeded()
                 return result
         return core.substitute(flow_factory, cost, quotas)
+
+
+def _refund_thread(ref: weakref.ReferenceType[Limiter], pending: threading.Event) -> None:
+    """A limiter's refund thread: applies what is queued, retries what the storage could
+    not take, and ends when idle (or when the limiter is gone)."""
+    while True:
+        if not pending.wait(_IDLE_THREAD):
+            limiter = ref()
+            if limiter is None or not limiter.refund_queue:
+                return  # idle: the next refund starts a thread again
+            del limiter
+            continue
+        pending.clear()
+        limiter = ref()
+        if limiter is None:
+            return
+        queue = limiter.refund_queue
+        if queue is not None and not limiter._apply(queue):  # some could not be: again later
+            time.sleep(_RETRY_INTERVAL)
+            pending.set()
+        del limiter
+
+
+def _flush_at_exit() -> None:
+    """A last try at the refunds still waiting, bounded; what is left is logged lost."""
+    deadline = time.monotonic() + _EXIT_FLUSH
+    for limiter in list(_LIMITERS):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        limiter.flush(timeout=left)
+
+
+def _reset_in_child() -> None:
+    global _STARTING  # a lock another thread held at fork stays held
+    _STARTING = threading.Lock()
+
+
+atexit.register(_flush_at_exit)
+os.register_at_fork(after_in_child=_reset_in_child)

@@ -163,7 +163,8 @@ def test_budgets_in_redis_through_create_app(
         pytest.approx(60, abs=1)
     )
     assert second.status_code == 429
-    assert redis_client.exists("quotaql:{t:key:redis-reader}:tenant")  # the subject key:<tenant>
+    # The subject key:<tenant>'s hash holds its tier quota.
+    assert redis_client.hexists("quotaql:{t:key:redis-reader}:~q", "tenant")
 
 
 def test_cost_limit_rule_refuses_a_too_deep_query() -> None:

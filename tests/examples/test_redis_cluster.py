@@ -70,8 +70,9 @@ def post(server: UvicornServer, query: str, key: str) -> httpx.Response:
     )
 
 
-def tenant_key(tenant: str, quota: str = "tenant") -> str:
-    return f"quotaql:{{t:key:{tenant}}}:{quota}"  # a known API key is the subject key:<tenant>
+def tenant_key(tenant: str) -> str:
+    """The hash of a tenant's quotas (a known API key is the subject key:<tenant>)."""
+    return f"quotaql:{{t:key:{tenant}}}:~q"
 
 
 def no_backend_errors(server: UvicornServer) -> bool:
@@ -81,13 +82,14 @@ def no_backend_errors(server: UvicornServer) -> bool:
     return not any(line.startswith("quotaql_backend_errors_total{") for line in metrics.split("\n"))
 
 
-def holder(cluster_client: redis.cluster.RedisCluster, key: str) -> int:
-    """The port of the master that holds ``key``: the slot's owner, which really has it."""
+def holder(cluster_client: redis.cluster.RedisCluster, key: str, quota: str = "tenant") -> int:
+    """The port of the master that holds the state of ``quota`` in the hash ``key``: the
+    slot's owner, which really has it."""
     node = cluster_client.get_node_from_key(key)
     slot = int(cluster_client.execute_command("CLUSTER KEYSLOT", key, target_nodes=node))
     assert slot == cluster_client.keyslot(key)
     with cluster_client.get_redis_connection(node) as direct:  # a plain connection to it
-        assert direct.exists(key) == 1, f"{key} is not on {node.port}"
+        assert direct.hexists(key, quota), f"{key} {quota} is not on {node.port}"
     return int(node.port)
 
 
@@ -158,14 +160,12 @@ def test_an_operation_quota_shares_the_tenant_slot(
         assert error["extensions"]["quota"] == "op:ExportOrders"  # the tighter of the two
         assert responses[3].headers["RateLimit-Policy"].count(";q=") == 2  # both quotas
         assert no_backend_errors(server)  # one script call on two keys: no CROSSSLOT
-    tenant, operation = (
-        tenant_key("demo-integration"),
-        tenant_key("demo-integration", "op:ExportOrders"),
+    # Both quotas are fields of the tenant's one hash: one key, one slot. The operation
+    # quota (2 a second) still holds the 90 it lost.
+    tenant = tenant_key("demo-integration")
+    assert holder(cluster_client, tenant, "op:ExportOrders") == (
+        cluster_client.get_node_from_key(tenant).port
     )
-    assert cluster_client.keyslot(tenant) == cluster_client.keyslot(operation)
-    # The operation quota (2 a second) still holds the 90 it lost; the tenant quota (300 a
-    # second) is already full again, and a full bucket's key expires: only its slot is left.
-    assert holder(cluster_client, operation) == cluster_client.get_node_from_key(tenant).port
 
 
 def test_a_global_quota_is_a_second_call_on_its_own_slot(
@@ -176,7 +176,7 @@ def test_a_global_quota_is_a_second_call_on_its_own_slot(
     global_quota = "\n[global]\ncapacity = 100000\nrefill_per_second = 1\n"
     shoppers = Path(os.environ["QUOTAQL_CONFIG"]).read_text(encoding="utf-8")  # cluster_env's
     config.write_text(shoppers + global_quota, encoding="utf-8")
-    global_master = cluster_env.node_for_key("quotaql:{global}:global")
+    global_master = cluster_env.node_for_key("quotaql:{global}:~q")
     tenants = one_tenant_per_master(cluster_env)
     elsewhere = next(tenant for port, tenant in tenants.items() if port != global_master)
     with serve(load_module().create_app(config_path=str(config))) as server:
@@ -185,5 +185,5 @@ def test_a_global_quota_is_a_second_call_on_its_own_slot(
         assert response.status_code == 200
         assert "global" in response.headers["RateLimit-Policy"]
         assert no_backend_errors(server)
-    assert holder(cluster_client, "quotaql:{global}:global") == global_master
+    assert holder(cluster_client, "quotaql:{global}:~q", "global") == global_master
     assert holder(cluster_client, tenant_key(elsewhere)) != global_master

@@ -48,4 +48,4 @@ def test_the_example_serves_and_limits(
         assert "quotaql_requests_total" in httpx.get(f"{server.url}/metrics/").text
     if backend == "redis":
         with fresh_redis_server.client() as client:
-            assert client.exists("quotaql:{t:key:demo-scraper}:tenant")
+            assert client.hexists("quotaql:{t:key:demo-scraper}:~q", "tenant")

@@ -26,7 +26,7 @@ import contextlib
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from quotaql.errors import StorageError, StorageTimeout
+from quotaql.errors import StorageError, StorageNotReached, StorageTimeout
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -107,9 +107,9 @@ class Pipeline:
     def submit(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> asyncio.Future[Any]:
         """Queue one ``EVALSHA`` of ``script``; the future gets its reply (or a StorageError)."""
         if self.closed:
-            raise StorageError("the Redis storage is closed")
+            raise StorageNotReached("the Redis storage is closed")
         if len(self._queue) >= self._queue_max:
-            raise StorageError(
+            raise StorageNotReached(
                 f"quotaql: {self._queue_max} Redis calls are already waiting in this process"
             )
         future = self._loop.create_future()
@@ -231,7 +231,7 @@ class Pipeline:
     async def close(self) -> None:
         """Fail what is queued and close the connections."""
         self.closed = True
-        error = StorageError("the Redis storage is closed")
+        error = StorageNotReached("the Redis storage is closed")
         while self._queue:
             _fail(self._queue.popleft(), error)
         idle, self._idle = self._idle, []
