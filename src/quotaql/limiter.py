@@ -554,7 +554,7 @@ def _merge(first: Decision, second: Decision, *, own_first: bool) -> Decision:
     tightest = first if first.remaining <= second.remaining else second
     return Decision(
         True, first.cost, tightest.remaining, tightest.limit, 0.0, tightest.reset_after,
-        None, first.source, None, statuses, at,
+        None, first.source, None, statuses, at, max(first.delay, second.delay),
     )  # fmt: skip
 
 

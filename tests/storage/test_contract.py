@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from quotaql import AsyncRedisStorage, MemoryStorage, Quota, RedisStorage
+from quotaql.errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterator, Sequence
@@ -308,7 +309,7 @@ def test_acquire_debits_the_cost_and_reports_what_is_left(backend: Backend, algo
     reset = RESET_AFTER_4[algorithm]
     assert decision == (
         True, 4, 6.0, 10.0, 0.0, reset, None, backend.source, None,
-        (("q", 10.0, 6.0, reset, 0.0, True),), T0,
+        (("q", 10.0, 6.0, reset, 0.0, True),), T0, 0.0,
     )  # fmt: skip
     assert backend.acquire("acme", 6, [q]).remaining == 0
 
@@ -342,7 +343,7 @@ def test_peek_of_an_untouched_key_shows_a_full_quota_and_writes_nothing(
     decision = backend.peek("acme", [make(algorithm)])
     assert decision == (
         True, 0.0, 10.0, 10.0, 0.0, 0.0, None, backend.source, None,
-        (("q", 10.0, 10.0, 0.0, 0.0, True),), T0,
+        (("q", 10.0, 10.0, 0.0, 0.0, True),), T0, 0.0,
     )  # fmt: skip
     assert backend.size() == 0
 
@@ -732,3 +733,84 @@ def test_a_mixed_scenario_decides_like_the_memory_reference(backend: Backend) ->
                 reference.acquire(key, amount, qs, now),
             )
         assert got._replace(source="memory") == expected, f"step {step}: {op} {key!r} {amount}"
+
+
+# -- reservations: a leaky bucket as a queue (max_delay) ------------------------------------
+
+
+def delayed(algorithm: str, delay: float = 1.0) -> Quota:
+    """10 of capacity, refilled at 10 a second, reservations up to ``delay`` seconds."""
+    return Quota("q", capacity=10, refill_per_second=10, algorithm=algorithm, max_delay=delay)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("algorithm", BUCKETS)
+def test_a_cost_that_fits_within_max_delay_is_reserved_and_waits_its_turn(
+    backend: Backend, algorithm: str
+) -> None:
+    q = delayed(algorithm)
+    now = backend.acquire("acme", 10, [q], now=T0)
+    assert (now.allowed, now.delay) == (True, 0.0)
+    later = backend.acquire("acme", 5, [q], now=T0)  # 5 more tokens come in 0.5 s
+    assert (later.allowed, later.delay, later.remaining) == (True, 0.5, 0.0)
+    # The next 5 come 0.5 s after those: 1.0 s from now, the longest it may wait.
+    last = backend.acquire("acme", 5, [q], now=T0)
+    assert (last.allowed, last.delay) == (True, 1.0)
+    # Past max_delay: refused as without reservations; its retry is when it could be reserved.
+    refused = backend.acquire("acme", 1, [q], now=T0)
+    assert (refused.allowed, refused.reason) == (False, "rate_limited")
+    assert refused.retry_after == pytest.approx(0.1)
+    assert backend.acquire("acme", 1, [q], now=T0 + 100).delay == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("algorithm", BUCKETS)
+def test_reserved_turns_never_start_more_than_the_bucket_allows(
+    backend: Backend, algorithm: str
+) -> None:
+    """A burst of 60 calls of cost 1 at once: the bucket's capacity runs now, the rest at
+    the refill rate, one turn each; no turn is earlier than the rate allows."""
+    q = delayed(algorithm, delay=3.0)
+    starts = []
+    for _ in range(60):
+        decision = backend.acquire("burst", 1, [q], now=T0)
+        if decision.allowed:
+            starts.append(decision.delay)
+    assert len(starts) == 10 + 30  # 10 now, then 3 s at 10 a second
+    for k, start in enumerate(sorted(starts)):
+        # By the time `start`, at most capacity + rate x start calls have started.
+        assert k + 1 <= 10 + 10 * start + 1e-9, (k, start)
+
+
+def test_a_cost_above_capacity_is_never_reserved(backend: Backend) -> None:
+    decision = backend.acquire("acme", 11, [delayed("token_bucket", 60)], now=T0)
+    assert (decision.allowed, decision.reason, decision.retry_after) == (
+        False,
+        "exceeds_capacity",
+        None,
+    )
+
+
+def test_several_quotas_wait_for_the_longest_reservation(backend: Backend) -> None:
+    tenant = Quota("tenant", capacity=10, refill_per_second=10, max_delay=2)
+    user = Quota("user", capacity=4, refill_per_second=2, max_delay=2).scoped("alice")
+    assert backend.acquire("acme", 4, [tenant, user], now=T0).delay == 0.0
+    both = backend.acquire("acme", 2, [tenant, user], now=T0)
+    # The tenant has room; the user's 2 more tokens come in 1 s.
+    assert (both.allowed, both.delay) == (True, 1.0)
+    assert [status.allowed for status in both.quotas] == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"limit": 5, "window_seconds": 1, "algorithm": "fixed_window"}, "needs token_bucket"),
+        ({"limit": 5, "window_seconds": 1, "algorithm": "sliding_log"}, "needs token_bucket"),
+        ({"capacity": 5, "refill_per_second": 1, "max_delay": -1}, "from 0 to 60"),
+        ({"capacity": 5, "refill_per_second": 1, "max_delay": 61}, "from 0 to 60"),
+        ({"capacity": 5, "refill_per_second": 1, "max_delay": True}, "from 0 to 60"),
+        ({"capacity": 5, "refill_per_second": 1, "max_delay": float("nan")}, "from 0 to 60"),
+    ],
+)
+def test_bad_max_delays_are_config_errors(kwargs: dict[str, object], match: str) -> None:
+    kwargs.setdefault("max_delay", 1)
+    with pytest.raises(ConfigError, match=match):
+        Quota("q", **kwargs)  # type: ignore[arg-type]

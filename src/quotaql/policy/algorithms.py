@@ -123,12 +123,23 @@ def _debt(state: BucketState | None, now_us: int) -> float:
 
 
 def token_bucket(
-    state: BucketState | None, now: int, cost: float, capacity: float, rate: float
+    state: BucketState | None,
+    now: int,
+    cost: float,
+    capacity: float,
+    rate: float,
+    delay_ms: int = 0,
 ) -> Check:
     """Token bucket: ``capacity`` tokens, refilled at ``rate`` tokens per ms, ``cost`` per call.
 
     The state is the time the bucket is full again; the tokens it holds are derived from
     it: ``capacity - (full_at - now) × rate``.
+
+    With ``delay_ms``, a cost that does not fit now but will within ``delay_ms`` (the tokens
+    refilled by then cover it) is a reservation: allowed, debited now (the bucket goes below
+    empty), and ``retry_after_ms`` is how long the call must wait before it runs (a leaky
+    bucket as a queue: nginx's ``limit_req`` without ``nodelay``). A refusal's retry is when
+    the call could be reserved.
     """
     now_us = now * 1000
     # _debt() inlined: the default algorithm, on every request.
@@ -141,7 +152,15 @@ def token_bucket(
         reset = _ceil(debt)  # _ms() without its max(): debt >= 0
         remaining = tokens - cost if tokens > cost else 0.0
         return _new(Check, (True, False, now_us + _ceil(debt * 1000), remaining, 0, reset, reset))
-    return _new(Check, (False, False, None, tokens, _ms((cost - tokens) / rate), _ms(debt), 0))
+    if delay_ms and cost <= tokens + rate * delay_ms + capacity * SLACK:  # a reservation
+        wait = _ms((cost - tokens) / rate)
+        debt = debt + cost / rate
+        reset = _ceil(debt)
+        return _new(
+            Check, (True, False, now_us + _ceil(debt * 1000), tokens - cost, wait, reset, reset)
+        )
+    retry = _ms((cost - tokens) / rate - delay_ms)
+    return _new(Check, (False, False, None, tokens, retry if retry > 0 else 1, _ms(debt), 0))
 
 
 def token_bucket_refund(
@@ -166,13 +185,18 @@ def token_bucket_refund(
 
 
 def gcra(
-    state: BucketState | None, now: int, cost: float, capacity: float, interval: float
+    state: BucketState | None,
+    now: int,
+    cost: float,
+    capacity: float,
+    interval: float,
+    delay_ms: int = 0,
 ) -> Check:
     """Generic cell rate algorithm: one unit of cost every ``interval`` ms, bursts of ``capacity``.
 
     The state is the theoretical arrival time (when the meter is empty again). It admits
     what a token bucket with the same capacity and rate admits; it is the leaky bucket
-    written as a meter.
+    written as a meter. ``delay_ms`` reserves as :func:`token_bucket` does.
     """
     now_us = now * 1000
     debt = _debt(state, now_us)
@@ -195,17 +219,17 @@ def gcra(
                 reset,
             ),
         )
+    if delay_ms and new_debt <= tolerance + delay_ms + tolerance * SLACK:  # a reservation
+        reset = _ms(new_debt)
+        wait = _ms(new_debt - tolerance)
+        remaining = capacity - new_debt / interval
+        return _new(
+            Check, (True, False, now_us + _ceil(new_debt * 1000), remaining, wait, reset, reset)
+        )
+    retry = _ms(new_debt - tolerance - delay_ms)
     return _new(
         Check,
-        (
-            False,
-            False,
-            None,
-            capacity - debt / interval,
-            _ms(new_debt - tolerance),
-            _ms(debt),
-            0,
-        ),
+        (False, False, None, capacity - debt / interval, retry if retry > 0 else 1, _ms(debt), 0),
     )
 
 
@@ -231,13 +255,14 @@ def gcra_refund(
 
 
 def sliding_log(
-    state: SlidingLog | None, now: int, cost: float, limit: float, window: int
+    state: SlidingLog | None, now: int, cost: float, limit: float, window: int, delay_ms: int = 0
 ) -> Check:
     """Admit when the calls of the last ``window`` ms plus ``cost`` stay within ``limit``.
 
     Expired entries are dropped from ``state`` in place; the new entry is only appended
     by :func:`commit`, so a call refused by another quota leaves no trace.
     """
+    del delay_ms  # a window has no reservations (a Quota refuses max_delay on one)
     log = SlidingLog() if state is None else state
     log.expire(now, window)
     entries, total = log.entries, log.total
@@ -340,9 +365,15 @@ def _counter_reset(start: int, current: float, previous: float, now: int, window
 
 
 def sliding_counter(
-    state: SlidingCounterState | None, now: int, cost: float, limit: float, window: int
+    state: SlidingCounterState | None,
+    now: int,
+    cost: float,
+    limit: float,
+    window: int,
+    delay_ms: int = 0,
 ) -> Check:
     """Approximate sliding window: previous window's count weighted by its overlap."""
+    del delay_ms  # a window has no reservations (a Quota refuses max_delay on one)
     start, current, previous = _counter_windows(state, now, window)
     estimated = _counter_estimate(start, current, previous, now, window)
     reset = _counter_reset(start, current, previous, now, window)
@@ -420,9 +451,15 @@ def _fixed_count(state: FixedWindowState | None, now: int, window: int) -> Fixed
 
 
 def fixed_window(
-    state: FixedWindowState | None, now: int, cost: float, limit: float, window: int
+    state: FixedWindowState | None,
+    now: int,
+    cost: float,
+    limit: float,
+    window: int,
+    delay_ms: int = 0,
 ) -> Check:
     """Count per aligned window of ``window`` ms; the count restarts at each window."""
+    del delay_ms  # a window has no reservations (a Quota refuses max_delay on one)
     start, count = _fixed_count(state, now, window)
     end = _ms(start + window - now)
     reset = end if count > 0 else 0

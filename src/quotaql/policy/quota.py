@@ -29,6 +29,7 @@ _STATE_MARKS = {
     "fixed_window": "fw",
 }
 _BUCKETS = ("token_bucket", "gcra")
+MAX_DELAY_SECONDS = 60.0  # the longest a reservation may wait
 # Quota names become part of storage keys: printable, no spaces, no braces (hash tags).
 _NAME = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,128}")
 
@@ -59,6 +60,10 @@ class Quota:
         refundable: gets back what an operation did not use (the default). A root
             field's quota is not: it pays its field's estimate, and the actual cost is not
             known per root field, so a refund would be one it did not earn.
+        max_delay: seconds a request that does not fit now may wait for its turn instead of
+            being refused (``token_bucket`` and ``gcra`` only; 0, the default: refuse). Its
+            cost is reserved at once (the bucket goes below empty) and the decision's
+            ``delay`` says how long to wait before running it.
     """
 
     name: str
@@ -70,7 +75,10 @@ class Quota:
     shared: bool = False
     scope: str | None = None
     refundable: bool = True
+    max_delay: float = 0.0
     params: tuple[float, float] = field(init=False, repr=False, compare=False)
+    check_params: tuple[float, float, int] = field(init=False, repr=False, compare=False)
+    """:attr:`params` and the most a reservation may wait (ms), as the checks take them."""
     maximum: float = field(init=False, repr=False, compare=False)
     """The most this quota allows at once: its capacity or its limit."""
     script_args: str = field(init=False, repr=False, compare=False)
@@ -128,10 +136,26 @@ class Quota:
             if window_ms < 1:
                 raise ConfigError(f"{where}: window_seconds must be at least 0.001")
             params = (limit, window_ms)
+            if self.max_delay:
+                raise ConfigError(
+                    f"{where}: max_delay needs token_bucket or gcra; a window has no turns"
+                    f" to wait for ({self.algorithm})"
+                )
+        delay = self.max_delay
+        if (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not 0 <= delay <= MAX_DELAY_SECONDS
+        ):
+            raise ConfigError(
+                f"{where}: max_delay must be seconds from 0 to {MAX_DELAY_SECONDS:g}, got {delay!r}"
+            )
+        delay_ms = round(delay * 1000)
         object.__setattr__(self, "params", params)
+        object.__setattr__(self, "check_params", (*params, delay_ms))
         object.__setattr__(self, "maximum", maximum)
         # repr() of a float reads back to the same double in Lua's tonumber.
-        args = f"{self.algorithm} {float(params[0])!r} {float(params[1])!r}"
+        args = f"{self.algorithm} {float(params[0])!r} {float(params[1])!r} {delay_ms}"
         object.__setattr__(self, "script_args", args)
         # "~" is not allowed in names: no quota's state name is another's.
         mark = _STATE_MARKS[self.algorithm]
@@ -221,6 +245,9 @@ class Decision(NamedTuple):
         at: the storage's clock (ms) when it decided; None when no storage did (fail open
             or closed). A refund of this decision's debit carries it, so that a window
             algorithm gives back only to the window the debit was counted in.
+        delay: seconds the request must wait before it runs (0: now). Above 0 only for an
+            allowed decision of quotas with ``max_delay``: its cost is reserved, and it runs
+            at its turn.
     """
 
     allowed: bool
@@ -234,6 +261,7 @@ class Decision(NamedTuple):
     reason: Reason | None = None
     quotas: tuple[QuotaStatus, ...] = ()
     at: int | None = None
+    delay: float = 0.0
 
 
 # tuple.__new__ builds a NamedTuple without its Python-level __new__: a third of the time.
@@ -257,7 +285,9 @@ def combine(
     When several refuse, the one that names the decision is the first whose cost can never
     fit, else the one with the longest wait; when all allow, the one with least remaining.
     With ``costs`` (what each quota was asked for), a refusal reports the cost asked of
-    the quota that refused. ``at`` is the storage's time of the decision (ms).
+    the quota that refused. ``at`` is the storage's time of the decision (ms). An allowed
+    check's retry is its reservation's wait (quotas with ``max_delay``): the decision waits
+    the longest.
     """
     if len(checks) == 1 and costs is None:
         allowed, exceeds, _, remaining, retry_ms, reset_ms, _ = checks[0]
@@ -266,21 +296,25 @@ def combine(
         )
     if not checks:  # no quota at all: nothing limits
         return _new(
-            Decision, (True, cost, math.inf, math.inf, 0.0, 0.0, None, source, None, (), at)
+            Decision,
+            (True, cost, math.inf, math.inf, 0.0, 0.0, None, source, None, (), at, 0.0),
         )
     statuses: list[QuotaStatus] = []
     chosen = 0  # the quota that names the decision
     refused = never = False
     longest = -1.0
+    wait = 0.0  # the longest reservation's wait, ms
     for index, (quota, check) in enumerate(zip(quotas, checks, strict=True)):
         allowed, exceeds, _, remaining, retry_ms, reset_ms, _ = check
         if remaining < 0.0:  # noqa: PLR1730  (max() is a call: hot path)
             remaining = 0.0
-        retry = None if exceeds else retry_ms / 1000
+        retry = None if exceeds else 0.0 if allowed else retry_ms / 1000
         reset = reset_ms / 1000
         status = (quota.name, quota.maximum, remaining, reset, retry, allowed)
         statuses.append(_new(QuotaStatus, status))
         if allowed:
+            if retry_ms > wait:  # noqa: PLR1730  (max() is a call: hot path)
+                wait = retry_ms
             if not refused and remaining < statuses[chosen].remaining:
                 chosen = index
         elif exceeds:
@@ -293,7 +327,7 @@ def combine(
         return _new(
             Decision,
             (True, cost, named.remaining, named.limit, 0.0, named.reset_after, None, source,
-             None, tuple(statuses), at),
+             None, tuple(statuses), at, wait / 1000),
         )  # fmt: skip
     if costs is not None:
         cost = costs[chosen]
@@ -301,7 +335,7 @@ def combine(
         Decision,
         (False, cost, named.remaining, named.limit, named.retry_after, named.reset_after,
          named.name, source, "exceeds_capacity" if never else "rate_limited", tuple(statuses),
-         at),
+         at, 0.0),
     )  # fmt: skip
 
 
@@ -325,16 +359,18 @@ def decide_one(
         remaining = 0.0
     reset = reset_ms / 1000
     limit = quota.maximum
-    if allowed:
+    if allowed:  # retry_ms: a reservation's wait (0: now)
         status = _new(QuotaStatus, (quota.name, limit, remaining, reset, 0.0, True))
         return _new(
             Decision,
-            (True, cost, remaining, limit, 0.0, reset, None, source, None, (status,), at),
-        )
+            (True, cost, remaining, limit, 0.0, reset, None, source, None, (status,), at,
+             retry_ms / 1000),
+        )  # fmt: skip
     retry = None if exceeds else retry_ms / 1000
     status = _new(QuotaStatus, (quota.name, limit, remaining, reset, retry, False))
     reason: Reason = "exceeds_capacity" if exceeds else "rate_limited"
     return _new(
         Decision,
-        (False, cost, remaining, limit, retry, reset, quota.name, source, reason, (status,), at),
-    )
+        (False, cost, remaining, limit, retry, reset, quota.name, source, reason, (status,), at,
+         0.0),
+    )  # fmt: skip

@@ -162,7 +162,7 @@ class MemoryStorage:
             entry = states.get(k)
             if entry is not None:
                 allowed, exceeds, new, remaining, retry_ms, reset_ms, ttl = check(
-                    None if entry[0] <= now else entry[1], now, cost, *quota.params
+                    None if entry[0] <= now else entry[1], now, cost, *quota.check_params
                 )
                 if allowed and new is not None:
                     if ttl > 0:
@@ -199,8 +199,9 @@ class MemoryStorage:
                     self.overflowed += 1
                 else:
                     self.overflowing = False
+            state = None if entry is None or entry[0] <= now else entry[1]
             allowed, exceeds, new, remaining, retry_ms, reset_ms, ttl = ALGORITHMS[algorithm][0](
-                None if entry is None or entry[0] <= now else entry[1], now, cost, *quota.params
+                state, now, cost, *quota.check_params
             )
             if allowed and new is not None:
                 self._write(table, k, now, ttl, commit(algorithm, new))
@@ -242,7 +243,9 @@ class MemoryStorage:
             if overflowed:
                 self.overflowed += 1
             checks = [
-                ALGORITHMS[quota.algorithm][0](_get(table, k, now), now, amount, *quota.params)
+                ALGORITHMS[quota.algorithm][0](
+                    _get(table, k, now), now, amount, *quota.check_params
+                )
                 for (table, k), quota, amount in zip(targets, quotas, amounts, strict=True)
             ]
             if all(check.allowed for check in checks):
@@ -289,7 +292,7 @@ class MemoryStorage:
             for quota in quotas:
                 table, k = self._target(quota.state_name + part, quota)
                 check = ALGORITHMS[quota.algorithm][0]
-                checks.append(check(_get(table, k, now), now, 0.0, *quota.params))
+                checks.append(check(_get(table, k, now), now, 0.0, *quota.check_params))
         return combine(quotas, checks, 0.0, self._source, None, now)
 
     def clear(self) -> None:

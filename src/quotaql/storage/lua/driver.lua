@@ -1,13 +1,15 @@
 -- ARGV: mode (acquire | peek | refund), cost or amount (or one per quota, space-separated),
 -- now in ms ('' reads the server's TIME),
 -- then the quotas in one argument, space-separated (fewer arguments: each one costs the
--- client an encoding step): "<algorithm> <parameter 1> <parameter 2> <key> <field>" per
--- quota, where <key> is the index in KEYS of the hash that holds its state in <field>, or for
--- a sliding log (<field> '-') the index of the first of its two keys,
+-- client an encoding step): "<algorithm> <parameter 1> <parameter 2> <delay> <key> <field>"
+-- per quota, where <delay> is the longest a reservation may wait (ms, buckets; 0: none),
+-- <key> the index in KEYS of the hash that holds its state in <field>, or for a sliding log
+-- (<field> '-') the index of the first of its two keys,
 -- then (refund) the time of the debit it gives back, ms in the server's clock ('': now).
 -- KEYS: the hashes (a tenant's, a user's) and the sliding logs' keys the quotas name.
 -- Returns: now, then per quota: allowed (1/0), exceeds capacity (1/0), remaining (text: Redis
--- truncates Lua numbers to integers), retry after ms, reset after ms (acquire and peek).
+-- truncates Lua numbers to integers), retry after ms (allowed: a reservation's wait), reset
+-- after ms (acquire and peek).
 --
 -- A hash's field '~x' is the hash's expiry (ms, in the script's clock): the script extends
 -- the key's TTL only when a state needs more time than that, by a quarter more (at least a
@@ -30,17 +32,17 @@ if amount == nil then
   for each in string.gmatch(ARGV[2], '%S+') do amounts[#amounts + 1] = tonumber(each) end
 end
 
--- The quotas, 8 slots each in one array: algorithm, parameters, key index, field, the
--- position of its state in its hash's read, and after the checks its new state (a sliding
--- log's: a function that writes it) and that state's TTL. Per hash, the fields to read
+-- The quotas, 9 slots each in one array: algorithm, parameters, key index, field, the
+-- position of its state in its hash's read, after the checks its new state (a sliding
+-- log's: a function that writes it) and that state's TTL, and its delay. Per hash, the fields to read
 -- ('~x', its expiry, first), and in `places` each hash once: its key index and what its
 -- states need (the latest time one of them still matters, ms).
 local q = {}
 local reads = {}
 local places = {}
 local n = 0
-for algorithm, first, second, place, field in
-    string.gmatch(ARGV[4], '(%S+) (%S+) (%S+) (%S+) (%S+)') do
+for algorithm, first, second, delay, place, field in
+    string.gmatch(ARGV[4], '(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)') do
   if checks[algorithm] == nil then
     return redis.error_reply('quotaql: unknown algorithm ' .. tostring(algorithm))
   end
@@ -57,9 +59,9 @@ for algorithm, first, second, place, field in
     slot = #read + 1
     read[slot] = field
   end
-  q[n + 1], q[n + 2], q[n + 3], q[n + 4], q[n + 5], q[n + 6] =
-    algorithm, tonumber(first), tonumber(second), place, field, slot
-  n = n + 8
+  q[n + 1], q[n + 2], q[n + 3], q[n + 4], q[n + 5], q[n + 6], q[n + 9] =
+    algorithm, tonumber(first), tonumber(second), place, field, slot, tonumber(delay)
+  n = n + 9
 end
 
 -- One read per hash: reads[place] becomes what it read, [slot] a state's text (false: none),
@@ -75,7 +77,7 @@ local function store()
   for j = 1, #places, 2 do
     local place, need = places[j], places[j + 1]
     local set, del
-    for i = 1, n, 8 do
+    for i = 1, n, 9 do
       if q[i + 3] == place and q[i + 5] > 0 then
         local new, ttl = q[i + 6], q[i + 7]
         if new ~= nil and ttl > 0 then
@@ -105,9 +107,9 @@ end
 
 if mode == 'refund' then
   local at = tonumber(ARGV[5] or '')
-  for i = 1, n, 8 do
+  for i = 1, n, 9 do
     local algorithm, place = q[i], q[i + 3]
-    local given = amount or amounts[(i + 7) / 8]
+    local given = amount or amounts[(i + 8) / 9]
     -- Nothing back (a root field's quota): its state is left as it is, as in memory.
     if given > 0 then
       if logs[algorithm] then
@@ -126,16 +128,16 @@ end
 
 local results = {now}
 local allowed = true
-for i = 1, n, 8 do
+for i = 1, n, 9 do
   local algorithm, place = q[i], q[i + 3]
-  local cost = amount or amounts[(i + 7) / 8]
+  local cost = amount or amounts[(i + 8) / 9]
   local ok, exceeds, remaining, retry, reset, new, ttl
   if logs[algorithm] then
     ok, exceeds, remaining, retry, reset, new, ttl =
       checks[algorithm]({KEYS[place], KEYS[place + 1]}, now, cost, q[i + 1], q[i + 2])
   else
     ok, exceeds, remaining, retry, reset, new, ttl =
-      checks[algorithm](reads[place][q[i + 5]], now, cost, q[i + 1], q[i + 2])
+      checks[algorithm](reads[place][q[i + 5]], now, cost, q[i + 1], q[i + 2], q[i + 8])
   end
   if not ok then allowed = false end
   q[i + 6], q[i + 7] = new, ttl
@@ -147,7 +149,7 @@ end
 
 -- All or nothing: write only when every quota allowed.
 if mode == 'acquire' and allowed then
-  for i = 1, n, 8 do
+  for i = 1, n, 9 do
     local new = q[i + 6]
     if new ~= nil then
       if logs[q[i]] then

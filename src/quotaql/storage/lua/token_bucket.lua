@@ -4,7 +4,9 @@
 -- A check returns: allowed, exceeds capacity, remaining, retry ms, reset ms, and when allowed
 -- the state to store and its TTL (ms; 0: the empty state, nothing to keep).
 
-local function token_bucket_check(state, now, cost, capacity, rate)
+-- With `delay` (ms), a cost that fits within `delay` is reserved: allowed, debited now, and
+-- its retry is the wait before it runs.
+local function token_bucket_check(state, now, cost, capacity, rate, delay)
   local now_us = now * 1000
   local debt = bucket_debt(state, now_us)
   local tokens = capacity - debt * rate
@@ -18,7 +20,15 @@ local function token_bucket_check(state, now, cost, capacity, rate)
     if tokens > cost then remaining = tokens - cost end
     return true, false, remaining, 0, reset, num(now_us + math.ceil(debt * 1000)), reset
   end
-  return false, false, tokens, ms((cost - tokens) / rate), ms(debt)
+  if delay > 0 and cost <= tokens + rate * delay + capacity * SLACK then  -- a reservation
+    local wait = ms((cost - tokens) / rate)
+    debt = debt + cost / rate
+    local reset = ms(debt)
+    return true, false, tokens - cost, wait, reset, num(now_us + math.ceil(debt * 1000)), reset
+  end
+  local retry = ms((cost - tokens) / rate - delay)
+  if not (retry > 0) then retry = 1 end
+  return false, false, tokens, retry, ms(debt)
 end
 
 -- Returns the new state (nil: back to full) and its TTL.
