@@ -50,13 +50,17 @@ if TYPE_CHECKING:
 
 # -- targets ---------------------------------------------------------------------------------
 PING_RATIO_1_MAX = 1.25  # acquire, 1 quota / PING
-PING_RATIO_3_MAX = 1.35  # acquire, 3 quotas / PING (still one round trip)
+PING_RATIO_3_MAX = 1.30  # acquire, 3 quotas / PING (one round trip, one hash: issue 13)
 LIMITS_MOVING_RATIO_MAX = 1.0  # acquire, 1 quota / limits MovingWindowRateLimiter.hit
-ASYNC_RATIO_MIN = 0.8  # quotaql async decisions per second / raw async EVALSHA per second
+# quotaql async decisions per second / the same callers each issuing raw async EVALSHA
+# (pipelined since issue 13)
+ASYNC_RATIO_MIN = 1.5
 MEMORY_DECISION_MAX_US = 2.0  # one memory-storage decision
-MEMORY_LIMITS_RATIO_MAX = 0.5  # memory decision / limits' memory FixedWindowRateLimiter.hit
 TENANT_BYTES_MAX = 300.0  # in-process bytes per tenant bucket at 1M tenants
-REDIS_KEY_BYTES_MAX = 100.0  # Redis MEMORY USAGE of one idle token-bucket key
+# Redis MEMORY USAGE of one idle tenant with one token bucket: one hash of the state and its
+# expiry since issue 13 (120 bytes measured; 88 as a key of its own, but 24 more per quota
+# instead of 88 per key)
+REDIS_KEY_BYTES_MAX = 128.0
 
 # -- workloads -------------------------------------------------------------------------------
 # Round trips are timed call by call, in turns (see _harness.measure_calls_interleaved).
@@ -390,20 +394,16 @@ def _redis_key_memory(client: redis.Redis, limiter: Limiter) -> float | None:
     key = redis_key("quotaql", tenant, quota)
     usage = client.memory_usage(key, samples=0)
     print(
-        f"idle token bucket in Redis: {key!r} = {client.get(key)!r}, PTTL {client.pttl(key)} ms: "
-        f"MEMORY USAGE {usage} bytes (the TTL's entry in the expires table is not counted)"
+        f"idle token bucket in Redis: {key!r} = {client.hgetall(key)!r}, PTTL"
+        f" {client.pttl(key)} ms: MEMORY USAGE {usage} bytes (the TTL's entry in the expires"
+        " table is not counted)"
     )
-    others = {
-        "minimal script's bucket": "bench:minimal:" + TENANT,
-        **{f"{q.algorithm} of 3": redis_key("quotaql", TENANT, q) for q in UNLIMITED_3},
-    }
+    three = redis_key("quotaql", TENANT, UNLIMITED_3[0])
     print(
-        "  for reference: "
-        + "; ".join(
-            f"{name} {client.memory_usage(key, samples=0)} ({client.get(key)!r})"
-            for name, key in others.items()
-        )
-        + "\n"
+        f"  for reference: minimal script's bucket"
+        f" {client.memory_usage('bench:minimal:' + TENANT, samples=0)};"
+        f" one tenant's 3 quotas in one hash {client.memory_usage(three, samples=0)}"
+        f" ({client.hgetall(three)!r})\n"
     )
     return None if usage is None else float(usage)
 
@@ -679,12 +679,9 @@ def bench_memory() -> list[Target]:
     targets = []
     for name, label in (("storage", "MemoryStorage.acquire"), ("limiter", "Limiter(memory)")):
         us = t[name].median_us
-        targets += [
-            Target(f"memory {label} µs", us, MEMORY_DECISION_MAX_US),
-            Target(
-                f"memory {label} / limits fixed hit", ratio(us, fixed_us), MEMORY_LIMITS_RATIO_MAX
-            ),
-        ]
+        # The "0.5 x limits' memory hit" target is retired (issue 13): next to a GraphQL
+        # execute it does not matter; the ratio is still shown below.
+        targets.append(Target(f"memory {label} µs", us, MEMORY_DECISION_MAX_US))
     print_table(
         ["figure (same run)", "value", "target", "status"],
         [
@@ -694,6 +691,10 @@ def bench_memory() -> list[Target]:
             ),
             _target_row("MemoryStorage.acquire / floor", ratio(t["storage"].median_us, floor_us)),
             _target_row("Limiter(memory) / floor", ratio(t["limiter"].median_us, floor_us)),
+            _target_row(
+                "MemoryStorage.acquire / limits fixed hit (retired target)",
+                ratio(t["storage"].median_us, fixed_us),
+            ),
             _target_row(
                 "MemoryStorage.acquire / limits moving hit",
                 ratio(t["storage"].median_us, t["moving"].median_us),
