@@ -138,10 +138,13 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
     assert set(reader._LIMITS_KEYS) == set(_field_names(LimitsConfig))
     assert set(thresholds.ALERT_KINDS) == set(_field_names(AlertsConfig))
     assert set(reader._OPERATION_TYPES) == set(DEFAULT_OPERATION_WEIGHTS)
+    # fields_in_flight is read from the [tiers.<t>.fields] entries (their max_in_flight),
+    # in_flight is built from the others: neither is a key of [tiers.<t>] itself.
     assert set(reader._TIER_KEYS) == {
         *reader._QUOTA_KEYS,
-        *_field_names(TierConfig, "name", "quota", "field_lines"),
+        *_field_names(TierConfig, "name", "quota", "field_lines", "fields_in_flight", "in_flight"),
     }
+    assert set(reader._FIELD_KEYS) == {*reader._QUOTA_KEYS, "max_in_flight"}
     assert set(reader._IDENTITY_KEYS) == set(_field_names(IdentityConfig, "networks"))
     adaptive_fields = {reader.ADAPTIVE_FIELDS.get(key, key): key for key in reader._ADAPTIVE_KEYS}
     assert set(adaptive_fields) == set(_field_names(AdaptiveConfig))
@@ -177,11 +180,18 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
                 "per_user": _field_default(TierConfig, "per_user"),
                 "fields": _field_default(TierConfig, "fields"),
                 "essential": _field_default(TierConfig, "essential"),
+                "max_in_flight": _field_default(TierConfig, "max_in_flight"),
+                "max_subscriptions_in_flight": _field_default(
+                    TierConfig, "max_subscriptions_in_flight"
+                ),
             },
         ),
         "[tiers.<name>.operations.<Operation>]": (reader._QUOTA_KEYS, quota_defaults),
         "[tiers.<name>.per_user]": (reader._QUOTA_KEYS, quota_defaults),
-        '[tiers.<name>.fields."<Type.field>"]': (reader._QUOTA_KEYS, quota_defaults),
+        '[tiers.<name>.fields."<Type.field>"]': (
+            reader._FIELD_KEYS,
+            {**quota_defaults, "max_in_flight": None},
+        ),
         "[identity]": (
             reader._IDENTITY_KEYS,
             _instance_defaults(IdentityConfig(), reader._IDENTITY_KEYS),

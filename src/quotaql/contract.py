@@ -23,6 +23,7 @@ __all__ = [
     "RATE_LIMITED",
     "RATE_LIMITER_UNAVAILABLE",
     "REFUSAL_CODES",
+    "TOO_MANY_CONCURRENT",
     "TOO_MANY_SUBSCRIPTIONS",
     "UNKNOWN_API_KEY",
     "QuotaqlGraphQLError",
@@ -31,6 +32,7 @@ __all__ = [
     "rate_limit_error",
     "rate_limit_headers",
     "status_for",
+    "too_many_concurrent_error",
     "too_many_subscriptions_error",
     "unknown_key_error",
 ]
@@ -40,11 +42,17 @@ COST_EXCEEDS_CAPACITY = "COST_EXCEEDS_CAPACITY"
 RATE_LIMITER_UNAVAILABLE = "RATE_LIMITER_UNAVAILABLE"
 UNKNOWN_API_KEY = "UNKNOWN_API_KEY"
 TOO_MANY_SUBSCRIPTIONS = "TOO_MANY_SUBSCRIPTIONS"
+TOO_MANY_CONCURRENT = "TOO_MANY_CONCURRENT"
 #: The codes of the refusals the limiter answers (the analysis has its own, on its errors).
 REFUSAL_CODES = frozenset(
     {RATE_LIMITED, COST_EXCEEDS_CAPACITY, RATE_LIMITER_UNAVAILABLE, UNKNOWN_API_KEY,
-     TOO_MANY_SUBSCRIPTIONS}
+     TOO_MANY_SUBSCRIPTIONS, TOO_MANY_CONCURRENT}
 )  # fmt: skip
+#: The ``limited_by`` (``extensions.quota``) of a concurrency refusal: the tier's
+#: ``max_in_flight``, its ``max_subscriptions_in_flight``, or a root field's (``in_flight:``
+#: and the field's lease set, ``field:Query.search``).
+IN_FLIGHT = "in_flight"
+IN_FLIGHT_SUBSCRIPTIONS = "in_flight:subscriptions"
 
 
 class QuotaqlGraphQLError(GraphQLError):
@@ -181,9 +189,50 @@ def too_many_subscriptions_error(limit: int, retry_after: float = 1.0) -> Quotaq
     )
 
 
+def too_many_concurrent_error(
+    limited_by: str, limit: int, retry_after: float
+) -> QuotaqlGraphQLError:
+    """The error of an operation refused by a concurrency limit (``max_in_flight``): the
+    tenant already runs ``limit`` operations of that kind; one ending frees a slot, so
+    the client retries after ``retry_after`` seconds. Nothing was debited.
+
+    ``limited_by`` is ``in_flight`` (the tier's ``max_in_flight``),
+    ``in_flight:subscriptions`` (its ``max_subscriptions_in_flight``) or
+    ``in_flight:field:<Type.field>`` (a root field's ``max_in_flight``).
+
+    Example:
+        >>> error = too_many_concurrent_error("in_flight", 4, 1.0)
+        >>> error.message
+        'You have 4 operations running at once, the most this API allows; retry in 1.0 s.'
+        >>> error.extensions["code"], error.extensions["retryAfter"]
+        ('TOO_MANY_CONCURRENT', 1.0)
+    """
+    what = "operations running"
+    if limited_by == IN_FLIGHT_SUBSCRIPTIONS:
+        what = "subscriptions open"
+    elif limited_by.startswith(f"{IN_FLIGHT}:field:"):
+        what = f"operations selecting {limited_by.removeprefix(f'{IN_FLIGHT}:field:')} running"
+    if limit <= 0:  # max_subscriptions_in_flight = 0: none at all, waiting never helps
+        message = "This API allows no subscriptions on your plan."
+    else:
+        message = (
+            f"You have {limit} {what} at once, the most this API allows;"
+            f" retry in {_seconds(retry_after)}."
+        )
+    return QuotaqlGraphQLError(
+        message,
+        extensions={
+            "code": TOO_MANY_CONCURRENT,
+            "limit": limit,
+            "quota": limited_by,
+            "retryAfter": retry_after,
+        },
+    )
+
+
 def status_for(code: str, rate_limited_status: int) -> int:
     """The HTTP status of a refusal: ``http_status`` (429) when waiting helps."""
-    if code in (RATE_LIMITED, TOO_MANY_SUBSCRIPTIONS):
+    if code in (RATE_LIMITED, TOO_MANY_SUBSCRIPTIONS, TOO_MANY_CONCURRENT):
         return rate_limited_status
     if code == RATE_LIMITER_UNAVAILABLE:
         return 503

@@ -26,8 +26,11 @@ from quotaql.config.values import (
     ALGORITHMS,
     BACKEND_ERROR_MODES,
     DEFAULT_TIER,
+    MAX_CONCURRENCY_RETRY_AFTER,
     MAX_HTTP_STATUS,
+    MAX_LEASE_TTL,
     MIN_HTTP_STATUS,
+    MIN_LEASE_TTL,
     MODES,
     Config,
     CostConfig,
@@ -114,11 +117,24 @@ _LIMITS_KEYS: Final = (
     "deny_cache_size",
     "local_share",
     "open_cap",
+    "lease_ttl",
+    "concurrency_retry_after",
 )
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")
 _WINDOW_KEYS: Final = ("limit", "window_seconds")
 _QUOTA_KEYS: Final = ("algorithm", *_BUCKET_KEYS, *_WINDOW_KEYS)
-_TIER_KEYS: Final = (*_QUOTA_KEYS, "mode", "operations", "per_user", "fields", "essential")
+_IN_FLIGHT_KEYS: Final = ("max_in_flight", "max_subscriptions_in_flight")
+_TIER_KEYS: Final = (
+    *_QUOTA_KEYS,
+    "mode",
+    "operations",
+    "per_user",
+    "fields",
+    "essential",
+    *_IN_FLIGHT_KEYS,
+)
+#: A root field's entry: a rate quota, a concurrency limit, or both.
+_FIELD_KEYS: Final = (*_QUOTA_KEYS, "max_in_flight")
 _IDENTITY_KEYS: Final = (
     "api_key_header",
     "unknown_keys",
@@ -447,6 +463,10 @@ def _parse_limits(limits: _Table) -> LimitsConfig:
     deny_cache_size = limits.get("deny_cache_size", _size)
     local_share = limits.get("local_share", _fraction)
     open_cap = limits.get("open_cap", _fraction)
+    lease_ttl = limits.get("lease_ttl", _seconds(MIN_LEASE_TTL, MAX_LEASE_TTL, low_in=True))
+    concurrency_retry_after = limits.get(
+        "concurrency_retry_after", _seconds(0.0, MAX_CONCURRENCY_RETRY_AFTER, low_in=False)
+    )
     with limits.blame():
         return LimitsConfig(
             mode=_default(mode, defaults.mode),
@@ -463,6 +483,10 @@ def _parse_limits(limits: _Table) -> LimitsConfig:
             deny_cache_size=_default(deny_cache_size, defaults.deny_cache_size),
             local_share=_default(local_share, defaults.local_share),
             open_cap=open_cap,
+            lease_ttl=_default(lease_ttl, defaults.lease_ttl),
+            concurrency_retry_after=_default(
+                concurrency_retry_after, defaults.concurrency_retry_after
+            ),
         )
 
 
@@ -518,6 +542,9 @@ class _TierKeys:
     per_user: _QuotaKeys | None
     fields: Mapping[str, _QuotaKeys]
     essential: bool
+    max_in_flight: int | None
+    max_subscriptions_in_flight: int | None
+    fields_in_flight: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,6 +604,7 @@ def _parse_tiers(tiers: _Table) -> _Tiers:
             table.check_keys(_QUOTA_KEYS)
             per_user = _parse_quota_keys(table)
         fields: dict[str, _QuotaKeys] = {}
+        fields_in_flight: dict[str, int] = {}
         table = tier.table("fields")
         for coordinate in table.data:
             match = _COORDINATE.fullmatch(coordinate)
@@ -587,11 +615,27 @@ def _parse_tiers(tiers: _Table) -> _Tiers:
                     f" 'Mutation.exportOrders'), got {json.dumps(coordinate, ensure_ascii=False)}",
                 )
             entry = table.table(coordinate)
-            entry.check_keys(_QUOTA_KEYS)
-            fields[coordinate] = _parse_quota_keys(entry)
+            entry.check_keys(_FIELD_KEYS)
+            keys = _parse_quota_keys(entry)
+            field_in_flight = entry.get("max_in_flight", _count(1))
+            if field_in_flight is not None:
+                fields_in_flight[coordinate] = field_in_flight
+            if keys.given or field_in_flight is None:  # a rate quota (or an empty entry)
+                fields[coordinate] = keys
         essential = tier.get("essential", _boolean) or False
+        max_in_flight = tier.get("max_in_flight", _count(1))
+        max_subscriptions = tier.get("max_subscriptions_in_flight", _count(0))
         entries[name] = _TierKeys(
-            tier, _parse_quota_keys(tier), mode, operations, per_user, fields, essential
+            tier,
+            _parse_quota_keys(tier),
+            mode,
+            operations,
+            per_user,
+            fields,
+            essential,
+            max_in_flight,
+            max_subscriptions,
+            fields_in_flight,
         )
     return _Tiers(tiers, tiers.path[0] in tiers.doc.data, entries)
 
@@ -902,14 +946,25 @@ def _build_tier(name: str, tier: _TierKeys, base: tuple[Algorithm, str]) -> Tier
         coordinate: _build_quota(keys, f"field:{coordinate}", (inherited,), refundable=False)
         for coordinate, keys in tier.fields.items()
     }
+    doc, path = tier.table.doc, tier.table.path
     lines = {
         coordinate: line
-        for coordinate, keys in tier.fields.items()
-        if (line := keys.table.doc.line(keys.table.path)) is not None
+        for coordinate in {**tier.fields, **tier.fields_in_flight}
+        if (line := doc.line((*path, "fields", coordinate))) is not None
     }
     with tier.table.blame():
         return TierConfig(
-            name, quota, operations, tier.mode, per_user, fields, lines, essential=tier.essential
+            name,
+            quota,
+            operations,
+            tier.mode,
+            per_user,
+            fields,
+            lines,
+            essential=tier.essential,
+            max_in_flight=tier.max_in_flight,
+            max_subscriptions_in_flight=tier.max_subscriptions_in_flight,
+            fields_in_flight=tier.fields_in_flight,
         )
 
 
@@ -1010,6 +1065,44 @@ def _size(doc: _Document, path: KeyPath, value: object) -> int:
     if value < 0:
         raise doc.error(path, f"expected an integer >= 0, got {value}")
     return value
+
+
+def _count(low: int) -> Callable[[_Document, KeyPath, object], int]:
+    """A check that the value is an integer >= ``low`` (a count of operations)."""
+
+    def check(doc: _Document, path: KeyPath, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise doc.error(path, f"expected an integer >= {low}, got {describe_value(value)}")
+        if value < low:
+            raise doc.error(path, f"expected an integer >= {low}, got {value}")
+        return value
+
+    return check
+
+
+def _seconds(
+    low: float, high: float, *, low_in: bool
+) -> Callable[[_Document, KeyPath, object], float]:
+    """A check that the value is a number of seconds from ``low`` (``low_in``: included,
+    else above it) to ``high``."""
+    expected = (
+        f"expected a number of seconds from {low:g} to {high:g}"
+        if low_in
+        else f"expected a number of seconds above {low:g} and at most {high:g}"
+    )
+
+    def check(doc: _Document, path: KeyPath, value: object) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise doc.error(path, f"{expected}, got {describe_value(value)}")
+        if not ((low <= value) if low_in else (low < value)) or value > high:
+            raise doc.error(path, f"{expected}, got {value}")
+        return float(value)
+
+    return check
 
 
 def _size_or_off(doc: _Document, path: KeyPath, value: object) -> int | Literal[False]:

@@ -18,6 +18,7 @@ from quotaql.identity import IdentityConfig
 from quotaql.limiter import BackendErrorMode
 from quotaql.observability.thresholds import AlertsConfig
 from quotaql.policy.quota import Algorithm, Quota
+from quotaql.storage.leases import LeaseSpec
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -25,7 +26,15 @@ if TYPE_CHECKING:
     from quotaql.cost_analysis import CostReport
     from quotaql.identity import Subject
 
-__all__ = ["Config", "CostConfig", "LimitsConfig", "Mode", "TenantConfig", "TierConfig"]
+__all__ = [
+    "Config",
+    "CostConfig",
+    "InFlight",
+    "LimitsConfig",
+    "Mode",
+    "TenantConfig",
+    "TierConfig",
+]
 
 #: What the limiter does with a request over its quota: refuse it (``enforce``), let it
 #: through and only report it (``shadow``), or not check at all (``off``).
@@ -37,6 +46,15 @@ BACKEND_ERROR_MODES: Final = cast("tuple[BackendErrorMode, ...]", get_args(Backe
 DEFAULT_TIER: Final = "free"
 MIN_HTTP_STATUS: Final = 400
 MAX_HTTP_STATUS: Final = 599
+#: ``[limits] lease_ttl`` (seconds): a lease lives this long past its last renewal.
+MIN_LEASE_TTL: Final = 1.0
+MAX_LEASE_TTL: Final = 3600.0
+#: ``[limits] concurrency_retry_after`` (seconds), above 0.
+MAX_CONCURRENCY_RETRY_AFTER: Final = 60.0
+#: The names of the lease sets of a tenant (``quotaql.storage.leases``).
+TIER_LEASES: Final = "tier"
+SUBSCRIPTION_LEASES: Final = "subscriptions"
+FIELD_LEASES: Final = "field:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +106,12 @@ class LimitsConfig:
             ``local`` fallback when Redis never reported its state to this process.
         open_cap: with ``on_backend_error = "open"``, the share of each quota's capacity
             a subject may use per process while the storage is down; None: no limit.
+        lease_ttl: seconds a concurrency lease (``max_in_flight``) lives after it was taken
+            or last renewed: the process that holds it renews it every third of that, so a
+            crashed worker's slots come back within it (1 to 3600).
+        concurrency_retry_after: the ``Retry-After`` of a ``TOO_MANY_CONCURRENT`` refusal
+            (jittered by ``retry_jitter``; shorter when the earliest lease of the full set
+            expires sooner), in seconds (above 0, at most 60).
     """
 
     mode: Mode = "enforce"
@@ -104,6 +128,8 @@ class LimitsConfig:
     deny_cache_size: int = 10_000
     local_share: float = 0.1
     open_cap: float | None = None
+    lease_ttl: float = 30.0
+    concurrency_retry_after: float = 1.0
 
     def __post_init__(self) -> None:
         for name, choices in (
@@ -156,6 +182,26 @@ class LimitsConfig:
             isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1
         ):
             raise ConfigError(f"open_cap must be a number above 0 and at most 1, got {share!r}")
+        ttl = self.lease_ttl
+        if (
+            isinstance(ttl, bool)
+            or not isinstance(ttl, int | float)
+            or not MIN_LEASE_TTL <= ttl <= MAX_LEASE_TTL
+        ):
+            raise ConfigError(
+                f"lease_ttl must be a number of seconds from {MIN_LEASE_TTL:g} to"
+                f" {MAX_LEASE_TTL:g}, got {ttl!r}"
+            )
+        retry = self.concurrency_retry_after
+        if (
+            isinstance(retry, bool)
+            or not isinstance(retry, int | float)
+            or not 0 < retry <= MAX_CONCURRENCY_RETRY_AFTER
+        ):
+            raise ConfigError(
+                "concurrency_retry_after must be a number of seconds above 0 and at most"
+                f" {MAX_CONCURRENCY_RETRY_AFTER:g}, got {retry!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +223,16 @@ class TierConfig:
         field_lines: the line of each of ``fields`` in the file (for error messages).
         essential: never scaled by adaptive limits (``[adaptive]``), whatever the pressure:
             the traffic to protect while the service is overloaded.
+        max_in_flight: the most queries and mutations one tenant of the tier runs at once
+            (``TOO_MANY_CONCURRENT`` beyond); None: no limit.
+        max_subscriptions_in_flight: the most subscriptions one tenant of the tier has open
+            at once, a limit of their own so that streams never starve queries; None: as
+            ``max_in_flight``; 0: none.
+        fields_in_flight: the most operations selecting a root field one tenant runs at
+            once, by coordinate (``[tiers.<t>.fields] "Query.search" = { max_in_flight =
+            2 }``), on top of the tier's limits.
+        in_flight: the tier's concurrency limits as lease specs (:class:`InFlight`),
+            None when it has none: the one attribute the gate reads for a tier without.
     """
 
     name: str
@@ -187,13 +243,93 @@ class TierConfig:
     fields: Mapping[str, Quota] = field(default_factory=dict)
     field_lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
     essential: bool = False
+    max_in_flight: int | None = None
+    max_subscriptions_in_flight: int | None = None
+    fields_in_flight: Mapping[str, int] = field(default_factory=dict)
+    in_flight: InFlight | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "operations", MappingProxyType(dict(self.operations)))
         object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
         object.__setattr__(self, "field_lines", MappingProxyType(dict(self.field_lines)))
+        object.__setattr__(self, "fields_in_flight", MappingProxyType(dict(self.fields_in_flight)))
         if self.mode is not None and self.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        for name, value, low in (
+            ("max_in_flight", self.max_in_flight, 1),
+            ("max_subscriptions_in_flight", self.max_subscriptions_in_flight, 0),
+            *((f"{coordinate} max_in_flight", value, 1)
+              for coordinate, value in self.fields_in_flight.items()),
+        ):  # fmt: skip
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < low
+            ):
+                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+        object.__setattr__(self, "in_flight", InFlight.of(self))
+
+    @property
+    def subscriptions_in_flight(self) -> int | None:
+        """The subscription limit in force: ``max_subscriptions_in_flight``, else
+        ``max_in_flight`` (None: none)."""
+        if self.max_subscriptions_in_flight is not None:
+            return self.max_subscriptions_in_flight
+        return self.max_in_flight
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A tier's concurrency limits, as the lease sets an operation takes a lease in.
+
+    Each tenant has a set per limit: ``tier`` (queries and mutations, ``max_in_flight``),
+    ``subscriptions`` (``max_subscriptions_in_flight``), and ``field:<coordinate>`` per root
+    field with a ``max_in_flight``. A query or a mutation takes a lease in ``tier`` and in
+    the set of each limited root field it selects; a subscription in ``subscriptions`` and
+    its field's; all or none.
+
+    Attributes:
+        operations: the ``tier`` spec, or nothing (the tier limits only root fields).
+        subscriptions: the ``subscriptions`` spec or nothing; None when the tier allows no
+            subscription at all (``max_subscriptions_in_flight = 0``).
+        fields: the spec of each limited root field, by coordinate.
+    """
+
+    operations: tuple[LeaseSpec, ...]
+    subscriptions: tuple[LeaseSpec, ...] | None
+    fields: Mapping[str, LeaseSpec]
+
+    @staticmethod
+    def of(tier: TierConfig) -> InFlight | None:
+        """The limits of ``tier``, None when it has none."""
+        fields = {
+            coordinate: LeaseSpec(f"{FIELD_LEASES}{coordinate}", maximum)
+            for coordinate, maximum in tier.fields_in_flight.items()
+        }
+        subscriptions = tier.subscriptions_in_flight
+        if tier.max_in_flight is None and subscriptions is None and not fields:
+            return None
+        return InFlight(
+            (LeaseSpec(TIER_LEASES, tier.max_in_flight),) if tier.max_in_flight else (),
+            None
+            if subscriptions == 0
+            else (LeaseSpec(SUBSCRIPTION_LEASES, subscriptions),)
+            if subscriptions
+            else (),
+            MappingProxyType(fields),
+        )
+
+    def specs(
+        self, operation_type: str | None, root_fields: Mapping[str, object]
+    ) -> tuple[LeaseSpec, ...] | None:
+        """The sets an operation of ``operation_type`` selecting ``root_fields`` (its
+        coordinates) takes a lease in, in order (empty: none; None: refused outright, a
+        subscription where the tier allows none)."""
+        base = self.subscriptions if operation_type == "subscription" else self.operations
+        if base is None:
+            return None
+        fields = self.fields
+        if not fields:
+            return base
+        return (*base, *(fields[name] for name in root_fields if name in fields))
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,7 +514,7 @@ class Config:
                 subscription type (naming the file, the key, its line and the closest
                 root fields).
         """
-        if not any(tier.fields for tier in self.tiers.values()):
+        if not any(tier.fields or tier.fields_in_flight for tier in self.tiers.values()):
             return
         graphql = graphql_schema(schema)
         roots = [graphql.query_type, graphql.mutation_type, graphql.subscription_type]
@@ -386,7 +522,7 @@ class Config:
             f"{root.name}.{name}" for root in roots if root is not None for name in root.fields
         }
         for tier in self.tiers.values():
-            for coordinate in tier.fields:
+            for coordinate in {**tier.fields, **tier.fields_in_flight}:
                 if coordinate in fields:
                     continue
                 close = difflib.get_close_matches(coordinate, fields, n=3)

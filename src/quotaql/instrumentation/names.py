@@ -49,6 +49,27 @@ ADAPTIVE_ENGAGED: Final = "quotaql_adaptive_engaged"
 ADAPTIVE_TRANSITIONS_TOTAL: Final = "quotaql_adaptive_transitions_total"
 """Counter: transitions of adaptive limits, by ``to`` (``engaged``, ``released``)."""
 
+# Concurrency limits (``max_in_flight``, docs/concurrency.md): leases per tenant.
+IN_FLIGHT: Final = "quotaql_in_flight"
+"""Gauge: the leases this process holds (operations and subscriptions of tiers with a
+concurrency limit running now), by ``tier`` (summed over a server's processes)."""
+LEASES_TOTAL: Final = "quotaql_leases_total"
+"""Counter: what became of leases, by ``outcome`` (``LEASE_OUTCOMES``)."""
+
+# The Redis path off the response (docs/limiter.md): deferred refunds and the pipeline.
+REFUNDS_TOTAL: Final = "quotaql_refunds_total"
+"""Counter: deferred refunds by ``outcome`` (``REFUND_OUTCOMES``): queued, coalesced into
+one already waiting, applied, lost (never applied) or unknown (sent, then the call failed:
+perhaps applied, never sent again)."""
+REFUND_QUEUE: Final = "quotaql_refund_queue"
+"""Gauge: refunds waiting to be applied (coalesced ones count once), per process (summed)."""
+PIPELINE_COMMANDS_TOTAL: Final = "quotaql_pipeline_commands_total"
+"""Counter: commands the async Redis pipeline sent, by ``backend`` (a NOSCRIPT retry counts
+again)."""
+PIPELINE_BATCHES_TOTAL: Final = "quotaql_pipeline_batches_total"
+"""Counter: writes the async Redis pipeline made, by ``backend``: commands / batches is the
+mean batch size."""
+
 # The tuning metrics (``quotaql tune``, docs/tuning.md), recorded for the operations the
 # server samples. An *assumed* list is one whose size the pricing took from ``assumed_size``
 # (``@listSize(assumedSize:)``), a slicing argument's schema default or ``default_list_size``;
@@ -103,9 +124,13 @@ DENIED: Final = "denied"
 moment ago and its retry time has not come; nothing was parsed and the storage not asked."""
 VALIDATED: Final = "validated"
 """Priced, not run (``GraphQL-Cost: validate``): it paid ``[limits] min_charge``."""
+TOO_MANY_CONCURRENT: Final = "too_many_concurrent"
+"""Refused (``TOO_MANY_CONCURRENT``): the tenant runs ``max_in_flight`` operations already
+(of its tier, of a root field, or ``max_subscriptions_in_flight`` subscriptions); nothing was
+debited."""
 DECISIONS: Final = (
     ALLOWED, BLOCKED, SHADOW_BLOCKED, REJECTED, FAIL_OPEN, FAIL_CLOSED, UNKNOWN_KEY,
-    TOO_MANY_SUBSCRIPTIONS, DENIED, VALIDATED,
+    TOO_MANY_SUBSCRIPTIONS, DENIED, VALIDATED, TOO_MANY_CONCURRENT,
 )  # fmt: skip
 #: Refused by the budget, by the storage or from the deny cache: a PromQL regex of both.
 BUDGET_REFUSED: Final = f"{BLOCKED}|{DENIED}"
@@ -149,7 +174,46 @@ TRANSITIONS: Final = (ENGAGED, RELEASED)
 
 CHARGED: Final = "charged"
 REFUNDED: Final = "refunded"
+REFUND_LOST: Final = "refund_lost"
+"""``quotaql_cost_total`` outcome: points of deferred refunds lost or of unknown fate (the
+tenants paid that much more than they used, at most); without a ``tier`` label."""
 OTHER_TENANT: Final = "other"
+
+#: The values of ``outcome`` in ``quotaql_leases_total``.
+LEASE_TAKEN: Final = "taken"
+"""A lease was taken: the operation runs."""
+LEASE_REFUSED: Final = "refused"
+"""A set was full: the operation was refused ``TOO_MANY_CONCURRENT`` (or, in shadow mode,
+ran without a lease)."""
+LEASE_RELEASED: Final = "released"
+"""Released while still live in every set."""
+LEASE_EXPIRED: Final = "expired"
+"""Released after it had expired in a set (its holder stalled or Redis was out longer than
+``lease_ttl``: another operation may have taken its slot meanwhile)."""
+LEASE_RELEASE_FAILED: Final = "release_failed"
+"""The release could not be made (the storage failed, or no event loop to make it on): the
+lease expires within ``lease_ttl``."""
+LEASE_RENEWED: Final = "renewed"
+"""(lease, set) pairs the keeper renewed (long operations, open subscriptions)."""
+LEASE_RENEW_FAILED: Final = "renew_failed"
+"""Renew calls of the keeper that failed (retried the next round)."""
+LEASE_TAKE_FAILED: Final = "take_failed"
+"""The storage failed at the take: the fail mode decided (``local``: a lease in this
+process, ``open``: none, ``closed``: refused)."""
+LEASE_OUTCOMES: Final = (
+    LEASE_TAKEN, LEASE_REFUSED, LEASE_RELEASED, LEASE_EXPIRED, LEASE_RELEASE_FAILED,
+    LEASE_RENEWED, LEASE_RENEW_FAILED, LEASE_TAKE_FAILED,
+)  # fmt: skip
+
+#: The values of ``outcome`` in ``quotaql_refunds_total``.
+REFUND_QUEUED: Final = "queued"
+REFUND_COALESCED: Final = "coalesced"
+REFUND_APPLIED: Final = "applied"
+REFUND_LOST_OUTCOME: Final = "lost"
+REFUND_UNKNOWN: Final = "unknown"
+REFUND_OUTCOMES: Final = (
+    REFUND_QUEUED, REFUND_COALESCED, REFUND_APPLIED, REFUND_LOST_OUTCOME, REFUND_UNKNOWN,
+)  # fmt: skip
 
 # -- histogram buckets -----------------------------------------------------------------------
 
@@ -202,9 +266,15 @@ ATTR_EVENTS: Final = "quotaql.subscription.events"
 """Events a subscription delivered (on its span, which ends when the subscription does)."""
 ATTR_ADAPTIVE_MULTIPLIER: Final = "quotaql.adaptive.multiplier"
 """The multiplier the operation's debit was divided by (set only when below 1)."""
+ATTR_IN_FLIGHT: Final = "quotaql.in_flight"
+"""The live leases of the operation's first lease set (its tier's, or its subscriptions')
+once it took its own: set only for tiers with a concurrency limit."""
 EVENT_FAIL_OPEN: Final = "quotaql.fail_open"
 EVENT_FAIL_CLOSED: Final = "quotaql.fail_closed"
 EVENT_REFUND: Final = "quotaql.refund"
+"""A refund was given back (queued, with deferred refunds)."""
+EVENT_LEASE_EXPIRED: Final = "quotaql.lease_expired"
+"""The operation's lease had expired before its release (a stall, an outage)."""
 
 # -- logs ------------------------------------------------------------------------------------
 
