@@ -24,6 +24,8 @@ imports a web framework: the Strawberry extension (``quotaql.plugin``), Ariadne
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
 import contextvars
 import inspect
@@ -43,8 +45,13 @@ from graphql import DocumentNode, GraphQLError, validate
 from quotaql import web
 from quotaql.adaptive import Adaptive, unexpected_error
 from quotaql.config import Config, TierConfig, default_config, load_config
+from quotaql.config.values import SUBSCRIPTION_LEASES, TIER_LEASES
 from quotaql.contract import (
+    IN_FLIGHT,
+    IN_FLIGHT_SUBSCRIPTIONS,
     RATE_LIMITED,
+    RATE_LIMITER_UNAVAILABLE,
+    TOO_MANY_CONCURRENT,
     TOO_MANY_SUBSCRIPTIONS,
     UNKNOWN_API_KEY,
     QuotaqlGraphQLError,
@@ -54,6 +61,7 @@ from quotaql.contract import (
     rate_limit_error,
     rate_limit_headers,
     status_for,
+    too_many_concurrent_error,
     too_many_subscriptions_error,
     unknown_key_error,
 )
@@ -62,13 +70,30 @@ from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.analyzer import parse_document, select_operation
 from quotaql.cost_analysis.screen import screen
 from quotaql.deny import DenyCache
-from quotaql.errors import ConfigError, CostAnalysisError, LimitExceeded
+from quotaql.errors import (
+    ConfigError,
+    CostAnalysisError,
+    LimitExceeded,
+    StorageError,
+    StorageTimeout,
+)
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import LogRecorder, StructuredLog
 from quotaql.instrumentation.tracing import Tracing, hashed_tenant
 from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
+from quotaql.policy.quota import Decision
+from quotaql.storage.leases import (
+    AsyncRedisLeases,
+    LeaseKeeper,
+    LeaseResult,
+    LeaseSpec,
+    MemoryLeases,
+    RedisLeases,
+    new_lease_id,
+)
 from quotaql.storage.memory import MemoryStorage
+from quotaql.storage.redis import AsyncRedisStorage, RedisStorage
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -78,7 +103,8 @@ if TYPE_CHECKING:
     from quotaql.cost_analysis import CostReport
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
-    from quotaql.policy.quota import Decision, Quota
+    from quotaql.policy.quota import Quota
+    from quotaql.storage.leases import AsyncLeases, Leases
 
 __all__ = [
     "Adapter",
@@ -130,9 +156,12 @@ class Operation:
         base: when ``multiplier`` is below 1, what each quota would have been debited
             without it (``costs`` holds what was): its refund is scaled by the same factor.
         started: the adaptive clock's time the operation was admitted (its latency sample).
+        lease: the concurrency lease it holds while it runs (tiers with ``max_in_flight``;
+            None otherwise), released when it ends.
     """
 
     __slots__ = (
+        "__weakref__",
         "actual",
         "base",
         "breakdown",
@@ -146,6 +175,7 @@ class Operation:
         "failed",
         "finished",
         "header",
+        "lease",
         "mode",
         "more",
         "multiplier",
@@ -202,6 +232,7 @@ class Operation:
         self.multiplier = 1.0
         self.base: tuple[float, ...] | None = None
         self.started: float | None = None
+        self.lease: _Lease | None = None
 
     def refuse(self, error: GraphQLError, status: int | None = None, *more: GraphQLError) -> None:
         """Answer ``error`` (and ``more``; with HTTP ``status``, for a limiter's refusal)
@@ -274,10 +305,13 @@ class Operation:
         """The ``decision`` label of this operation's metrics (``names.DECISIONS``)."""
         decision = self.decision
         code = self.code
-        if code == UNKNOWN_API_KEY:
-            return names.UNKNOWN_KEY
-        if code == TOO_MANY_SUBSCRIPTIONS:
-            return names.TOO_MANY_SUBSCRIPTIONS
+        if code is not None:
+            if code == UNKNOWN_API_KEY:
+                return names.UNKNOWN_KEY
+            if code == TOO_MANY_SUBSCRIPTIONS:
+                return names.TOO_MANY_SUBSCRIPTIONS
+            if code == TOO_MANY_CONCURRENT:
+                return names.TOO_MANY_CONCURRENT
         if self.denied:
             return names.DENIED
         if decision is not None and not decision.allowed:
@@ -296,8 +330,11 @@ class Operation:
     def headers(self) -> dict[str, str]:
         """``RateLimit``, ``RateLimit-Policy``, ``X-RateLimit-*`` and ``Retry-After``."""
         decision = self.decision
-        if decision is None or (not decision.allowed and self.error is None):
-            return {}  # nothing debited, or a shadow refusal: no refusal headers
+        if decision is None:  # nothing debited, or refused before (TOO_MANY_CONCURRENT)
+            retry = _concurrency_wait(self)
+            return {} if retry is None else {"Retry-After": str(max(1, math.ceil(retry)))}
+        if not decision.allowed and self.error is None:
+            return {}  # a shadow refusal: no refusal headers
         return rate_limit_headers(decision, self.quotas)
 
 
@@ -456,9 +493,60 @@ def _reply(op: Operation) -> _Reply:
     headers = op.headers
     ran = op.error is None
     if decision is None or not headers:
-        return _Reply(op.status, ran, op.code, {}, math.inf, 0.0)
+        wait = _concurrency_wait(op) if decision is None else None
+        return _Reply(op.status, ran, op.code, headers, math.inf, wait or 0.0)
     wait = decision.retry_after or 0.0
     return _Reply(op.status, ran, op.code, headers, decision.remaining, wait)
+
+
+#: The refusals a client gets past by waiting (their Retry-After answers a batch).
+_WAITING_HELPS = frozenset({RATE_LIMITED, TOO_MANY_CONCURRENT})
+
+
+def _concurrency_wait(op: Operation) -> float | None:
+    """The ``retryAfter`` of ``op``'s ``TOO_MANY_CONCURRENT`` refusal (None: not one)."""
+    error = op.error
+    if error is None or not error.extensions:
+        return None
+    extensions = error.extensions
+    if extensions.get("code") != TOO_MANY_CONCURRENT:
+        return None
+    retry = extensions.get("retryAfter")
+    return float(retry) if isinstance(retry, int | float) else None
+
+
+class _Lease(NamedTuple):
+    """A concurrency lease one operation holds while it runs.
+
+    ``leases`` is where it was taken (the gate's lease storage, or the process-local one
+    of the ``local`` fail mode), None when it holds none there (``open`` and ``closed``
+    after the storage failed); ``stray`` is the storage whose take failed: the lease may
+    have been taken there anyway (a call that timed out may still run), so it is released
+    there too, when the operation ends.
+    """
+
+    id: str
+    key: str
+    names: tuple[str, ...]
+    leases: Any
+    keeper: LeaseKeeper | None
+    tier: str
+    in_flight: int
+    stray: Any = None
+
+
+class _Taken(NamedTuple):
+    """What a take step answered: the storage's result (None: the storage failed and the
+    fail mode takes none), the storage it was taken in, the specs asked of it."""
+
+    result: LeaseResult | None
+    leases: Any
+    specs: tuple[LeaseSpec, ...]
+    stray: Any  # the storage that failed, else None
+
+
+# The lease storage failed or its breaker is open: no answer from it.
+_UNAVAILABLE: Any = object()
 
 
 class _Responses:
@@ -502,7 +590,7 @@ def _answer(replies: Sequence[_Reply]) -> tuple[int | None, dict[str, str]]:
         status = 200 if any(reply.status is not None for reply in refused) else None
         headers = {k: v for k, v in tightest.headers.items() if k != "Retry-After"}
         return status, headers
-    limited = [reply for reply in refused if reply.code == RATE_LIMITED]
+    limited = [reply for reply in refused if reply.code in _WAITING_HELPS]
     if limited:  # waiting helps: answer the longest wait of them
         longest = max(limited, key=lambda reply: reply.wait)
         return longest.status, longest.headers
@@ -547,6 +635,11 @@ class Gate:
             limits (``[adaptive] sources``): read at most once a second, on the request
             path, so it must return at once (a value computed elsewhere); NaN or an
             exception counts as 0 ([adaptive limits](docs/adaptive.md)).
+        leases: where the concurrency leases of ``max_in_flight`` live (default: the lease
+            storage of ``storage``: :class:`~quotaql.storage.leases.MemoryLeases` for a
+            memory storage, :class:`~quotaql.storage.leases.RedisLeases` or
+            :class:`~quotaql.storage.leases.AsyncRedisLeases` on a Redis storage's client;
+            docs/concurrency.md).
 
     Attributes:
         adaptive: the adaptive limits' controller (:class:`quotaql.adaptive.Adaptive`:
@@ -569,6 +662,7 @@ class Gate:
         breaker: CircuitBreaker | None = None,
         config_path: str | os.PathLike[str] | None = None,
         pressure: Callable[[], float] | None = None,
+        leases: Leases | AsyncLeases | None = None,
     ) -> None:
         self._config = config if config is not None else default_config()
         if pressure is not None and not callable(pressure):
@@ -586,6 +680,7 @@ class Gate:
         )
         hooks = [hook for hook in (metrics, recorder) if hook is not None]
         logs = LogRecorder(self.log)
+        self._recorder: Recorder = MultiRecorder(logs, *hooks) if hooks else logs
         limiter_class = AsyncLimiter if self.is_async else Limiter
         self.limiter: Limiter | AsyncLimiter = limiter_class(
             self.storage,
@@ -593,8 +688,29 @@ class Gate:
             local_share=self._config.limits.local_share,
             open_cap=self._config.limits.open_cap,
             breaker=breaker,
-            recorder=MultiRecorder(logs, *hooks) if hooks else logs,
+            recorder=self._recorder,
         )
+        if metrics is not None:
+            queue = self.limiter.refund_queue
+            if queue is not None:
+                metrics.watch_refunds(queue)
+            if isinstance(self.storage, AsyncRedisStorage):
+                metrics.watch_pipeline(self.storage)
+        # Concurrency leases (tiers with max_in_flight): set up by _configured.
+        self._leases: Any = None
+        self._leases_async = False
+        self._leases_fallible = False
+        self._lease_backend = "memory"
+        self._lease_lock = threading.Lock()
+        self._keepers: dict[tuple[int, int], LeaseKeeper] = {}
+        self._fallback_leases: MemoryLeases | None = None
+        self._local_spec_cache: dict[tuple[LeaseSpec, float], LeaseSpec] = {}
+        self._in_flight: dict[str, int] = {}
+        self._releasing: set[asyncio.Task[None]] = set()
+        self._finalizers: dict[int, weakref.finalize[Any, Any]] = {}
+        self._abandoned: collections.deque[_Lease] = collections.deque()
+        if leases is not None:
+            self._set_leases(leases)
         self._reloader = (
             _Reloader(
                 os.fspath(config_path),
@@ -870,6 +986,8 @@ class Gate:
             return
         op.finished = True
         self._free_slot(op)
+        lease = op.lease
+        releasing = None if lease is None else self._release(op, end_span=True)
         report, decision = op.report, op.decision
         operation_type = op.operation_type or "unknown"
         outcome = op.outcome
@@ -916,8 +1034,15 @@ class Gate:
                 attributes[names.ATTR_BACKEND] = decision.source
                 if decision.retry_after:
                     attributes[names.ATTR_RETRY_AFTER] = decision.retry_after
+            if lease is not None and lease.leases is not None:
+                attributes[names.ATTR_IN_FLIGHT] = lease.in_flight
             span.set_attributes(attributes)
-            span.end()
+            if releasing is None:
+                span.end()
+            else:  # the release is on its way: the span ends when it is done
+                self._spawn(releasing)
+        elif releasing is not None:
+            self._spawn(releasing)
 
     # -- the flows -------------------------------------------------------------------------
 
@@ -1025,17 +1150,97 @@ class Gate:
                 op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
                 return op
+        in_flight = op.tier.in_flight
+        if in_flight is not None:  # a concurrency limit: a lease first, so a refusal debits nothing
+            specs = in_flight.specs(report.operation_type, report.root_field_costs)
+            if specs is None or specs:
+                try:
+                    runs = yield from self._take_lease(op, specs)
+                except BaseException:
+                    self._free_slot(op)
+                    raise
+                if not runs:
+                    self._free_slot(op)
+                    return op
         try:
             decision: Decision = yield ("acquire", subject.key, charge, op.quotas, op.costs)
         except BaseException:  # closed by its driver: no operation for the adapter to finish
             self._free_slot(op)
+            self._let_go(op)
             raise
         self._decided(op, decision)
-        if op.refused:  # refused: the subscription never opens
+        if op.refused:  # refused: the subscription never opens, the lease goes back at once
             self._free_slot(op)
+            if op.lease is not None:
+                yield ("release", op)
             if decision.reason == "exceeds_capacity" and op.mode == "enforce":
                 yield from self._charge_refusal(op)  # it can never run: as a static limit
         return op
+
+    def _take_lease(self, op: Operation, specs: tuple[LeaseSpec, ...] | None) -> _Flow:
+        """A lease for ``op`` in the sets of ``specs`` (None: a subscription its tier
+        allows none of): True when it may run (with a lease, or without one in shadow mode
+        or failing open), False when it was refused (``TOO_MANY_CONCURRENT``, or the
+        storage failed under ``closed``)."""
+        key = op.subject.key
+        if specs is None:  # max_subscriptions_in_flight = 0
+            return self._in_flight_refused(op, IN_FLIGHT_SUBSCRIPTIONS, 0, None)
+        if self._abandoned:  # operations dropped unfinished: their leases first
+            self._release_abandoned()
+        lease = new_lease_id()
+        try:
+            taken: _Taken = yield ("lease", key, specs, lease)
+        except BaseException:  # closed while taking: it may have been taken, give it back
+            self._release_later(
+                _Lease(lease, key, tuple(spec.name for spec in specs), None, None, "", 0,
+                       self._leases)
+            )  # fmt: skip
+            raise
+        result = taken.result
+        names_ = tuple(spec.name for spec in taken.specs)
+        if result is None:  # the storage failed: open runs without a lease, closed refuses
+            op.lease = _Lease(lease, key, names_, None, None, op.tier.name, 0, taken.stray)
+            self._watch(op)
+            if self._config.limits.on_backend_error != "closed" or op.mode != "enforce":
+                return True
+            retry = max(self.limiter.breaker.retry_after(), 1.0)
+            limit = min((spec.maximum for spec in specs), default=0)
+            op.decision = Decision(
+                False, op.charge, 0.0, float(limit), retry, 0.0, None, "fail_closed",
+                "backend_unavailable",
+            )  # fmt: skip
+            error = self._refuse(op, rate_limit_error(op.decision))
+            self._log(op, names.FAIL_CLOSED, "quotaql: refused %s: %s", RATE_LIMITER_UNAVAILABLE,
+                      error.message)  # fmt: skip
+            return False
+        if result.taken:
+            count = result.in_flight[0] if result.in_flight else 0
+            op.lease = _Lease(lease, key, names_, taken.leases, self._keeper_of(taken.leases),
+                              op.tier.name, count, taken.stray)  # fmt: skip
+            self._watch(op)
+            self._held(op.tier.name, 1)
+            return True
+        if taken.stray is not None:  # refused by the local fallback: the stray take goes back
+            self._release_later(_Lease(lease, key, names_, None, None, "", 0, taken.stray))
+        refusing = result.limited_by or names_[0]
+        maximum = next(spec.maximum for spec in taken.specs if spec.name == refusing)
+        return self._in_flight_refused(op, _limited_by(refusing), maximum, result.next_free_ms)
+
+    def _in_flight_refused(
+        self, op: Operation, limited_by: str, maximum: int, next_free_ms: int | None
+    ) -> bool:
+        """A full lease set: refuse ``op`` (``TOO_MANY_CONCURRENT``, nothing debited, not
+        remembered by the deny cache: a slot may free at any moment), or in shadow mode
+        let it run without a lease; True when it runs."""
+        if op.mode != "enforce":
+            op.violation = op.violation or TOO_MANY_CONCURRENT
+            self._log(op, names.SHADOW_BLOCKED, _SHADOW_MESSAGE, TOO_MANY_CONCURRENT)
+            return True
+        error = too_many_concurrent_error(limited_by, maximum, self._in_flight_wait(next_free_ms))
+        self._refuse(op, error)
+        self._log(op, names.TOO_MANY_CONCURRENT, "quotaql: refused %s: %s", TOO_MANY_CONCURRENT,
+                  error.message)  # fmt: skip
+        return False
 
     def _reject(self, op: Operation, errors: Sequence[GraphQLError]) -> _Flow:
         """Refused before pricing: answer ``errors``, charge the minimum."""
@@ -1301,8 +1506,12 @@ class Gate:
             if amounts is None:
                 return limiter.acquire(key, amount, quotas)
             return limiter.acquire(key, amount, quotas, costs=amounts)
-        _, key, amount, quotas, amounts, decision = step  # the refund of decision's debit
-        return limiter.refund(key, amount, quotas, amounts=amounts, decision=decision)
+        if kind == "refund":
+            _, key, amount, quotas, amounts, decision = step  # the refund of decision's debit
+            return limiter.refund(key, amount, quotas, amounts=amounts, decision=decision)
+        if kind == "lease":
+            return self._take(step[1], step[2], step[3])
+        return self._release(step[1])  # "release": an operation's lease, now
 
     def _drive(self, flow: _Flow, *, storage: bool = True) -> Any:
         """Run ``flow`` with plain calls; ``storage=False``: a flow that calls no storage
@@ -1343,6 +1552,354 @@ class Gate:
         except BaseException:  # cancelled (the client left) or failed
             flow.close()  # what the flow holds (a subscription's slot) is given back
             raise
+
+    # -- concurrency leases ----------------------------------------------------------------
+
+    def _configure_leases(self, config: Config) -> None:
+        """The lease storage, once a tier has a concurrency limit: the one that matches the
+        gate's storage (:class:`MemoryLeases` for memory, :class:`RedisLeases` /
+        :class:`AsyncRedisLeases` on a Redis storage's own client), unless ``leases=`` gave
+        one."""
+        if self._leases is not None or not any(
+            tier.in_flight is not None for tier in config.tiers.values()
+        ):
+            return
+        storage = self.storage
+        if isinstance(storage, AsyncRedisStorage):
+            leases: Any = AsyncRedisLeases(storage)
+        elif isinstance(storage, RedisStorage):
+            leases = RedisLeases(storage)
+        else:
+            if not isinstance(storage, MemoryStorage):
+                self._say_once(
+                    "leases_in_memory",
+                    f"quotaql: the {type(storage).__name__} storage has no lease storage of its"
+                    " own: the concurrency limits (max_in_flight) are counted in this process's"
+                    " memory, per process; pass Gate(leases=...) to share them",
+                )
+            leases = MemoryLeases()
+        self._set_leases(leases)
+
+    def _set_leases(self, leases: Leases | AsyncLeases) -> None:
+        self._leases = leases
+        self._leases_async = inspect.iscoroutinefunction(leases.take)
+        self._leases_fallible = not isinstance(leases, MemoryLeases)
+        self._lease_backend = getattr(leases, "name", type(leases).__name__)
+
+    def _keeper_of(self, leases: Any) -> LeaseKeeper:
+        """The keeper that renews what ``leases`` holds, with the ``lease_ttl`` in force
+        (one per storage and ttl: a reload that changes the ttl renews new leases with it)."""
+        ttl_ms = round(self._config.limits.lease_ttl * 1000)
+        slot = (id(leases), ttl_ms)
+        keeper = self._keepers.get(slot)
+        if keeper is None:
+            with self._lease_lock:
+                keeper = self._keepers.get(slot)
+                if keeper is None:
+                    keeper = self._keepers[slot] = LeaseKeeper(leases, ttl_ms)
+                    if self.metrics is not None:
+                        self.metrics.watch_leases(keeper)
+        return keeper
+
+    def _local_leases(self) -> MemoryLeases:
+        """The process-local lease sets of the ``local`` fail mode."""
+        local = self._fallback_leases
+        if local is None:
+            with self._lease_lock:
+                local = self._fallback_leases
+                if local is None:
+                    local = self._fallback_leases = MemoryLeases()
+        return local
+
+    def _local_specs(self, specs: tuple[LeaseSpec, ...]) -> tuple[LeaseSpec, ...]:
+        """``specs`` as this process enforces them alone: ``max(1, ceil(maximum ×
+        local_share))`` each (the ``local`` fail mode, as rate quotas start from their
+        share)."""
+        share = self._config.limits.local_share
+        cache = self._local_spec_cache
+        local = []
+        for spec in specs:
+            mine = cache.get((spec, share))
+            if mine is None:
+                mine = LeaseSpec(spec.name, max(1, math.ceil(spec.maximum * share)))
+                if len(cache) < 4096:
+                    cache[(spec, share)] = mine
+            local.append(mine)
+        return tuple(local)
+
+    def _take(self, key: str, specs: tuple[LeaseSpec, ...], lease: str) -> Any:
+        """Take ``lease`` in the sets of ``specs``: a :class:`_Taken`, or an awaitable of one
+        (async lease storage). A storage failure (or an open breaker) is answered by the
+        fail mode here, never raised."""
+        leases = self._leases
+        ttl_ms = round(self._config.limits.lease_ttl * 1000)
+        if self._leases_async:
+            return self._take_async(leases, key, specs, lease, ttl_ms)
+        if not self._leases_fallible:
+            return self._took(key, specs, lease, leases.take(key, specs, lease, ttl_ms), leases)
+        result = self._lease_call(leases.take, key, specs, lease, ttl_ms)
+        return self._took(key, specs, lease, result, leases)
+
+    async def _take_async(
+        self, leases: Any, key: str, specs: tuple[LeaseSpec, ...], lease: str, ttl_ms: int
+    ) -> _Taken:
+        result = await self._lease_call_async(leases.take, key, specs, lease, ttl_ms)
+        return self._took(key, specs, lease, result, leases)
+
+    def _took(
+        self, key: str, specs: tuple[LeaseSpec, ...], lease: str, result: Any, leases: Any
+    ) -> _Taken:
+        """What a take answered: held by the keeper when taken; the fail mode when the
+        storage did not answer (``local``: a lease in this process's sets)."""
+        if result is not _UNAVAILABLE:
+            self._count_lease(names.LEASE_TAKEN if result.taken else names.LEASE_REFUSED)
+            if result.taken:
+                self._keeper_of(leases).hold(key, [spec.name for spec in specs], lease)
+            return _Taken(result, leases, specs, None)
+        self._count_lease(names.LEASE_TAKE_FAILED)
+        if self._config.limits.on_backend_error != "local":
+            return _Taken(None, None, specs, leases)
+        local = self._local_leases()
+        mine = self._local_specs(specs)
+        ttl_ms = round(self._config.limits.lease_ttl * 1000)
+        taken = local.take(key, mine, lease, ttl_ms)
+        self._count_lease(names.LEASE_TAKEN if taken.taken else names.LEASE_REFUSED)
+        if taken.taken:
+            self._keeper_of(local).hold(key, [spec.name for spec in mine], lease)
+        return _Taken(taken, local, mine, leases)
+
+    def _lease_call(self, method: Callable[..., Any], *args: Any) -> Any:
+        """``method(*args)`` on a lease storage that can fail, through the limiter's
+        breaker (one view of the storage's health): its result, or ``_UNAVAILABLE``."""
+        breaker = self.limiter.breaker
+        if not breaker.allow():
+            return _UNAVAILABLE
+        try:
+            result = method(*args)
+        except StorageError as error:
+            self._lease_failed(error)
+            return _UNAVAILABLE
+        except BaseException:
+            breaker.abandon()
+            raise
+        if breaker.success():
+            self._recorder.circuit(self._lease_backend, False)
+        return result
+
+    async def _lease_call_async(self, method: Callable[..., Any], *args: Any) -> Any:
+        """:meth:`_lease_call`, awaited."""
+        breaker = self.limiter.breaker
+        if not breaker.allow():
+            return _UNAVAILABLE
+        try:
+            result = await method(*args)
+        except StorageError as error:
+            self._lease_failed(error)
+            return _UNAVAILABLE
+        except BaseException:
+            breaker.abandon()
+            raise
+        if breaker.success():
+            self._recorder.circuit(self._lease_backend, False)
+        return result
+
+    def _lease_failed(self, error: StorageError) -> None:
+        self._recorder.backend_error(self._lease_backend, error)
+        if self.limiter.breaker.failure(timeout=isinstance(error, StorageTimeout)):
+            self._recorder.circuit(self._lease_backend, True)
+
+    def _release(self, op: Operation, *, end_span: bool = False) -> Any:
+        """Give ``op``'s lease back now: None when done, or a coroutine that does it (async
+        lease storage; with ``end_span``, it ends ``op``'s span once done)."""
+        lease = op.lease
+        if lease is None:
+            return None
+        op.lease = None
+        self._unwatch(op)
+        return self._give_back(lease, op.span if end_span else None)
+
+    def _give_back(self, lease: _Lease, span: Any = None) -> Any:
+        """Stop renewing ``lease`` and release it (and its stray take): None when done, or a
+        coroutine that does it."""
+        held = lease.leases
+        if held is not None and lease.keeper is not None:
+            lease.keeper.drop(lease.key, lease.names, lease.id)
+            self._held(lease.tier, -1)
+        if self._leases_async and (held is self._leases or lease.stray is not None):
+            return self._give_back_async(lease, span)
+        if held is not None:
+            self._released(lease, self._release_in(held, lease), span)
+        if lease.stray is not None and lease.stray is not held:
+            self._release_in(lease.stray, lease)
+        return None
+
+    async def _give_back_async(self, lease: _Lease, span: Any) -> None:
+        try:
+            held = lease.leases
+            args = (lease.key, lease.names, lease.id)
+            if held is not None:
+                if held is self._leases:
+                    count = await self._lease_call_async(held.release, *args)
+                else:  # the local fallback's
+                    count = self._release_in(held, lease)
+                self._released(lease, count, span)
+            stray = lease.stray
+            if stray is not None and stray is not held:
+                await self._lease_call_async(stray.release, *args)
+        finally:
+            if span is not None:
+                span.end()
+
+    def _release_in(self, leases: Any, lease: _Lease) -> Any:
+        """Release ``lease`` in a synchronous lease storage: in how many sets it was live,
+        or ``_UNAVAILABLE``."""
+        if isinstance(leases, MemoryLeases):
+            return leases.release(lease.key, lease.names, lease.id)
+        return self._lease_call(leases.release, lease.key, lease.names, lease.id)
+
+    def _released(self, lease: _Lease, count: Any, span: Any) -> None:
+        """Count what a release found: live in every set, expired in one (a stall or an
+        outage longer than ``lease_ttl``: logged), or not made (the storage failed)."""
+        if count is _UNAVAILABLE:
+            self._count_lease(names.LEASE_RELEASE_FAILED)
+            return
+        if count >= len(lease.names):
+            self._count_lease(names.LEASE_RELEASED)
+            return
+        self._count_lease(names.LEASE_EXPIRED)
+        if span is not None:
+            span.add_event(names.EVENT_LEASE_EXPIRED, {"quotaql.lease.live_in": count})
+        tenant = hashed_tenant(lease.key)
+        self.log.log(
+            logging.WARNING,
+            "lease_expired",
+            "quotaql: a lease of tenant %s (tier %s) expired before its operation ended (a"
+            " stall or a storage outage longer than lease_ttl): its slot may have been taken"
+            " meanwhile",
+            tenant,
+            lease.tier,
+            tenant=tenant,
+            tier=lease.tier,
+            limits=list(lease.names),
+        )
+
+    def _release_later(self, lease: _Lease) -> None:
+        """Release ``lease`` without waiting for it (a flow being closed cannot await)."""
+        done = self._give_back(lease)
+        if done is not None:
+            self._spawn(done)
+
+    def _let_go(self, op: Operation) -> None:
+        """``op``'s flow is being closed (its client left): its lease goes back."""
+        lease = op.lease
+        if lease is not None:
+            op.lease = None
+            self._unwatch(op)
+            self._release_later(lease)
+
+    def _spawn(self, coroutine: Any) -> None:
+        """Run a release coroutine as a task of the running loop (kept until it ends); with
+        no loop running, it cannot run: its lease expires within ``lease_ttl``."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            coroutine.close()
+            self._count_lease(names.LEASE_RELEASE_FAILED)
+            return
+        task = loop.create_task(coroutine)
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    def _watch(self, op: Operation) -> None:
+        """Should ``op`` be dropped without being finished (an adapter that never calls
+        :meth:`finish`), its lease is given back rather than renewed for good."""
+        lease = op.lease
+        if lease is not None:
+            self._finalizers[id(op)] = weakref.finalize(op, self._dropped, id(op), lease)
+
+    def _dropped(self, ident: int, lease: _Lease) -> None:
+        """An operation holding ``lease`` was collected unfinished (in a garbage collection:
+        no lock here, the lease is only queued: the next take gives it back)."""
+        self._finalizers.pop(ident, None)
+        self._abandoned.append(lease)
+
+    def _unwatch(self, op: Operation) -> None:
+        finalizer = self._finalizers.pop(id(op), None)
+        if finalizer is not None:
+            finalizer.detach()
+
+    def _release_abandoned(self) -> None:
+        """Give back the leases of operations dropped without :meth:`finish` (their
+        finalizers only queue them: no lock is taken in a garbage collection)."""
+        abandoned = self._abandoned
+        while abandoned:
+            try:
+                lease = abandoned.popleft()
+            except IndexError:
+                return
+            self._release_later(lease)
+
+    def _held(self, tier: str, change: int) -> None:
+        """Follow the leases this process holds, per tier (``quotaql_in_flight``)."""
+        with self._lease_lock:
+            count = self._in_flight.get(tier, 0) + change
+            self._in_flight[tier] = count
+        if self.metrics is not None:
+            self.metrics.in_flight(tier, count)
+
+    def _count_lease(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.leases(outcome)
+
+    def _in_flight_wait(self, next_free_ms: int | None) -> float:
+        """The ``Retry-After`` of a concurrency refusal: ``concurrency_retry_after``, or
+        less when the earliest lease of the full set expires sooner, jittered."""
+        limits = self._config.limits
+        retry = limits.concurrency_retry_after
+        if next_free_ms is not None:
+            retry = min(retry, max(next_free_ms, 10) / 1000)
+        if limits.retry_jitter:
+            retry *= 1.0 + limits.retry_jitter * random.random()  # noqa: S311
+        return round(retry, 3)
+
+    def in_flight(self) -> dict[str, int]:
+        """The leases this process holds now, per tier (the ``quotaql_in_flight`` gauge)."""
+        with self._lease_lock:
+            return {tier: count for tier, count in self._in_flight.items() if count}
+
+    @property
+    def leases(self) -> Leases | AsyncLeases | None:
+        """Where the concurrency leases live (None until a tier has a concurrency limit)."""
+        leases: Leases | AsyncLeases | None = self._leases
+        return leases
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def flush(self, timeout: float = 5.0) -> int:
+        """Apply the refunds the limiter still holds (deferred refunds, see
+        docs/limiter.md), at shutdown: how many are left after ``timeout`` seconds.
+
+        Raises:
+            TypeError: the storage is async: ``await`` :meth:`aflush`.
+        """
+        limiter = self.limiter
+        if isinstance(limiter, AsyncLimiter):
+            raise TypeError("quotaql: this gate's storage is async: await gate.aflush()")
+        return limiter.flush(timeout)
+
+    async def aflush(self, timeout: float = 5.0) -> int:
+        """:meth:`flush` on an event loop (ASGI lifespan shutdown): the lease releases under
+        way are awaited, then the limiter's refunds applied; how many are left."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        releasing = [task for task in self._releasing if task.get_loop() is loop]
+        if releasing:
+            await asyncio.wait(releasing, timeout=timeout)
+        left = max(0.0, deadline - loop.time())
+        limiter = self.limiter
+        if isinstance(limiter, AsyncLimiter):
+            return await limiter.flush(left)
+        return await asyncio.to_thread(limiter.flush, left)
 
     # -- pieces ----------------------------------------------------------------------------
 
@@ -1436,6 +1993,7 @@ class Gate:
         """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
         what an unsafe setting of it means."""
         self._configure_adaptive(config)
+        self._configure_leases(config)
         if config.identity.unknown_keys == "tenant":
             self._say_once(
                 "unknown_keys_tenant",
@@ -1641,6 +2199,16 @@ def _refunded(decision: Decision, amount: float, amounts: Sequence[float] | None
         reset_after=tightest.reset_after,
         quotas=back,
     )
+
+
+def _limited_by(name: str) -> str:
+    """The ``limited_by`` of a refusing lease set: ``in_flight`` (the tier's),
+    ``in_flight:subscriptions``, ``in_flight:field:<coordinate>``."""
+    if name == TIER_LEASES:
+        return IN_FLIGHT
+    if name == SUBSCRIPTION_LEASES:
+        return IN_FLIGHT_SUBSCRIPTIONS
+    return f"{IN_FLIGHT}:{name}"  # FIELD_LEASES: in_flight:field:<coordinate>
 
 
 def _subject_debit(op: Operation) -> float:

@@ -4,7 +4,8 @@ Every record goes to the ``quotaql`` logger with its fields as ``extra`` (``quot
 says what happened: ``blocked``, ``shadow_blocked``, ``backend_error``, ``circuit_opened``,
 ``circuit_closed``, ``config_reloaded``, ``config_reload_failed``, ``unknown_tier``,
 ``adaptive_engaged``, ``adaptive_released``, ``adaptive_failed``, ``pressure_failed``,
-``pressure_slow``).
+``pressure_slow``, ``too_many_concurrent``, ``lease_expired``, ``leases_in_memory``,
+``refunds_lost``).
 Each event kind may log ``burst`` records at once and ``per_second`` on average; the records
 it drops are counted and the next record that passes says how many (``suppressed``).
 """
@@ -107,6 +108,25 @@ class LogRecorder(NullRecorder):
             error,
             backend=backend,
             error_type=type(error).__name__,
+        )
+
+    def refunds(self, outcome: str, count: int, cost: float) -> None:
+        """Log deferred refunds dropped: ``lost`` (never applied: Redis was out longer than
+        ``refund_max_age``, or the queue was full) or ``unknown`` (sent, then the call
+        failed; perhaps applied, never sent twice)."""
+        if outcome == "applied" or not count:
+            return
+        self.log.log(
+            logging.WARNING,
+            "refunds_lost",
+            "quotaql: %d refunds (%s points) were dropped (%s): their tenants paid up to that"
+            " much more than they used",
+            count,
+            f"{cost:g}",
+            outcome,
+            outcome=outcome,
+            count=count,
+            cost=cost,
         )
 
     def circuit(self, backend: str, is_open: bool) -> None:

@@ -24,6 +24,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from bisect import bisect_left
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
@@ -243,6 +244,64 @@ class PrometheusMetrics:
             (names.LABEL_TO,),
             registry=registry,
         )
+        self.in_flight_gauge = Gauge(
+            names.IN_FLIGHT,
+            "Leases this process holds: operations (and subscriptions) of tiers with a"
+            " concurrency limit running now.",
+            (names.LABEL_TIER,),
+            registry=registry,
+            multiprocess_mode="livesum",  # every live worker's, summed
+        )
+        # The series below are collected through _BackendCollector, which first adds what
+        # the watched refund queues, pipelines and lease keepers counted since (see sync).
+        self.leases_total = Counter(
+            _base(names.LEASES_TOTAL),
+            "What became of concurrency leases: taken, refused, released, expired (before"
+            " their release), release_failed, renewed, renew_failed, take_failed.",
+            (names.LABEL_OUTCOME,),
+            registry=None,
+        )
+        self.refunds_total = Counter(
+            _base(names.REFUNDS_TOTAL),
+            "Deferred refunds: queued, coalesced (into one already waiting), applied, lost"
+            " (never applied) or unknown (sent, then the call failed: perhaps applied).",
+            (names.LABEL_OUTCOME,),
+            registry=None,
+        )
+        self.refund_queue = Gauge(
+            names.REFUND_QUEUE,
+            "Refunds waiting to be applied (coalesced ones count once).",
+            registry=None,
+            multiprocess_mode="livesum",
+        )
+        self.pipeline_commands = Counter(
+            _base(names.PIPELINE_COMMANDS_TOTAL),
+            "Commands the async Redis pipeline sent (a NOSCRIPT retry counts again).",
+            (names.LABEL_BACKEND,),
+            registry=None,
+        )
+        self.pipeline_batches = Counter(
+            _base(names.PIPELINE_BATCHES_TOTAL),
+            "Writes the async Redis pipeline made (commands / batches: the mean batch size).",
+            (names.LABEL_BACKEND,),
+            registry=None,
+        )
+        for outcome in names.LEASE_OUTCOMES:  # every series from 0: increase() sees the first
+            self._child(self.leases_total, outcome)
+        for outcome in names.REFUND_OUTCOMES:
+            self._child(self.refunds_total, outcome)
+        self._backend_lock = threading.Lock()
+        self._refund_queues: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        # storage -> (its pipeline when last read, the batches and commands counted of it)
+        self._pipelines: weakref.WeakKeyDictionary[Any, tuple[Any, int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._keepers: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+        self._sync_at = 0.0
+        self._multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        registry.register(_BackendCollector(self))
         self._pressure_sources: set[str] = set()
         self._adaptive_tiers: set[str] = set()
         build_info = Gauge(
@@ -328,6 +387,83 @@ class PrometheusMetrics:
         """Follow the breaker's state."""
         self._child(self.circuit_open, backend).set(1 if is_open else 0)
 
+    def refunds(self, outcome: str, count: int, cost: float) -> None:
+        """Count deferred refunds the limiter applied, lost or lost track of (``outcome``
+        ``applied``, ``lost``, ``unknown``), and the points of the last two
+        (``quotaql_cost_total{outcome="refund_lost"}``: tenants paid up to that much more
+        than they used)."""
+        if count:
+            self._child(self.refunds_total, outcome).inc(count)
+        if cost and outcome != names.REFUND_APPLIED:
+            self._child(self.cost_points, "", names.REFUND_LOST).inc(cost)
+
+    # -- concurrency leases and the backend's own counters -------------------------------
+
+    def leases(self, outcome: str, count: int = 1) -> None:
+        """Count ``count`` leases of ``outcome`` (one of ``names.LEASE_OUTCOMES``)."""
+        self._child(self.leases_total, outcome).inc(count)
+
+    def in_flight(self, tier: str, count: int) -> None:
+        """The leases this process holds for ``tier`` now."""
+        self._child(self.in_flight_gauge, tier).set(count)
+
+    def watch_refunds(self, queue: Any) -> None:
+        """Count what a :class:`~quotaql.refunds.RefundQueue` queued and coalesced, and how
+        many refunds wait in it (read at each scrape, and at most once a second)."""
+        with self._backend_lock:
+            self._refund_queues.setdefault(queue, (0, 0))
+
+    def watch_pipeline(self, storage: Any) -> None:
+        """Count the writes and commands of an
+        :class:`~quotaql.storage.redis.AsyncRedisStorage`'s pipeline (each event loop's)."""
+        with self._backend_lock:
+            self._pipelines.setdefault(storage, (None, 0, 0))
+
+    def watch_leases(self, keeper: Any) -> None:
+        """Count the renewals of a :class:`~quotaql.storage.leases.LeaseKeeper`."""
+        with self._backend_lock:
+            self._keepers.setdefault(keeper, (0, 0))
+
+    def sync(self) -> None:
+        """Add what the watched refund queues, pipelines and keepers counted since the last
+        call to the metrics (a scrape does it first; under prometheus-client's multiprocess
+        mode, where no scrape reads this process, :meth:`operation` does it once a second)."""
+        with self._backend_lock:
+            self._sync_at = time.monotonic() + _FLUSH_SECONDS
+            waiting = 0
+            for queue, (queued, coalesced) in list(self._refund_queues.items()):
+                now_queued, now_coalesced = queue.queued, queue.coalesced
+                if now_queued > queued:
+                    self._child(self.refunds_total, names.REFUND_QUEUED).inc(now_queued - queued)
+                if now_coalesced > coalesced:
+                    self._child(self.refunds_total, names.REFUND_COALESCED).inc(
+                        now_coalesced - coalesced
+                    )
+                self._refund_queues[queue] = (now_queued, now_coalesced)
+                waiting += len(queue)
+            self.refund_queue.set(waiting)
+            for storage, (seen, seen_batches, seen_commands) in list(self._pipelines.items()):
+                pipeline = getattr(storage, "pipeline", None)
+                if pipeline is None:
+                    continue
+                batches, commands = (seen_batches, seen_commands) if pipeline is seen else (0, 0)
+                backend = getattr(storage, "name", "redis")
+                now_batches, now_commands = pipeline.batches, pipeline.commands
+                if now_batches > batches:
+                    self._child(self.pipeline_batches, backend).inc(now_batches - batches)
+                if now_commands > commands:
+                    self._child(self.pipeline_commands, backend).inc(now_commands - commands)
+                self._pipelines[storage] = (pipeline, now_batches, now_commands)
+            for keeper, (renewed, failed) in list(self._keepers.items()):
+                now_renewed, now_failed = keeper.renewed, keeper.renew_failed
+                if now_renewed > renewed:
+                    self._child(self.leases_total, names.LEASE_RENEWED).inc(now_renewed - renewed)
+                if now_failed > failed:
+                    self._child(self.leases_total, names.LEASE_RENEW_FAILED).inc(
+                        now_failed - failed
+                    )
+                self._keepers[keeper] = (now_renewed, now_failed)
+
     # -- the extension's hook ------------------------------------------------------------
 
     def operation(
@@ -361,6 +497,8 @@ class PrometheusMetrics:
         (requests, query_cost, query_depth, actual_cost, charged_points, refunded_points,
          identified) = children  # fmt: skip
         requests.inc()
+        if self._multiprocess and time.monotonic() >= self._sync_at:
+            self.sync()  # no scrape reads this process: its backend counters, once a second
         if identified is not None:
             identified.inc()
         self._child(self.tenant_requests, self.tenants.label(tenant), decision).inc()
@@ -683,6 +821,29 @@ class _TuningCollector:
 
     def collect(self) -> Iterator[Any]:
         self._metrics.flush()
+        for metric in self._collected:
+            yield from metric.collect()
+
+
+class _BackendCollector:
+    """Collects the lease, refund and pipeline series, after adding what the watched
+    objects counted since (:meth:`PrometheusMetrics.sync`), so that a scrape sees them."""
+
+    def __init__(self, metrics: PrometheusMetrics) -> None:
+        self._metrics = metrics
+        self._collected = (
+            metrics.leases_total,
+            metrics.refunds_total,
+            metrics.refund_queue,
+            metrics.pipeline_commands,
+            metrics.pipeline_batches,
+        )
+
+    def describe(self) -> list[Any]:
+        return [family for metric in self._collected for family in metric.describe()]
+
+    def collect(self) -> Iterator[Any]:
+        self._metrics.sync()
         for metric in self._collected:
             yield from metric.collect()
 
