@@ -776,3 +776,181 @@ def test_operation_name_must_be_a_graphql_name(write, name, key):
     assert_located(error, key, 6)
     assert error.reason.startswith("expected an operation name (letters, digits and _")
     assert error.reason.endswith(f'got "{name}"')
+
+
+# --- concurrency limits (max_in_flight) ---------------------------------------------------
+
+IN_FLIGHT = """\
+[limits]
+lease_ttl = 12.5
+concurrency_retry_after = 0.25
+[tiers.free]
+capacity = 100
+refill_per_second = 1
+max_in_flight = 4
+[tiers.free.fields]
+"Query.search" = { max_in_flight = 2 }
+"Mutation.export" = { capacity = 10, refill_per_second = 0.1, max_in_flight = 1 }
+"Query.products" = { capacity = 50, refill_per_second = 1 }
+[tiers.streams]
+capacity = 100
+refill_per_second = 1
+max_in_flight = 2
+max_subscriptions_in_flight = 20
+[tiers.nostreams]
+capacity = 100
+refill_per_second = 1
+max_subscriptions_in_flight = 0
+[tiers.plain]
+capacity = 100
+refill_per_second = 1
+"""
+
+
+def test_concurrency_limits_are_read_per_tier_and_per_field(write):
+    config = load_config(write(IN_FLIGHT))
+
+    assert (config.limits.lease_ttl, config.limits.concurrency_retry_after) == (12.5, 0.25)
+    free = config.tiers["free"]
+    assert (free.max_in_flight, free.max_subscriptions_in_flight) == (4, None)
+    assert free.subscriptions_in_flight == 4  # D5: as max_in_flight unless set
+    assert dict(free.fields_in_flight) == {"Query.search": 2, "Mutation.export": 1}
+    # a concurrency limit alone is no rate quota; with rate keys it is both
+    assert sorted(free.fields) == ["Mutation.export", "Query.products"]
+    assert free.fields["Mutation.export"].name == "field:Mutation.export"
+    assert free.field_lines == {"Query.search": 9, "Mutation.export": 10, "Query.products": 11}
+    streams = config.tiers["streams"]
+    assert streams.subscriptions_in_flight == 20
+    assert config.tiers["nostreams"].subscriptions_in_flight == 0
+    assert config.tiers["nostreams"].max_in_flight is None
+    assert config.tiers["plain"].in_flight is None  # no limit: nothing for the gate to do
+    assert LimitsConfig().lease_ttl == 30.0
+    assert LimitsConfig().concurrency_retry_after == 1.0
+
+
+def test_the_lease_sets_an_operation_takes(write):
+    config = load_config(write(IN_FLIGHT))
+    free = config.tiers["free"].in_flight
+    assert free is not None
+    names = lambda specs: [(spec.name, spec.maximum) for spec in specs]  # noqa: E731
+    assert names(free.specs("query", {"Query.products": 1})) == [("tier", 4)]
+    assert names(free.specs("mutation", {"Mutation.export": 1, "Query.x": 1})) == [
+        ("tier", 4),
+        ("field:Mutation.export", 1),
+    ]
+    assert names(free.specs("subscription", {})) == [("subscriptions", 4)]
+    nostreams = config.tiers["nostreams"].in_flight
+    assert nostreams is not None
+    assert nostreams.specs("subscription", {}) is None  # refused outright
+    assert nostreams.specs("query", {}) == ()  # queries are not limited
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "phrase"),
+    [
+        ("max_in_flight = 0", "tiers.free.max_in_flight", "an integer >= 1, got 0"),
+        ("max_in_flight = 2.5", "tiers.free.max_in_flight", "an integer >= 1, got a float (2.5)"),
+        ("max_in_flight = true", "tiers.free.max_in_flight", "got a boolean (true)"),
+        ('max_in_flight = "4"', "tiers.free.max_in_flight", 'got a string ("4")'),
+        (
+            "max_subscriptions_in_flight = -1",
+            "tiers.free.max_subscriptions_in_flight",
+            "an integer >= 0, got -1",
+        ),
+        (
+            'fields = { "Query.search" = { max_in_flight = 0 } }',
+            'tiers.free.fields."Query.search".max_in_flight',
+            "an integer >= 1, got 0",
+        ),
+        (
+            'fields = { "Query.search" = { max_in_flight = 1, capacity = 5 } }',
+            'tiers.free.fields."Query.search"',
+            "missing: refill_per_second",
+        ),
+    ],
+)
+def test_wrong_concurrency_values_are_located(write, line, key, phrase):
+    error = config_error(write(f"[tiers.free]\ncapacity = 1\nrefill_per_second = 50\n{line}\n"))
+
+    assert_located(error, key, 4)
+    assert phrase in error.reason
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "phrase"),
+    [
+        ("lease_ttl = 0.5", "limits.lease_ttl", "seconds from 1 to 3600, got 0.5"),
+        ("lease_ttl = 3601", "limits.lease_ttl", "from 1 to 3600, got 3601"),
+        ('lease_ttl = "30s"', "limits.lease_ttl", 'got a string ("30s")'),
+        ("lease_ttl = nan", "limits.lease_ttl", "got a float (nan)"),
+        (
+            "concurrency_retry_after = 0",
+            "limits.concurrency_retry_after",
+            "above 0 and at most 60, got 0",
+        ),
+        ("concurrency_retry_after = 61", "limits.concurrency_retry_after", "got 61"),
+        ("concurrency_retry_after = false", "limits.concurrency_retry_after", "a boolean"),
+    ],
+)
+def test_wrong_lease_settings_are_located(write, line, key, phrase):
+    error = config_error(write(f"# limiter\n[limits]\n{line}\n# end\n"))
+
+    assert_located(error, key, 3)
+    assert phrase in error.reason
+
+
+def test_a_misspelt_concurrency_key_gets_a_suggestion(write):
+    error = config_error(
+        write(
+            "[tiers.free]\ncapacity = 1\nrefill_per_second = 1\n[tiers.free.fields]\n"
+            '"Query.search" = { max_inflight = 2 }\n'
+        )
+    )
+    assert_located(error, 'tiers.free.fields."Query.search".max_inflight', 5)
+    assert "did you mean 'max_in_flight'?" in error.reason
+    error = config_error(
+        write("[tiers.free]\ncapacity = 1\nrefill_per_second = 1\nmax_inflight = 2\n")
+    )
+    assert_located(error, "tiers.free.max_inflight", 4)
+    assert "did you mean 'max_in_flight'?" in error.reason
+
+
+def test_a_field_limit_on_a_field_the_schema_lacks_is_located(write):
+    from graphql import build_schema
+
+    config = load_config(write(IN_FLIGHT))
+    schema = build_schema(
+        "type Query { search: String products: [String] } type Mutation { exportOrders: Int }"
+    )
+    with pytest.raises(ConfigError) as info:
+        config.check_fields(schema)
+    assert_located(info.value, 'tiers.free.fields."Mutation.export"', 10)
+    assert "did you mean 'Mutation.exportOrders'?" in info.value.reason
+    schema = build_schema(
+        "type Query { search: String products: [String] } type Mutation { export: Int }"
+    )
+    config.check_fields(schema)  # every coordinate, with or without a rate quota, exists
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "phrase"),
+    [
+        ("max_in_flight", 0, "max_in_flight must be an integer >= 1"),
+        ("max_in_flight", True, "max_in_flight must be an integer >= 1"),
+        ("max_subscriptions_in_flight", -2, "max_subscriptions_in_flight must be an integer >= 0"),
+        ("fields_in_flight", {"Query.a": 0}, "Query.a max_in_flight must be an integer >= 1"),
+    ],
+)
+def test_tier_concurrency_built_by_hand_is_checked(field, value, phrase):
+    quota = Quota("tenant", capacity=1, refill_per_second=1)
+    with pytest.raises(ConfigError, match=phrase):
+        TierConfig("free", quota, **{field: value})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("lease_ttl", 0.9), ("lease_ttl", 4000), ("concurrency_retry_after", 0), ("lease_ttl", True)],
+)
+def test_lease_settings_built_by_hand_are_checked(field, value):
+    with pytest.raises(ConfigError, match=field):
+        LimitsConfig(**{field: value})
