@@ -180,7 +180,7 @@ def test_an_error_reply_fails_only_its_own_call(redis_server: RedisServer) -> No
         storage = AsyncRedisStorage(client, timeout=5.0)
         try:
             script = storage.script_for([QUOTA])
-            bad = storage.evaluate(script, ["k"], ["acquire", "1", "", "leaky 1 1 1 f"])
+            bad = storage.evaluate(script, ["k"], ["acquire", "1", "", "leaky 1 1 0 1 f"])
             good = [storage.acquire(f"e{i}", 1, [QUOTA], T0) for i in range(4)]
             return await asyncio.gather(bad, *good, return_exceptions=True)
         finally:

@@ -301,6 +301,28 @@ class _RedisBase:
             self._scripts[name] = script
         return script
 
+    def _send(
+        self,
+        mode: str,
+        tenant: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+        amounts: Sequence[float] | None = None,
+        at: int | None = None,
+    ) -> Any:
+        """The script call of one operation: its reply (sync), or an awaitable of it (async).
+
+        The one body of both storages' ``acquire``, ``refund`` and ``peek``: they differ
+        only in waiting for it.
+        """
+        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts, at)
+        return self.evaluate(self.script_for(quotas), keys, args)
+
+    def evaluate(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
+        """Run a registered ``script`` on ``keys`` and ``args`` (each storage's own)."""
+        raise NotImplementedError
+
 
 class RedisStorage(_RedisBase):
     """Quota state in Redis or Redis Cluster (``redis.Redis`` / ``redis.cluster.RedisCluster``).
@@ -345,7 +367,7 @@ class RedisStorage(_RedisBase):
         """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key`` if all
         allow it; else debit nothing."""
         check_arguments(cost, quotas, costs)
-        raw = self._call("acquire", key, cost, quotas, now, costs)
+        raw = self._send("acquire", key, cost, quotas, now, costs) if quotas else []
         return _decision(raw, quotas, cost, costs)
 
     def refund(
@@ -361,12 +383,12 @@ class RedisStorage(_RedisBase):
         (never above full), for a debit made at ``at`` (``Decision.at``; None: now)."""
         check_arguments(amount, quotas, amounts)
         if quotas and (amount > 0 if amounts is None else any(amounts)):
-            self._call("refund", key, amount, quotas, now, amounts, at)
+            self._send("refund", key, amount, quotas, now, amounts, at)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         """Each quota's state for ``key``, without debiting anything."""
         check_arguments(0, quotas)
-        return _decision(self._call("peek", key, 0, quotas, now), quotas, 0.0)
+        return _decision(self._send("peek", key, 0, quotas, now) if quotas else [], quotas, 0.0)
 
     def close(self) -> None:
         """Close the storage's private connections."""
@@ -374,22 +396,6 @@ class RedisStorage(_RedisBase):
         pool = getattr(self.client, "connection_pool", None)
         if pool is not None:  # a pool passed in is not closed by the client itself
             pool.disconnect()
-
-    def _call(
-        self,
-        mode: str,
-        tenant: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int | None,
-        amounts: Sequence[float] | None = None,
-        at: int | None = None,
-    ) -> list[bytes]:
-        if not quotas:
-            return []
-        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts, at)
-        result: list[bytes] = self.evaluate(self.script_for(quotas), keys, args)
-        return result
 
     def evaluate(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
         """Run a registered ``script`` (``self.client.register_script(source)``) on ``keys``
@@ -503,7 +509,7 @@ class AsyncRedisStorage(_RedisBase):
         """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key`` if all
         allow it; else debit nothing."""
         check_arguments(cost, quotas, costs)
-        raw = await self._call("acquire", key, cost, quotas, now, costs)
+        raw = await self._send("acquire", key, cost, quotas, now, costs) if quotas else []
         return _decision(raw, quotas, cost, costs)
 
     async def refund(
@@ -519,14 +525,15 @@ class AsyncRedisStorage(_RedisBase):
         (never above full), for a debit made at ``at`` (``Decision.at``; None: now)."""
         check_arguments(amount, quotas, amounts)
         if quotas and (amount > 0 if amounts is None else any(amounts)):
-            await self._call("refund", key, amount, quotas, now, amounts, at)
+            await self._send("refund", key, amount, quotas, now, amounts, at)
 
     async def peek(
         self, key: str | None, quotas: Sequence[Quota], now: int | None = None
     ) -> Decision:
         """Each quota's state for ``key``, without debiting anything."""
         check_arguments(0, quotas)
-        return _decision(await self._call("peek", key, 0, quotas, now), quotas, 0.0)
+        raw = await self._send("peek", key, 0, quotas, now) if quotas else []
+        return _decision(raw, quotas, 0.0)
 
     async def close(self) -> None:
         """Close the storage's private connections."""
@@ -536,22 +543,6 @@ class AsyncRedisStorage(_RedisBase):
             await self.client.aclose()
         else:  # a pool passed in is not closed by the client unless asked
             await self.client.aclose(close_connection_pool=True)
-
-    async def _call(
-        self,
-        mode: str,
-        tenant: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int | None,
-        amounts: Sequence[float] | None = None,
-        at: int | None = None,
-    ) -> list[bytes]:
-        if not quotas:
-            return []
-        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts, at)
-        result: list[bytes] = await self.evaluate(self.script_for(quotas), keys, args)
-        return result
 
     async def evaluate(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
         """:meth:`RedisStorage.evaluate` for asyncio, bounded by the storage's deadline (and
