@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import inspect
 import math
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from quotaql.breaker import CircuitBreaker
 from quotaql.errors import ConfigError, StorageError, StorageNotReached, StorageTimeout
@@ -307,40 +308,6 @@ class _Core:
         queue.put_back(retry)
         return not retry
 
-    def apply(self, refund: PendingRefund) -> _Outcome:
-        """Apply one waiting refund with plain calls (see :data:`_Outcome`)."""
-        if not self.breaker.allow():
-            return "retry"
-        flow = _Core.refund_flow(
-            refund.key, refund.amount, refund.quotas, refund.now, refund.per_quota, refund.at
-        )
-        try:
-            _run(flow, self.storage)
-        except StorageError as error:
-            return self.refund_failed(error)
-        except BaseException:
-            self.breaker.abandon()
-            raise
-        self.succeeded()
-        return "applied"
-
-    async def apply_async(self, refund: PendingRefund) -> _Outcome:
-        """:meth:`apply` with awaited calls."""
-        if not self.breaker.allow():
-            return "retry"
-        flow = _Core.refund_flow(
-            refund.key, refund.amount, refund.quotas, refund.now, refund.per_quota, refund.at
-        )
-        try:
-            await _run_async(flow, self.storage)
-        except StorageError as error:
-            return self.refund_failed(error)
-        except BaseException:
-            self.breaker.abandon()
-            raise
-        self.succeeded()
-        return "applied"
-
     def refund_failed(self, error: StorageError) -> _Outcome:
         """A refund's call failed: retried only when it is known not to have been sent. A
         call that timed out or broke may still be applied (a paused Redis runs it when it
@@ -366,7 +333,8 @@ class _Core:
     ) -> Decision | None:
         """The fail mode's answer while the storage cannot be used."""
         if self.local is not None:  # local, or open with an emergency cap
-            return _run(flow_factory(), self.local)
+            decision: Decision | None = _drive(flow_factory(), self.local)
+            return decision
         if self.on_backend_error == "open":
             return _assumed(cost, quotas, "fail_open", allowed=True)
         retry = max(self.breaker.retry_after(), 1.0)
@@ -604,13 +572,31 @@ def _call(storage: Any, call: _Call) -> Any:
 _Remember = Callable[[str | None, Sequence[Quota], Decision, int | None], None]
 
 
-def _run(flow: _Flow, storage: Any, remember: _Remember | None = None) -> Decision | None:
-    """Drive ``flow`` with plain calls on ``storage``; a storage error is raised inside it.
+def _pending(value: object) -> bool:
+    """An answer still to wait for (an async storage's call), not a value (a Decision, None,
+    an outcome)."""
+    return (
+        value is not None
+        and value.__class__ is not Decision
+        and value.__class__ is not str
+        and inspect.isawaitable(value)
+    )
 
-    ``remember`` is given each decision the storage makes (see :meth:`_Core.remember`).
+
+def _drive(
+    flow: _Flow,
+    storage: Any,
+    remember: _Remember | None = None,
+    result: Any = None,
+    error: StorageError | None = None,
+) -> Any:
+    """Drive ``flow`` on ``storage``, from the answer (``result`` or ``error``) to its last
+    call: the flow's value with a sync storage, or, from the first call an async storage
+    makes, an awaitable of it (:func:`_drive_later` waits, then drives on from here).
+
+    A storage error is raised inside the flow. ``remember`` is given each decision the
+    storage makes (see :meth:`_Core.remember`).
     """
-    result: Any = None
-    error: StorageError | None = None
     try:
         while True:
             call = flow.send(result) if error is None else flow.throw(error)
@@ -619,34 +605,193 @@ def _run(flow: _Flow, storage: Any, remember: _Remember | None = None) -> Decisi
                 result = _call(storage, call)
             except StorageError as exc:
                 error = exc
-            else:
-                if remember is not None and call[0] != "refund":
-                    remember(call[1], call[3], result, call[4])
+                continue
+            if _pending(result):
+                return _drive_later(flow, storage, remember, call, result)
+            if remember is not None and call[0] != "refund":
+                remember(call[1], call[3], result, call[4])
     except StopIteration as stop:
-        value: Decision | None = stop.value
-        return value
+        return stop.value
 
 
-async def _run_async(
-    flow: _Flow, storage: Any, remember: _Remember | None = None
-) -> Decision | None:
-    """Drive ``flow`` with awaited calls on ``storage``; a storage error is raised inside it."""
+async def _drive_later(
+    flow: _Flow, storage: Any, remember: _Remember | None, call: _Call, pending: Any
+) -> Any:
+    """The rest of :func:`_drive` once ``pending`` (the answer to ``call``) is in."""
     result: Any = None
     error: StorageError | None = None
     try:
-        while True:
-            call = flow.send(result) if error is None else flow.throw(error)
-            error = None
-            try:
-                result = await _call(storage, call)
-            except StorageError as exc:
-                error = exc
-            else:
-                if remember is not None and call[0] != "refund":
-                    remember(call[1], call[3], result, call[4])
-    except StopIteration as stop:
-        value: Decision | None = stop.value
-        return value
+        result = await pending
+    except StorageError as exc:
+        error = exc
+    else:
+        if remember is not None and call[0] != "refund":
+            remember(call[1], call[3], result, call[4])
+    value = _drive(flow, storage, remember, result, error)
+    return await value if _pending(value) else value
+
+
+# What Limiter.refund and AsyncLimiter.refund are told when a refund was queued.
+_QUEUED: Final = "queued"
+
+
+class _Operations:
+    """The limiter's operations, one body for sync and async storages: each returns its
+    value, or with an async storage an awaitable of it (graphql-core's awaitable-or-value),
+    and :class:`Limiter` / :class:`AsyncLimiter` are thin entry points around them."""
+
+    def __init__(self, core: _Core) -> None:
+        self.core = core
+
+    def acquire(
+        self,
+        key: str,
+        cost: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+        costs: Sequence[float] | None,
+    ) -> Any:
+        shared = _check_request(key, cost, quotas, costs)
+        core = self.core
+        started = time.perf_counter() if core.timed else 0.0
+        if core.infallible and not shared:  # the embedded default: no flow, no breaker
+            decision = core.storage.decide(key, cost, quotas, now, costs)  # checked above
+        else:  # one path for one quota or many, shared or not
+            decision = self.execute(
+                lambda: _Core.acquire_flow(key, cost, quotas, now, costs),
+                cost,
+                quotas,
+                None if shared else ("acquire", key, cost, quotas, now, costs, None),
+            )
+            if decision.__class__ is not Decision:  # an awaitable: timed once it is in
+                return self._timed_later(decision, started) if core.timed else decision
+        if core.timed:
+            core.recorder.decision(decision, time.perf_counter() - started)
+        return decision
+
+    async def _timed_later(self, pending: Awaitable[Decision], started: float) -> Decision:
+        decision = await pending
+        core = self.core
+        if core.timed:
+            core.recorder.decision(decision, time.perf_counter() - started)
+        return decision
+
+    def refund(
+        self,
+        key: str,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+        amounts: Sequence[float] | None,
+        decision: Decision | None,
+    ) -> Any:
+        """None when there is nothing to do or it was done, :data:`_QUEUED` when the refund
+        was queued (the entry point wakes its applier), else an awaitable."""
+        _check_request(key, amount, quotas, amounts)
+        if not (amount > 0 if amounts is None else any(amounts)):
+            return None
+        core = self.core
+        at = core.refund_target(key, amount, quotas, now, amounts, decision)
+        if at is False:
+            return None
+        if core.refunds is not None:  # applied off the response path
+            each = (amount,) * len(quotas) if amounts is None else amounts
+            core.refunds.add(key, quotas, each, at, now)
+            return _QUEUED
+        return self.execute(
+            lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at), amount, quotas
+        )
+
+    def peek(self, key: str, quotas: Sequence[Quota], now: int | None) -> Any:
+        _check_request(key, 0.0, quotas)
+        return self.execute(lambda: _Core.peek_flow(key, quotas, now), 0.0, quotas)
+
+    def execute(
+        self,
+        flow_factory: Callable[[], _Flow],
+        cost: float,
+        quotas: Sequence[Quota],
+        call: _Call | None = None,
+    ) -> Any:
+        """Run an operation's storage calls (``call`` alone, made at once, or the flow),
+        through the breaker and the fail mode."""
+        core = self.core
+        if core.infallible:
+            return _drive(flow_factory(), core.storage)
+        if not core.breaker.allow():
+            return core.substitute(flow_factory, cost, quotas)
+        try:
+            if call is None:
+                result = _drive(flow_factory(), core.storage, core.remember_hook)
+            else:  # a request of one storage call: made at once, no flow to drive
+                result = _call(core.storage, call)
+        except StorageError as error:
+            core.failed(error)
+            return core.substitute(flow_factory, cost, quotas)
+        except BaseException:
+            core.breaker.abandon()  # e.g. interrupted: no verdict on the storage
+            raise
+        if _pending(result):
+            return self._execute_later(result, flow_factory, cost, quotas, call)
+        return self._answered(result, call)
+
+    async def _execute_later(
+        self,
+        pending: Awaitable[Any],
+        flow_factory: Callable[[], _Flow],
+        cost: float,
+        quotas: Sequence[Quota],
+        call: _Call | None,
+    ) -> Any:
+        core = self.core
+        try:
+            result = await pending
+        except StorageError as error:
+            core.failed(error)
+            return core.substitute(flow_factory, cost, quotas)
+        except BaseException:
+            core.breaker.abandon()  # e.g. cancelled: no verdict on the storage
+            raise
+        return self._answered(result, call)
+
+    def _answered(self, result: Any, call: _Call | None) -> Any:
+        core = self.core
+        if call is not None and core.remember_hook is not None:
+            core.remember_hook(call[1], call[3], result, call[4])
+        core.succeeded()
+        return result
+
+    def apply(self, refund: PendingRefund) -> Any:
+        """Apply one waiting refund: its :data:`_Outcome`, or an awaitable of it."""
+        core = self.core
+        if not core.breaker.allow():
+            return "retry"
+        flow = _Core.refund_flow(
+            refund.key, refund.amount, refund.quotas, refund.now, refund.per_quota, refund.at
+        )
+        try:
+            result = _drive(flow, core.storage)
+        except StorageError as error:
+            return core.refund_failed(error)
+        except BaseException:
+            core.breaker.abandon()
+            raise
+        if _pending(result):
+            return self._applied_later(result)
+        core.succeeded()
+        return "applied"
+
+    async def _applied_later(self, pending: Awaitable[Any]) -> _Outcome:
+        core = self.core
+        try:
+            await pending
+        except StorageError as error:
+            return core.refund_failed(error)
+        except BaseException:
+            core.breaker.abandon()
+            raise
+        core.succeeded()
+        return "applied"
 
 
 class _LimiterBase:
@@ -678,6 +823,7 @@ class _LimiterBase:
             refund_max_age=refund_max_age,
             refund_queue_size=refund_queue_size,
         )
+        self._ops = _Operations(self._core)
         self._pending = threading.Event()  # refunds were queued (the sync refund thread)
         self._thread: threading.Thread | None = None
         self._task: asyncio.Task[None] | None = None  # the async refund task
@@ -748,24 +894,7 @@ class Limiter(_LimiterBase):
             costs: what each quota is debited instead of ``cost``, one per quota (a root
                 field's quota pays that field's cost).
         """
-        shared = _check_request(key, cost, quotas, costs)
-        core = self._core
-        started = time.perf_counter() if core.timed else 0.0
-        decision: Decision
-        if core.infallible and not shared:  # the embedded default: no flow, no breaker
-            decision = core.storage.decide(key, cost, quotas, now, costs)  # checked above
-        else:  # one path for one quota or many, shared or not
-            decision = cast(
-                "Decision",
-                self._execute(
-                    lambda: _Core.acquire_flow(key, cost, quotas, now, costs),
-                    cost,
-                    quotas,
-                    None if shared else ("acquire", key, cost, quotas, now, costs, None),
-                ),
-            )
-        if core.timed:
-            core.recorder.decision(decision, time.perf_counter() - started)
+        decision: Decision = self._ops.acquire(key, cost, quotas, now, costs)
         return decision
 
     def refund(
@@ -785,22 +914,20 @@ class Limiter(_LimiterBase):
         debit was made (the storage, or the local fallback during an outage; nothing for a
         fail-open or fail-closed decision, which debited nothing), and a window gives back
         only to the window it was counted in (``decision.at``). Without it, the refund is of
-        a debit made in the storage now.
+        a debit made in the storage now. On a storage that can fail (Redis), the refund is
+        queued and applied by a thread of the limiter's (see :mod:`quotaql.refunds`).
         """
-        _check_request(key, amount, quotas, amounts)
-        if amount > 0 if amounts is None else any(amounts):
-            core = self._core
-            at = core.refund_target(key, amount, quotas, now, amounts, decision)
-            if at is False:
-                return
-            if core.refunds is not None:  # applied by the background thread
-                each = (amount,) * len(quotas) if amounts is None else amounts
-                core.refunds.add(key, quotas, each, at, now)
-                self._wake()
-                return
-            self._execute(
-                lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at), amount, quotas
-            )
+        if self._ops.refund(key, amount, quotas, now, amounts, decision) is _QUEUED:
+            self._wake()
+
+    def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
+        """The state of ``key``'s quotas, without debiting anything (after the refunds
+        queued before it: a peek reads what this process refunded)."""
+        queue = self._core.refunds
+        if queue is not None and queue.pending:
+            self.flush(_PEEK_FLUSH)
+        decision: Decision = self._ops.peek(key, quotas, now)
+        return decision
 
     def flush(self, timeout: float = 5.0) -> int:
         """Apply the refunds waiting now, in this thread (at shutdown, in tests); give up on
@@ -825,7 +952,7 @@ class Limiter(_LimiterBase):
         """Apply what is waiting; False if the storage could not take all of it."""
         waiting = queue.take()
         try:
-            outcomes = [self._core.apply(refund) for refund in waiting]
+            outcomes = [self._ops.apply(refund) for refund in waiting]
             return self._core.settle_refunds(queue, waiting, outcomes)
         finally:
             queue.done(len(waiting))
@@ -845,45 +972,6 @@ class Limiter(_LimiterBase):
                     )
                     self._thread.start()
                     _LIMITERS.add(self)
-
-    def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
-        """The state of ``key``'s quotas, without debiting anything (after the refunds
-        queued before it: a peek reads what this process refunded)."""
-        _check_request(key, 0.0, quotas)
-        queue = self._core.refunds
-        if queue is not None and queue.pending:
-            self.flush(_PEEK_FLUSH)
-        return cast(
-            "Decision", self._execute(lambda: _Core.peek_flow(key, quotas, now), 0.0, quotas)
-        )
-
-    def _execute(
-        self,
-        flow_factory: Callable[[], _Flow],
-        cost: float,
-        quotas: Sequence[Quota],
-        call: _Call | None = None,
-    ) -> Decision | None:
-        core = self._core
-        if core.infallible:
-            return _run(flow_factory(), core.storage)
-        if core.breaker.allow():
-            try:
-                if call is None:
-                    result = _run(flow_factory(), core.storage, core.remember_hook)
-                else:  # a request of one storage call: made at once, no flow to drive
-                    result = _call(core.storage, call)
-                    if core.remember_hook is not None:
-                        core.remember_hook(call[1], call[3], result, call[4])
-            except StorageError as error:
-                core.failed(error)
-            except BaseException:
-                core.breaker.abandon()  # e.g. interrupted: no verdict on the storage
-                raise
-            else:
-                core.succeeded()
-                return result
-        return core.substitute(flow_factory, cost, quotas)
 
 
 class AsyncLimiter(_LimiterBase):
@@ -909,25 +997,8 @@ class AsyncLimiter(_LimiterBase):
     ) -> Decision:
         """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key``, all of
         them or none."""
-        shared = _check_request(key, cost, quotas, costs)
-        core = self._core
-        started = time.perf_counter() if core.timed else 0.0
-        decision: Decision
-        if core.infallible and not shared:  # the embedded default: no flow, no breaker
-            decision = core.storage.decide(key, cost, quotas, now, costs)  # checked above
-        else:  # one path for one quota or many, shared or not
-            decision = cast(
-                "Decision",
-                await self._execute(
-                    lambda: _Core.acquire_flow(key, cost, quotas, now, costs),
-                    cost,
-                    quotas,
-                    None if shared else ("acquire", key, cost, quotas, now, costs, None),
-                ),
-            )
-        if core.timed:
-            core.recorder.decision(decision, time.perf_counter() - started)
-        return decision
+        decision = self._ops.acquire(key, cost, quotas, now, costs)
+        return decision if decision.__class__ is Decision else await decision
 
     async def refund(
         self,
@@ -939,29 +1010,22 @@ class AsyncLimiter(_LimiterBase):
         amounts: Sequence[float] | None = None,
         decision: Decision | None = None,
     ) -> None:
-        """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``
-        (or each quota its ``amounts``).
+        """:meth:`Limiter.refund`: queued, and applied by a task of the event loop with the
+        storage's calls in flight."""
+        done = self._ops.refund(key, amount, quotas, now, amounts, decision)
+        if done is _QUEUED:
+            self._schedule()
+        elif _pending(done):
+            await done
 
-        ``decision`` is the decision whose debit this gives back: a refund goes where that
-        debit was made (the storage, or the local fallback during an outage; nothing for a
-        fail-open or fail-closed decision, which debited nothing), and a window gives back
-        only to the window it was counted in (``decision.at``). Without it, the refund is of
-        a debit made in the storage now.
-        """
-        _check_request(key, amount, quotas, amounts)
-        if amount > 0 if amounts is None else any(amounts):
-            core = self._core
-            at = core.refund_target(key, amount, quotas, now, amounts, decision)
-            if at is False:
-                return
-            if core.refunds is not None:  # applied by a task of the loop, with what is in flight
-                each = (amount,) * len(quotas) if amounts is None else amounts
-                core.refunds.add(key, quotas, each, at, now)
-                self._schedule()
-                return
-            await self._execute(
-                lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at), amount, quotas
-            )
+    async def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
+        """The state of ``key``'s quotas, without debiting anything (after the refunds
+        queued before it: a peek reads what this process refunded)."""
+        queue = self._core.refunds
+        if queue is not None and queue.pending:
+            await self.flush(_PEEK_FLUSH)
+        decision = self._ops.peek(key, quotas, now)
+        return decision if decision.__class__ is Decision else await decision
 
     async def flush(self, timeout: float = 5.0) -> int:
         """Apply the refunds waiting now (at shutdown, in tests); give up on the ones the
@@ -990,10 +1054,14 @@ class AsyncLimiter(_LimiterBase):
     async def _apply(self, queue: RefundQueue) -> bool:
         """Apply what is waiting; False if the storage could not take all of it."""
         waiting = queue.take()
-        core = self._core
         try:
-            outcomes = await asyncio.gather(*(core.apply_async(refund) for refund in waiting))
-            return core.settle_refunds(queue, waiting, outcomes)
+            outcomes = [self._ops.apply(refund) for refund in waiting]
+            later = [index for index, outcome in enumerate(outcomes) if _pending(outcome)]
+            if later:
+                answers = await asyncio.gather(*(outcomes[index] for index in later))
+                for index, outcome in zip(later, answers, strict=True):
+                    outcomes[index] = outcome
+            return self._core.settle_refunds(queue, waiting, outcomes)
         finally:
             queue.done(len(waiting))
 
@@ -1010,46 +1078,6 @@ class AsyncLimiter(_LimiterBase):
         while len(queue):
             if not await self._apply(queue):  # the storage could not take some: again later
                 await asyncio.sleep(_RETRY_INTERVAL)
-
-    async def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
-        """The state of ``key``'s quotas, without debiting anything (after the refunds
-        queued before it: a peek reads what this process refunded)."""
-        _check_request(key, 0.0, quotas)
-        queue = self._core.refunds
-        if queue is not None and queue.pending:
-            await self.flush(_PEEK_FLUSH)
-        return cast(
-            "Decision",
-            await self._execute(lambda: _Core.peek_flow(key, quotas, now), 0.0, quotas),
-        )
-
-    async def _execute(
-        self,
-        flow_factory: Callable[[], _Flow],
-        cost: float,
-        quotas: Sequence[Quota],
-        call: _Call | None = None,
-    ) -> Decision | None:
-        core = self._core
-        if core.infallible:
-            return _run(flow_factory(), core.storage)
-        if core.breaker.allow():
-            try:
-                if call is None:
-                    result = await _run_async(flow_factory(), core.storage, core.remember_hook)
-                else:  # a request of one storage call: made at once, no flow to drive
-                    result = await _call(core.storage, call)
-                    if core.remember_hook is not None:
-                        core.remember_hook(call[1], call[3], result, call[4])
-            except StorageError as error:
-                core.failed(error)
-            except BaseException:
-                core.breaker.abandon()  # e.g. cancelled: no verdict on the storage
-                raise
-            else:
-                core.succeeded()
-                return result
-        return core.substitute(flow_factory, cost, quotas)
 
 
 def _refund_thread(ref: weakref.ReferenceType[Limiter], pending: threading.Event) -> None:
