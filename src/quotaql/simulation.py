@@ -1,12 +1,13 @@
 """Multi-region enforcement in simulation: local decisions, asynchronous sync of debits.
 
-Each region decides on its own :class:`~quotaql.storage.memory.MemoryStorage` through a
-real :class:`~quotaql.limiter.Limiter`, on a virtual clock (integer milliseconds, no
-sleeps, no network). Every ``interval_ms`` each region publishes what it admitted since
-its last publication; the others receive it ``delay_ms`` later and debit it in full: a
-debit that does not fit puts the bucket in debt, paid back from its refill before the
-region admits anything again. A debit made just after a publication waits the whole
-interval, so the lag of a debit is at most ``interval_ms + delay_ms``.
+Each region decides on its own storage (a :class:`~quotaql.storage.memory.MemoryStorage`
+by default, or a Redis storage per region) through a real :class:`~quotaql.limiter.Limiter`,
+on a virtual clock (integer milliseconds, no sleeps). Every ``interval_ms`` each region
+publishes what it admitted since its last publication; the others receive it ``delay_ms``
+later and debit it in full with the storage's ``charge`` (a debit made whether it fits or
+not): a debit that does not fit puts the bucket below empty, and the debt is paid back from
+its refill before the region admits anything again. A debit made just after a publication
+waits the whole interval, so the lag of a debit is at most ``interval_ms + delay_ms``.
 
 ``docs/scale-out.md`` derives the over-admission bound this accepts
 (:func:`over_admission_bound`); ``tests/test_scale_out.py`` measures it
@@ -27,9 +28,9 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from quotaql.limiter import Limiter
 from quotaql.storage.memory import MemoryStorage
@@ -70,17 +71,14 @@ class Region:
     Attributes:
         storage: the region's storage (its Redis, in production).
         limiter: decides the region's requests on ``storage``.
-        backlog: debits received from other regions not yet taken from the bucket
-            (its debt: the bucket is empty while it is above 0).
         unpublished: what this region admitted since its last publication.
         inbox: ``(arrival ms, amount)`` of the other regions' publications on their way.
         admitted: the total this region admitted.
         forgiven: debits dropped because they did not fit (only with ``forgive_debt``).
     """
 
-    storage: MemoryStorage
+    storage: Any
     limiter: Limiter
-    backlog: float = 0.0
     unpublished: float = 0.0
     inbox: deque[tuple[int, float]] = field(default_factory=deque)
     admitted: float = 0.0
@@ -119,6 +117,9 @@ class MultiRegion:
             instead of keeping it as debt (the wrong design: over-admission then grows with
             time; shown by the tests).
         key: the tenant.
+        storages: one storage per region (each with ``acquire``, ``peek`` and ``charge``,
+            e.g. a :class:`~quotaql.storage.redis.RedisStorage` on each region's own
+            redis-server); by default a MemoryStorage each on the virtual clock.
     """
 
     def __init__(
@@ -130,6 +131,7 @@ class MultiRegion:
         delay_ms: int = 0,
         forgive_debt: bool = False,
         key: str = "tenant",
+        storages: Sequence[Any] | None = None,
     ) -> None:
         if quota.algorithm != "token_bucket":
             raise ValueError("the simulation models token buckets")
@@ -141,10 +143,14 @@ class MultiRegion:
         self.forgive_debt = forgive_debt
         self.key = key
         self.now = 0
+        if storages is not None and len(storages) != regions:
+            raise ValueError(f"one storage per region: {len(storages)} for {regions}")
         self.regions: list[Region] = []
-        for _ in range(regions):
-            storage = MemoryStorage(clock=self._seconds)
-            self.regions.append(Region(storage, Limiter(storage)))
+        for index in range(regions):
+            storage = (
+                storages[index] if storages is not None else MemoryStorage(clock=self._seconds)
+            )
+            self.regions.append(Region(storage, Limiter(storage, defer_refunds=False)))
 
     @property
     def lag_ms(self) -> int:
@@ -175,9 +181,6 @@ class MultiRegion:
         for index, region in enumerate(self.regions):
             self._deliver(region)
             for cost in traffic(now, index):
-                self._settle(region)
-                if region.backlog > 0:
-                    break  # in debt: the bucket is empty
                 decision = region.limiter.acquire(self.key, cost, [self.quota], now=now)
                 if not decision.allowed:
                     break
@@ -201,27 +204,14 @@ class MultiRegion:
 
     def _deliver(self, region: Region) -> None:
         inbox = region.inbox
+        quota = [self.quota]
         while inbox and inbox[0][0] <= self.now:
             amount = inbox.popleft()[1]
-            region.backlog += amount
-            if self.forgive_debt:
-                self._settle(region)
-                region.forgiven += region.backlog
-                region.backlog = 0.0
-
-    def _settle(self, region: Region) -> None:
-        """Take the debt from the bucket, as much as it holds now (the rest stays debt)."""
-        if region.backlog <= 0:
-            return
-        quota = [self.quota]
-        held = region.storage.peek(self.key, quota, now=self.now).remaining
-        take = min(region.backlog, held)
-        if take > 0:
-            if not region.storage.acquire(self.key, take, quota, now=self.now).allowed:
-                return  # rounding: what peek reported does not fit; the next call takes it
-            region.backlog -= take
-        if region.backlog < self.quota.maximum * 1e-9:  # rounding left over
-            region.backlog = 0.0
+            if self.forgive_debt:  # only what fits: the rest is dropped
+                held = max(0.0, region.storage.peek(self.key, quota, now=self.now).remaining)
+                region.forgiven += max(0.0, amount - held)
+                amount = min(amount, held)
+            region.storage.charge(self.key, amount, quota, now=self.now)
 
 
 def worst_window_excess(admitted: list[float], capacity: float, rate_per_ms: float) -> float:

@@ -144,6 +144,12 @@ class AsyncDriven:
         assert self.storage is not None
         self._call(self.storage.refund(key, amount, quotas, now, amounts, at))
 
+    def charge(
+        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
+    ) -> None:
+        assert self.storage is not None
+        self._call(self.storage.charge(key, amount, quotas, now))
+
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         assert self.storage is not None
         return self._call(self.storage.peek(key, quotas, now))  # type: ignore[no-any-return]
@@ -207,6 +213,11 @@ class Backend:
             self.storage.refund(key, amount, quotas, now)
         else:
             self.storage.refund(key, amount, quotas, now, amounts)
+
+    def charge(
+        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = T0
+    ) -> None:
+        self.storage.charge(key, amount, quotas, now)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = T0) -> Decision:
         return self.storage.peek(key, quotas, now)  # type: ignore[no-any-return]
@@ -814,3 +825,24 @@ def test_bad_max_delays_are_config_errors(kwargs: dict[str, object], match: str)
     kwargs.setdefault("max_delay", 1)
     with pytest.raises(ConfigError, match=match):
         Quota("q", **kwargs)  # type: ignore[arg-type]
+
+
+# -- charges: debits that need not fit (multi-region sync, docs/scale-out.md) ---------------
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_charge_debits_past_empty_and_the_debt_is_paid_from_the_refill(
+    backend: Backend, algorithm: str
+) -> None:
+    q = make(algorithm)  # 10: a bucket refilled at 1/s, or a window of 10 s
+    backend.charge("acme", 25, [q], now=T0)  # another region admitted 25
+    assert backend.peek("acme", [q], now=T0).remaining == 0
+    assert not backend.acquire("acme", 1, [q], now=T0).allowed
+    if algorithm in BUCKETS:
+        # 15 below empty: nothing until 15 s of refill, then the refill as usual.
+        assert not backend.acquire("acme", 1, [q], now=T0 + 15_999).allowed
+        assert backend.acquire("acme", 1, [q], now=T0 + 16_000).allowed
+    else:  # counted in its window (both windows of a sliding counter): none left in it
+        assert not backend.acquire("acme", 1, [q], now=T0 + 9_999).allowed
+    backend.charge("other", 0, [q], now=T0)  # nothing to charge: nothing written
+    assert backend.peek("other", [q], now=T0).remaining == 10

@@ -131,6 +131,18 @@ class TransactionalScript:
         if quotas and (amount > 0 if amounts is None else any(amounts)):
             self._call("refund", tenant, amount, quotas, now, amounts, at)
 
+    def charge(
+        self,
+        tenant: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int,
+        amounts: Sequence[float] | None = None,
+    ) -> None:
+        check_arguments(amount, quotas, amounts)
+        if quotas and (amount > 0 if amounts is None else any(amounts)):
+            self._call("charge", tenant, amount, quotas, now, amounts)
+
     def peek(self, tenant: str | None, quotas: Sequence[Quota], now: int) -> Decision:
         check_arguments(0, quotas)
         return _decision(self._call("peek", tenant, 0, quotas, now), quotas, 0.0)
@@ -209,6 +221,13 @@ def parity_machine(
             self.log.append(f"refund({tenant!r}, {amount!r}, {[q.name for q in chosen]}, at={at})")
             self.lua.refund(tenant, amount, chosen, self.now, None, at)
             self.python.refund(tenant, amount, chosen, self.now, None, at)
+
+        @rule(tenant=tenants, amount=costs, chosen=subsets)
+        def charge(self, tenant: str | None, amount: float, chosen: list[Quota]) -> None:
+            # Another region's admissions: debited whether they fit or not.
+            self.log.append(f"charge({tenant!r}, {amount!r}, {[q.name for q in chosen]})")
+            self.lua.charge(tenant, amount, chosen, self.now)
+            self.python.charge(tenant, amount, chosen, self.now)
 
         @rule(tenant=tenants, chosen=subsets)
         def peek(self, tenant: str | None, chosen: list[Quota]) -> None:

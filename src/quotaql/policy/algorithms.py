@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALGORITHMS",
+    "CHARGES",
     "SLACK",
     "Check",
     "SlidingLog",
@@ -495,6 +496,76 @@ def fixed_window_refund(
     return (start, count), _ms(start + window - now)
 
 
+# -- charges: debits that need not fit (another region's admissions, issue 13 §6) ------------
+
+
+def token_bucket_charge(
+    state: BucketState | None, now: int, amount: float, capacity: float, rate: float
+) -> tuple[BucketState | None, int]:
+    """Debit ``amount`` whether it fits or not: the bucket may go below empty (its state is
+    a later full-again time), and admits nothing until it has refilled past the debt."""
+    del capacity
+    now_us = now * 1000
+    debt = _debt(state, now_us) + amount / rate
+    if debt <= 0:
+        return None, 0
+    return now_us + _ceil(debt * 1000), _ms(debt)
+
+
+def gcra_charge(
+    state: BucketState | None, now: int, amount: float, capacity: float, interval: float
+) -> tuple[BucketState | None, int]:
+    """:func:`token_bucket_charge` for the GCRA meter."""
+    del capacity
+    now_us = now * 1000
+    debt = _debt(state, now_us) + amount * interval
+    if debt <= 0:
+        return None, 0
+    return now_us + _ceil(debt * 1000), _ms(debt)
+
+
+def sliding_log_charge(
+    state: SlidingLog | None, now: int, amount: float, limit: float, window: int
+) -> tuple[SlidingLog | None, int]:
+    """Log ``amount`` now whether it fits or not."""
+    del limit
+    log = SlidingLog() if state is None else state
+    log.expire(now, window)
+    entries = log.entries
+    if amount <= 0:
+        return (log, _ms(entries[-1][0] + window - now)) if entries else (None, 0)
+    newest = entries[-1][0] if entries else None
+    at = now if newest is None or newest < now else newest
+    entries.append((at, amount))
+    log.total = log.total + amount
+    return log, _ms(at + window - now)
+
+
+def sliding_counter_charge(
+    state: SlidingCounterState | None, now: int, amount: float, limit: float, window: int
+) -> tuple[SlidingCounterState | None, int]:
+    """Count ``amount`` in the current window whether it fits or not."""
+    del limit
+    start, current, previous = _counter_windows(state, now, window)
+    current = current + amount
+    ttl = _counter_reset(start, current, previous, now, window)
+    if ttl == 0:
+        return None, 0
+    return (start, current, previous), ttl
+
+
+def fixed_window_charge(
+    state: FixedWindowState | None, now: int, amount: float, limit: float, window: int
+) -> tuple[FixedWindowState | None, int]:
+    """Count ``amount`` in the current window whether it fits or not."""
+    del limit
+    start, count = _fixed_count(state, now, window)
+    count = count + amount
+    if count == 0:
+        return None, 0
+    return (start, count), _ms(start + window - now)
+
+
 def commit(algorithm: str, pending: object) -> object:
     """The state to store for an allowed check's ``state``."""
     if algorithm == "sliding_log" and pending is not None:
@@ -510,4 +581,12 @@ ALGORITHMS: dict[str, tuple[Callable[..., Check], Callable[..., tuple[Any, int]]
     "sliding_log": (sliding_log, sliding_log_refund),
     "sliding_counter": (sliding_counter, sliding_counter_refund),
     "fixed_window": (fixed_window, fixed_window_refund),
+}
+# name -> charge; each takes (state, now, amount, *Quota.params).
+CHARGES: dict[str, Callable[..., tuple[Any, int]]] = {
+    "token_bucket": token_bucket_charge,
+    "gcra": gcra_charge,
+    "sliding_log": sliding_log_charge,
+    "sliding_counter": sliding_counter_charge,
+    "fixed_window": fixed_window_charge,
 }

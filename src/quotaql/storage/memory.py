@@ -8,7 +8,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from quotaql.errors import ConfigError
-from quotaql.policy.algorithms import ALGORITHMS, commit
+from quotaql.policy.algorithms import ALGORITHMS, CHARGES, commit
 from quotaql.policy.quota import Decision, Quota, Source, combine, decide_one
 from quotaql.storage.base import check_arguments, tenant_digest
 
@@ -281,6 +281,34 @@ class MemoryStorage:
                 refund = ALGORITHMS[quota.algorithm][1]
                 state, ttl = refund(_get(table, k, now), now, given, *quota.params, at)
                 table[k] = _EMPTY if state is None or ttl <= 0 else (now + ttl, state)
+
+    def charge(
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
+    ) -> None:
+        """Debit ``amount`` (or each quota's ``amounts``) from every quota of ``key`` whether
+        it fits or not: a bucket may go below empty and admits nothing until it has refilled
+        past the debt (what another region admitted, applied here: docs/scale-out.md)."""
+        check_arguments(amount, quotas, amounts)
+        each = amounts if amounts is not None else [amount] * len(quotas)
+        now = self.now() if now is None else now
+        part = tenant_part(key)
+        with self._lock:
+            for quota, given in zip(quotas, each, strict=True):
+                if given == 0:
+                    continue
+                table, k = self._target(quota.state_name + part, quota)
+                charge = CHARGES[quota.algorithm]
+                state, ttl = charge(_get(table, k, now), now, given, *quota.params)
+                if state is None or ttl <= 0:
+                    if k in table:
+                        table[k] = _EMPTY
+                else:
+                    self._write(table, k, now, ttl, state)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         """Each quota's state for ``key``, without debiting anything."""

@@ -385,6 +385,20 @@ class RedisStorage(_RedisBase):
         if quotas and (amount > 0 if amounts is None else any(amounts)):
             self._send("refund", key, amount, quotas, now, amounts, at)
 
+    def charge(
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
+    ) -> None:
+        """Debit ``amount`` (or each quota's ``amounts``) whether it fits or not: a bucket
+        may go below empty (another region's admissions, applied here)."""
+        check_arguments(amount, quotas, amounts)
+        if quotas and (amount > 0 if amounts is None else any(amounts)):
+            self._send("charge", key, amount, quotas, now, amounts)
+
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         """Each quota's state for ``key``, without debiting anything."""
         check_arguments(0, quotas)
@@ -526,6 +540,19 @@ class AsyncRedisStorage(_RedisBase):
         check_arguments(amount, quotas, amounts)
         if quotas and (amount > 0 if amounts is None else any(amounts)):
             await self._send("refund", key, amount, quotas, now, amounts, at)
+
+    async def charge(
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None = None,
+        amounts: Sequence[float] | None = None,
+    ) -> None:
+        """:meth:`RedisStorage.charge` for asyncio."""
+        check_arguments(amount, quotas, amounts)
+        if quotas and (amount > 0 if amounts is None else any(amounts)):
+            await self._send("charge", key, amount, quotas, now, amounts)
 
     async def peek(
         self, key: str | None, quotas: Sequence[Quota], now: int | None = None

@@ -11,6 +11,8 @@
 
 local checks = {}      -- algorithm -> check(state, now, cost, param 1, param 2)
 local refunds = {}     -- algorithm -> refund(state, now, amount, param 1, param 2, debit time)
+local charges = {}     -- algorithm -> charge(state, now, amount, param 1, param 2): a debit
+                       -- made whether it fits or not (another region's admissions)
 local logs = {}        -- algorithms that keep their own keys (sliding_log)
 
 -- A duration rounded up to whole milliseconds, never negative.

@@ -1,4 +1,4 @@
--- ARGV: mode (acquire | peek | refund), cost or amount (or one per quota, space-separated),
+-- ARGV: mode (acquire | peek | refund | charge), cost or amount (or one per quota, space-separated),
 -- now in ms ('' reads the server's TIME),
 -- then the quotas in one argument, space-separated (fewer arguments: each one costs the
 -- client an encoding step): "<algorithm> <parameter 1> <parameter 2> <delay> <key> <field>"
@@ -103,6 +103,29 @@ local function store()
     end
     if del ~= nil then redis.call('HDEL', KEYS[place], unpack(del)) end
   end
+end
+
+if mode == 'charge' then  -- a debit whether it fits or not
+  for i = 1, n, 9 do
+    local algorithm, place = q[i], q[i + 3]
+    local given = amount or amounts[(i + 8) / 9]
+    if given > 0 then
+      if logs[algorithm] then
+        charges[algorithm]({KEYS[place], KEYS[place + 1]}, now, given, q[i + 1], q[i + 2])
+      else
+        local new, ttl = charges[algorithm](reads[place][q[i + 5]], now, given, q[i + 1], q[i + 2])
+        q[i + 6], q[i + 7] = new, ttl
+        if new ~= nil and ttl > 0 then
+          local need = now + ttl
+          for j = 1, #places, 2 do
+            if places[j] == place and need > places[j + 1] then places[j + 1] = need end
+          end
+        end
+      end
+    end
+  end
+  store()
+  return {now}
 end
 
 if mode == 'refund' then

@@ -39,5 +39,13 @@ local function fixed_window_refund(state, now, amount, limit, window, at)
   return num(start) .. ' ' .. num(count), ms(start + window - now)
 end
 
+local function fixed_window_charge(state, now, amount, limit, window)
+  local start, count = fixed_window_count(state, now, window)
+  count = count + amount
+  if count == 0 then return nil, 0 end
+  return num(start) .. ' ' .. num(count), ms(start + window - now)
+end
+
 checks.fixed_window = fixed_window_check
+charges.fixed_window = fixed_window_charge
 refunds.fixed_window = fixed_window_refund

@@ -79,5 +79,14 @@ local function sliding_counter_refund(state, now, amount, limit, window, at)
   return num(start) .. ' ' .. num(current) .. ' ' .. num(previous), ttl
 end
 
+local function sliding_counter_charge(state, now, amount, limit, window)
+  local start, current, previous = sliding_counter_windows(state, now, window)
+  current = current + amount
+  local ttl = sliding_counter_reset(start, current, previous, now, window)
+  if ttl == 0 then return nil, 0 end
+  return num(start) .. ' ' .. num(current) .. ' ' .. num(previous), ttl
+end
+
 checks.sliding_counter = sliding_counter_check
+charges.sliding_counter = sliding_counter_charge
 refunds.sliding_counter = sliding_counter_refund

@@ -119,6 +119,21 @@ local function sliding_log_refund(keys, now, amount, limit, window, at)
   end
 end
 
+-- Log `amount` now whether it fits or not (its own keys, as a check's commit writes them).
+local function sliding_log_charge(keys, now, amount, limit, window)
+  local total, seq = sliding_log_expire(keys, now, window)
+  if not (amount > 0) then return end
+  local last = redis.call('ZRANGE', keys[1], -1, -1, 'WITHSCORES')
+  local at = now
+  if #last > 0 and tonumber(last[2]) >= now then at = tonumber(last[2]) end
+  local ttl = ms(at + window - now)
+  seq = seq + 1
+  redis.call('ZADD', keys[1], at, string.format('%015d', seq) .. ':' .. num(amount))
+  redis.call('PEXPIRE', keys[1], ttl)
+  redis.call('SET', keys[2], num(total + amount) .. ' ' .. num(seq), 'PX', ttl)
+end
+
 checks.sliding_log = sliding_log_check
+charges.sliding_log = sliding_log_charge
 refunds.sliding_log = sliding_log_refund
 logs.sliding_log = true
