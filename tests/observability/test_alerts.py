@@ -128,6 +128,8 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlUnknownApiKeys",
         "QuotaqlUnverifiedApiKeys",
         "QuotaqlAdaptiveEngaged",
+        "QuotaqlLeasesExpired",
+        "QuotaqlRefundsLost",
         "QuotaqlMetricsAbsent",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
@@ -178,7 +180,13 @@ def test_every_label_in_every_expr_is_defined_in_names_or_by_prometheus(rule):
         for alternatives in re.findall(r"(?:=~|!~)\"([^\"]*)\"", expr)
         for value in alternatives.split("|")
     )
-    assert values <= {*names.DECISIONS, *names.IDENTITY_SOURCES, names.OTHER_TENANT}
+    assert values <= {
+        *names.DECISIONS,
+        *names.IDENTITY_SOURCES,
+        names.OTHER_TENANT,
+        *names.LEASE_OUTCOMES,
+        *names.REFUND_OUTCOMES,
+    }
 
 
 def test_the_exprs_compare_with_the_default_thresholds():
@@ -208,6 +216,12 @@ def test_the_exprs_compare_with_the_default_thresholds():
         'sum by (job) (rate(quotaql_identity_total{source="unverified_key"}[5m]))\n  > 0'
     )
     assert exprs["QuotaqlAdaptiveEngaged"] == f"max by (job) ({names.ADAPTIVE_ENGAGED})\n  > 0"
+    assert exprs["QuotaqlLeasesExpired"] == (
+        'sum by (job) (rate(quotaql_leases_total{outcome="expired"}[5m]))\n  > 0'
+    )
+    assert exprs["QuotaqlRefundsLost"] == (
+        'sum by (job) (increase(quotaql_refunds_total{outcome=~"lost|unknown"}[10m]))\n  > 0'
+    )
     assert exprs["QuotaqlMetricsAbsent"] == f"absent({names.BUILD_INFO})"
 
 
@@ -314,6 +328,9 @@ unknown_keys_per_second = 2
 unknown_keys_for = "15m"
 unverified_keys_for = "1h"
 adaptive_engaged_for = "3m"
+leases_expired_for = "25m"
+refunds_lost_window = "30m"
+refunds_lost_for = "2m"
 metrics_absent_for = "1h30m"
 """
 
@@ -340,6 +357,8 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
     assert expr["QuotaqlAnonymousRequests"].endswith("[3m]))\n  > 0.25")
     assert expr["QuotaqlUnknownApiKeys"].endswith("[3m]))\n  > 2")
     assert expr["QuotaqlUnverifiedApiKeys"].endswith("[3m]))\n  > 0")
+    assert expr["QuotaqlLeasesExpired"].endswith("[3m]))\n  > 0")
+    assert expr["QuotaqlRefundsLost"].endswith("[30m]))\n  > 0")
     assert for_ == {
         "QuotaqlBlockedRatioHigh": "20m",
         "QuotaqlBlockSpike": "15m",
@@ -353,6 +372,8 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlUnknownApiKeys": "15m",
         "QuotaqlUnverifiedApiKeys": "1h",
         "QuotaqlAdaptiveEngaged": "3m",
+        "QuotaqlLeasesExpired": "25m",
+        "QuotaqlRefundsLost": "2m",
         "QuotaqlMetricsAbsent": "1h30m",
     }
     for name, rule in rules.items():

@@ -62,6 +62,12 @@ METRICS = {
     names.ADAPTIVE_MULTIPLIER,
     names.ADAPTIVE_ENGAGED,
     names.ADAPTIVE_TRANSITIONS_TOTAL,
+    names.IN_FLIGHT,
+    names.LEASES_TOTAL,
+    names.REFUNDS_TOTAL,
+    names.REFUND_QUEUE,
+    names.PIPELINE_COMMANDS_TOTAL,
+    names.PIPELINE_BATCHES_TOTAL,
 }
 
 OVERVIEW_ROWS = [
@@ -107,8 +113,25 @@ OVERVIEW_ROWS = [
         "Subscriptions",
         ["Subscriptions open", "Subscription events per second", "Subscriptions by decision"],
     ),
+    (
+        "Concurrency",
+        [
+            "Operations in flight by tier",
+            "Concurrency refusals per second",
+            "Lease outcomes per second",
+        ],
+    ),
     ("Latency", ["Check latency p50 / p95 / p99", "Check latency heatmap"]),
-    ("Backend", ["Backend errors per second", "Circuit breaker state"]),
+    (
+        "Backend",
+        [
+            "Backend errors per second",
+            "Circuit breaker state",
+            "Deferred refunds per second",
+            "Refund queue",
+            "Redis pipeline: commands per write",
+        ],
+    ),
     ("Tenants", ["Top blocked tenants", "Top tenants by requests", "Top cost by tier"]),
 ]
 TENANT_ROWS = [
@@ -370,7 +393,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 34), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 41), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -593,6 +616,57 @@ def test_adaptive_panels(dashboards: dict[str, dict[str, Any]]) -> None:
     }
     assert names.LABEL_TO == "to"
     assert names.TRANSITIONS == ("engaged", "released")
+
+
+def test_concurrency_panels(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+
+    def exprs(title: str) -> list[str]:
+        return [t["expr"] for t in _panel(overview, title)["targets"]]
+
+    assert exprs("Operations in flight by tier") == [
+        f'sum by (tier) ({names.IN_FLIGHT}{{job=~"$job", tier=~"$tier"}})'
+    ]
+    assert exprs("Concurrency refusals per second") == [
+        f"sum by (tier) (rate({names.REQUESTS_TOTAL}"
+        f'{{job=~"$job", tier=~"$tier", decision="{names.TOO_MANY_CONCURRENT}"}}'
+        "[$__rate_interval]))"
+    ]
+    assert exprs("Lease outcomes per second") == [
+        f'sum by (outcome) (rate({names.LEASES_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    ]
+    overrides = _panel(overview, "Lease outcomes per second")["fieldConfig"]["overrides"]
+    colours = {
+        o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in overrides
+    }
+    assert colours[names.LEASE_EXPIRED] == "red"
+    assert set(colours) <= set(names.LEASE_OUTCOMES)
+
+
+def test_backend_refund_and_pipeline_panels(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+
+    def exprs(title: str) -> list[str]:
+        return [t["expr"] for t in _panel(overview, title)["targets"]]
+
+    assert exprs("Deferred refunds per second") == [
+        f'sum by (outcome) (rate({names.REFUNDS_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    ]
+    assert exprs("Refund queue") == [f'sum by (instance) ({names.REFUND_QUEUE}{{job=~"$job"}})']
+    per_write, writes = exprs("Redis pipeline: commands per write")
+    commands = (
+        f'sum by (backend) (rate({names.PIPELINE_COMMANDS_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    )
+    batches = (
+        f'sum by (backend) (rate({names.PIPELINE_BATCHES_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    )
+    assert per_write == f"{commands}\n  / {batches}"
+    assert writes == batches
+    overrides = _panel(overview, "Deferred refunds per second")["fieldConfig"]["overrides"]
+    colours = {
+        o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in overrides
+    }
+    assert (colours[names.REFUND_LOST_OUTCOME], colours[names.REFUND_UNKNOWN]) == ("red", "orange")
 
 
 def test_tenant_refusals_count_every_refusing_decision(

@@ -72,6 +72,14 @@ tier = "free"
 tier = "free"
 [tenants.streamer]
 tier = "free"
+# Concurrency limits: two queries at once, no subscription at all.
+[tiers.narrow]
+capacity = 200
+refill_per_second = 5
+max_in_flight = 2
+max_subscriptions_in_flight = 0
+[tenants.narrow]
+tier = "narrow"
 # Shadow: pressure, multiplier and transitions reach Prometheus, nothing is scaled.
 [adaptive]
 mode = "shadow"
@@ -102,6 +110,8 @@ TEST_ALERTS = AlertsConfig(
     unknown_keys_for="0s",
     unverified_keys_for="0s",
     adaptive_engaged_for="0s",
+    leases_expired_for="0s",
+    refunds_lost_for="0s",
     metrics_absent_for="0s",
 )
 IDENTITY_ALERTS = {"QuotaqlAnonymousRequests", "QuotaqlUnknownApiKeys", "QuotaqlUnverifiedApiKeys"}
@@ -195,6 +205,17 @@ def subscribe_twice(ws_url: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         return second, payloads
 
 
+def refused_subscription(ws_url: str, tenant: str) -> dict[str, Any]:
+    """The answer to one subscription of ``tenant`` (a tier that allows none)."""
+    headers = {"X-API-Key": tenant}
+    with connect(ws_url, subprotocols=["graphql-transport-ws"], additional_headers=headers) as ws:
+        ws.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(ws.recv(10))["type"] == "connection_ack"
+        ws.send(json.dumps({"type": "subscribe", "id": "n", "payload": {"query": TICKS}}))
+        message: dict[str, Any] = json.loads(ws.recv(10))
+        return message
+
+
 def tuning_traffic(metrics: PrometheusMetrics) -> None:
     """What the gate records for an operation it samples for tuning (recorded here directly,
     so that the Tuning row has data whatever the gate samples): reviews shorter than
@@ -271,6 +292,15 @@ def test_dashboards_have_data_and_alerts_fire(
         assert codes(second["payload"]) == ["TOO_MANY_SUBSCRIPTIONS"], second
         assert codes(payloads[-1]) == ["RATE_LIMITED"], payloads[-1]
         assert len(payloads) > 2, "no event was charged before the budget ran out"
+        # A tier with concurrency limits: queries take and give back leases, a subscription
+        # is refused (the tier allows none).
+        for _ in range(3):
+            assert post(client, "narrow", CHEAP) == 200
+        ws_url = server.url.replace("http", "ws", 1) + "/graphql"
+        refused = refused_subscription(ws_url, "narrow")
+        payload = refused["payload"]
+        errors = payload if refused["type"] == "error" else payload["errors"]
+        assert [error["extensions"]["code"] for error in errors] == ["TOO_MANY_CONCURRENT"]
         identity_traffic()
         eventually(
             lambda: prom.query(
@@ -315,6 +345,13 @@ def test_dashboards_have_data_and_alerts_fire(
                 ("quotaql_pressure", "source", "callable"),
                 ("quotaql_adaptive_transitions_total", "to", "engaged"),
                 ("quotaql_adaptive_multiplier", "tier", "free"),
+                ("quotaql_requests_total", "decision", "too_many_concurrent"),
+                ("quotaql_leases_total", "outcome", "taken"),
+                ("quotaql_leases_total", "outcome", "released"),
+                ("quotaql_refunds_total", "outcome", "queued"),
+                ("quotaql_refunds_total", "outcome", "applied"),
+                ("quotaql_pipeline_commands_total", "backend", "redis"),
+                ("quotaql_pipeline_batches_total", "backend", "redis"),
             )
         ]
 

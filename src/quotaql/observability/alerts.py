@@ -61,6 +61,8 @@ ALERT_NAMES: Final = (
     "QuotaqlUnknownApiKeys",
     "QuotaqlUnverifiedApiKeys",
     "QuotaqlAdaptiveEngaged",
+    "QuotaqlLeasesExpired",
+    "QuotaqlRefundsLost",
     "QuotaqlMetricsAbsent",
 )
 """Every alert, in the order of the rule file and of ``docs/runbook.md``."""
@@ -107,6 +109,8 @@ def alert_rules(config: AlertsConfig = _DEFAULTS) -> dict[str, list[dict[str, ob
         _unknown_keys(config),
         _unverified_keys(config),
         _adaptive_engaged(config),
+        _leases_expired(config),
+        _refunds_lost(config),
         _metrics_absent(config),
     ]
     return {"groups": [{"name": GROUP, "rules": rules}]}
@@ -394,6 +398,52 @@ def _adaptive_engaged(config: AlertsConfig) -> dict[str, object]:
         f" tiers it scales are debited cost / m ({names.ADAPTIVE_MULTIPLIER}) and their"
         f" tenants get less; essential tiers are not scaled. In shadow mode nothing is"
         f" applied: it shows what would have been.",
+        config,
+    )
+
+
+def _leases_expired(config: AlertsConfig) -> dict[str, object]:
+    """Concurrency leases found expired when their operation ended, for a while: their
+    holders stopped renewing them (crashed or stalled workers) or Redis lost them."""
+    window = config.rate_window
+    expired = _selector(names.LEASES_TOTAL, (names.LABEL_OUTCOME, "=", names.LEASE_EXPIRED))
+    rate = _sum_by((_JOB,), _rate(expired, window))
+    return _rule(
+        "QuotaqlLeasesExpired",
+        f"{rate}\n  > 0",
+        config.leases_expired_for,
+        "warning",
+        "{{ $labels.job }} finds concurrency leases expired before their operations ended",
+        f"Job {{{{ $labels.job }}}} released {{{{ $value | humanize }}}} leases/s (rate over"
+        f" {window}) that had already expired ({names.LEASES_TOTAL}"
+        f'{{{names.LABEL_OUTCOME}="{names.LEASE_EXPIRED}"}}), for'
+        f" {config.leases_expired_for}: the processes holding them stopped renewing them for"
+        f" longer than [limits] lease_ttl (stalled or crashed workers), or Redis was out (or"
+        f" failed over) that long. Meanwhile max_in_flight may have admitted more operations"
+        f" of a tenant than it allows.",
+        config,
+    )
+
+
+def _refunds_lost(config: AlertsConfig) -> dict[str, object]:
+    """Deferred refunds dropped: lost (never applied) or of unknown fate (sent, then the
+    call failed): tenants were charged more than they used, never less."""
+    window = config.refunds_lost_window
+    outcomes = f"{names.REFUND_LOST_OUTCOME}|{names.REFUND_UNKNOWN}"
+    dropped = _selector(names.REFUNDS_TOTAL, (names.LABEL_OUTCOME, "=~", outcomes))
+    lost = _sum_by((_JOB,), f"increase({dropped}[{window}])")
+    return _rule(
+        "QuotaqlRefundsLost",
+        f"{lost}\n  > 0",
+        config.refunds_lost_for,
+        "warning",
+        "{{ $labels.job }} dropped {{ $value | humanize }} deferred refunds in " + window,
+        f"Job {{{{ $labels.job }}}} dropped {{{{ $value | humanize }}}} deferred refunds over"
+        f' the last {window} ({names.REFUNDS_TOTAL}{{{names.LABEL_OUTCOME}=~"{outcomes}"}}):'
+        f" lost (Redis was out longer than refund_max_age, or the refund queue was full) or"
+        f" unknown (the call was sent and failed, a timeout: perhaps applied, never sent"
+        f" twice). Their tenants were charged more than they used, never less; the points are"
+        f' {names.COST_TOTAL}{{{names.LABEL_OUTCOME}="{names.REFUND_LOST}"}}.',
         config,
     )
 

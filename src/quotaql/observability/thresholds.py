@@ -113,6 +113,13 @@ class AlertsConfig:
             on before ``QuotaqlUnverifiedApiKeys`` fires (5m).
         adaptive_engaged_for: how long adaptive limits must stay engaged on an instance
             before ``QuotaqlAdaptiveEngaged`` fires (1m).
+        leases_expired_for: how long a job must keep finding concurrency leases expired at
+            their release (``quotaql_leases_total{outcome="expired"}``: workers crash or stall
+            longer than ``lease_ttl``, or Redis is out that long) before
+            ``QuotaqlLeasesExpired`` fires (10m).
+        refunds_lost_window: the range of ``increase()`` in ``QuotaqlRefundsLost``, which
+            fires on any deferred refund lost or of unknown fate within it (10m).
+        refunds_lost_for: 0s: a lost refund is a fact, not a trend.
         metrics_absent_for: how long ``quotaql_build_info`` may be missing before
             ``QuotaqlMetricsAbsent`` fires (10m).
     """
@@ -142,6 +149,9 @@ class AlertsConfig:
     unknown_keys_for: str = "5m"
     unverified_keys_for: str = "5m"
     adaptive_engaged_for: str = "1m"
+    leases_expired_for: str = "10m"
+    refunds_lost_window: str = "10m"
+    refunds_lost_for: str = "0s"
     metrics_absent_for: str = "10m"
 
     def __post_init__(self) -> None:
@@ -182,6 +192,9 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "unknown_keys_for": "duration",
     "unverified_keys_for": "duration",
     "adaptive_engaged_for": "duration",
+    "leases_expired_for": "duration",
+    "refunds_lost_window": "window",
+    "refunds_lost_for": "duration",
     "metrics_absent_for": "duration",
 }
 
