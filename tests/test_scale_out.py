@@ -135,3 +135,49 @@ def test_two_regions_each_on_its_own_redis_stay_within_the_bound() -> None:
 def test_a_region_count_and_its_storages_must_agree() -> None:
     with pytest.raises(ValueError, match="one storage per region"):
         MultiRegion(QUOTA, 2, storages=[object()])
+
+
+PARTITION = (20_000, 60_000)  # 40 s in which no publication gets through
+
+
+def partitioned(regions: int, after: int | None, partition: tuple[int, int] = PARTITION):
+    sim = MultiRegion(
+        QUOTA, regions, interval_ms=500, delay_ms=500, partition=partition, partition_after=after
+    )
+    run = sim.run(greedy(1.0, int(C)), ticks=partition[1] + 20_000)
+    return sim, worst_window_excess(run.admitted, C, R / 1000)
+
+
+@pytest.mark.parametrize("regions", [2, 3])
+def test_without_detection_a_partition_lets_the_excess_grow_with_its_length(regions):
+    _, short = partitioned(regions, None, (20_000, 40_000))
+    _, long = partitioned(regions, None, PARTITION)
+    bound = over_admission_bound(regions, C, R, 1.0)
+    assert long > short > bound
+    assert long > 3 * bound  # r x 40 s per other region on top: unbounded in the partition
+
+
+@pytest.mark.parametrize("regions", [2, 3])
+def test_a_region_that_hears_nothing_enforces_its_share_and_the_bound_holds(regions):
+    after = 2_000
+    sim, excess = partitioned(regions, after)
+    assert excess <= over_admission_bound(regions, C, R, (after + sim.lag_ms) / 1000) + 1e-6
+    assert not any(region.partitioned for region in sim.regions)  # healed: full quota again
+
+
+def test_a_partitioned_region_admits_its_share_meanwhile():
+    sim = MultiRegion(
+        QUOTA, 2, interval_ms=500, delay_ms=500, partition=(0, 60_000), partition_after=2_000
+    )
+    run = sim.run(greedy(1.0, int(C)), ticks=60_000)
+    assert all(region.partitioned for region in sim.regions)
+    # Each region: its own first burst (C) and 2 s at r before it noticed, then r/2.
+    for admitted in run.by_region:
+        assert admitted <= C + R * 2.0 + (R / 2) * 58.0 + 1
+
+
+def test_partition_detection_needs_publications_and_a_timeout_longer_than_the_lag():
+    with pytest.raises(ValueError, match="partition_after"):
+        MultiRegion(QUOTA, 2, interval_ms=0, partition_after=1_000)
+    with pytest.raises(ValueError, match="partition_after"):
+        MultiRegion(QUOTA, 2, interval_ms=500, delay_ms=500, partition_after=1_000)

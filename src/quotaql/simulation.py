@@ -72,7 +72,10 @@ class Region:
         storage: the region's storage (its Redis, in production).
         limiter: decides the region's requests on ``storage``.
         unpublished: what this region admitted since its last publication.
-        inbox: ``(arrival ms, amount)`` of the other regions' publications on their way.
+        inbox: ``(arrival ms, amount, source)`` of the other regions' publications on
+            their way.
+        heard: when this region last heard from each region (ms).
+        partitioned: it enforces its share (it has not heard from another for too long).
         admitted: the total this region admitted.
         forgiven: debits dropped because they did not fit (only with ``forgive_debt``).
     """
@@ -80,7 +83,9 @@ class Region:
     storage: Any
     limiter: Limiter
     unpublished: float = 0.0
-    inbox: deque[tuple[int, float]] = field(default_factory=deque)
+    inbox: deque[tuple[int, float, int]] = field(default_factory=deque)
+    heard: list[int] = field(default_factory=list)
+    partitioned: bool = False
     admitted: float = 0.0
     forgiven: float = 0.0
 
@@ -120,6 +125,13 @@ class MultiRegion:
         storages: one storage per region (each with ``acquire``, ``peek`` and ``charge``,
             e.g. a :class:`~quotaql.storage.redis.RedisStorage` on each region's own
             redis-server); by default a MemoryStorage each on the virtual clock.
+        partition: ``(start, end)`` ms: the regions cannot reach each other then; what is
+            published meanwhile is lost.
+        partition_after: a region that has heard nothing from another region for this long
+            (ms) enforces only its share of the quota (``C/N``, ``r/N``: it debits each cost
+            ``N`` times) until it hears again. Regions then publish every interval, even
+            nothing, so that silence means a partition. None: never (a partition then lets
+            the excess grow with its length).
     """
 
     def __init__(
@@ -132,11 +144,22 @@ class MultiRegion:
         forgive_debt: bool = False,
         key: str = "tenant",
         storages: Sequence[Any] | None = None,
+        partition: tuple[int, int] | None = None,
+        partition_after: int | None = None,
     ) -> None:
         if quota.algorithm != "token_bucket":
             raise ValueError("the simulation models token buckets")
         if regions < 1 or interval_ms < 0 or delay_ms < 0:
             raise ValueError("regions >= 1, interval_ms >= 0 and delay_ms >= 0")
+        if partition_after is not None and (
+            interval_ms < 1 or partition_after <= lag_of(interval_ms, delay_ms)
+        ):
+            raise ValueError(
+                "partition_after needs publications every interval_ms >= 1 and must be"
+                " longer than the lag (interval_ms + delay_ms)"
+            )
+        self.partition = partition
+        self.partition_after = partition_after
         self.quota = quota
         self.interval_ms = interval_ms
         self.delay_ms = delay_ms
@@ -150,12 +173,14 @@ class MultiRegion:
             storage = (
                 storages[index] if storages is not None else MemoryStorage(clock=self._seconds)
             )
-            self.regions.append(Region(storage, Limiter(storage, defer_refunds=False)))
+            region = Region(storage, Limiter(storage, defer_refunds=False))
+            region.heard = [0] * regions
+            self.regions.append(region)
 
     @property
     def lag_ms(self) -> int:
         """The longest a debit takes to reach the other regions."""
-        return self.interval_ms + self.delay_ms
+        return lag_of(self.interval_ms, self.delay_ms)
 
     def _seconds(self) -> float:
         return self.now / 1000
@@ -178,10 +203,17 @@ class MultiRegion:
             for index in range(len(self.regions)):
                 self._publish(index)
         total = 0.0
+        shares = len(self.regions)
         for index, region in enumerate(self.regions):
             self._deliver(region)
+            after = self.partition_after
+            cut_off = after is not None and any(
+                now - heard > after for other, heard in enumerate(region.heard) if other != index
+            )
+            region.partitioned = cut_off
             for cost in traffic(now, index):
-                decision = region.limiter.acquire(self.key, cost, [self.quota], now=now)
+                debit = cost * shares if cut_off else cost  # its share: C/N, r/N
+                decision = region.limiter.acquire(self.key, debit, [self.quota], now=now)
                 if not decision.allowed:
                     break
                 region.admitted += cost
@@ -196,22 +228,33 @@ class MultiRegion:
     def _publish(self, index: int) -> None:
         source = self.regions[index]
         amount, source.unpublished = source.unpublished, 0.0
-        if amount == 0:
-            return
+        if amount == 0 and self.partition_after is None:
+            return  # without partition detection, silence says nothing
+        partition = self.partition
+        if partition is not None and partition[0] <= self.now < partition[1]:
+            return  # lost: the regions cannot reach each other
         for other, region in enumerate(self.regions):
             if other != index:
-                region.inbox.append((self.now + self.delay_ms, amount))
+                region.inbox.append((self.now + self.delay_ms, amount, index))
 
     def _deliver(self, region: Region) -> None:
         inbox = region.inbox
         quota = [self.quota]
         while inbox and inbox[0][0] <= self.now:
-            amount = inbox.popleft()[1]
+            _, amount, source = inbox.popleft()
+            region.heard[source] = self.now
+            if amount == 0:
+                continue
             if self.forgive_debt:  # only what fits: the rest is dropped
                 held = max(0.0, region.storage.peek(self.key, quota, now=self.now).remaining)
                 region.forgiven += max(0.0, amount - held)
                 amount = min(amount, held)
             region.storage.charge(self.key, amount, quota, now=self.now)
+
+
+def lag_of(interval_ms: int, delay_ms: int) -> int:
+    """The longest a debit takes to reach the other regions: ``interval_ms + delay_ms``."""
+    return interval_ms + delay_ms
 
 
 def worst_window_excess(admitted: list[float], capacity: float, rate_per_ms: float) -> float:
