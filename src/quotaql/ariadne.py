@@ -29,6 +29,7 @@ from ariadne.wsgi import GraphQL as WSGIGraphQL
 from graphql import ExecutionResult, GraphQLError, OperationType
 
 from quotaql import web
+from quotaql.asgi import serve_lifespan
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
 from quotaql.cost_analysis.analyzer import select_operation
 from quotaql.errors import CostAnalysisError
@@ -186,8 +187,11 @@ class CostLimiter(Adapter):
         websocket_protocol: WebsocketProtocol = "graphql-transport-ws",
         **options: Any,
     ) -> ASGIGraphQL:
-        """``ariadne.asgi.GraphQL(schema, **options)`` with this limiter's two handlers."""
-        return ASGIGraphQL(
+        """``ariadne.asgi.GraphQL(schema, **options)`` with this limiter's two handlers; it
+        answers ASGI lifespan events too, and at shutdown applies the refunds and lease
+        releases still waiting (:meth:`~quotaql.gate.Gate.aflush`)."""
+        return _LimitedASGI(
+            self.gate,
             schema,
             http_handler=self.http_handler(),
             websocket_handler=self.websocket_handler(protocol=websocket_protocol),
@@ -452,6 +456,21 @@ class _Subscription:
         finally:
             self.close()
             await results.aclose()  # the source stops too (a no-op once it has ended)
+
+
+class _LimitedASGI(ASGIGraphQL):
+    """Ariadne's ASGI app, which also answers the lifespan protocol (Ariadne's own raises on
+    a lifespan scope): started at once, the gate flushed at shutdown."""
+
+    def __init__(self, gate: Gate, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.quotaql_gate = gate
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await serve_lifespan(receive, send, (self.quotaql_gate,))
+            return
+        await super().__call__(scope, receive, send)
 
 
 class _Limited:
