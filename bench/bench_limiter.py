@@ -67,6 +67,7 @@ REDIS_KEY_BYTES_MAX = 128.0
 REDIS_CALLS = 3_000
 REDIS_TIME_LIMIT_S = 15.0
 SERVER_STATS_CALLS = 2_000  # calls per INFO commandstats reading
+OVERHEAD_CALLS = 10_000  # calls per INFO cpu reading (its clock counts in µs)
 STORAGE_TIMEOUT_S = 1.0  # quotaql's per-call timeout for the measurements (default: 50 ms)
 ASYNC_CALLERS = 64
 ASYNC_OPS_PER_CALLER = 100  # 6,400 operations per round
@@ -233,6 +234,29 @@ def _server_us(
     return None if entry is None else float(entry["usec_per_call"])
 
 
+def _server_cpu_us(client: redis.Redis) -> float:
+    """redis-server's CPU time so far (user + system, INFO cpu), µs."""
+    cpu = client.info("cpu")
+    return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6
+
+
+def _overhead_us(
+    client: redis.Redis, op: Callable[[], object], calls: int
+) -> tuple[float, float] | None:
+    """(CPU µs redis-server spends per call of ``op``, of which outside the script): the
+    ``o`` of docs/scale-out.md's sizing, the work commandstats does not count (reading and
+    parsing the request, writing the reply, the system calls), unpipelined."""
+    client.config_resetstat()
+    before = _server_cpu_us(client)
+    for _ in range(calls):
+        op()
+    total = (_server_cpu_us(client) - before) / calls
+    entry = client.info("commandstats").get("cmdstat_evalsha")
+    if entry is None:
+        return None
+    return total, total - float(entry["usec_per_call"])
+
+
 def bench_redis_sync(server: RedisServer) -> list[Target]:
     client = server.client()
     # The call timeout is raised from its default (50 ms) as in the async section: a stall of the
@@ -292,10 +316,20 @@ def bench_redis_sync(server: RedisServer) -> list[Target]:
             for name in ("ping", "evalsha", "acquire1", "acquire3", "moving", "sliding", "blocked")
         }
         key_usage = _redis_key_memory(client, limiter)
+        overhead = {
+            name: _overhead_us(client, ops[name], OVERHEAD_CALLS)
+            for name in ("acquire1", "acquire3")
+        }
     finally:
         storage.close()
         limits_storage.get_connection().close()
         client.close()
+    for name, figures in overhead.items():
+        if figures is not None:
+            print(
+                f"redis-server CPU per decision, {name} unpipelined: {figures[0]:.1f} µs, of"
+                f" which outside the script (o) {figures[1]:.1f} µs"
+            )
 
     ping = t["ping"].median_us
     floor = t["evalsha"].median_us
@@ -527,6 +561,25 @@ def bench_redis_async(server: RedisServer) -> list[Target]:
             ASYNC_CALLERS * ASYNC_OPS_PER_CALLER,
             samples=ASYNC_ROUNDS,
             time_limit=ASYNC_TIME_LIMIT_S,
+        )
+        # redis-server's CPU per decision when the decisions are pipelined (one round of the
+        # acquire workload): the o of docs/scale-out.md falls with the batch size.
+        stats = server.client()
+        try:
+            stats.config_resetstat()
+            before = _server_cpu_us(stats)
+            workloads["acquire"].round(loop)()
+            spent = (_server_cpu_us(stats) - before) / (ASYNC_CALLERS * ASYNC_OPS_PER_CALLER)
+            entry = stats.info("commandstats").get("cmdstat_evalsha", {})
+            script_us = float(entry.get("usec_per_call", 0.0))
+        finally:
+            stats.close()
+        pipeline = storage.pipeline
+        batch = pipeline.commands / pipeline.batches if pipeline and pipeline.batches else 0.0
+        print(
+            f"redis-server CPU per decision, 64 async callers pipelined (mean batch"
+            f" {batch:.1f} commands a write): {spent:.1f} µs, of which outside the script (o)"
+            f" {spent - script_us:.1f} µs\n"
         )
     finally:
         with contextlib.suppress(Exception):
