@@ -326,3 +326,62 @@ def test_a_redis_kill_answers_by_the_fail_mode(
         if mode == "local":  # the local fallback still limits: 100 / 10 in memory
             more = [post(server.url, EXPORT).status_code for _ in range(10)]
             assert 429 in more
+
+
+# -- concurrency limits (max_in_flight) -------------------------------------------------------
+
+NARROW = """
+[tiers.narrow]
+capacity = 100
+refill_per_second = 0.001
+max_in_flight = 2
+[tenants.narrow-co]
+tier = "narrow"
+"""
+
+
+def test_too_many_concurrent_is_429_with_retry_after_and_debits_nothing(
+    adapter: Adapter, write_config: Callable[..., Path], fresh_redis_server: RedisServer
+) -> None:
+    """Another worker holds the tenant's two slots (its leases are in the shared Redis): this
+    one refuses, runs no resolver, debits nothing, and admits again once a slot is free."""
+    from quotaql.storage.leases import LeaseSpec, RedisLeases
+    from quotaql.storage.redis import RedisStorage
+
+    path = write_config(NARROW, limits="retry_jitter = 0\nconcurrency_retry_after = 3\n")
+    storage = AsyncRedisStorage.from_url(fresh_redis_server.url, timeout=0.5)
+    with (
+        fresh_redis_server.client() as client,
+        UvicornServer(adapter.app(path, storage), lifespan="on") as server,
+    ):
+        other_worker = RedisLeases(RedisStorage(client, timeout=1.0))
+        first = post(server.url, EXPORT, key="narrow-co")
+        assert first.status_code == 200
+        left = first.headers["X-RateLimit-Remaining"]
+        for lease in ("elsewhere-1", "elsewhere-2"):
+            spec = [LeaseSpec("tier", 2)]
+            assert other_worker.take("key:narrow-co", spec, lease, 30_000).taken
+        adapter.shop.resolver_calls.clear()
+
+        refused = post(server.url, EXPORT, key="narrow-co")
+
+        assert refused.status_code == 429
+        assert refused.headers["Retry-After"] == "3"
+        assert "RateLimit" not in refused.headers  # no budget was looked at
+        body = refused.json()
+        assert body["data"] is None
+        (error,) = body["errors"]
+        assert error["extensions"] == {
+            "code": "TOO_MANY_CONCURRENT",
+            "limit": 2,
+            "quota": "in_flight",
+            "retryAfter": 3.0,
+        }
+        assert adapter.shop.resolver_calls == []
+        # The refusal is not kept: once a slot is free, the next request runs at once, and
+        # finds the budget as the first request left it.
+        assert other_worker.release("key:narrow-co", ["tier"], "elsewhere-1") == 1
+        again = post(server.url, EXPORT, key="narrow-co")
+        assert again.status_code == 200
+        assert int(again.headers["X-RateLimit-Remaining"]) == int(left) - 10
+        assert client.zcard("quotaql:{t:key:narrow-co}:~c:tier") == 1  # its own was released
