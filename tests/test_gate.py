@@ -601,3 +601,54 @@ def test_sampled_operations_feed_the_tuning_metrics(config_path: Callable[[str],
         never.metrics.registry.get_sample_value(names.LIST_RETURNED_ITEMS + "_count", coordinate)
         is None
     )
+
+
+# -- shutdown: the limiter's waiting refunds --------------------------------------------------
+
+
+def test_flush_applies_the_refunds_waiting_behind_an_open_breaker(
+    config_path: Callable[[str], Path], redis_server: RedisServer, redis_client: redis.Redis
+) -> None:
+    storage = RedisStorage.from_url(redis_server.url, timeout=1.0)
+    gate = Gate(load_config(config_path(TOML)), storage=storage)
+    quota = gate.config.tiers["free"].quota
+    try:
+        op = admit(gate, "{ products(first: 20) { id } }")  # 20, of which 18 unused
+        gate.limiter.breaker.failure(timeout=True)  # an outage starts: refunds must wait
+        gate.settle(op, {"products": [{"id": "1"}, {"id": "2"}]})
+        gate.finish(op)
+        queue = gate.limiter.refund_queue
+        assert queue is not None
+        assert queue.pending
+        gate.limiter.breaker.success()  # it is over
+        assert gate.flush(timeout=5) == 0
+        assert not queue.pending
+        with redis_server.client() as client:
+            direct = RedisStorage(client, timeout=1.0)
+            assert direct.peek("key:t", [quota]).remaining == pytest.approx(100 - 2, abs=0.1)
+            direct.close()
+        assert asyncio.run(gate.aflush()) == 0  # a sync gate on an event loop too
+    finally:
+        storage.close()
+
+
+def test_flush_of_an_async_gate_must_be_awaited(
+    config_path: Callable[[str], Path], redis_server: RedisServer
+) -> None:
+    storage = AsyncRedisStorage.from_url(redis_server.url, timeout=1.0)
+    gate = Gate(load_config(config_path(TOML)), storage=storage)
+    with pytest.raises(TypeError, match=r"await gate\.aflush"):
+        gate.flush()
+
+    async def main() -> int:
+        try:
+            return await gate.aflush()
+        finally:
+            await storage.close()
+
+    assert asyncio.run(main()) == 0
+
+
+def test_a_memory_gate_has_nothing_to_flush(gate: Gate) -> None:
+    assert gate.limiter.refund_queue is None  # refunds are applied at once in memory
+    assert gate.flush() == 0
