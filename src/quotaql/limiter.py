@@ -687,12 +687,15 @@ class _Operations:
     ) -> Any:
         """None when there is nothing to do or it was done, :data:`_QUEUED` when the refund
         was queued (the entry point wakes its applier), else an awaitable."""
-        _check_request(key, amount, quotas, amounts)
+        shared = _check_request(key, amount, quotas, amounts)
         if not (amount > 0 if amounts is None else any(amounts)):
             return None
         core = self.core
         at = core.refund_target(key, amount, quotas, now, amounts, decision)
         if at is False:
+            return None
+        if core.infallible and not shared:  # the embedded default: no flow, no breaker
+            core.storage.refund(key, amount, quotas, now, amounts, at)
             return None
         if core.refunds is not None:  # applied off the response path
             each = (amount,) * len(quotas) if amounts is None else amounts
