@@ -27,6 +27,8 @@ _ROOM_BATCH = 8
 PLAIN_TENANT_MAX = 64
 # A state equal to the empty one (a full bucket, an empty window): kept until swept.
 _EMPTY: tuple[int, Any] = (0, None)
+# A table of states: key -> (expires at ms, state).
+_Table = dict[str, tuple[int, Any]]
 
 
 class MemoryStorage:
@@ -266,21 +268,15 @@ class MemoryStorage:
     ) -> None:
         """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
         (never above full), for a debit made at ``at`` (``Decision.at``; None: now)."""
-        check_arguments(amount, quotas, amounts)
-        each = amounts if amounts is not None else [amount] * len(quotas)
-        now = self.now() if now is None else now
-        part = tenant_part(key)
-        with self._lock:
-            for quota, given in zip(quotas, each, strict=True):
-                if given == 0:
-                    continue
-                table, k = self._target(quota.state_name + part, quota)
-                entry = table.get(k)
-                if entry is None:
-                    continue  # a full quota: nothing to give back, nothing to write
-                refund = ALGORITHMS[quota.algorithm][1]
-                state, ttl = refund(_get(table, k, now), now, given, *quota.params, at)
-                table[k] = _EMPTY if state is None or ttl <= 0 else (now + ttl, state)
+
+        def give_back(table: _Table, k: str, quota: Quota, given: float, now: int) -> None:
+            if k not in table:
+                return  # a full quota: nothing to give back, nothing to write
+            refund = ALGORITHMS[quota.algorithm][1]
+            state, ttl = refund(_get(table, k, now), now, given, *quota.params, at)
+            table[k] = _EMPTY if state is None or ttl <= 0 else (now + ttl, state)
+
+        self._each(key, amount, quotas, now, amounts, give_back)
 
     def charge(
         self,
@@ -293,22 +289,38 @@ class MemoryStorage:
         """Debit ``amount`` (or each quota's ``amounts``) from every quota of ``key`` whether
         it fits or not: a bucket may go below empty and admits nothing until it has refilled
         past the debt (what another region admitted, applied here: docs/scale-out.md)."""
+
+        def debit(table: _Table, k: str, quota: Quota, given: float, now: int) -> None:
+            charge = CHARGES[quota.algorithm]
+            state, ttl = charge(_get(table, k, now), now, given, *quota.params)
+            if state is None or ttl <= 0:
+                if k in table:
+                    table[k] = _EMPTY
+            else:
+                self._write(table, k, now, ttl, state)
+
+        self._each(key, amount, quotas, now, amounts, debit)
+
+    def _each(
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+        amounts: Sequence[float] | None,
+        change: Callable[[_Table, str, Quota, float, int], None],
+    ) -> None:
+        """``change`` each quota's state of ``key`` that is given an amount above 0, under
+        the lock (a refund, a charge)."""
         check_arguments(amount, quotas, amounts)
         each = amounts if amounts is not None else [amount] * len(quotas)
         now = self.now() if now is None else now
         part = tenant_part(key)
         with self._lock:
             for quota, given in zip(quotas, each, strict=True):
-                if given == 0:
-                    continue
-                table, k = self._target(quota.state_name + part, quota)
-                charge = CHARGES[quota.algorithm]
-                state, ttl = charge(_get(table, k, now), now, given, *quota.params)
-                if state is None or ttl <= 0:
-                    if k in table:
-                        table[k] = _EMPTY
-                else:
-                    self._write(table, k, now, ttl, state)
+                if given != 0:
+                    table, k = self._target(quota.state_name + part, quota)
+                    change(table, k, quota, given, now)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         """Each quota's state for ``key``, without debiting anything."""
