@@ -396,3 +396,41 @@ def test_a_take_that_timed_out_is_released_where_it_may_have_landed(
             await storage.close()
 
     asyncio.run(main())
+
+
+def test_an_async_operation_s_span_ends_once_its_lease_is_released(
+    config: Callable[..., Any], redis_server: RedisServer, redis_client: redis.Redis
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+        InMemorySpanExporter,
+    )
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    async def main() -> None:
+        storage = AsyncRedisStorage.from_url(redis_server.url, timeout=TIMEOUT)
+        gate = Gate(config(), storage=storage, tracer_provider=provider)
+        try:
+            op = await gate.admit_async(SCHEMA, HELLO, request=scope())
+            gate.finish(op)
+            assert exporter.get_finished_spans() == ()  # the release is on its way
+            await gate.aflush()
+            (span,) = exporter.get_finished_spans()
+            assert span.attributes[names.ATTR_IN_FLIGHT] == 1
+            assert zcard(redis_client) == 0
+            # Finished where no loop runs (a thread): the release cannot be made, the lease
+            # expires by itself, and the span ends anyway.
+            op = await gate.admit_async(SCHEMA, HELLO, request=scope())
+            await asyncio.to_thread(gate.finish, op)
+            assert len(exporter.get_finished_spans()) == 2
+            assert zcard(redis_client) == 1
+            held = sum(len(keeper) for keeper in gate._keepers.values())
+            assert held == 0  # no longer renewed: it expires within lease_ttl
+        finally:
+            await storage.close()
+
+    asyncio.run(main())

@@ -696,7 +696,10 @@ class Gate:
                 metrics.watch_refunds(queue)
             if isinstance(self.storage, AsyncRedisStorage):
                 metrics.watch_pipeline(self.storage)
-        # Concurrency leases (tiers with max_in_flight): set up by _configured.
+        # Concurrency leases (tiers with max_in_flight): set up by _configured. The fail mode
+        # is the limiter's, read once as the limiter reads it.
+        self._fail_mode = self._config.limits.on_backend_error
+        self._local_share = self._config.limits.local_share
         self._leases: Any = None
         self._leases_async = False
         self._leases_fallible = False
@@ -704,7 +707,7 @@ class Gate:
         self._lease_lock = threading.Lock()
         self._keepers: dict[tuple[int, int], LeaseKeeper] = {}
         self._fallback_leases: MemoryLeases | None = None
-        self._local_spec_cache: dict[tuple[LeaseSpec, float], LeaseSpec] = {}
+        self._local_spec_cache: dict[LeaseSpec, LeaseSpec] = {}
         self._in_flight: dict[str, int] = {}
         self._releasing: set[asyncio.Task[None]] = set()
         self._finalizers: dict[int, weakref.finalize[Any, Any]] = {}
@@ -1040,7 +1043,7 @@ class Gate:
             if releasing is None:
                 span.end()
             else:  # the release is on its way: the span ends when it is done
-                self._spawn(releasing)
+                self._spawn(releasing, span)
         elif releasing is not None:
             self._spawn(releasing)
 
@@ -1201,7 +1204,7 @@ class Gate:
         if result is None:  # the storage failed: open runs without a lease, closed refuses
             op.lease = _Lease(lease, key, names_, None, None, op.tier.name, 0, taken.stray)
             self._watch(op)
-            if self._config.limits.on_backend_error != "closed" or op.mode != "enforce":
+            if self._fail_mode != "closed" or op.mode != "enforce":
                 return True
             retry = max(self.limiter.breaker.retry_after(), 1.0)
             limit = min((spec.maximum for spec in specs), default=0)
@@ -1615,15 +1618,15 @@ class Gate:
         """``specs`` as this process enforces them alone: ``max(1, ceil(maximum ×
         local_share))`` each (the ``local`` fail mode, as rate quotas start from their
         share)."""
-        share = self._config.limits.local_share
+        share = self._local_share
         cache = self._local_spec_cache
         local = []
         for spec in specs:
-            mine = cache.get((spec, share))
+            mine = cache.get(spec)
             if mine is None:
                 mine = LeaseSpec(spec.name, max(1, math.ceil(spec.maximum * share)))
                 if len(cache) < 4096:
-                    cache[(spec, share)] = mine
+                    cache[spec] = mine
             local.append(mine)
         return tuple(local)
 
@@ -1657,7 +1660,7 @@ class Gate:
                 self._keeper_of(leases).hold(key, [spec.name for spec in specs], lease)
             return _Taken(result, leases, specs, None)
         self._count_lease(names.LEASE_TAKE_FAILED)
-        if self._config.limits.on_backend_error != "local":
+        if self._fail_mode != "local":
             return _Taken(None, None, specs, leases)
         local = self._local_leases()
         mine = self._local_specs(specs)
@@ -1797,14 +1800,17 @@ class Gate:
             self._unwatch(op)
             self._release_later(lease)
 
-    def _spawn(self, coroutine: Any) -> None:
+    def _spawn(self, coroutine: Any, span: Any = None) -> None:
         """Run a release coroutine as a task of the running loop (kept until it ends); with
-        no loop running, it cannot run: its lease expires within ``lease_ttl``."""
+        no loop running, it cannot run: its lease expires within ``lease_ttl`` (and the
+        ``span`` it was to end ends now)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             coroutine.close()
             self._count_lease(names.LEASE_RELEASE_FAILED)
+            if span is not None:
+                span.end()
             return
         task = loop.create_task(coroutine)
         self._releasing.add(task)
