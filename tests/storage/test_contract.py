@@ -846,3 +846,29 @@ def test_a_charge_debits_past_empty_and_the_debt_is_paid_from_the_refill(
         assert not backend.acquire("acme", 1, [q], now=T0 + 9_999).allowed
     backend.charge("other", 0, [q], now=T0)  # nothing to charge: nothing written
     assert backend.peek("other", [q], now=T0).remaining == 10
+
+
+@pytest.mark.parametrize("algorithm", BUCKETS)
+def test_at_most_max_queued_requests_wait_their_turn(backend: Backend, algorithm: str) -> None:
+    """A flood of cheap requests cannot park more than ``max_queued`` waiters behind a
+    bucket (memory, sockets and tasks of the servers that hold them): one more is refused
+    until the first of them runs, and the line moves as they run."""
+    q = Quota(
+        "q", capacity=10, refill_per_second=10, algorithm=algorithm, max_delay=5, max_queued=3
+    )  # type: ignore[arg-type]
+    assert backend.acquire("acme", 10, [q], now=T0).delay == 0.0  # runs now: not waiting
+    waits = [backend.acquire("acme", 1, [q], now=T0).delay for _ in range(3)]
+    assert waits == [0.1, 0.2, 0.3]
+    refused = backend.acquire("acme", 1, [q], now=T0)
+    assert (refused.allowed, refused.reason, refused.retry_after) == (False, "rate_limited", 0.1)
+    assert backend.peek("acme", [q], now=T0).allowed is False  # the peek sees the line too
+    # The first waiter has run at T0 + 100: room for one more, at the end of the line.
+    assert backend.acquire("acme", 1, [q], now=T0 + 100).delay == pytest.approx(0.3)
+    assert not backend.acquire("acme", 1, [q], now=T0 + 100).allowed
+
+
+def test_max_queued_needs_max_delay() -> None:
+    with pytest.raises(ConfigError, match="max_queued needs max_delay"):
+        Quota("q", capacity=5, refill_per_second=1, max_queued=3)
+    with pytest.raises(ConfigError, match="max_queued must be an integer"):
+        Quota("q", capacity=5, refill_per_second=1, max_delay=1, max_queued=-1)

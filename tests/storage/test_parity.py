@@ -53,7 +53,7 @@ ROUND_QUOTAS = (
     # Buckets that reserve (leaky buckets as queues): a cost that fits within max_delay is
     # allowed at once and waits its turn; the bucket goes below empty.
     Quota("tbq", capacity=6, refill_per_second=3, max_delay=1.5),
-    Quota("gcraq", capacity=5, refill_per_second=2, algorithm="gcra", max_delay=3),
+    Quota("gcraq", capacity=5, refill_per_second=2, algorithm="gcra", max_delay=3, max_queued=2),
 )
 HALVES = st.integers(0, 26).map(lambda n: n / 2)
 
@@ -64,7 +64,7 @@ ODD_QUOTAS = (
     Quota("log", limit=13.7, window_seconds=1.7, algorithm="sliding_log"),
     Quota("ctr", limit=11.3, window_seconds=2.3, algorithm="sliding_counter"),
     Quota("fix", limit=9.9, window_seconds=0.7, algorithm="fixed_window"),
-    Quota("tbq", capacity=5.7, refill_per_second=3.3, max_delay=0.77),
+    Quota("tbq", capacity=5.7, refill_per_second=3.3, max_delay=0.77, max_queued=3),
     Quota("gcraq", capacity=4.9, refill_per_second=7.1, algorithm="gcra", max_delay=2.3),
 )
 FLOATS = st.one_of(

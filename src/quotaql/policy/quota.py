@@ -64,6 +64,9 @@ class Quota:
             being refused (``token_bucket`` and ``gcra`` only; 0, the default: refuse). Its
             cost is reserved at once (the bucket goes below empty) and the decision's
             ``delay`` says how long to wait before running it.
+        max_queued: with ``max_delay``, the most requests waiting for their turn at once (per
+            tenant, or per scope); one more is refused, its ``retry_after`` when the first
+            waiting one runs. 0 (the default): only ``max_delay`` bounds the wait.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Quota:
     scope: str | None = None
     refundable: bool = True
     max_delay: float = 0.0
+    max_queued: int = 0
     params: tuple[float, float] = field(init=False, repr=False, compare=False)
     check_params: tuple[float, float, int] = field(init=False, repr=False, compare=False)
     """:attr:`params` and the most a reservation may wait (ms), as the checks take them."""
@@ -96,6 +100,8 @@ class Quota:
     state_field: str = field(init=False, repr=False, compare=False)
     """The name of this quota's state within its group: :attr:`state_name` without the
     scope."""
+    script_head: str = field(init=False, repr=False, compare=False)
+    """The algorithm and its parameters, without the delay (the Redis request adds it)."""
     script_spec: str = field(init=False, repr=False, compare=False)
     """:attr:`script_args` and where the state is, as the Redis script reads them for a call
     of this quota alone."""
@@ -151,12 +157,19 @@ class Quota:
                 f"{where}: max_delay must be seconds from 0 to {MAX_DELAY_SECONDS:g}, got {delay!r}"
             )
         delay_ms = round(delay * 1000)
+        queued = self.max_queued
+        if isinstance(queued, bool) or not isinstance(queued, int) or queued < 0:
+            raise ConfigError(f"{where}: max_queued must be an integer >= 0, got {queued!r}")
+        if queued and not delay_ms:
+            raise ConfigError(f"{where}: max_queued needs max_delay (nothing waits without it)")
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "check_params", (*params, delay_ms))
         object.__setattr__(self, "maximum", maximum)
         # repr() of a float reads back to the same double in Lua's tonumber.
-        args = f"{self.algorithm} {float(params[0])!r} {float(params[1])!r} {delay_ms}"
+        head = f"{self.algorithm} {float(params[0])!r} {float(params[1])!r}"
+        args = f"{head} {delay_ms}"
         object.__setattr__(self, "script_args", args)
+        object.__setattr__(self, "script_head", head)
         # "~" is not allowed in names: no quota's state name is another's.
         mark = _STATE_MARKS[self.algorithm]
         state_field = state_name = f"{self.name}~{mark}" if mark else self.name
@@ -173,7 +186,10 @@ class Quota:
         object.__setattr__(self, "state_name", state_name)
         object.__setattr__(self, "state_group", None if logged else group)
         object.__setattr__(self, "state_field", state_field)
-        object.__setattr__(self, "script_spec", f"{args} 1 {'-' if logged else state_field}")
+        if queued:  # its waiting requests' set is the call's second key
+            object.__setattr__(self, "script_spec", f"{head} {delay_ms}:{queued}:2 1 {state_field}")
+        else:
+            object.__setattr__(self, "script_spec", f"{args} 1 {'-' if logged else state_field}")
 
     def scoped(self, scope: str) -> Quota:
         """This quota with one budget per ``scope`` (a user inside the tenant)."""

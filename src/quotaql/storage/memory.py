@@ -8,7 +8,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from quotaql.errors import ConfigError
-from quotaql.policy.algorithms import ALGORITHMS, CHARGES, commit
+from quotaql.policy.algorithms import ALGORITHMS, CHARGES, Check, commit
 from quotaql.policy.quota import Decision, Quota, Source, combine, decide_one
 from quotaql.storage.base import check_arguments, tenant_digest
 
@@ -145,7 +145,7 @@ class MemoryStorage:
         """:meth:`acquire` for arguments already checked (the limiter checks them first)."""
         if now is None:
             now = int(self._clock() * 1000)
-        if len(quotas) == 1 and costs is None:
+        if len(quotas) == 1 and costs is None and not quotas[0].max_queued:
             return self._acquire_one(key, cost, quotas[0], now)
         return self._acquire_many(key, cost, quotas, now, costs)
 
@@ -245,17 +245,42 @@ class MemoryStorage:
             if overflowed:
                 self.overflowed += 1
             checks = [
-                ALGORITHMS[quota.algorithm][0](
-                    _get(table, k, now), now, amount, *quota.check_params
+                self._queued(
+                    table,
+                    k,
+                    quota,
+                    ALGORITHMS[quota.algorithm][0](
+                        _get(table, k, now), now, amount, *quota.check_params
+                    ),
+                    now,
                 )
                 for (table, k), quota, amount in zip(targets, quotas, amounts, strict=True)
             ]
             if all(check.allowed for check in checks):
                 for (table, k), quota, check in zip(targets, quotas, checks, strict=True):
                     if check.state is not None:
+                        if quota.max_queued and check.retry_after_ms > 0:
+                            self._wait_in_line(table, k, now, check.retry_after_ms)
                         state = commit(quota.algorithm, check.state)
                         self._write(table, k, now, check.ttl_ms, state)
         return combine(quotas, checks, cost, self._source, costs, now)
+
+    def _queued(self, table: _Table, k: str, quota: Quota, check: Check, now: int) -> Check:
+        """``check``, refused if it is a reservation and ``quota.max_queued`` requests already
+        wait their turn (its retry: when the first of them runs)."""
+        if not (quota.max_queued and check.allowed and check.retry_after_ms > 0):
+            return check
+        line = _line(table, k, now)
+        if len(line) < quota.max_queued:
+            return check
+        retry = min(line) - now
+        return check._replace(allowed=False, state=None, retry_after_ms=max(1, retry), ttl_ms=0)
+
+    def _wait_in_line(self, table: _Table, k: str, now: int, wait: float) -> None:
+        """Count a reservation among the requests waiting for ``k`` until it runs."""
+        line = _line(table, k, now)
+        line.append(now + wait)
+        self._write(table, k + "#w", now, int(wait) + 1000, line)
 
     def refund(
         self,
@@ -332,7 +357,8 @@ class MemoryStorage:
             for quota in quotas:
                 table, k = self._target(quota.state_name + part, quota)
                 check = ALGORITHMS[quota.algorithm][0]
-                checks.append(check(_get(table, k, now), now, 0.0, *quota.check_params))
+                checked = check(_get(table, k, now), now, 0.0, *quota.check_params)
+                checks.append(self._queued(table, k, quota, checked, now))
         return combine(quotas, checks, 0.0, self._source, None, now)
 
     def clear(self) -> None:
@@ -393,6 +419,13 @@ class MemoryStorage:
                 del states[k]
             else:
                 order.append(k)
+
+
+def _line(table: _Table, k: str, now: int) -> list[float]:
+    """When the requests waiting for the state ``k`` run (those still to run), as the Redis
+    script's set of them (``<key>#w``) holds them."""
+    waiting: list[float] | None = _get(table, k + "#w", now)
+    return [] if waiting is None else [when for when in waiting if when > now]
 
 
 def _get(table: dict[str, tuple[int, Any]], k: str, now: int) -> Any:

@@ -108,9 +108,11 @@ def _request(
         group = quota.state_group
         if group is not None:
             keys = [base + group]
+            if quota.max_queued:  # "#" is not allowed in quota names: no clash
+                keys.append(base + quota.state_name + "#w")
         else:
             key = base + quota.state_name
-            keys = [key, key + "#log"]  # "#" is not allowed in quota names: no clash
+            keys = [key, key + "#log"]
         specs = quota.script_spec
     else:
         keys = []
@@ -129,7 +131,12 @@ def _request(
             else:
                 keys.append(key)
                 place = len(keys)
-            parts.append(f"{quota.script_args} {place} {quota.state_field}")
+            if quota.max_queued:  # its waiting requests' set: a key of its own
+                keys.append(base + quota.state_name + "#w")
+                delay = f"{quota.check_params[2]}:{quota.max_queued}:{len(keys)}"
+                parts.append(f"{quota.script_head} {delay} {place} {quota.state_field}")
+            else:
+                parts.append(f"{quota.script_args} {place} {quota.state_field}")
         specs = " ".join(parts)
     if amounts is None:
         text = repr(float(amount))

@@ -2,7 +2,8 @@
 -- now in ms ('' reads the server's TIME),
 -- then the quotas in one argument, space-separated (fewer arguments: each one costs the
 -- client an encoding step): "<algorithm> <parameter 1> <parameter 2> <delay> <key> <field>"
--- per quota, where <delay> is the longest a reservation may wait (ms, buckets; 0: none),
+-- per quota, where <delay> is the longest a reservation may wait (ms, buckets; 0: none), or
+-- "<ms>:<max waiting>:<key>" with the index in KEYS of the set of its waiting requests,
 -- <key> the index in KEYS of the hash that holds its state in <field>, or for a sliding log
 -- (<field> '-') the index of the first of its two keys,
 -- then (refund) the time of the debit it gives back, ms in the server's clock ('': now).
@@ -32,9 +33,10 @@ if amount == nil then
   for each in string.gmatch(ARGV[2], '%S+') do amounts[#amounts + 1] = tonumber(each) end
 end
 
--- The quotas, 9 slots each in one array: algorithm, parameters, key index, field, the
+-- The quotas, 12 slots each in one array: algorithm, parameters, key index, field, the
 -- position of its state in its hash's read, after the checks its new state (a sliding
--- log's: a function that writes it) and that state's TTL, and its delay. Per hash, the fields to read
+-- log's: a function that writes it) and that state's TTL, its delay, the most requests that
+-- may wait and the key index of their set (0: no bound), and after the checks its wait. Per hash, the fields to read
 -- ('~x', its expiry, first), and in `places` each hash once: its key index and what its
 -- states need (the latest time one of them still matters, ms).
 local q = {}
@@ -59,9 +61,15 @@ for algorithm, first, second, delay, place, field in
     slot = #read + 1
     read[slot] = field
   end
-  q[n + 1], q[n + 2], q[n + 3], q[n + 4], q[n + 5], q[n + 6], q[n + 9] =
-    algorithm, tonumber(first), tonumber(second), place, field, slot, tonumber(delay)
-  n = n + 9
+  local wait_max, most, queue = tonumber(delay), 0, 0
+  if wait_max == nil then
+    local ms_, most_, queue_ = string.match(delay, '^(%d+):(%d+):(%d+)$')
+    wait_max, most, queue = tonumber(ms_), tonumber(most_), tonumber(queue_)
+  end
+  q[n + 1], q[n + 2], q[n + 3], q[n + 4], q[n + 5], q[n + 6] =
+    algorithm, tonumber(first), tonumber(second), place, field, slot
+  q[n + 9], q[n + 10], q[n + 11], q[n + 12] = wait_max, most, queue, 0
+  n = n + 12
 end
 
 -- One read per hash: reads[place] becomes what it read, [slot] a state's text (false: none),
@@ -77,7 +85,7 @@ local function store()
   for j = 1, #places, 2 do
     local place, need = places[j], places[j + 1]
     local set, del
-    for i = 1, n, 9 do
+    for i = 1, n, 12 do
       if q[i + 3] == place and q[i + 5] > 0 then
         local new, ttl = q[i + 6], q[i + 7]
         if new ~= nil and ttl > 0 then
@@ -106,9 +114,9 @@ local function store()
 end
 
 if mode == 'charge' then  -- a debit whether it fits or not
-  for i = 1, n, 9 do
+  for i = 1, n, 12 do
     local algorithm, place = q[i], q[i + 3]
-    local given = amount or amounts[(i + 8) / 9]
+    local given = amount or amounts[(i + 11) / 12]
     if given > 0 then
       if logs[algorithm] then
         charges[algorithm]({KEYS[place], KEYS[place + 1]}, now, given, q[i + 1], q[i + 2])
@@ -130,9 +138,9 @@ end
 
 if mode == 'refund' then
   local at = tonumber(ARGV[5] or '')
-  for i = 1, n, 9 do
+  for i = 1, n, 12 do
     local algorithm, place = q[i], q[i + 3]
-    local given = amount or amounts[(i + 8) / 9]
+    local given = amount or amounts[(i + 11) / 12]
     -- Nothing back (a root field's quota): its state is left as it is, as in memory.
     if given > 0 then
       if logs[algorithm] then
@@ -151,9 +159,9 @@ end
 
 local results = {now}
 local allowed = true
-for i = 1, n, 9 do
+for i = 1, n, 12 do
   local algorithm, place = q[i], q[i + 3]
-  local cost = amount or amounts[(i + 8) / 9]
+  local cost = amount or amounts[(i + 11) / 12]
   local ok, exceeds, remaining, retry, reset, new, ttl
   if logs[algorithm] then
     ok, exceeds, remaining, retry, reset, new, ttl =
@@ -161,6 +169,17 @@ for i = 1, n, 9 do
   else
     ok, exceeds, remaining, retry, reset, new, ttl =
       checks[algorithm](reads[place][q[i + 5]], now, cost, q[i + 1], q[i + 2], q[i + 8])
+  end
+  if ok and retry > 0 and q[i + 9] > 0 then  -- a reservation, and at most so many may wait
+    local waiting = KEYS[q[i + 10]]
+    redis.call('ZREMRANGEBYSCORE', waiting, '-inf', now)
+    if redis.call('ZCARD', waiting) >= q[i + 9] then  -- refused until the first one runs
+      local first = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')
+      ok, new = false, nil
+      retry = math.max(1, tonumber(first[2]) - now)
+    else
+      q[i + 11] = retry
+    end
   end
   if not ok then allowed = false end
   q[i + 6], q[i + 7] = new, ttl
@@ -172,9 +191,14 @@ end
 
 -- All or nothing: write only when every quota allowed.
 if mode == 'acquire' and allowed then
-  for i = 1, n, 9 do
+  for i = 1, n, 12 do
     local new = q[i + 6]
     if new ~= nil then
+      if q[i + 11] > 0 then  -- it waits its turn: in the set of waiting requests till then
+        local waiting, wait = KEYS[q[i + 10]], q[i + 11]
+        redis.call('ZADD', waiting, now + wait, new)  -- its state: unique to this reservation
+        redis.call('PEXPIRE', waiting, wait + 1000)
+      end
       if logs[q[i]] then
         new()
       elseif q[i + 7] > 0 then
