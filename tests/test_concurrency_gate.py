@@ -181,7 +181,7 @@ def test_a_tier_without_limits_takes_no_lease(write: Callable[..., Path]) -> Non
     assert not any(op.refused for op in ops)
     assert all(op.lease is None for op in ops)
     assert gate.leases is None
-    assert gate._keepers == {}
+    assert gate.lease_keepers == ()
     plain = Gate(load_config(write()))
     assert admit(plain, "plain").lease is None  # a tier without, beside tiers with
 
@@ -319,7 +319,7 @@ def test_an_operation_dropped_without_finish_is_not_renewed_for_good(gate: Gate)
     gate.finish(admit(gate, "other"))
     assert live(gate) == 0
     assert gate.in_flight() == {}
-    (keeper,) = gate._keepers.values()
+    (keeper,) = gate.lease_keepers
     assert len(keeper) == 0  # not renewed any more
 
 

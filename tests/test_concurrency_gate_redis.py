@@ -219,7 +219,7 @@ def test_cancelled_admissions_leave_no_lease_behind(
             assert 0 < len(admitted) < 100  # some were cancelled, some not
             assert zcard(redis_client) == 0
             assert gate.in_flight() == {}
-            held = sum(len(keeper) for keeper in gate._keepers.values())
+            held = sum(len(keeper) for keeper in gate.lease_keepers)
             assert held == 0  # nothing left to renew either
         finally:
             await storage.close()
@@ -428,7 +428,7 @@ def test_an_async_operation_s_span_ends_once_its_lease_is_released(
             await asyncio.to_thread(gate.finish, op)
             assert len(exporter.get_finished_spans()) == 2
             assert zcard(redis_client) == 1
-            held = sum(len(keeper) for keeper in gate._keepers.values())
+            held = sum(len(keeper) for keeper in gate.lease_keepers)
             assert held == 0  # no longer renewed: it expires within lease_ttl
         finally:
             await storage.close()

@@ -205,7 +205,7 @@ def test_clients_that_disconnect_at_once_leave_no_lease(
         time.sleep(0.5)  # nothing comes back later either
         assert redis_client.zcard(TIER_SET) == 0
         assert redis_client.exists(TIER_SET) == 0
-        assert sum(len(keeper) for keeper in gate._keepers.values()) == 0  # none renewed
+        assert sum(len(keeper) for keeper in gate.lease_keepers) == 0  # none renewed
         assert code(post(server.url, slow(0)).json()) is None
 
 

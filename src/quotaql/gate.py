@@ -549,6 +549,33 @@ class _Taken(NamedTuple):
 _UNAVAILABLE: Any = object()
 
 
+class _Leasing:
+    """The gate's concurrency-lease state (one attribute of the gate: see ``Gate.__init__``)."""
+
+    __slots__ = (
+        "abandoned", "fail_mode", "fallback_leases", "finalizers", "in_flight", "keepers",
+        "lease_backend", "lease_lock", "leases", "leases_async", "leases_fallible",
+        "local_share", "local_spec_cache", "releasing",
+    )  # fmt: skip
+
+    def __init__(self, limits: Any) -> None:
+        # The fail mode and the local share are the limiter's, read once as it reads them.
+        self.fail_mode: str = limits.on_backend_error
+        self.local_share: float = limits.local_share
+        self.leases: Any = None  # the lease storage, once a tier has a concurrency limit
+        self.leases_async = False
+        self.leases_fallible = False
+        self.lease_backend = "memory"
+        self.lease_lock = threading.Lock()
+        self.keepers: dict[tuple[int, int], LeaseKeeper] = {}  # (id(leases), ttl ms)
+        self.fallback_leases: MemoryLeases | None = None  # the local fail mode's
+        self.local_spec_cache: dict[LeaseSpec, LeaseSpec] = {}
+        self.in_flight: dict[str, int] = {}  # leases held, per tier
+        self.releasing: set[asyncio.Task[None]] = set()  # releases under way
+        self.finalizers: dict[int, weakref.finalize[Any, Any]] = {}  # by id(operation)
+        self.abandoned: collections.deque[_Lease] = collections.deque()
+
+
 class _Responses:
     """The operations that share one HTTP response (a batch), so that its status and headers
     say what all of them did: 200 when any ran, a refusal only when every one was refused.
@@ -696,22 +723,10 @@ class Gate:
                 metrics.watch_refunds(queue)
             if isinstance(self.storage, AsyncRedisStorage):
                 metrics.watch_pipeline(self.storage)
-        # Concurrency leases (tiers with max_in_flight): set up by _configured. The fail mode
-        # is the limiter's, read once as the limiter reads it.
-        self._fail_mode = self._config.limits.on_backend_error
-        self._local_share = self._config.limits.local_share
-        self._leases: Any = None
-        self._leases_async = False
-        self._leases_fallible = False
-        self._lease_backend = "memory"
-        self._lease_lock = threading.Lock()
-        self._keepers: dict[tuple[int, int], LeaseKeeper] = {}
-        self._fallback_leases: MemoryLeases | None = None
-        self._local_spec_cache: dict[LeaseSpec, LeaseSpec] = {}
-        self._in_flight: dict[str, int] = {}
-        self._releasing: set[asyncio.Task[None]] = set()
-        self._finalizers: dict[int, weakref.finalize[Any, Any]] = {}
-        self._abandoned: collections.deque[_Lease] = collections.deque()
+        # Concurrency leases (tiers with max_in_flight): their state in one object, so that
+        # the gate keeps few attributes (CPython's shared-key instance dicts, and the fast
+        # attribute reads of every request, stop past 30).
+        self._leasing = _Leasing(self._config.limits)
         if leases is not None:
             self._set_leases(leases)
         self._reloader = (
@@ -1153,18 +1168,8 @@ class Gate:
                 op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
                 return op
-        in_flight = op.tier.in_flight
-        if in_flight is not None:  # a concurrency limit: a lease first, so a refusal debits nothing
-            specs = in_flight.specs(report.operation_type, report.root_field_costs)
-            if specs is None or specs:
-                try:
-                    runs = yield from self._take_lease(op, specs)
-                except BaseException:
-                    self._free_slot(op)
-                    raise
-                if not runs:
-                    self._free_slot(op)
-                    return op
+        if op.tier.in_flight is not None and not (yield from self._lease_first(op, report)):
+            return op  # a concurrency limit: the lease first, so that a refusal debits nothing
         try:
             decision: Decision = yield ("acquire", subject.key, charge, op.quotas, op.costs)
         except BaseException:  # closed by its driver: no operation for the adapter to finish
@@ -1180,6 +1185,23 @@ class Gate:
                 yield from self._charge_refusal(op)  # it can never run: as a static limit
         return op
 
+    def _lease_first(self, op: Operation, report: CostReport) -> _Flow:
+        """The lease of an operation of a tier with a concurrency limit, before its debit:
+        True when it may run; refused, its subscription slot is given back."""
+        in_flight = op.tier.in_flight
+        assert in_flight is not None  # the caller looked
+        specs = in_flight.specs(report.operation_type, report.root_field_costs)
+        if specs is not None and not specs:
+            return True  # no limit applies to this one (a root field's only, not selected)
+        try:
+            runs: bool = yield from self._take_lease(op, specs)
+        except BaseException:
+            self._free_slot(op)
+            raise
+        if not runs:
+            self._free_slot(op)
+        return runs
+
     def _take_lease(self, op: Operation, specs: tuple[LeaseSpec, ...] | None) -> _Flow:
         """A lease for ``op`` in the sets of ``specs`` (None: a subscription its tier
         allows none of): True when it may run (with a lease, or without one in shadow mode
@@ -1188,7 +1210,7 @@ class Gate:
         key = op.subject.key
         if specs is None:  # max_subscriptions_in_flight = 0
             return self._in_flight_refused(op, IN_FLIGHT_SUBSCRIPTIONS, 0, None)
-        if self._abandoned:  # operations dropped unfinished: their leases first
+        if self._leasing.abandoned:  # operations dropped unfinished: their leases first
             self._release_abandoned()
         lease = new_lease_id()
         try:
@@ -1196,7 +1218,7 @@ class Gate:
         except BaseException:  # closed while taking: it may have been taken, give it back
             self._release_later(
                 _Lease(lease, key, tuple(spec.name for spec in specs), None, None, "", 0,
-                       self._leases)
+                       self._leasing.leases)
             )  # fmt: skip
             raise
         result = taken.result
@@ -1204,7 +1226,7 @@ class Gate:
         if result is None:  # the storage failed: open runs without a lease, closed refuses
             op.lease = _Lease(lease, key, names_, None, None, op.tier.name, 0, taken.stray)
             self._watch(op)
-            if self._fail_mode != "closed" or op.mode != "enforce":
+            if self._leasing.fail_mode != "closed" or op.mode != "enforce":
                 return True
             retry = max(self.limiter.breaker.retry_after(), 1.0)
             limit = min((spec.maximum for spec in specs), default=0)
@@ -1563,7 +1585,7 @@ class Gate:
         gate's storage (:class:`MemoryLeases` for memory, :class:`RedisLeases` /
         :class:`AsyncRedisLeases` on a Redis storage's own client), unless ``leases=`` gave
         one."""
-        if self._leases is not None or not any(
+        if self._leasing.leases is not None or not any(
             tier.in_flight is not None for tier in config.tiers.values()
         ):
             return
@@ -1584,42 +1606,42 @@ class Gate:
         self._set_leases(leases)
 
     def _set_leases(self, leases: Leases | AsyncLeases) -> None:
-        self._leases = leases
-        self._leases_async = inspect.iscoroutinefunction(leases.take)
-        self._leases_fallible = not isinstance(leases, MemoryLeases)
-        self._lease_backend = getattr(leases, "name", type(leases).__name__)
+        self._leasing.leases = leases
+        self._leasing.leases_async = inspect.iscoroutinefunction(leases.take)
+        self._leasing.leases_fallible = not isinstance(leases, MemoryLeases)
+        self._leasing.lease_backend = getattr(leases, "name", type(leases).__name__)
 
     def _keeper_of(self, leases: Any) -> LeaseKeeper:
         """The keeper that renews what ``leases`` holds, with the ``lease_ttl`` in force
         (one per storage and ttl: a reload that changes the ttl renews new leases with it)."""
         ttl_ms = round(self._config.limits.lease_ttl * 1000)
         slot = (id(leases), ttl_ms)
-        keeper = self._keepers.get(slot)
+        keeper = self._leasing.keepers.get(slot)
         if keeper is None:
-            with self._lease_lock:
-                keeper = self._keepers.get(slot)
+            with self._leasing.lease_lock:
+                keeper = self._leasing.keepers.get(slot)
                 if keeper is None:
-                    keeper = self._keepers[slot] = LeaseKeeper(leases, ttl_ms)
+                    keeper = self._leasing.keepers[slot] = LeaseKeeper(leases, ttl_ms)
                     if self.metrics is not None:
                         self.metrics.watch_leases(keeper)
         return keeper
 
     def _local_leases(self) -> MemoryLeases:
         """The process-local lease sets of the ``local`` fail mode."""
-        local = self._fallback_leases
+        local = self._leasing.fallback_leases
         if local is None:
-            with self._lease_lock:
-                local = self._fallback_leases
+            with self._leasing.lease_lock:
+                local = self._leasing.fallback_leases
                 if local is None:
-                    local = self._fallback_leases = MemoryLeases()
+                    local = self._leasing.fallback_leases = MemoryLeases()
         return local
 
     def _local_specs(self, specs: tuple[LeaseSpec, ...]) -> tuple[LeaseSpec, ...]:
         """``specs`` as this process enforces them alone: ``max(1, ceil(maximum ×
         local_share))`` each (the ``local`` fail mode, as rate quotas start from their
         share)."""
-        share = self._local_share
-        cache = self._local_spec_cache
+        share = self._leasing.local_share
+        cache = self._leasing.local_spec_cache
         local = []
         for spec in specs:
             mine = cache.get(spec)
@@ -1634,11 +1656,11 @@ class Gate:
         """Take ``lease`` in the sets of ``specs``: a :class:`_Taken`, or an awaitable of one
         (async lease storage). A storage failure (or an open breaker) is answered by the
         fail mode here, never raised."""
-        leases = self._leases
+        leases = self._leasing.leases
         ttl_ms = round(self._config.limits.lease_ttl * 1000)
-        if self._leases_async:
+        if self._leasing.leases_async:
             return self._take_async(leases, key, specs, lease, ttl_ms)
-        if not self._leases_fallible:
+        if not self._leasing.leases_fallible:
             return self._took(key, specs, lease, leases.take(key, specs, lease, ttl_ms), leases)
         result = self._lease_call(leases.take, key, specs, lease, ttl_ms)
         return self._took(key, specs, lease, result, leases)
@@ -1660,7 +1682,7 @@ class Gate:
                 self._keeper_of(leases).hold(key, [spec.name for spec in specs], lease)
             return _Taken(result, leases, specs, None)
         self._count_lease(names.LEASE_TAKE_FAILED)
-        if self._fail_mode != "local":
+        if self._leasing.fail_mode != "local":
             return _Taken(None, None, specs, leases)
         local = self._local_leases()
         mine = self._local_specs(specs)
@@ -1686,7 +1708,7 @@ class Gate:
             breaker.abandon()
             raise
         if breaker.success():
-            self._recorder.circuit(self._lease_backend, False)
+            self._recorder.circuit(self._leasing.lease_backend, False)
         return result
 
     async def _lease_call_async(self, method: Callable[..., Any], *args: Any) -> Any:
@@ -1703,13 +1725,13 @@ class Gate:
             breaker.abandon()
             raise
         if breaker.success():
-            self._recorder.circuit(self._lease_backend, False)
+            self._recorder.circuit(self._leasing.lease_backend, False)
         return result
 
     def _lease_failed(self, error: StorageError) -> None:
-        self._recorder.backend_error(self._lease_backend, error)
+        self._recorder.backend_error(self._leasing.lease_backend, error)
         if self.limiter.breaker.failure(timeout=isinstance(error, StorageTimeout)):
-            self._recorder.circuit(self._lease_backend, True)
+            self._recorder.circuit(self._leasing.lease_backend, True)
 
     def _release(self, op: Operation, *, end_span: bool = False) -> Any:
         """Give ``op``'s lease back now: None when done, or a coroutine that does it (async
@@ -1728,7 +1750,7 @@ class Gate:
         if held is not None and lease.keeper is not None:
             lease.keeper.drop(lease.key, lease.names, lease.id)
             self._held(lease.tier, -1)
-        if self._leases_async and (held is self._leases or lease.stray is not None):
+        if self._leasing.leases_async and (held is self._leasing.leases or lease.stray is not None):
             return self._give_back_async(lease, span)
         if held is not None:
             self._released(lease, self._release_in(held, lease), span)
@@ -1741,7 +1763,7 @@ class Gate:
             held = lease.leases
             args = (lease.key, lease.names, lease.id)
             if held is not None:
-                if held is self._leases:
+                if held is self._leasing.leases:
                     count = await self._lease_call_async(held.release, *args)
                 else:  # the local fallback's
                     count = self._release_in(held, lease)
@@ -1813,31 +1835,31 @@ class Gate:
                 span.end()
             return
         task = loop.create_task(coroutine)
-        self._releasing.add(task)
-        task.add_done_callback(self._releasing.discard)
+        self._leasing.releasing.add(task)
+        task.add_done_callback(self._leasing.releasing.discard)
 
     def _watch(self, op: Operation) -> None:
         """Should ``op`` be dropped without being finished (an adapter that never calls
         :meth:`finish`), its lease is given back rather than renewed for good."""
         lease = op.lease
         if lease is not None:
-            self._finalizers[id(op)] = weakref.finalize(op, self._dropped, id(op), lease)
+            self._leasing.finalizers[id(op)] = weakref.finalize(op, self._dropped, id(op), lease)
 
     def _dropped(self, ident: int, lease: _Lease) -> None:
         """An operation holding ``lease`` was collected unfinished (in a garbage collection:
         no lock here, the lease is only queued: the next take gives it back)."""
-        self._finalizers.pop(ident, None)
-        self._abandoned.append(lease)
+        self._leasing.finalizers.pop(ident, None)
+        self._leasing.abandoned.append(lease)
 
     def _unwatch(self, op: Operation) -> None:
-        finalizer = self._finalizers.pop(id(op), None)
+        finalizer = self._leasing.finalizers.pop(id(op), None)
         if finalizer is not None:
             finalizer.detach()
 
     def _release_abandoned(self) -> None:
         """Give back the leases of operations dropped without :meth:`finish` (their
         finalizers only queue them: no lock is taken in a garbage collection)."""
-        abandoned = self._abandoned
+        abandoned = self._leasing.abandoned
         while abandoned:
             try:
                 lease = abandoned.popleft()
@@ -1847,9 +1869,9 @@ class Gate:
 
     def _held(self, tier: str, change: int) -> None:
         """Follow the leases this process holds, per tier (``quotaql_in_flight``)."""
-        with self._lease_lock:
-            count = self._in_flight.get(tier, 0) + change
-            self._in_flight[tier] = count
+        with self._leasing.lease_lock:
+            count = self._leasing.in_flight.get(tier, 0) + change
+            self._leasing.in_flight[tier] = count
         if self.metrics is not None:
             self.metrics.in_flight(tier, count)
 
@@ -1870,13 +1892,19 @@ class Gate:
 
     def in_flight(self) -> dict[str, int]:
         """The leases this process holds now, per tier (the ``quotaql_in_flight`` gauge)."""
-        with self._lease_lock:
-            return {tier: count for tier, count in self._in_flight.items() if count}
+        with self._leasing.lease_lock:
+            return {tier: count for tier, count in self._leasing.in_flight.items() if count}
+
+    @property
+    def lease_keepers(self) -> tuple[LeaseKeeper, ...]:
+        """The keepers renewing the leases this process holds (one per lease storage and
+        ``lease_ttl``; none before the first lease): ``len(keeper)`` is what each renews."""
+        return tuple(self._leasing.keepers.values())
 
     @property
     def leases(self) -> Leases | AsyncLeases | None:
         """Where the concurrency leases live (None until a tier has a concurrency limit)."""
-        leases: Leases | AsyncLeases | None = self._leases
+        leases: Leases | AsyncLeases | None = self._leasing.leases
         return leases
 
     # -- shutdown -----------------------------------------------------------------------------
@@ -1898,7 +1926,7 @@ class Gate:
         way are awaited, then the limiter's refunds applied; how many are left."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        releasing = [task for task in self._releasing if task.get_loop() is loop]
+        releasing = [task for task in self._leasing.releasing if task.get_loop() is loop]
         if releasing:
             await asyncio.wait(releasing, timeout=timeout)
         left = max(0.0, deadline - loop.time())
