@@ -32,9 +32,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import strawberry
 import websockets.sync.client
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.applications import Starlette
+from starlette.routing import Mount
 from strawberry.asgi import GraphQL
 from strawberry.schema.config import StrawberryConfig
 
+from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
 from tests.plugin.asgi import UvicornServer
@@ -102,9 +107,16 @@ def make_app(config: Path, redis_url: str, *, batching: bool = False) -> GraphQL
     return app
 
 
-def create_app() -> GraphQL[Any, Any]:
-    """The subprocess workers' factory (``uvicorn --factory tests.test_leases_http:create_app``)."""
-    return make_app(Path(os.environ[CONFIG_ENV]), os.environ[REDIS_ENV])
+def create_app() -> Starlette:
+    """The subprocess workers' factory (``uvicorn --factory tests.test_leases_http:create_app``):
+    the API, and its metrics at ``/metrics``."""
+    registry = CollectorRegistry()
+    storage = AsyncRedisStorage.from_url(os.environ[REDIS_ENV], timeout=2.0)
+    limiter = CostLimiter.from_config(
+        Path(os.environ[CONFIG_ENV]), storage=storage, metrics=PrometheusMetrics(registry)
+    )
+    schema = strawberry.Schema(query=Query, subscription=Subscription, extensions=[limiter])
+    return Starlette(routes=[Mount("/metrics", metrics_app(registry)), Mount("/", GraphQL(schema))])
 
 
 def write_config(tmp_path: Path, *, max_in_flight: int, ttl: float = 30) -> Path:
@@ -324,6 +336,21 @@ class Worker:
                 raise RuntimeError(f"the worker on port {self.port} did not start")
             time.sleep(0.1)
 
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of the worker's ``/metrics`` (0 when absent)."""
+        text = httpx.get(f"{self.url}/metrics/", timeout=10).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return 0.0
+
+    def pause(self) -> None:
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
@@ -331,6 +358,7 @@ class Worker:
 
     def stop(self) -> None:
         if self.process.poll() is None:
+            self.resume()  # a stopped process handles SIGTERM once continued
             self.process.terminate()
             try:
                 self.process.wait(10)
@@ -430,3 +458,49 @@ def test_three_workers_never_run_more_than_max_in_flight_of_one_tenant(
         assert max(samples) == 5  # reached, and never more, across the three processes
         assert len(samples) > 100
         assert wait_for(lambda: redis_client.zcard(TIER_SET) == 0, 5)
+
+
+def test_a_worker_stalled_past_lease_ttl_loses_its_leases_and_counts_them_expired(
+    tmp_path: Path, redis_server: RedisServer, redis_client: redis.Redis
+) -> None:
+    """A SIGSTOPped worker stops renewing: its leases expire within lease_ttl and the tenant's
+    slots go to another worker (at most max_in_flight more run at once: the bound a stall
+    costs). Resumed, the stalled worker's renewals never bring its leases back, and its
+    releases count them expired."""
+    ttl = 1.0
+    config = write_config(tmp_path, max_in_flight=2, ttl=ttl)
+    with workers(2, config, redis_server.url) as (stalled, other):
+        # (each worker's readiness probe took and released a lease of its own address)
+        released = [worker.metric("quotaql_leases_total", outcome="released") for worker in
+                    (stalled, other)]  # fmt: skip
+        holders = [
+            threading.Thread(target=_post_quietly, args=(stalled.url, slow(3)), daemon=True)
+            for _ in range(2)
+        ]
+        for holder in holders:
+            holder.start()
+        assert wait_for(lambda: redis_client.zcard(TIER_SET) == 2, 10)
+        stalled.pause()
+        try:
+            assert wait_for(lambda: redis_client.zcard(TIER_SET) == 0, ttl + 2)
+            takers = [
+                threading.Thread(target=_post_quietly, args=(other.url, slow(4)), daemon=True)
+                for _ in range(2)
+            ]
+            for taker in takers:
+                taker.start()
+            assert wait_for(lambda: redis_client.zcard(TIER_SET) == 2, 10)
+            assert code(post(other.url, slow(0)).json()) == "TOO_MANY_CONCURRENT"
+        finally:
+            stalled.resume()
+        time.sleep(ttl)  # the stalled worker's keeper runs again: it renews nothing of its own
+        assert redis_client.zcard(TIER_SET) == 2  # only the other worker's two
+        for holder in holders:
+            holder.join(15)
+        assert wait_for(lambda: stalled.metric("quotaql_leases_total", outcome="expired") == 2, 10)
+        assert stalled.metric("quotaql_leases_total", outcome="released") == released[0]
+        for taker in takers:
+            taker.join(15)
+        assert wait_for(lambda: redis_client.zcard(TIER_SET) == 0, 5)
+        assert other.metric("quotaql_leases_total", outcome="released") == released[1] + 2
+        assert other.metric("quotaql_leases_total", outcome="expired") == 0
