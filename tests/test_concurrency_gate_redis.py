@@ -358,7 +358,10 @@ def test_closed_fail_mode_refuses_and_takes_nothing(
         assert [op.code for op in ops] == [RATE_LIMITER_UNAVAILABLE] * 5
         assert ops[0].status == 503
         assert ops[0].outcome == names.FAIL_CLOSED
-        assert ops[0].headers["Retry-After"] >= "1"
+        assert int(ops[0].headers["Retry-After"]) >= 1
+        assert ops[0].headers["X-RateLimit-Limit"] == "1000"  # the tier's budget, as the limiter's
+        assert ops[0].decision is not None
+        assert ops[0].decision.source == "fail_closed"
         assert elapsed < 5 * TIMEOUT  # the breaker opened: not a timeout per operation
         for op in ops:
             gate.finish(op)

@@ -1228,10 +1228,11 @@ class Gate:
             self._watch(op)
             if self._leasing.fail_mode != "closed" or op.mode != "enforce":
                 return True
+            # As the limiter's own fail-closed decision: its quotas' sizes, nothing debited.
             retry = max(self.limiter.breaker.retry_after(), 1.0)
-            limit = min((spec.maximum for spec in specs), default=0)
+            limit = min((quota.maximum for quota in op.quotas), default=math.inf)
             op.decision = Decision(
-                False, op.charge, 0.0, float(limit), retry, 0.0, None, "fail_closed",
+                False, op.charge, 0.0, limit, retry, 0.0, None, "fail_closed",
                 "backend_unavailable",
             )  # fmt: skip
             error = self._refuse(op, rate_limit_error(op.decision))
