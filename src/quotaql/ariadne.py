@@ -139,9 +139,10 @@ class CostLimiter(Adapter):
     :class:`~quotaql.gate.Gate` (see there): ``config``, ``storage`` (an
     ``AsyncRedisStorage`` works on ASGI only), ``identify``, ``key_resolver``,
     ``principal``, ``tier_resolver``, ``metrics``, ``tracer_provider``, ``log``,
-    ``recorder``, ``breaker``, ``config_path``. The hooks get Ariadne's context value; the
-    default identity reads the request Ariadne handles (Starlette's ``Request`` or
-    ``WebSocket``, or the WSGI environ), whatever the context holds.
+    ``recorder``, ``breaker``, ``config_path``, ``pressure``, ``leases``. The hooks get
+    Ariadne's context value; the default identity reads the request Ariadne handles
+    (Starlette's ``Request`` or ``WebSocket``, or the WSGI environ), whatever the context
+    holds.
 
     Args:
         quiet_logs: drop Ariadne's own log record of each refusal quotaql answers (a

@@ -51,7 +51,9 @@ class CostLimiter(Adapter):
     :class:`~quotaql.gate.Gate` (see there): ``config``, ``storage`` (an
     ``AsyncRedisStorage`` works with ``schema.execute`` only, not ``execute_sync``),
     ``identify``, ``key_resolver``, ``principal``, ``tier_resolver``, ``metrics``,
-    ``tracer_provider``, ``log``, ``recorder``, ``breaker``, ``config_path``.
+    ``tracer_provider``, ``log``, ``recorder``, ``breaker``, ``config_path``, ``pressure``,
+    ``leases``. With a Redis storage, wrap the ASGI app in :class:`quotaql.asgi.Lifespan` so
+    that the refunds still waiting at shutdown are applied.
 
     Args:
         quiet_logs: drop the log record Strawberry (the ``strawberry.execution`` logger)
