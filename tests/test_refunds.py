@@ -313,3 +313,38 @@ def test_async_refunds_never_wait_for_redis_and_ride_along_with_decisions(
     assert peeks == pytest.approx([95.0] * 64, abs=0.01)
     assert recorder.total("applied") == (64, 64 * 15.0)
     assert recorder.total("unknown") == (0, 0)
+
+
+def test_an_async_refund_to_a_redis_that_refuses_connections_is_kept_and_applied_later(
+    fresh_redis_server: RedisServer,
+) -> None:
+    """A connection that cannot be made sent nothing: the refund stays queued (not counted
+    unknown) and is applied once Redis is back."""
+    recorder = Refunds()
+
+    async def body(client: Any) -> tuple[float, int]:
+        storage = AsyncRedisStorage(client, timeout=0.5)
+        breaker = CircuitBreaker(failure_threshold=100, reset_timeout=0.1)
+        limiter = AsyncLimiter(storage, breaker=breaker, recorder=recorder)
+        try:
+            spent = await limiter.acquire("acme", 50, [SLOW])
+            pipeline = storage.pipeline
+            assert pipeline is not None
+            for connection in pipeline._idle:  # the next call must connect
+                await connection.disconnect()
+            await asyncio.to_thread(fresh_redis_server.kill)
+            await limiter.refund("acme", 30, [SLOW], decision=spent)
+            await asyncio.sleep(0.3)  # tried: connection refused, kept
+            assert limiter.refund_queue is not None
+            assert limiter.refund_queue.pending
+            await asyncio.to_thread(fresh_redis_server.start)
+            # The data went with the killed server: the refund lands on a fresh state
+            # (a full bucket takes nothing more), but it is applied, not dropped.
+            left = await limiter.flush(timeout=5)
+            return left, limiter.refund_queue.unknown
+        finally:
+            await storage.close()
+
+    left, unknown = AsyncRunner(fresh_redis_server.async_client)(body)
+    assert (left, unknown) == (0, 0)
+    assert recorder.total("applied") == (1, 30.0)

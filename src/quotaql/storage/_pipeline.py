@@ -64,9 +64,9 @@ class Pipeline:
     """
 
     __slots__ = (
-        "_busy", "_connections", "_deadline", "_errors", "_idle", "_limit", "_loop",
-        "_make_connection", "_noscript", "_queue", "_queue_max", "_scheduled", "_timeout",
-        "batches", "closed", "commands",
+        "__weakref__", "_busy", "_connections", "_deadline", "_errors", "_idle", "_limit",
+        "_loop", "_make_connection", "_noscript", "_queue", "_queue_max", "_scheduled",
+        "_timeout", "batches", "closed", "commands",
     )  # fmt: skip
 
     def __init__(
@@ -154,7 +154,16 @@ class Pipeline:
                 if connection is None:
                     connection = self._make_connection()
                 elif _closed(connection):  # the server closed it while idle (a restart)
-                    await _disconnect(connection)  # sending connects it again
+                    await _disconnect(connection)
+                if not connection.is_connected:
+                    try:
+                        await connection.connect()
+                    except (OSError, EOFError, *self._errors) as exc:  # type: ignore[misc]
+                        # Nothing of the batch was sent: the callers may try again.
+                        _drop(connection)
+                        connection = None
+                        _fail_all(batch, StorageNotReached(f"Redis failed: cannot connect: {exc}"))
+                        return
                 packed: list[bytes] = []
                 pack = connection.pack_command
                 for command in batch:

@@ -16,6 +16,7 @@ safe alphabet (or long ones) are hashed, ``{h:<sha256>}``; shared quotas live un
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from functools import cache
 from importlib import resources
@@ -482,6 +483,7 @@ class AsyncRedisStorage(_RedisBase):
         self.pipelined = pipeline and not _is_cluster(self.client)
         self._pipeline_options = (pipeline_limit, pipeline_connections, pipeline_queue_max)
         self._pipeline: Pipeline | None = None
+        self._pipelines: list[Pipeline] = []  # one per event loop that used the storage
 
     @property
     def pipeline(self) -> Pipeline | None:
@@ -510,6 +512,8 @@ class AsyncRedisStorage(_RedisBase):
             queue_max=queue_max,
         )
         self._pipeline = pipeline
+        self._pipelines = [each for each in self._pipelines if not each.closed]
+        self._pipelines.append(pipeline)
         return pipeline
 
     @classmethod
@@ -571,8 +575,10 @@ class AsyncRedisStorage(_RedisBase):
 
     async def close(self) -> None:
         """Close the storage's private connections."""
-        if self._pipeline is not None:
-            await self._pipeline.close()
+        for pipeline in self._pipelines:  # every loop's (another loop's connections are dead)
+            with contextlib.suppress(Exception):
+                await pipeline.close()
+        self._pipelines.clear()
         if _is_cluster(self.client):
             await self.client.aclose()
         else:  # a pool passed in is not closed by the client unless asked
