@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import deque
@@ -277,10 +278,15 @@ class MemoryStorage:
         return check._replace(allowed=False, state=None, retry_after_ms=max(1, retry), ttl_ms=0)
 
     def _wait_in_line(self, table: _Table, k: str, now: int, wait: float) -> None:
-        """Count a reservation among the requests waiting for ``k`` until it runs."""
+        """Count a reservation among the requests waiting for ``k`` until it runs.
+
+        The line lives until its last waiter's turn (and a second more), not this one's: a
+        refund may have moved the bucket back, so a later reservation can wait less than
+        one already in the line, and a line forgotten early would let more than
+        ``max_queued`` wait."""
         line = _line(table, k, now)
         line.append(now + wait)
-        self._write(table, k + "#w", now, int(wait) + 1000, line)
+        self._write(table, _line_key(k), now, int(max(line)) - now + 1000, line)
 
     def refund(
         self,
@@ -424,8 +430,20 @@ class MemoryStorage:
 def _line(table: _Table, k: str, now: int) -> list[float]:
     """When the requests waiting for the state ``k`` run (those still to run), as the Redis
     script's set of them (``<key>#w``) holds them."""
-    waiting: list[float] | None = _get(table, k + "#w", now)
+    waiting: list[float] | None = _get(table, _line_key(k), now)
     return [] if waiting is None else [when for when in waiting if when > now]
+
+
+_KIND = re.compile("[\x00-\x03]")  # what ends a state's name in its key: a tenant, or overflow
+
+
+def _line_key(k: str) -> str:
+    """The key of the line of requests waiting for the state ``k``: ``#w`` after the
+    quota's name, where no name has one (after the tenant, a tenant ``acme#w`` would have
+    its state under the key of ``acme``'s line)."""
+    found = _KIND.search(k)
+    end = len(k) if found is None else found.start()
+    return f"{k[:end]}#w{k[end:]}"
 
 
 def _get(table: dict[str, tuple[int, Any]], k: str, now: int) -> Any:

@@ -196,8 +196,20 @@ if mode == 'acquire' and allowed then
     if new ~= nil then
       if q[i + 11] > 0 then  -- it waits its turn: in the set of waiting requests till then
         local waiting, wait = KEYS[q[i + 10]], q[i + 11]
-        redis.call('ZADD', waiting, now + wait, new)  -- its state: unique to this reservation
-        redis.call('PEXPIRE', waiting, wait + 1000)
+        -- Named by its state, made unique: after a refund moved the bucket back, a
+        -- reservation may reach the state of one still waiting (fewer than the most that
+        -- may wait are in the set, so a free name is found within that many tries).
+        local member, k = new, 0
+        while redis.call('ZSCORE', waiting, member) do
+          k = k + 1
+          member = new .. '/' .. k
+        end
+        redis.call('ZADD', waiting, now + wait, member)
+        -- The set lives until its last waiter's turn (and a second more), not this one's:
+        -- after a refund a reservation may wait less than one already in the set.
+        if redis.call('PTTL', waiting) < wait + 1000 then
+          redis.call('PEXPIRE', waiting, wait + 1000)
+        end
       end
       if logs[q[i]] then
         new()

@@ -1,0 +1,111 @@
+"""Attacks on issue 13's reservations: the line of waiting requests (``max_queued``) in
+Redis (``<key>#w``) and in memory.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from quotaql import MemoryStorage, Quota, RedisStorage
+
+if TYPE_CHECKING:
+    import redis
+
+T0 = 1_700_000_000_000
+
+
+# -- the line of waiting requests (max_queued) ------------------------------------------------
+
+QUEUED = Quota("q", capacity=10, refill_per_second=1, max_delay=30, max_queued=3)
+
+
+def _line_after_a_refund(storage: Any) -> None:
+    """Two requests wait (their turns at T0 + 10 s and + 20 s), then an earlier request's
+    refund moves the bucket back and a cheap one waits only 11 s."""
+    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 0  # runs now (refunded)
+    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 10.0
+    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 20.0  # runs at T0 + 20 s
+    storage.refund("acme", 10, [QUEUED], now=T0)  # the first one cost nothing after all
+    assert storage.acquire("acme", 1, [QUEUED], now=T0).delay == 11.0
+
+
+def test_a_short_wait_never_shortens_the_line_of_the_longer_ones_memory() -> None:
+    """The line's expiry was set from the last reservation's wait alone: after a refund, a
+    short wait cut the line's life below a longer waiter's turn, the line was forgotten
+    while that request still waited, and more than ``max_queued`` requests waited at once."""
+    storage = MemoryStorage(clock=lambda: T0 / 1000)
+    _line_after_a_refund(storage)
+    later = T0 + 13_000  # the 11 s waiter has run; the 20 s one still waits
+    assert storage.acquire("acme", 10, [QUEUED], now=later).delay == 8.0
+    assert storage.acquire("acme", 10, [QUEUED], now=later).delay == 18.0
+    # Three wait now (turns at + 20, + 21 and + 31 s): one more is refused until + 20 s.
+    refused = storage.acquire("acme", 10, [QUEUED], now=later)
+    assert (refused.allowed, refused.retry_after) == (False, 7.0)
+
+
+def test_a_short_wait_never_shortens_the_line_of_the_longer_ones_redis(
+    redis_client: redis.Redis,
+) -> None:
+    """The same in Redis: the ``#w`` set's TTL must outlive its last waiter's turn (it was
+    cut to the newest reservation's wait + 1 s: 12 s while a request waits 20 s)."""
+    storage = RedisStorage(redis_client, timeout=5.0)
+    try:
+        _line_after_a_refund(storage)
+        ttl = redis_client.pttl("quotaql:{t:acme}:q#w")
+        assert ttl > 20_000  # the 20 s waiter's turn, and the second more every line gets
+    finally:
+        storage.close()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def storage(request: pytest.FixtureRequest) -> Any:
+    if request.param == "memory":
+        yield MemoryStorage(clock=lambda: T0 / 1000)
+        return
+    client = request.getfixturevalue("redis_client")
+    storage = RedisStorage(client, timeout=5.0)
+    yield storage
+    storage.close()
+
+
+def test_a_waiter_whose_bucket_state_repeats_an_earlier_one_still_counts(storage: Any) -> None:
+    """The Redis line named each waiter by the bucket's new state, "unique to this
+    reservation": after a refund moved the bucket back, a reservation of the same cost
+    reached the same state, and its entry replaced the earlier waiter's. Repeated (refunds
+    of long operations, each followed by a reservation), any number of requests waited
+    while the set held ``max_queued`` - 1; the memory storage (a list) refused them."""
+    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 0  # runs now (refunded)
+    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 10.0
+    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 20.0
+    storage.refund("acme", 10, [QUEUED], now=T0)
+    # The bucket is back where it was before the 20 s waiter: the same cost, the same state.
+    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 20.0
+    refused = storage.acquire("acme", 1, [QUEUED], now=T0)  # three wait: the line is full
+    assert (refused.allowed, refused.retry_after) == (False, 10.0)
+
+
+@pytest.mark.parametrize("first", ["victim", "hostile"])
+def test_a_tenant_named_after_another_s_line_shares_nothing_with_it(first: str) -> None:
+    """The memory storage kept a tenant's line of waiting requests under its state's key
+    with ``#w`` appended, and a plain tenant is kept as it is: the tenant ``acme#w`` had
+    its bucket under the key of ``acme``'s line. Whichever came first, the other's requests
+    crashed (a bucket state read as a line, a line read as a bucket): a client choosing its
+    tenant id took another tenant's reservations down."""
+    storage = MemoryStorage(clock=lambda: T0 / 1000)
+
+    def victim() -> None:
+        assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 0
+        assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 10.0
+
+    def hostile() -> None:
+        assert storage.acquire("acme#w", 4, [QUEUED], now=T0).remaining == 6
+
+    for step in (victim, hostile) if first == "victim" else (hostile, victim):
+        step()
+    # Each kept its own: acme's line holds its waiter, acme#w's bucket its 4.
+    assert storage.peek("acme#w", [QUEUED], now=T0).remaining == 6
+    assert storage.acquire("acme", 5, [QUEUED], now=T0).delay == 15.0
+    assert storage.acquire("acme", 5, [QUEUED], now=T0).delay == 20.0
+    assert not storage.acquire("acme", 5, [QUEUED], now=T0).allowed  # three wait
