@@ -246,10 +246,15 @@ class _Core:
         now: int | None,
         amounts: Sequence[float] | None = None,
         at: int | None = None,
+        applied: list[bool] | None = None,
     ) -> _Flow:
+        """The refund's calls: the tenant's quotas, then the shared ones (``applied`` is
+        told when the first of two calls was made: what is left is the shared part)."""
         own, own_amounts, shared, shared_amounts = _split(quotas, amounts)
         if own:
             yield ("refund", key, amount, own, now, own_amounts, at)
+            if shared and applied is not None:
+                applied.append(True)
         if shared:
             yield ("refund", None, amount, shared, now, shared_amounts, at)
         return None
@@ -279,8 +284,10 @@ class _Core:
             return None
         source = decision.source
         if source == "fallback":
-            # Its states live as long as the outage: a refund after it finds nothing.
-            self.fallback.refund(key, amount, quotas, now, amounts, decision.at)
+            # Its states live as long as the outage: a refund after it finds nothing. The
+            # shared quotas were debited in the shared scope: the flow gives theirs back there.
+            flow = _Core.refund_flow(key, amount, quotas, now, amounts, decision.at)
+            _drive(flow, self.fallback)
             return False
         if source == "fail_open" or source == "fail_closed":  # noqa: PLR1714
             return False  # nothing was debited
@@ -293,13 +300,22 @@ class _Core:
             told(outcome, count, cost)
 
     def settle_refunds(
-        self, queue: RefundQueue, tried: Sequence[PendingRefund], outcomes: Sequence[_Outcome]
+        self,
+        queue: RefundQueue,
+        tried: Sequence[PendingRefund],
+        outcomes: Sequence[_Outcome | PendingRefund],
     ) -> bool:
-        """Count what was applied, drop what may have been, queue again what was not sent;
-        True when nothing is left to retry."""
-        applied = [r for r, outcome in zip(tried, outcomes, strict=True) if outcome == "applied"]
-        unknown = [r for r, outcome in zip(tried, outcomes, strict=True) if outcome == "unknown"]
-        retry = [r for r, outcome in zip(tried, outcomes, strict=True) if outcome == "retry"]
+        """Count what was applied, drop what may have been, queue again what was not sent
+        (an outcome that is a refund: the part of the refund tried still to apply); True
+        when nothing is left to retry."""
+        pairs = list(zip(tried, outcomes, strict=True))
+        applied = [r for r, outcome in pairs if outcome == "applied"]
+        unknown = [r for r, outcome in pairs if outcome == "unknown"]
+        retry = [
+            outcome if isinstance(outcome, PendingRefund) else r
+            for r, outcome in pairs
+            if isinstance(outcome, PendingRefund) or outcome == "retry"
+        ]
         told = getattr(self.recorder, "refunds", None)
         if told is not None and applied:
             told("applied", sum(r.merged for r in applied), sum(r.amount for r in applied))
@@ -308,12 +324,20 @@ class _Core:
         queue.put_back(retry)
         return not retry
 
-    def refund_failed(self, error: StorageError) -> _Outcome:
+    def refund_failed(
+        self, error: StorageError, refund: PendingRefund, applied: list[bool]
+    ) -> _Outcome | PendingRefund:
         """A refund's call failed: retried only when it is known not to have been sent. A
         call that timed out or broke may still be applied (a paused Redis runs it when it
-        resumes): sending it again could give it back twice, so it is not."""
+        resumes): sending it again could give it back twice, so it is not. When the
+        tenant's part was applied (``applied``) and the shared part was not sent, only the
+        shared part is tried again: the tenant's is never given back twice."""
         self.failed(error)
-        return "retry" if isinstance(error, StorageNotReached) else "unknown"
+        if not isinstance(error, StorageNotReached):
+            return "unknown"
+        if applied:
+            return _shared_part(refund)
+        return "retry"
 
     # -- failure handling ----------------------------------------------------------------
 
@@ -479,6 +503,14 @@ def _split(
     own_amounts = [amount for quota, amount in pairs if not quota.shared]
     shared_amounts = [amount for quota, amount in pairs if quota.shared]
     return own, own_amounts, shared, shared_amounts
+
+
+def _shared_part(refund: PendingRefund) -> PendingRefund:
+    """The shared quotas' part of ``refund`` (its tenant's part was applied)."""
+    pairs = [(q, a) for q, a in zip(refund.quotas, refund.amounts, strict=True) if q.shared]
+    return refund._replace(
+        quotas=tuple(quota for quota, _ in pairs), amounts=tuple(amount for _, amount in pairs)
+    )
 
 
 def _check_request(
@@ -765,31 +797,41 @@ class _Operations:
         return result
 
     def apply(self, refund: PendingRefund) -> Any:
-        """Apply one waiting refund: its :data:`_Outcome`, or an awaitable of it."""
+        """Apply one waiting refund: its :data:`_Outcome` (or the part of it still to
+        apply), or an awaitable of that."""
         core = self.core
         if not core.breaker.allow():
             return "retry"
+        applied: list[bool] = []
         flow = _Core.refund_flow(
-            refund.key, refund.amount, refund.quotas, refund.now, refund.per_quota, refund.at
+            refund.key,
+            refund.amount,
+            refund.quotas,
+            refund.now,
+            refund.per_quota,
+            refund.at,
+            applied,
         )
         try:
             result = _drive(flow, core.storage)
         except StorageError as error:
-            return core.refund_failed(error)
+            return core.refund_failed(error, refund, applied)
         except BaseException:
             core.breaker.abandon()
             raise
         if _pending(result):
-            return self._applied_later(result)
+            return self._applied_later(result, refund, applied)
         core.succeeded()
         return "applied"
 
-    async def _applied_later(self, pending: Awaitable[Any]) -> _Outcome:
+    async def _applied_later(
+        self, pending: Awaitable[Any], refund: PendingRefund, applied: list[bool]
+    ) -> _Outcome | PendingRefund:
         core = self.core
         try:
             await pending
         except StorageError as error:
-            return core.refund_failed(error)
+            return core.refund_failed(error, refund, applied)
         except BaseException:
             core.breaker.abandon()
             raise
@@ -928,7 +970,7 @@ class Limiter(_LimiterBase):
         queued before it: a peek reads what this process refunded)."""
         queue = self._core.refunds
         if queue is not None and queue.pending:
-            self.flush(_PEEK_FLUSH)
+            self._flush(_PEEK_FLUSH, until_open=True)
         decision: Decision = self._ops.peek(key, quotas, now)
         return decision
 
@@ -939,11 +981,20 @@ class Limiter(_LimiterBase):
         Returns:
             How many refunds are still waiting.
         """
+        return self._flush(timeout)
+
+    def _flush(self, timeout: float, *, until_open: bool = False) -> int:
+        """:meth:`flush`; ``until_open``: give up as soon as the breaker keeps the storage
+        away (a peek: the refunds cannot be sent then, and the peek reads the fail mode, not
+        the storage, so waiting for them would only hold its caller)."""
         queue = self._core.refunds
         if queue is None:
             return 0
+        breaker = self._core.breaker
         deadline = time.monotonic() + timeout
         while queue.pending and time.monotonic() < deadline:
+            if until_open and breaker.retry_after() > 0:
+                break
             if len(queue):
                 if not self._apply(queue):
                     time.sleep(_RETRY_INTERVAL)
@@ -955,7 +1006,11 @@ class Limiter(_LimiterBase):
         """Apply what is waiting; False if the storage could not take all of it."""
         waiting = queue.take()
         try:
-            outcomes = [self._ops.apply(refund) for refund in waiting]
+            try:
+                outcomes = [self._ops.apply(refund) for refund in waiting]
+            except BaseException:  # interrupted: see AsyncLimiter._apply
+                queue.drop(waiting)
+                raise
             return self._core.settle_refunds(queue, waiting, outcomes)
         finally:
             queue.done(len(waiting))
@@ -1026,7 +1081,7 @@ class AsyncLimiter(_LimiterBase):
         queued before it: a peek reads what this process refunded)."""
         queue = self._core.refunds
         if queue is not None and queue.pending:
-            await self.flush(_PEEK_FLUSH)
+            await self._flush(_PEEK_FLUSH, until_open=True)
         decision = self._ops.peek(key, quotas, now)
         return decision if decision.__class__ is Decision else await decision
 
@@ -1037,16 +1092,27 @@ class AsyncLimiter(_LimiterBase):
         Returns:
             How many refunds are still waiting.
         """
+        return await self._flush(timeout)
+
+    async def _flush(self, timeout: float, *, until_open: bool = False) -> int:
+        """:meth:`flush` (``until_open``: as :meth:`Limiter._flush`)."""
         queue = self._core.refunds
         if queue is None:
             return 0
+        breaker = self._core.breaker
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while queue.pending and loop.time() < deadline:
+            if until_open and breaker.retry_after() > 0:
+                break
             task = self._task
             if task is not None and not task.done() and task.get_loop() is loop:
-                # The loop's refund task is applying some: wait for it.
-                await asyncio.wait({task}, timeout=max(0.0, deadline - loop.time()))
+                # The loop's refund task is applying some: wait for it (a peek looks at the
+                # breaker again after each of the task's tries).
+                left = max(0.0, deadline - loop.time())
+                await asyncio.wait(
+                    {task}, timeout=min(left, _RETRY_INTERVAL) if until_open else left
+                )
             elif len(queue):
                 if not await self._apply(queue):
                     await asyncio.sleep(_RETRY_INTERVAL)
@@ -1058,12 +1124,18 @@ class AsyncLimiter(_LimiterBase):
         """Apply what is waiting; False if the storage could not take all of it."""
         waiting = queue.take()
         try:
-            outcomes = [self._ops.apply(refund) for refund in waiting]
-            later = [index for index, outcome in enumerate(outcomes) if _pending(outcome)]
-            if later:
-                answers = await asyncio.gather(*(outcomes[index] for index in later))
-                for index, outcome in zip(later, answers, strict=True):
-                    outcomes[index] = outcome
+            try:
+                outcomes = [self._ops.apply(refund) for refund in waiting]
+                later = [index for index, outcome in enumerate(outcomes) if _pending(outcome)]
+                if later:
+                    answers = await asyncio.gather(*(outcomes[index] for index in later))
+                    for index, outcome in zip(later, answers, strict=True):
+                        outcomes[index] = outcome
+            except BaseException:
+                # Cancelled (its loop shutting down) with refunds taken, some perhaps sent and
+                # applied: counted unknown, never sent again, never gone without a count.
+                queue.drop(waiting)
+                raise
             return self._core.settle_refunds(queue, waiting, outcomes)
         finally:
             queue.done(len(waiting))
