@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -236,6 +237,24 @@ class Pipeline:
             if self._queue and not self._scheduled and not self.closed:
                 self._scheduled = True
                 self._loop.call_soon(self._flush)
+            elif self.closed:  # calls queued again (after NOSCRIPT) once closed: none flushes
+                error = StorageNotReached("the Redis storage is closed")
+                while self._queue:
+                    _fail(self._queue.popleft(), error)
+
+    def abandon(self) -> None:
+        """Forget a pipeline whose event loop is closed (nothing of it can run again, nor
+        wait for what it queued): shut its connections' sockets down, so that Redis lets go
+        of them now (their file descriptors are closed when the connections are collected)."""
+        self.closed = True
+        self._queue.clear()
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            transport = getattr(getattr(connection, "_writer", None), "transport", None)
+            sock = None if transport is None else transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     async def close(self) -> None:
         """Fail what is queued and close the connections."""

@@ -512,8 +512,16 @@ class AsyncRedisStorage(_RedisBase):
             queue_max=queue_max,
         )
         self._pipeline = pipeline
-        self._pipelines = [each for each in self._pipelines if not each.closed]
-        self._pipelines.append(pipeline)
+        # A closed loop's pipeline is never used again: kept, its connections would stay
+        # open, more with every loop (asyncio.run per job); abandoned, Redis lets go of them.
+        kept: list[Pipeline] = []
+        for each in self._pipelines:
+            if each.loop.is_closed():
+                each.abandon()
+            elif not each.closed:
+                kept.append(each)
+        kept.append(pipeline)
+        self._pipelines = kept
         return pipeline
 
     @classmethod
