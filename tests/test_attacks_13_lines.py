@@ -109,3 +109,73 @@ def test_a_tenant_named_after_another_s_line_shares_nothing_with_it(first: str) 
     assert storage.acquire("acme", 5, [QUEUED], now=T0).delay == 15.0
     assert storage.acquire("acme", 5, [QUEUED], now=T0).delay == 20.0
     assert not storage.acquire("acme", 5, [QUEUED], now=T0).allowed  # three wait
+
+
+# -- many quotas in one call: two hashes, sliding logs, lines ----------------------------------
+
+TWO_HASHES = (
+    Quota("tb", capacity=10, refill_per_second=2),
+    Quota("tbu", capacity=6, refill_per_second=3, max_delay=1.5, max_queued=2).scoped("bob"),
+    Quota("log", limit=12, window_seconds=3, algorithm="sliding_log"),
+    Quota("logu", limit=7, window_seconds=2, algorithm="sliding_log").scoped("bob"),
+    Quota("gq", capacity=5, refill_per_second=2, algorithm="gcra", max_delay=3, max_queued=2),
+    Quota("ctru", limit=12, window_seconds=2, algorithm="sliding_counter").scoped("bob"),
+    Quota("fixu", limit=9, window_seconds=1.5, algorithm="fixed_window").scoped("{x} " * 30),
+)
+
+
+def test_lua_and_python_decide_alike_over_two_hashes_logs_and_lines(
+    redis_client: redis.Redis,
+) -> None:
+    """The parity machine of test_parity (each call in MULTI/EXEC, keys persisted) over
+    quotas in the tenant's hash, a user's hash (a plain scope and a hashed one), sliding
+    logs of both, and two lines, chosen in random subsets of one call."""
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from tests.storage.test_parity import HALVES, parity_machine
+
+    machine = parity_machine(redis_client, TWO_HASHES, HALVES)
+    run_state_machine_as_test(
+        machine, settings=settings(max_examples=60, stateful_step_count=30, deadline=None)
+    )
+
+
+def test_no_key_is_ever_left_without_a_ttl(redis_client: redis.Redis) -> None:
+    """Any sequence of acquires, refunds (of debits now or long ago), charges and peeks on
+    the server's own clock leaves every key (hashes, logs and their totals, lines) with a
+    TTL: an idle tenant costs nothing once its quotas are full again."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    storage = RedisStorage(redis_client, timeout=5.0)
+    subsets = st.lists(st.sampled_from(TWO_HASHES), min_size=1, max_size=4, unique=True)
+    step = st.tuples(
+        st.sampled_from(["acquire", "refund", "old refund", "charge", "peek"]),
+        st.sampled_from(["acme", "{a} b", None]),
+        st.integers(0, 12).map(lambda n: n / 2),
+        subsets,
+    )
+
+    @settings(max_examples=40, deadline=None)
+    @given(steps=st.lists(step, min_size=1, max_size=25))
+    def sequence(steps: list[tuple[str, str | None, float, list[Quota]]]) -> None:
+        redis_client.flushall()
+        for mode, tenant, amount, quotas in steps:
+            if mode == "acquire":
+                storage.acquire(tenant, amount, quotas)
+            elif mode == "refund":
+                storage.refund(tenant, amount, quotas)
+            elif mode == "old refund":
+                storage.refund(tenant, amount, quotas, at=0)
+            elif mode == "charge":
+                storage.charge(tenant, amount, quotas)
+            else:
+                storage.peek(tenant, quotas)
+            for key in redis_client.scan_iter(count=1000):
+                assert redis_client.pttl(key) != -1, (key, steps)
+
+    try:
+        sequence()
+    finally:
+        storage.close()
