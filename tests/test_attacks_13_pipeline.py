@@ -173,3 +173,39 @@ def test_a_client_that_decodes_replies_gets_the_same_answers(redis_server: Redis
     assert answers[0][0] == reference == pipelined
     assert any(not decision.allowed for decision in reference)  # it did limit
     assert answers[0][1][1][0] is False  # the second lease was refused
+
+
+def test_calls_queued_behind_a_batch_that_timed_out_fail_with_it(
+    fresh_redis_server: RedisServer,
+) -> None:
+    """One deadline bounds each batch, not each call: with Redis silent, the calls queued
+    behind a batch went out batch after batch, each waiting a timeout more (and each landing
+    on Redis once it resumed, debits their callers were already answered without): a caller
+    deep in the queue waited twenty timeouts here. They fail with the batch ahead, unsent."""
+    timeout = 0.05
+
+    async def body(client: Any) -> tuple[float, list[Any], float]:
+        storage = AsyncRedisStorage(
+            client, timeout=timeout, pipeline_connections=1, pipeline_limit=1
+        )
+        try:
+            await storage.acquire("warm", 1, [SLOW])
+            await asyncio.to_thread(fresh_redis_server.pause)
+            try:
+                started = time.monotonic()
+                results = await asyncio.gather(
+                    *(storage.acquire(f"t{i}", 1, [SLOW]) for i in range(20)),
+                    return_exceptions=True,
+                )
+                took = time.monotonic() - started
+            finally:
+                await asyncio.to_thread(fresh_redis_server.resume)
+            again = await storage.acquire("after", 1, [SLOW])
+            return took, results, again.remaining
+        finally:
+            await storage.close()
+
+    took, results, remaining = AsyncRunner(fresh_redis_server.async_client)(body)
+    assert all(isinstance(result, StorageError) for result in results), results[:3]
+    assert took < timeout * 4
+    assert remaining == pytest.approx(99, abs=0.01)

@@ -210,6 +210,15 @@ class Pipeline:
                     connection = None
                     _fail_all(batch[done:], error)
                     _fail_all(again, error)
+                    # The calls queued behind this batch waited as long for a Redis that did
+                    # not answer: sent now, each batch of them would wait a timeout more, so a
+                    # caller deep in the queue waited many timeouts. Never sent: they may be
+                    # tried again (refunds).
+                    unsent = StorageNotReached(
+                        f"Redis did not answer the calls ahead within {self._timeout:g} s"
+                    )
+                    while self._queue:
+                        _fail(self._queue.popleft(), unsent)
                     return
                 _drop(connection)
                 connection = None
