@@ -227,3 +227,28 @@ def test_a_refund_of_a_fallback_debit_gives_the_shared_quotas_theirs(
         assert limiter.peek("acme", [PLATFORM]).remaining == pytest.approx(980, abs=0.01)
     finally:
         storage.close()
+
+
+def test_a_flush_keeps_to_its_timeout_whatever_the_backlog(redis_server: RedisServer) -> None:
+    """A flush took the whole queue and applied it, one round trip per refund, before it
+    looked at its timeout again: a backlog (refunds queued through an outage, up to
+    ``refund_queue_size``) held a peek (1 s) or the process exit (0.5 s) for as many round
+    trips, seconds against a slow Redis. What it has no time for stays queued."""
+    with redis_server.client() as client:
+        storage = RedisStorage(client, timeout=1.0)
+    limiter = Limiter(storage)
+    try:
+        queue = limiter.refund_queue
+        assert queue is not None
+        backlog = 5_000
+        for i in range(backlog):  # queued as an outage leaves them (no refund thread yet)
+            queue.add(f"t{i}", (SLOW,), (1.0,), at=None)
+        started = time.monotonic()
+        left = limiter.flush(timeout=0.05)
+        took = time.monotonic() - started
+        assert took < 0.3
+        assert 0 < left < backlog  # some applied, the rest still queued (not lost)
+        assert (queue.lost, queue.unknown) == (0, 0)
+        assert limiter.flush(timeout=30) == 0
+    finally:
+        storage.close()

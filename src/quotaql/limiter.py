@@ -996,18 +996,27 @@ class Limiter(_LimiterBase):
             if until_open and breaker.retry_after() > 0:
                 break
             if len(queue):
-                if not self._apply(queue):
+                if not self._apply(queue, deadline) and time.monotonic() < deadline:
                     time.sleep(_RETRY_INTERVAL)
             else:  # the refund thread is applying some
                 queue.wait_done(max(0.0, deadline - time.monotonic()))
         return len(queue)
 
-    def _apply(self, queue: RefundQueue) -> bool:
-        """Apply what is waiting; False if the storage could not take all of it."""
+    def _apply(self, queue: RefundQueue, deadline: float | None = None) -> bool:
+        """Apply what is waiting; False if the storage could not take all of it. Past the
+        ``deadline`` (monotonic seconds: a flush's), the rest is left queued, not tried: one
+        round trip each, a backlog would hold the flushing thread (a peek, the exit) far
+        longer than its timeout."""
         waiting = queue.take()
         try:
             try:
-                outcomes = [self._ops.apply(refund) for refund in waiting]
+                if deadline is None:
+                    outcomes: list[Any] = [self._ops.apply(refund) for refund in waiting]
+                else:
+                    outcomes = []
+                    for refund in waiting:
+                        late = time.monotonic() >= deadline
+                        outcomes.append("retry" if late else self._ops.apply(refund))
             except BaseException:  # interrupted: see AsyncLimiter._apply
                 queue.drop(waiting)
                 raise
