@@ -179,3 +179,21 @@ def test_no_key_is_ever_left_without_a_ttl(redis_client: redis.Redis) -> None:
         sequence()
     finally:
         storage.close()
+
+
+HOSTILE_SCOPES = ("~x", "~q", "#w", "x#w", "#log", "s:bob", "bob", "h:" + "A" * 22, "~u:s:bob", "")
+
+
+def test_hostile_scopes_and_tenants_never_share_a_state(storage: Any) -> None:
+    """A user scope or a tenant spelled like the layout's own names (the ``~x`` expiry field,
+    the ``~q``/``~u:`` groups, the ``#w`` line and ``#log`` suffixes, a scope's own token)
+    gets a budget of its own, and touches no one else's."""
+    base = Quota("per_user", capacity=10, refill_per_second=0.001, max_delay=30, max_queued=2)
+    scoped = [base.scoped(scope) for scope in HOSTILE_SCOPES if scope]
+    owners = [("acme", quota) for quota in [base, *scoped]]
+    owners += [(tenant, base) for tenant in ("acme#w", "acme~x", "acme}:~q", "~q", "acme#log")]
+    for index, (tenant, quota) in enumerate(owners):
+        assert storage.acquire(tenant, 1 + index % 9, [quota], now=T0).allowed, (tenant, quota)
+    for index, (tenant, quota) in enumerate(owners):
+        left = storage.peek(tenant, [quota], now=T0).remaining
+        assert left == pytest.approx(10 - (1 + index % 9), abs=1e-6), (tenant, quota.scope)
