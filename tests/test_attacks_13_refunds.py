@@ -7,6 +7,7 @@ Against real private redis-servers (pauses are SIGSTOPs, kills are SIGKILLs).
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -252,3 +253,44 @@ def test_a_flush_keeps_to_its_timeout_whatever_the_backlog(redis_server: RedisSe
         assert limiter.flush(timeout=30) == 0
     finally:
         storage.close()
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_refunds_on_a_new_loop_are_applied_after_a_loop_closed_without_cancelling(
+    fresh_redis_server: RedisServer,
+) -> None:
+    """The refund task is the limiter's: one made on a loop closed without cancelling its
+    tasks (``run_until_complete`` then ``close()``, as sync wrappers do) never ends, and
+    every later loop saw it "running" and started none of its own: their refunds stayed
+    queued until something flushed them (a peek, the exit)."""
+    client = fresh_redis_server.async_client()
+    storage = AsyncRedisStorage(client, timeout=5.0)
+    limiter = AsyncLimiter(storage)
+    first = asyncio.new_event_loop()
+    spent = first.run_until_complete(limiter.acquire("acme", 50, [SLOW]))
+    first.run_until_complete(limiter.refund("acme", 10, [SLOW], decision=spent))
+    first.close()  # its refund task is left pending for good
+
+    async def later(limiter: AsyncLimiter, storage: AsyncRedisStorage, client: Any) -> int:
+        spent = await limiter.acquire("other", 50, [SLOW])
+        await limiter.refund("other", 30, [SLOW], decision=spent)
+        queue = limiter.refund_queue
+        assert queue is not None
+        deadline = time.monotonic() + 5
+        while len(queue) and time.monotonic() < deadline:  # no peek, no flush: the task's
+            await asyncio.sleep(0.01)
+        left = len(queue)
+        await storage.close()
+        await client.aclose()
+        return left
+
+    assert asyncio.run(later(limiter, storage, client)) == 0
+    with fresh_redis_server.client() as direct_client:
+        direct = RedisStorage(direct_client, timeout=5.0)
+        try:
+            assert direct.peek("other", [SLOW]).remaining == pytest.approx(80, abs=0.01)
+        finally:
+            direct.close()
+    del limiter, storage, client, first
+    gc.collect()  # the closed loop's task and connections, under this test's filters

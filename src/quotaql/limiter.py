@@ -1150,10 +1150,14 @@ class AsyncLimiter(_LimiterBase):
             queue.done(len(waiting))
 
     def _schedule(self) -> None:
-        """Start the loop's refund task unless it runs (it takes what is queued meanwhile)."""
+        """Start the loop's refund task unless it runs (it takes what is queued meanwhile).
+
+        A task of another loop does not count: that loop may be closed with the task left
+        pending for good (``run_until_complete`` then ``close()``)."""
         task = self._task
-        if task is None or task.done():
-            self._task = asyncio.get_running_loop().create_task(self._drain())
+        loop = asyncio.get_running_loop()
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._task = loop.create_task(self._drain())
 
     async def _drain(self) -> None:
         queue = self._core.refunds
