@@ -211,3 +211,43 @@ def test_calls_queued_behind_a_batch_that_timed_out_fail_with_it(
     assert all(isinstance(result, StorageError) for result in results), results[:3]
     assert took < timeout * 4
     assert remaining == pytest.approx(99, abs=0.01)
+
+
+def test_a_caller_cancelled_while_its_call_waits_for_a_noscript_retry_leaves_all_in_step(
+    fresh_redis_server: RedisServer,
+) -> None:
+    """Calls that met ``NOSCRIPT`` are queued again behind the script's load; a caller that
+    stops waiting meanwhile is skipped (its call never sent twice, never answered with
+    another's reply), and every other caller gets its own answer."""
+
+    async def body(client: Any) -> tuple[list[Any], float]:
+        storage = AsyncRedisStorage(client, timeout=5.0, pipeline_connections=1)
+        try:
+            await storage.acquire("warm", 1, [SLOW])
+            await client.script_flush()
+            pipeline = storage.pipeline
+            assert pipeline is not None
+            await asyncio.to_thread(fresh_redis_server.pause)
+            try:
+                calls = [
+                    asyncio.ensure_future(storage.acquire(f"c{i}", 1 + i, [SLOW])) for i in range(5)
+                ]
+                deadline = time.monotonic() + 5
+                while not pipeline._busy:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.001)
+                calls[2].cancel()
+            finally:
+                await asyncio.to_thread(fresh_redis_server.resume)
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            after = await storage.acquire("c2", 1, [SLOW])
+            return results, after.remaining
+        finally:
+            await storage.close()
+
+    results, after = AsyncRunner(fresh_redis_server.async_client)(body)
+    assert isinstance(results[2], asyncio.CancelledError)
+    assert [r.remaining for i, r in enumerate(results) if i != 2] == pytest.approx(
+        [99, 98, 96, 95], abs=0.01
+    )
+    assert after == pytest.approx(99, abs=0.01)  # c2's cancelled call was never run
