@@ -18,6 +18,7 @@ from quotaql import (
     AsyncRedisStorage,
     CircuitBreaker,
     Limiter,
+    MemoryStorage,
     Quota,
     RedisStorage,
 )
@@ -294,3 +295,29 @@ def test_refunds_on_a_new_loop_are_applied_after_a_loop_closed_without_cancellin
             direct.close()
     del limiter, storage, client, first
     gc.collect()  # the closed loop's task and connections, under this test's filters
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_refund_of_a_refused_decision_gives_nothing_back(
+    kind: str, redis_server: RedisServer
+) -> None:
+    """``decision`` names the debit a refund gives back; a refusal made none. Refunding
+    one (a caller that refunds every operation it settles, the refused ones too) handed
+    the tenant budget it never paid: a client could refill its bucket by sending requests
+    it knew would be refused."""
+    if kind == "memory":
+        limiter = Limiter(MemoryStorage())
+    else:
+        with redis_server.client() as client:
+            client.flushall()
+            limiter = Limiter(RedisStorage(client, timeout=5.0))
+    try:
+        assert limiter.acquire("acme", 90, [SLOW]).allowed
+        refused = limiter.acquire("acme", 50, [SLOW])
+        assert not refused.allowed
+        limiter.refund("acme", 50, [SLOW], decision=refused)
+        assert limiter.peek("acme", [SLOW]).remaining == pytest.approx(10, abs=0.01)
+    finally:
+        close = getattr(limiter.storage, "close", None)
+        if close is not None:
+            close()

@@ -282,6 +282,8 @@ class _Core:
         debit of the local fallback goes back to it; no debit, nothing to give back)."""
         if decision is None:
             return None
+        if not decision.allowed:  # a refusal debited nothing: there is nothing to give back
+            return False
         source = decision.source
         if source == "fallback":
             # Its states live as long as the outage: a refund after it finds nothing. The
