@@ -348,3 +348,49 @@ def test_an_async_refund_to_a_redis_that_refuses_connections_is_kept_and_applied
     left, unknown = AsyncRunner(fresh_redis_server.async_client)(body)
     assert (left, unknown) == (0, 0)
     assert recorder.total("applied") == (1, 30.0)
+
+
+def test_refunds_queued_as_the_idle_thread_ends_are_still_applied(
+    fresh_redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refund thread ends when idle; a refund queued just then is applied anyway (by the
+    thread taking its place back, or by a new one), never left for the next refund."""
+    import quotaql.limiter as limiter_module
+
+    monkeypatch.setattr(limiter_module, "_IDLE_THREAD", 0.02)
+    limiter = sync_limiter(fresh_redis_server)
+    try:
+        queue = limiter.refund_queue
+        assert queue is not None
+        spent = limiter.acquire("acme", 90, [SLOW])
+        for round_ in range(40):
+            limiter.refund("acme", 1, [SLOW], decision=spent)
+            deadline = time.monotonic() + 2.0
+            while queue.pending:
+                assert time.monotonic() < deadline, f"round {round_}: the refund was left queued"
+                time.sleep(0.001)
+            time.sleep(0.02 * (round_ % 3) / 2)  # land around the idle thread's end
+        assert limiter.peek("acme", [SLOW]).remaining == pytest.approx(50, abs=0.05)
+    finally:
+        limiter.storage.close()  # type: ignore[attr-defined]
+
+
+def _child_decides(storage: Any, result: Any) -> None:
+    result.put(storage.acquire("acme", 1, [SLOW]).remaining)
+
+
+def test_a_child_forked_while_another_thread_holds_the_memory_lock_still_decides() -> None:
+    from quotaql import MemoryStorage
+
+    storage = MemoryStorage()
+    storage.acquire("acme", 10, [SLOW])
+    storage._lock.acquire()  # another thread of the parent is deciding at fork time
+    try:
+        context = multiprocessing.get_context("fork")
+        result = context.Queue()
+        child = context.Process(target=_child_decides, args=(storage, result))
+        child.start()
+        assert result.get(timeout=10) == pytest.approx(89, abs=0.01)
+        child.join(timeout=10)
+    finally:
+        storage._lock.release()

@@ -1176,7 +1176,9 @@ def _refund_thread(ref: weakref.ReferenceType[Limiter], pending: threading.Event
     while True:
         if not pending.wait(_IDLE_THREAD):
             limiter = ref()
-            if limiter is None or not limiter.refund_queue:
+            if limiter is None:
+                return
+            if not limiter.refund_queue and _end_refund_thread(limiter, pending):
                 return  # idle: the next refund starts a thread again
             del limiter
             continue
@@ -1189,6 +1191,27 @@ def _refund_thread(ref: weakref.ReferenceType[Limiter], pending: threading.Event
             time.sleep(_RETRY_INTERVAL)
             pending.set()
         del limiter
+
+
+def _end_refund_thread(limiter: Limiter, pending: threading.Event) -> bool:
+    """Whether the idle refund thread may end. It gives up its place first, then looks once
+    more: a refund queued meanwhile either saw no thread and started one (this one ends) or
+    set ``pending`` before this look (this one takes its place back and goes on). Without the
+    second look, a refund queued as the thread ended would wait for the next one."""
+    with _STARTING:
+        limiter._thread = None
+    if not pending.is_set() and not limiter.refund_queue:
+        return True
+    return not _take_place_back(limiter)
+
+
+def _take_place_back(limiter: Limiter) -> bool:
+    """The idle thread goes on as the limiter's refund thread, unless another was started."""
+    with _STARTING:
+        if limiter._thread is not None:
+            return False  # another thread was started for the refund
+        limiter._thread = threading.current_thread()
+        return True
 
 
 def _flush_at_exit() -> None:

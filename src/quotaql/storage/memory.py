@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +102,7 @@ class MemoryStorage:
         self._max_keys = max_keys
         self._source: Source = source
         self._lock = threading.Lock()
+        _STORAGES.add(self)
         # key -> (expires at ms, state), updated in place.
         self._states: dict[str, tuple[int, Any]] = {}
         # Every key of _states once, the next one for the sweep to look at first; only the
@@ -474,3 +477,16 @@ def _overflow_key(quota: Quota) -> str:
     quota's scope, so one per quota, not one per user) and its parameters (tiers that share
     a quota name keep their own size)."""
     return f"{quota.state_name.partition('!')[0]}\3{quota.script_args}"
+
+
+# Every MemoryStorage, for a forked child: a lock another thread held at fork stays held in
+# the child, whose every decision would then wait for it forever.
+_STORAGES: weakref.WeakSet[MemoryStorage] = weakref.WeakSet()
+
+
+def _new_locks_in_child() -> None:
+    for storage in list(_STORAGES):
+        storage._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_locks_in_child)
