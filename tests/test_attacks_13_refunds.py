@@ -23,6 +23,7 @@ from quotaql import (
     RedisStorage,
 )
 from tests.servers import AsyncRunner
+from tests.test_refunds import Refunds
 
 if TYPE_CHECKING:
     from tests.servers import RedisServer
@@ -31,29 +32,6 @@ T0 = 1_700_000_000_000
 OWN = Quota("tenant", capacity=100, refill_per_second=0.001)
 PLATFORM = Quota("platform", capacity=1000, refill_per_second=0.001, shared=True)
 SLOW = Quota("tenant", capacity=100, refill_per_second=0.001)
-
-
-class Refunds:
-    """A recorder that keeps what the limiter says of its refunds."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, int, float]] = []
-
-    def decision(self, decision: Any, seconds: float) -> None:
-        pass
-
-    def backend_error(self, backend: str, error: BaseException) -> None:
-        pass
-
-    def circuit(self, backend: str, is_open: bool) -> None:
-        pass
-
-    def refunds(self, outcome: str, count: int, cost: float) -> None:
-        self.events.append((outcome, count, cost))
-
-    def total(self, outcome: str) -> tuple[int, float]:
-        chosen = [event for event in self.events if event[0] == outcome]
-        return sum(e[1] for e in chosen), sum(e[2] for e in chosen)
 
 
 # -- a refund in two calls (the tenant's quotas, then the shared ones) ------------------------
