@@ -56,6 +56,20 @@ concurrency limit running now), by ``tier`` (summed over a server's processes)."
 LEASES_TOTAL: Final = "quotaql_leases_total"
 """Counter: what became of leases, by ``outcome`` (``LEASE_OUTCOMES``)."""
 
+# Delays (``on_limit = "delay"``, docs/limiter.md "Delay instead of refuse").
+DELAY_SECONDS: Final = "quotaql_delay_seconds"
+"""Histogram: how long operations of delay tiers waited for their turn, by ``tier`` (only
+those that waited; its ``_count`` is the operations delayed)."""
+DELAYED_WAITING: Final = "quotaql_delayed_waiting"
+"""Gauge: the operations this process has waiting for their turn now (summed over a
+server's processes); at most ``[limits] max_delayed``."""
+DELAY_REFUSED_TOTAL: Final = "quotaql_delay_refused_total"
+"""Counter: operations of delay tiers refused (``RATE_LIMITED``) by ``tier`` and ``reason``
+(``DELAY_REFUSED_REASONS``)."""
+DELAY_CANCELLED_TOTAL: Final = "quotaql_delay_cancelled_total"
+"""Counter: operations that left while waiting for their turn (the client went away), by
+``tier``: each was refunded its whole charge, since it never ran."""
+
 # The Redis path off the response (docs/limiter.md): deferred refunds and the pipeline.
 REFUNDS_TOTAL: Final = "quotaql_refunds_total"
 """Counter: deferred refunds by ``outcome`` (``REFUND_OUTCOMES``): queued, coalesced into
@@ -134,6 +148,19 @@ DECISIONS: Final = (
 )  # fmt: skip
 #: Refused by the budget, by the storage or from the deny cache: a PromQL regex of both.
 BUDGET_REFUSED: Final = f"{BLOCKED}|{DENIED}"
+
+LABEL_REASON: Final = "reason"
+"""Why a delay tier's operation was refused (``DELAY_REFUSED_REASONS``)."""
+DELAY_QUEUE: Final = "queue"
+"""Its turn was further than ``max_delay``, or ``max_queued`` operations of its tenant were
+waiting already (the storage's refusal)."""
+DELAY_PROCESS_FULL: Final = "process_full"
+"""This process had ``[limits] max_delayed`` operations waiting: it was decided as if its
+tier refused, and did not fit."""
+DELAY_SYNC: Final = "sync"
+"""A sync server (``[limits] delay_sync = "refuse"``): it was decided as if its tier
+refused, and did not fit."""
+DELAY_REFUSED_REASONS: Final = (DELAY_QUEUE, DELAY_PROCESS_FULL, DELAY_SYNC)
 
 #: Where a subject came from (``quotaql.identity.IdentitySource``): the values of ``source``.
 SOURCE_ANONYMOUS: Final = "anonymous"
@@ -275,9 +302,19 @@ EVENT_REFUND: Final = "quotaql.refund"
 """A refund was given back (queued, with deferred refunds)."""
 EVENT_LEASE_EXPIRED: Final = "quotaql.lease_expired"
 """The operation's lease had expired before its release (a stall, an outage)."""
+ATTR_DELAY: Final = "quotaql.delay_s"
+"""Seconds the operation waited for its turn (set only when it waited)."""
+EVENT_DELAYED: Final = "quotaql.delayed"
+"""The operation waits for its turn (its cost is reserved); attribute ``quotaql.delay_s``."""
+EVENT_DELAY_CANCELLED: Final = "quotaql.delay_cancelled"
+"""The operation left while waiting (the client went away): refunded, never run."""
 
 # -- logs ------------------------------------------------------------------------------------
 
 LOGGER: Final = "quotaql"
 LOG_EVENT: Final = "quotaql_event"
 """The ``extra`` field every quotaql log record carries: what happened."""
+DELAYED: Final = "delayed"
+"""Log event: an operation of a delay tier waits for its turn (``quotaql_delay_seconds``)."""
+DELAY_CANCELLED: Final = "delay_cancelled"
+"""Log event: an operation left while waiting for its turn, and was refunded."""
