@@ -184,6 +184,9 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
                 "max_subscriptions_in_flight": _field_default(
                     TierConfig, "max_subscriptions_in_flight"
                 ),
+                "on_limit": _field_default(TierConfig, "on_limit"),
+                "max_delay": _field_default(TierConfig, "max_delay"),
+                "max_queued": _field_default(TierConfig, "max_queued"),
             },
         ),
         "[tiers.<name>.operations.<Operation>]": (reader._QUOTA_KEYS, quota_defaults),

@@ -91,12 +91,17 @@ class DenyCache:
         ):
             return False
         now = self._clock()
-        short = decision.cost - decision.remaining  # what the refused cost lacked
-        floor = min_charge - decision.remaining  # what the smallest charge lacks
-        floor_until = now + retry * min(1.0, floor / short) if floor > 0 and short > 0 else now
-        linear = any(
-            quota.name == decision.limited_by and quota.algorithm in _LINEAR for quota in quotas
-        )
+        refusing = [quota for quota in quotas if quota.name == decision.limited_by]
+        if any(quota.max_delay for quota in refusing):
+            # A quota that lets requests wait: its retry is when this cost could wait (its
+            # turn within max_delay, its line not full), which says nothing of a cheaper
+            # or a larger one: only the same cost is refused from memory.
+            floor_until, linear = now, False
+        else:
+            short = decision.cost - decision.remaining  # what the refused cost lacked
+            floor = min_charge - decision.remaining  # what the smallest charge lacks
+            floor_until = now + retry * min(1.0, floor / short) if floor > 0 and short > 0 else now
+            linear = any(quota.algorithm in _LINEAR for quota in refusing)
         denial = Denial(now + retry, floor_until, decision.cost, decision, quotas, linear)
         with self._lock:
             denials = self._denials

@@ -158,6 +158,10 @@ class Operation:
         started: the adaptive clock's time the operation was admitted (its latency sample).
         lease: the concurrency lease it holds while it runs (tiers with ``max_in_flight``;
             None otherwise), released when it ends.
+        waits: how it may wait for its turn (tiers with ``on_limit = "delay"``): ``True``
+            while it holds one of the process's ``max_delayed`` places, else why it may
+            not (``names.DELAY_PROCESS_FULL``, ``names.DELAY_SYNC``); None for a tier
+            that refuses, and for an operation that never waits (a subscription).
     """
 
     __slots__ = (
@@ -195,6 +199,7 @@ class Operation:
         "tier",
         "variables",
         "violation",
+        "waits",
     )
 
     def __init__(
@@ -233,6 +238,7 @@ class Operation:
         self.base: tuple[float, ...] | None = None
         self.started: float | None = None
         self.lease: _Lease | None = None
+        self.waits: bool | str | None = None
 
     def refuse(self, error: GraphQLError, status: int | None = None, *more: GraphQLError) -> None:
         """Answer ``error`` (and ``more``; with HTTP ``status``, for a limiter's refusal)
@@ -446,7 +452,8 @@ class _Reloader:
 
 
 class _Slots:
-    """Open subscriptions per subject, in this process (``[limits] max_subscriptions``)."""
+    """Places per key, in this process: open subscriptions per subject (``[limits]
+    max_subscriptions``), operations waiting for their turn (``[limits] max_delayed``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -741,6 +748,7 @@ class Gate:
         )
         self._checked_schema: Any = None
         self._slots = _Slots()
+        self._waiting = _Slots()  # operations waiting for their turn (one key)
         self._denials = DenyCache(self._config.limits.deny_cache_size)
         self._responses = _Responses()
         self._said: set[str] = set()  # what has been logged once
@@ -1170,13 +1178,19 @@ class Gate:
                 return op
         if op.tier.in_flight is not None and not (yield from self._lease_first(op, report)):
             return op  # a concurrency limit: the lease first, so that a refusal debits nothing
+        if op.tier.delays and not subscription:
+            self._may_wait(op, config, can_await)
         try:
             decision: Decision = yield ("acquire", subject.key, charge, op.quotas, op.costs)
+            self._decided(op, decision)
+            if decision.delay > 0 and op.waits is True and not op.refused:
+                yield from self._wait(op, decision.delay, can_await)
         except BaseException:  # closed by its driver: no operation for the adapter to finish
             self._free_slot(op)
             self._let_go(op)
             raise
-        self._decided(op, decision)
+        finally:
+            self._stop_waiting(op)
         if op.refused:  # refused: the subscription never opens, the lease goes back at once
             self._free_slot(op)
             if op.lease is not None:
@@ -1184,6 +1198,69 @@ class Gate:
             if decision.reason == "exceeds_capacity" and op.mode == "enforce":
                 yield from self._charge_refusal(op)  # it can never run: as a static limit
         return op
+
+    def _may_wait(self, op: Operation, config: Config, can_await: bool) -> None:
+        """Whether ``op`` (of a delay tier) may wait for its turn: it takes one of the
+        process's ``max_delayed`` places and its quotas their waits, or it is decided as
+        if its tier refused (a sync server, or the place is full). In shadow mode it is
+        decided with the waits (as enforce would) and runs at once."""
+        limits = config.limits
+        if not can_await and limits.delay_sync != "sleep":
+            op.waits = names.DELAY_SYNC
+            return
+        if op.mode != "enforce":
+            op.waits = False  # decided as enforce would, never waits
+        elif self._waiting.take("", limits.max_delayed):
+            op.waits = True
+        else:
+            op.waits = names.DELAY_PROCESS_FULL
+            return
+        op.quotas = op.tier.delayed(op.quotas)
+
+    def _wait(self, op: Operation, delay: float, can_await: bool) -> _Flow:
+        """``op`` waits ``delay`` seconds for its turn (its cost is reserved); its client
+        gone before its turn (the flow closed), its whole debit goes back: it never ran."""
+        tier = op.tier.name
+        if self.metrics is not None:
+            self.metrics.delayed(tier, delay)
+            self.metrics.delays_waiting(self._waiting.total())
+        if op.span is not None:
+            op.span.set_attribute(names.ATTR_DELAY, delay)
+            op.span.add_event(names.EVENT_DELAYED, {names.ATTR_DELAY: delay})
+        self._log(op, names.DELAYED, "quotaql: delayed %.3fs for its turn", delay)
+        try:
+            if can_await:
+                yield ("await", asyncio.sleep(delay))
+            else:  # [limits] delay_sync = "sleep": this thread waits
+                time.sleep(delay)
+        except BaseException:
+            self._left_waiting(op)
+            raise
+
+    def _left_waiting(self, op: Operation) -> None:
+        """``op`` was closed while waiting for its turn: give back its whole debit (it never
+        ran, so it used none of it) without waiting (a closing flow cannot await)."""
+        decision = op.decision
+        if decision is None or decision.source in ("fail_open", "fail_closed"):
+            return
+        done = self._step(("refund", op.subject.key, op.charge, op.quotas, op.costs, decision))
+        if inspect.isawaitable(done):
+            self._spawn(done)
+        op.refunded = op.charge
+        if self.metrics is not None:
+            self.metrics.delay_cancelled(op.tier.name)
+        if op.span is not None:
+            op.span.add_event(names.EVENT_DELAY_CANCELLED, {"quotaql.refund": op.charge})
+        self._log(op, names.DELAY_CANCELLED, "quotaql: left while waiting, refunded %s",
+                  op.charge)  # fmt: skip
+
+    def _stop_waiting(self, op: Operation) -> None:
+        """Give back ``op``'s place among the operations waiting (if it holds one)."""
+        if op.waits is True:
+            op.waits = False
+            self._waiting.give_back("")
+            if self.metrics is not None:
+                self.metrics.delays_waiting(self._waiting.total())
 
     def _lease_first(self, op: Operation, report: CostReport) -> _Flow:
         """The lease of an operation of a tier with a concurrency limit, before its debit:
@@ -1420,8 +1497,12 @@ class Gate:
         op.decision = decision
         if not decision.allowed:
             code = error_code(decision)
+            waits = op.waits
+            if waits is not None and decision.reason == "rate_limited":
+                self._delay_refused(op, decision, waits)
             if op.mode == "enforce":
-                self._remember(op, decision)
+                if waits != names.DELAY_PROCESS_FULL:  # the next one may find a place
+                    self._remember(op, decision)
                 error = self._rate_limited(op, decision)
                 self._log(op, names.BLOCKED, "quotaql: blocked %s: %s", code, error.message)
                 return
@@ -1429,6 +1510,18 @@ class Gate:
         if op.span is not None and decision.source in ("fail_open", "fail_closed"):
             fail_open = decision.source == "fail_open"
             op.span.add_event(names.EVENT_FAIL_OPEN if fail_open else names.EVENT_FAIL_CLOSED)
+
+    def _delay_refused(self, op: Operation, decision: Decision, waits: bool | str) -> None:
+        """Count the refusal of an operation of a delay tier by one of its own quotas (the
+        ``[global]`` quota never waits): its turn was too far or its tenant's line full
+        (``queue``), or it could not wait at all (``process_full``, ``sync``)."""
+        if self.metrics is None:
+            return
+        limited_by = decision.limited_by
+        if any(quota.name == limited_by and quota.shared for quota in op.quotas):
+            return
+        reason = waits if isinstance(waits, str) else names.DELAY_QUEUE
+        self.metrics.delay_refused(op.tier.name, reason)
 
     def _settle(self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None) -> _Flow:
         amount, amounts = self._refund_amounts(op, data, errors)

@@ -26,16 +26,19 @@ from quotaql.config.values import (
     ALGORITHMS,
     BACKEND_ERROR_MODES,
     DEFAULT_TIER,
+    DELAY_SYNC,
     MAX_CONCURRENCY_RETRY_AFTER,
     MAX_HTTP_STATUS,
     MAX_LEASE_TTL,
     MIN_HTTP_STATUS,
     MIN_LEASE_TTL,
     MODES,
+    ON_LIMIT,
     Config,
     CostConfig,
     LimitsConfig,
     Mode,
+    OnLimit,
     TenantConfig,
     TierConfig,
 )
@@ -50,7 +53,7 @@ from quotaql.observability.thresholds import (
     alert_value,
     describe_value,
 )
-from quotaql.policy.quota import Algorithm, Quota
+from quotaql.policy.quota import MAX_DELAY_SECONDS, Algorithm, Quota
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping
@@ -119,6 +122,8 @@ _LIMITS_KEYS: Final = (
     "open_cap",
     "lease_ttl",
     "concurrency_retry_after",
+    "max_delayed",
+    "delay_sync",
 )
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")
 _WINDOW_KEYS: Final = ("limit", "window_seconds")
@@ -132,6 +137,9 @@ _TIER_KEYS: Final = (
     "fields",
     "essential",
     *_IN_FLIGHT_KEYS,
+    "on_limit",
+    "max_delay",
+    "max_queued",
 )
 #: A root field's entry: a rate quota, a concurrency limit, or both.
 _FIELD_KEYS: Final = (*_QUOTA_KEYS, "max_in_flight")
@@ -467,6 +475,8 @@ def _parse_limits(limits: _Table) -> LimitsConfig:
     concurrency_retry_after = limits.get(
         "concurrency_retry_after", _seconds(0.0, MAX_CONCURRENCY_RETRY_AFTER, low_in=False)
     )
+    max_delayed = limits.get("max_delayed", _size)
+    delay_sync = limits.get("delay_sync", _one_of(DELAY_SYNC))
     with limits.blame():
         return LimitsConfig(
             mode=_default(mode, defaults.mode),
@@ -487,6 +497,8 @@ def _parse_limits(limits: _Table) -> LimitsConfig:
             concurrency_retry_after=_default(
                 concurrency_retry_after, defaults.concurrency_retry_after
             ),
+            max_delayed=_default(max_delayed, defaults.max_delayed),
+            delay_sync=_default(delay_sync, defaults.delay_sync),
         )
 
 
@@ -545,6 +557,9 @@ class _TierKeys:
     max_in_flight: int | None
     max_subscriptions_in_flight: int | None
     fields_in_flight: Mapping[str, int]
+    on_limit: OnLimit | None
+    max_delay: float | None
+    max_queued: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,6 +640,15 @@ def _parse_tiers(tiers: _Table) -> _Tiers:
         essential = tier.get("essential", _boolean) or False
         max_in_flight = tier.get("max_in_flight", _count(1))
         max_subscriptions = tier.get("max_subscriptions_in_flight", _count(0))
+        on_limit = tier.get("on_limit", _one_of(ON_LIMIT))
+        max_delay = tier.get("max_delay", _seconds(0.0, MAX_DELAY_SECONDS, low_in=False))
+        max_queued = tier.get("max_queued", _count(1))
+        if on_limit != "delay":
+            for key, value in (("max_delay", max_delay), ("max_queued", max_queued)):
+                if value is not None:
+                    raise tier.doc.error(
+                        (*tier.path, key), f'{key} needs on_limit = "delay" in this tier'
+                    )
         entries[name] = _TierKeys(
             tier,
             _parse_quota_keys(tier),
@@ -636,6 +660,9 @@ def _parse_tiers(tiers: _Table) -> _Tiers:
             max_in_flight,
             max_subscriptions,
             fields_in_flight,
+            on_limit,
+            max_delay,
+            max_queued,
         )
     return _Tiers(tiers, tiers.path[0] in tiers.doc.data, entries)
 
@@ -965,6 +992,9 @@ def _build_tier(name: str, tier: _TierKeys, base: tuple[Algorithm, str]) -> Tier
             max_in_flight=tier.max_in_flight,
             max_subscriptions_in_flight=tier.max_subscriptions_in_flight,
             fields_in_flight=tier.fields_in_flight,
+            on_limit=_default(tier.on_limit, "refuse"),
+            max_delay=tier.max_delay,
+            max_queued=tier.max_queued,
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import math
@@ -17,7 +18,7 @@ from quotaql.errors import ConfigError
 from quotaql.identity import IdentityConfig
 from quotaql.limiter import BackendErrorMode
 from quotaql.observability.thresholds import AlertsConfig
-from quotaql.policy.quota import Algorithm, Quota
+from quotaql.policy.quota import MAX_DELAY_SECONDS, Algorithm, Quota
 from quotaql.storage.leases import LeaseSpec
 
 if TYPE_CHECKING:
@@ -29,9 +30,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Config",
     "CostConfig",
+    "DelaySync",
     "InFlight",
     "LimitsConfig",
     "Mode",
+    "OnLimit",
     "TenantConfig",
     "TierConfig",
 ]
@@ -51,6 +54,15 @@ MIN_LEASE_TTL: Final = 1.0
 MAX_LEASE_TTL: Final = 3600.0
 #: ``[limits] concurrency_retry_after`` (seconds), above 0.
 MAX_CONCURRENCY_RETRY_AFTER: Final = 60.0
+#: ``[tiers.<t>] on_limit``: what a request that does not fit now gets.
+OnLimit = Literal["refuse", "delay"]
+ON_LIMIT: Final = cast("tuple[OnLimit, ...]", get_args(OnLimit))
+#: ``[limits] delay_sync``: what a sync server does with a delay tier's request.
+DelaySync = Literal["refuse", "sleep"]
+DELAY_SYNC: Final = cast("tuple[DelaySync, ...]", get_args(DelaySync))
+#: ``[tiers.<t>] max_delay`` (seconds) and ``max_queued`` when ``on_limit = "delay"``.
+DEFAULT_MAX_DELAY: Final = 1.0
+DEFAULT_MAX_QUEUED: Final = 10
 #: The names of the lease sets of a tenant (``quotaql.storage.leases``).
 TIER_LEASES: Final = "tier"
 SUBSCRIPTION_LEASES: Final = "subscriptions"
@@ -112,6 +124,13 @@ class LimitsConfig:
         concurrency_retry_after: the ``Retry-After`` of a ``TOO_MANY_CONCURRENT`` refusal
             (jittered by ``retry_jitter``; shorter when the earliest lease of the full set
             expires sooner), in seconds (above 0, at most 60).
+        max_delayed: the most operations of delay tiers (``on_limit = "delay"``) waiting
+            for their turn at once in this process, over all tenants; one more is decided
+            as if its tier refused (0: nothing waits in this process).
+        delay_sync: what a sync server (WSGI, a thread per request) does with an operation
+            of a delay tier: ``refuse`` (the default) decides it as if its tier refused,
+            ``sleep`` parks the thread until its turn (each counts against
+            ``max_delayed``: keep that well below the server's threads).
     """
 
     mode: Mode = "enforce"
@@ -130,12 +149,15 @@ class LimitsConfig:
     open_cap: float | None = None
     lease_ttl: float = 30.0
     concurrency_retry_after: float = 1.0
+    max_delayed: int = 1000
+    delay_sync: DelaySync = "refuse"
 
     def __post_init__(self) -> None:
         for name, choices in (
             ("mode", MODES),
             ("algorithm", ALGORITHMS),
             ("on_backend_error", BACKEND_ERROR_MODES),
+            ("delay_sync", DELAY_SYNC),
         ):
             if getattr(self, name) not in choices:
                 raise ConfigError(
@@ -159,9 +181,10 @@ class LimitsConfig:
         cap = self.max_subscriptions
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise ConfigError(f"max_subscriptions must be an integer >= 0, got {cap!r}")
-        size = self.deny_cache_size
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise ConfigError(f"deny_cache_size must be an integer >= 0, got {size!r}")
+        for name in ("deny_cache_size", "max_delayed"):
+            size = getattr(self, name)
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise ConfigError(f"{name} must be an integer >= 0, got {size!r}")
         for name, low, high in (
             ("min_charge", 0.0, math.inf),
             ("retry_jitter", 0.0, 1.0),
@@ -233,6 +256,14 @@ class TierConfig:
             2 }``), on top of the tier's limits.
         in_flight: the tier's concurrency limits as lease specs (:class:`InFlight`),
             None when it has none: the one attribute the gate reads for a tier without.
+        on_limit: what a query or mutation that does not fit now gets: ``refuse``
+            (``RATE_LIMITED``) or ``delay``: its cost is reserved, it waits for its turn
+            (at most ``max_delay`` seconds, behind at most ``max_queued`` others of its
+            tenant) and then runs. Delays need bucket quotas (``token_bucket``, ``gcra``);
+            the ``[global]`` quota and subscriptions never wait.
+        max_delay: with ``delay``, the longest wait in seconds (default 1; at most 60).
+        max_queued: with ``delay``, the most operations waiting at once per tenant (and
+            per user for ``per_user``), across every server process (default 10).
     """
 
     name: str
@@ -247,6 +278,9 @@ class TierConfig:
     max_subscriptions_in_flight: int | None = None
     fields_in_flight: Mapping[str, int] = field(default_factory=dict)
     in_flight: InFlight | None = field(init=False, repr=False, compare=False)
+    on_limit: OnLimit = "refuse"
+    max_delay: float | None = None
+    max_queued: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "operations", MappingProxyType(dict(self.operations)))
@@ -266,6 +300,55 @@ class TierConfig:
             ):
                 raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
         object.__setattr__(self, "in_flight", InFlight.of(self))
+        self._check_delay()
+
+    @property
+    def delays(self) -> bool:
+        """Its operations wait for their turn rather than being refused."""
+        return self.on_limit == "delay"
+
+    def delayed(self, quotas: tuple[Quota, ...]) -> tuple[Quota, ...]:
+        """``quotas`` (what :meth:`Config.charges_for` gave for this tier) as they are when
+        the operation may wait: each of the subject's own with ``max_delay`` and
+        ``max_queued``; the shared ones (``[global]``) as they are."""
+        delay, queued = self.max_delay, self.max_queued
+        assert delay is not None  # a delay tier: both set
+        assert queued is not None
+        return tuple(quota if quota.shared else _delaying(quota, delay, queued)
+                     for quota in quotas)  # fmt: skip
+
+    def _check_delay(self) -> None:
+        if self.on_limit not in ON_LIMIT:
+            raise ConfigError(
+                f"on_limit must be one of {', '.join(ON_LIMIT)}, got {self.on_limit!r}"
+            )
+        if not self.delays:
+            for name in ("max_delay", "max_queued"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f'{name} needs on_limit = "delay"')
+            return
+        if self.max_delay is None:
+            object.__setattr__(self, "max_delay", DEFAULT_MAX_DELAY)
+        if self.max_queued is None:
+            object.__setattr__(self, "max_queued", DEFAULT_MAX_QUEUED)
+        delay, queued = self.max_delay, self.max_queued
+        if (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not 0 < delay <= MAX_DELAY_SECONDS
+        ):
+            raise ConfigError(
+                f"max_delay must be seconds above 0 and at most {MAX_DELAY_SECONDS:g},"
+                f" got {delay!r}"
+            )
+        if isinstance(queued, bool) or not isinstance(queued, int) or queued < 1:
+            raise ConfigError(f"max_queued must be an integer >= 1, got {queued!r}")
+        quotas = [self.quota, *self.operations.values(), *self.fields.values()]
+        if self.per_user is not None:
+            quotas.append(self.per_user)
+        for quota in quotas:
+            check_delayable(quota)
+            _delaying(quota, delay, queued)
 
     @property
     def subscriptions_in_flight(self) -> int | None:
@@ -274,6 +357,21 @@ class TierConfig:
         if self.max_subscriptions_in_flight is not None:
             return self.max_subscriptions_in_flight
         return self.max_in_flight
+
+
+def check_delayable(quota: Quota) -> None:
+    """Raise unless ``quota`` can be part of a delay tier (a bucket)."""
+    if quota.algorithm not in ("token_bucket", "gcra"):
+        raise ConfigError(
+            f'on_limit = "delay" needs token_bucket or gcra quotas; {quota.name!r} is'
+            f" {quota.algorithm} (a window has no turns to wait for)"
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def _delaying(quota: Quota, max_delay: float, max_queued: int) -> Quota:
+    """``quota`` with a wait (its state is the same: only the refusal changes)."""
+    return dataclasses.replace(quota, max_delay=max_delay, max_queued=max_queued)
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,6 +516,11 @@ class Config:
         for tenant in self.tenants.values():
             if tenant.tier not in self.tiers:
                 raise ConfigError(f"tenant {tenant.name!r}: {tenant.tier!r} is not a tier")
+            if tenant.quota is not None and self.tiers[tenant.tier].delays:
+                try:
+                    check_delayable(tenant.quota)
+                except ConfigError as error:
+                    raise ConfigError(f"tenant {tenant.name!r}: {error}") from None
 
     def tier_of(self, tenant: str | None) -> TierConfig:
         """The tier of ``tenant``: its own if ``[tenants]`` names it, else the default tier."""
