@@ -285,10 +285,12 @@ def test_open_subscriptions_are_capped_and_queries_still_pass(
 
 
 class Worker:
-    """``uvicorn --factory tests.test_leases_http:create_app`` in a process of its own, on a
-    socket bound here and handed over (``--fd``): no port race."""
+    """``uvicorn --factory <factory>`` (by default :func:`create_app`) in a process of its
+    own, on a socket bound here and handed over (``--fd``): no port race."""
 
-    def __init__(self, config: Path, redis_url: str) -> None:
+    def __init__(
+        self, config: Path, redis_url: str, factory: str = "tests.test_leases_http:create_app"
+    ) -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
@@ -303,7 +305,7 @@ class Worker:
                 "-m",
                 "uvicorn",
                 "--factory",
-                "tests.test_leases_http:create_app",
+                factory,
                 "--fd",
                 str(fd),
                 "--loop",
@@ -371,11 +373,13 @@ class Worker:
 
 
 @contextlib.contextmanager
-def workers(count: int, config: Path, redis_url: str) -> Iterator[list[Worker]]:
+def workers(
+    count: int, config: Path, redis_url: str, factory: str = "tests.test_leases_http:create_app"
+) -> Iterator[list[Worker]]:
     started: list[Worker] = []
     try:
         for _ in range(count):
-            started.append(Worker(config, redis_url))  # noqa: PERF401  (one by one: a failure stops those started)
+            started.append(Worker(config, redis_url, factory))  # noqa: PERF401  (one by one: a failure stops those started)
         deadline = time.monotonic() + START_TIMEOUT
         for worker in started:
             worker.wait_ready(deadline)

@@ -1,0 +1,230 @@
+"""Delay instead of refuse against real servers (issue 13 §1): the turns in a private
+redis-server, the API Strawberry through uvicorn.
+
+- three uvicorn worker **processes** on one redis-server, 200 concurrent requests of one
+  tenant spread over them: the operations start at the bucket's rate across the processes
+  (none before its turn, no window holding more than the bucket allows), the rest are
+  refused 429 with ``Retry-After``;
+- the async gate on Redis, the server paused (SIGSTOP) while operations wait: they still run
+  at their turns (the reservation was made; the run needs no call);
+- a client that leaves while it waits gains nothing: what ran stays within the rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import strawberry
+from graphql import build_schema, parse
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from strawberry.asgi import GraphQL
+
+from quotaql.config import load_config
+from quotaql.gate import Gate
+from quotaql.instrumentation import names
+from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
+from quotaql.plugin import CostLimiter
+from quotaql.storage.redis import AsyncRedisStorage
+from tests.test_leases_http import CONFIG_ENV, REDIS_ENV, workers
+
+if TYPE_CHECKING:
+    from tests.servers import RedisServer
+
+CAPACITY, RATE, MAX_DELAY = 5, 20.0, 2.0
+TOML = f"""
+[limits]
+retry_jitter = 0
+[tiers.free]
+capacity = 1000000
+refill_per_second = 1000
+[tiers.paced]
+capacity = {CAPACITY}
+refill_per_second = {RATE}
+on_limit = "delay"
+max_delay = {MAX_DELAY}
+max_queued = 100
+[tenants.acme]
+tier = "paced"
+"""
+# The spread of the replies' latencies and of the workers' sleeps: how late (never how
+# early) a start may be against its turn, on a busy 2-core machine (starts that come late
+# may bunch up in a window).
+JITTER = 0.25
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    async def started(self) -> float:
+        return time.time()  # one machine, one clock: comparable across the workers
+
+    @strawberry.field
+    def hello(self) -> str:
+        return "world"
+
+
+def create_app() -> Starlette:
+    """The subprocess workers' factory (``uvicorn --factory tests.test_delay_http:create_app``)."""
+    registry = CollectorRegistry()
+    storage = AsyncRedisStorage.from_url(os.environ[REDIS_ENV], timeout=2.0)
+    limiter = CostLimiter.from_config(
+        Path(os.environ[CONFIG_ENV]), storage=storage, metrics=PrometheusMetrics(registry)
+    )
+    schema = strawberry.Schema(query=Query, extensions=[limiter])
+    return Starlette(routes=[Mount("/metrics", metrics_app(registry)), Mount("/", GraphQL(schema))])
+
+
+def test_three_workers_start_one_tenant_s_burst_at_the_bucket_s_rate(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    config = tmp_path / "quotaql.toml"
+    config.write_text(TOML, encoding="utf-8")
+
+    async def burst(urls: list[str]) -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await asyncio.gather(
+                *(
+                    client.post(
+                        f"{urls[i % len(urls)]}/graphql",
+                        json={"query": "{ started }"},
+                        headers={"X-API-Key": "acme"},
+                    )
+                    for i in range(200)
+                )
+            )
+
+    with redis_server.client() as redis_client:
+        redis_client.flushall()
+    with workers(3, config, redis_server.url, "tests.test_delay_http:create_app") as running:
+        sent = time.time()
+        responses = asyncio.run(burst([worker.url for worker in running]))
+        delayed = sum(
+            worker.metric(names.DELAY_SECONDS + "_count", tier="paced") for worker in running
+        )
+        refused_by_queue = sum(
+            worker.metric(names.DELAY_REFUSED_TOTAL, tier="paced", reason="queue")
+            for worker in running
+        )
+
+    starts = sorted(
+        response.json()["data"]["started"] for response in responses if response.status_code == 200
+    )
+    refused = [response for response in responses if response.status_code == 429]
+    assert len(starts) + len(refused) == 200
+    # The bucket at once, then max_delay's worth of the rate (and what refilled while the
+    # 200 requests were being admitted): it queued, it did not only refuse.
+    assert len(starts) >= 0.9 * (CAPACITY + RATE * MAX_DELAY)
+    # Nothing before its turn, across the three processes: the bucket was full when the
+    # burst was sent, so the k-th start is at least (k - capacity) / rate after it (the
+    # bucket's time is in whole ms: a ms early at most).
+    for index, at in enumerate(starts):
+        turn = max(0, index + 1 - CAPACITY) / RATE
+        assert at - sent >= turn - 0.002, (index, at - sent, turn)
+    assert starts[-1] - sent >= 0.9 * MAX_DELAY  # the last waited about max_delay
+    # In any window of w seconds, at most capacity + rate × (w + jitter) started.
+    for window in (0.25, 0.5, 1.0):
+        most = max(
+            sum(1 for other in starts[index:] if other < at + window)
+            for index, at in enumerate(starts)
+        )
+        assert most <= CAPACITY + RATE * (window + JITTER) + 1, (window, most)
+    for response in refused:
+        assert response.json()["errors"][0]["extensions"]["code"] == "RATE_LIMITED"
+        assert int(response.headers["Retry-After"]) >= 1
+    assert delayed >= len(starts) - CAPACITY - 2
+    assert refused_by_queue >= 1
+
+
+SCHEMA = build_schema("type Query { hello: String }")
+HELLO = parse("{ hello }")
+
+
+def gate_on(server: RedisServer, tmp_path: Path, registry: CollectorRegistry) -> Gate:
+    config = tmp_path / "quotaql.toml"
+    config.write_text(TOML.replace("max_delay = 2.0", "max_delay = 1.0"), encoding="utf-8")
+    storage = AsyncRedisStorage.from_url(server.url, timeout=0.5)
+    return Gate(load_config(config), storage=storage, metrics=PrometheusMetrics(registry))
+
+
+def acme() -> dict[str, Any]:
+    return {"type": "http", "client": ("203.0.113.9", 1), "headers": [(b"x-api-key", b"acme")]}
+
+
+def test_operations_waiting_when_redis_stops_answering_still_run_at_their_turns(
+    tmp_path: Path, fresh_redis_server: RedisServer
+) -> None:
+    registry = CollectorRegistry()
+    gate = gate_on(fresh_redis_server, tmp_path, registry)
+
+    async def main() -> list[float]:
+        started = time.monotonic()
+
+        async def one() -> float:
+            op = await gate.admit_async(SCHEMA, HELLO, request=acme())
+            assert not op.refused
+            return time.monotonic() - started
+
+        tasks = [asyncio.create_task(one()) for _ in range(CAPACITY + 10)]
+        delayed = {"tier": "paced"}
+        while registry.get_sample_value(names.DELAY_SECONDS + "_count", delayed) != 10:
+            await asyncio.sleep(0.002)  # until every reservation is made, and waits
+        fresh_redis_server.pause()  # SIGSTOP: no answer from now on
+        try:
+            return sorted(await asyncio.wait_for(asyncio.gather(*tasks), 5))
+        finally:
+            fresh_redis_server.resume()
+            await gate.storage.close()
+
+    ends = asyncio.run(main())
+    waited = ends[CAPACITY:]
+    assert len(waited) == 10
+    for index, at in enumerate(waited):  # at its turn: not early, not held by the pause
+        turn = (index + 1) / RATE
+        assert turn - 0.01 <= at <= turn + JITTER + 0.3, (index, at, turn)
+    assert registry.get_sample_value(names.DELAY_SECONDS + "_count", {"tier": "paced"}) == 10
+
+
+def test_clients_that_leave_while_waiting_gain_nothing(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """The attack on Redis: reserve turns and leave, again and again, then run greedily:
+    each leaver's debit comes back (never more), so what ran stays within the rate."""
+    registry = CollectorRegistry()
+    with redis_server.client() as client:
+        client.flushall()
+    gate = gate_on(redis_server, tmp_path, registry)
+
+    async def main() -> tuple[int, float]:
+        started = time.monotonic()
+        ran = 0
+        for _ in range(20):
+            tasks = [
+                asyncio.create_task(gate.admit_async(SCHEMA, HELLO, request=acme()))
+                for _ in range(15)
+            ]
+            await asyncio.sleep(0.02)  # decided: the bucket's at once, the others waiting
+            for task in tasks:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            ran += sum(not isinstance(result, BaseException) and not result.refused
+                       for result in results)  # fmt: skip
+        await gate.aflush()
+        greedy = await asyncio.gather(
+            *(gate.admit_async(SCHEMA, HELLO, request=acme()) for _ in range(60))
+        )
+        ran += sum(not op.refused for op in greedy)
+        await gate.storage.close()
+        return ran, time.monotonic() - started
+
+    ran, elapsed = asyncio.run(main())
+    assert ran <= CAPACITY + RATE * elapsed + 2
+    cancelled = registry.get_sample_value(names.DELAY_CANCELLED_TOTAL, {"tier": "paced"})
+    assert cancelled is not None
+    assert cancelled >= 100  # most of the 20 × 10 waiters left, refunded
