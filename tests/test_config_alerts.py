@@ -37,6 +37,9 @@ failing_for = "500ms"
 circuit_open_for = "2m"
 many_tenants_limited = 3
 many_tenants_limited_for = "20m"
+delay_p99_seconds = 5
+delays_long_for = "30m"
+delay_process_full_for = "0s"
 metrics_absent_for = "1d"
 """
 
@@ -91,12 +94,16 @@ def test_every_key_parses_to_its_exact_value(write):
         circuit_open_for="2m",
         many_tenants_limited=3,
         many_tenants_limited_for="20m",
+        delay_p99_seconds=5.0,
+        delays_long_for="30m",
+        delay_process_full_for="0s",
         metrics_absent_for="1d",
     )
     # TOML integers become floats where a number is expected, so equality is predictable.
     assert type(alerts.blocked_ratio_min_rate) is float
     assert type(alerts.block_spike_factor) is float
     assert type(alerts.many_tenants_limited) is int
+    assert type(alerts.delay_p99_seconds) is float
 
 
 def test_defaults_are_documented_values():
@@ -111,6 +118,8 @@ def test_defaults_are_documented_values():
     assert alerts.check_latency_p99_seconds == CHECK_LATENCY_ALERT_SECONDS == 0.025
     assert alerts.backend_errors_per_second == 0.1
     assert alerts.many_tenants_limited == 10
+    assert (alerts.delay_p99_seconds, alerts.delays_long_for) == (1.0, "10m")
+    assert alerts.delay_process_full_for == "5m"
     # every field is documented in the class docstring
     for field in dataclasses.fields(AlertsConfig):
         assert f"{field.name}:" in (AlertsConfig.__doc__ or ""), field.name
@@ -177,6 +186,10 @@ WINDOW = 'a Prometheus duration > 0 such as "30s", "5m" or "1h30m"'
         ("block_spike_factor = true", "expected a finite number > 0, got a boolean (true)"),
         ("block_spike_min_rate = inf", "expected a finite number >= 0, got a float (inf)"),
         ("check_latency_p99_seconds = -0.5", "expected a finite number > 0, got a float (-0.5)"),
+        ("delay_p99_seconds = 0", "expected a finite number > 0, got an integer (0)"),
+        ('delay_p99_seconds = "1s"', 'expected a finite number > 0, got a string ("1s")'),
+        ('delays_long_for = "10"', f'expected {DURATION}, got a string ("10")'),
+        ("delay_process_full_for = 300", f"expected {DURATION}, got an integer (300)"),
         ("backend_errors_per_second = -0.1", "expected a finite number >= 0, got a float (-0.1)"),
         ("many_tenants_limited = 0", "expected an integer >= 1, got an integer (0)"),
         ("many_tenants_limited = 2.5", "expected an integer >= 1, got a float (2.5)"),

@@ -12,6 +12,7 @@ import pytest
 
 from quotaql.config import AlertsConfig, load_config
 from quotaql.instrumentation import names
+from quotaql.instrumentation.metrics import DELAY_BUCKETS
 from quotaql.observability.alerts import (
     ALERT_NAMES,
     HEADER,
@@ -130,6 +131,8 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlAdaptiveEngaged",
         "QuotaqlLeasesExpired",
         "QuotaqlRefundsLost",
+        "QuotaqlDelaysLong",
+        "QuotaqlDelayProcessFull",
         "QuotaqlMetricsAbsent",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
@@ -186,6 +189,7 @@ def test_every_label_in_every_expr_is_defined_in_names_or_by_prometheus(rule):
         names.OTHER_TENANT,
         *names.LEASE_OUTCOMES,
         *names.REFUND_OUTCOMES,
+        *names.DELAY_REFUSED_REASONS,
     }
 
 
@@ -222,7 +226,32 @@ def test_the_exprs_compare_with_the_default_thresholds():
     assert exprs["QuotaqlRefundsLost"] == (
         'sum by (job) (increase(quotaql_refunds_total{outcome=~"lost|unknown"}[10m]))\n  > 0'
     )
+    assert exprs["QuotaqlDelaysLong"] == (
+        "histogram_quantile(0.99, sum by (job, le) (rate(quotaql_delay_seconds_bucket[5m])))\n  > 1"
+    )
+    assert exprs["QuotaqlDelayProcessFull"] == (
+        'sum by (job) (rate(quotaql_delay_refused_total{reason="process_full"}[5m]))\n  > 0'
+    )
     assert exprs["QuotaqlMetricsAbsent"] == f"absent({names.BUILD_INFO})"
+
+
+def test_the_delay_alerts_defaults_are_a_bucket_edge_and_the_issue_s_durations():
+    """1s is an edge of quotaql_delay_seconds: "p99 above 1s" is exact, not interpolated
+    inside a bucket; the delay alerts wait 10m and 5m."""
+    rules = {rule["alert"]: rule for rule in rules_of(alert_rules())}
+    config = AlertsConfig()
+
+    assert config.delay_p99_seconds == 1.0
+    assert config.delay_p99_seconds in DELAY_BUCKETS
+    assert rules["QuotaqlDelaysLong"]["for"] == config.delays_long_for == "10m"
+    assert rules["QuotaqlDelayProcessFull"]["for"] == config.delay_process_full_for == "5m"
+    assert rules["QuotaqlDelaysLong"]["labels"] == {"severity": "warning"}
+    assert rules["QuotaqlDelayProcessFull"]["labels"] == {"severity": "warning"}
+    assert names.DELAY_PROCESS_FULL in names.DELAY_REFUSED_REASONS
+    assert "above 1s" in rules["QuotaqlDelaysLong"]["annotations"]["description"]
+    quarter = {r["alert"]: r for r in rules_of(alert_rules(AlertsConfig(delay_p99_seconds=0.25)))}
+    assert "above 250ms" in quarter["QuotaqlDelaysLong"]["annotations"]["description"]
+    assert quarter["QuotaqlDelaysLong"]["expr"].endswith("> 0.25")
 
 
 def test_the_identity_alerts_wait_longer_than_their_window_by_default():
@@ -331,6 +360,9 @@ adaptive_engaged_for = "3m"
 leases_expired_for = "25m"
 refunds_lost_window = "30m"
 refunds_lost_for = "2m"
+delay_p99_seconds = 2.5
+delays_long_for = "20m"
+delay_process_full_for = "1m"
 metrics_absent_for = "1h30m"
 """
 
@@ -359,6 +391,8 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
     assert expr["QuotaqlUnverifiedApiKeys"].endswith("[3m]))\n  > 0")
     assert expr["QuotaqlLeasesExpired"].endswith("[3m]))\n  > 0")
     assert expr["QuotaqlRefundsLost"].endswith("[30m]))\n  > 0")
+    assert expr["QuotaqlDelaysLong"].endswith("_bucket[3m])))\n  > 2.5")
+    assert expr["QuotaqlDelayProcessFull"].endswith("[3m]))\n  > 0")
     assert for_ == {
         "QuotaqlBlockedRatioHigh": "20m",
         "QuotaqlBlockSpike": "15m",
@@ -374,6 +408,8 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlAdaptiveEngaged": "3m",
         "QuotaqlLeasesExpired": "25m",
         "QuotaqlRefundsLost": "2m",
+        "QuotaqlDelaysLong": "20m",
+        "QuotaqlDelayProcessFull": "1m",
         "QuotaqlMetricsAbsent": "1h30m",
     }
     for name, rule in rules.items():

@@ -68,6 +68,10 @@ METRICS = {
     names.REFUND_QUEUE,
     names.PIPELINE_COMMANDS_TOTAL,
     names.PIPELINE_BATCHES_TOTAL,
+    names.DELAY_SECONDS,
+    names.DELAYED_WAITING,
+    names.DELAY_REFUSED_TOTAL,
+    names.DELAY_CANCELLED_TOTAL,
 }
 
 OVERVIEW_ROWS = [
@@ -119,6 +123,16 @@ OVERVIEW_ROWS = [
             "Operations in flight by tier",
             "Concurrency refusals per second",
             "Lease outcomes per second",
+        ],
+    ),
+    (
+        "Delay",
+        [
+            "Delay p50 / p99 by tier",
+            "Delayed operations per second by tier",
+            "Delay refusals per second by reason",
+            "Operations waiting now",
+            "Delays cancelled per second",
         ],
     ),
     ("Latency", ["Check latency p50 / p95 / p99", "Check latency heatmap"]),
@@ -393,7 +407,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 41), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 47), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -641,6 +655,51 @@ def test_concurrency_panels(dashboards: dict[str, dict[str, Any]]) -> None:
     }
     assert colours[names.LEASE_EXPIRED] == "red"
     assert set(colours) <= set(names.LEASE_OUTCOMES)
+
+
+def test_delay_panels(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+
+    def exprs(title: str) -> list[str]:
+        return [t["expr"] for t in _panel(overview, title)["targets"]]
+
+    selected = '{job=~"$job", tier=~"$tier"}'
+    assert exprs("Delay p50 / p99 by tier") == [
+        f"histogram_quantile({q}, sum by (le, tier) "
+        f"(rate({names.DELAY_SECONDS}_bucket{selected}[$__rate_interval])))"
+        for q in ("0.5", "0.99")
+    ]
+    assert [t["legendFormat"] for t in _panel(overview, "Delay p50 / p99 by tier")["targets"]] == [
+        "p50 {{tier}}",
+        "p99 {{tier}}",
+    ]
+    # The histogram's count is the operations delayed: one per operation that waited.
+    assert exprs("Delayed operations per second by tier") == [
+        f"sum by (tier) (rate({names.DELAY_SECONDS}_count{selected}[$__rate_interval]))"
+    ]
+    assert exprs("Delay refusals per second by reason") == [
+        f"sum by (reason) (rate({names.DELAY_REFUSED_TOTAL}{selected}[$__rate_interval]))"
+    ]
+    # The gauge has no tier: the sum over every instance (and worker) of the jobs.
+    assert exprs("Operations waiting now") == [f'sum({names.DELAYED_WAITING}{{job=~"$job"}})']
+    assert exprs("Delays cancelled per second") == [
+        f"sum by (tier) (rate({names.DELAY_CANCELLED_TOTAL}{selected}[$__rate_interval]))"
+    ]
+    colours = _fixed_colours(_panel(overview, "Delay refusals per second by reason"))
+    assert set(colours) == set(names.DELAY_REFUSED_REASONS)
+    assert colours[names.DELAY_PROCESS_FULL] == "red"
+    units = {
+        title: _panel(overview, title)["fieldConfig"]["defaults"]["unit"]
+        for title in ("Delay p50 / p99 by tier", "Delay refusals per second by reason")
+    }
+    assert units == {
+        "Delay p50 / p99 by tier": "s",
+        "Delay refusals per second by reason": "reqps",
+    }
+    # The row sits between the other limits (concurrency) and the check latency.
+    titles = [title for title, _ in _rows(overview)]
+    assert titles.index("Delay") == titles.index("Concurrency") + 1
+    assert titles.index("Latency") == titles.index("Delay") + 1
 
 
 def test_backend_refund_and_pipeline_panels(dashboards: dict[str, dict[str, Any]]) -> None:

@@ -32,6 +32,7 @@ from websockets.sync.client import connect
 
 from quotaql.config import AlertsConfig
 from quotaql.cost_analysis.directives import Cost
+from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.observability.alerts import alert_rules, render_rules
 from quotaql.observability.dashboards import (
@@ -112,9 +113,12 @@ TEST_ALERTS = AlertsConfig(
     adaptive_engaged_for="0s",
     leases_expired_for="0s",
     refunds_lost_for="0s",
+    delays_long_for="0s",
+    delay_process_full_for="0s",
     metrics_absent_for="0s",
 )
 IDENTITY_ALERTS = {"QuotaqlAnonymousRequests", "QuotaqlUnknownApiKeys", "QuotaqlUnverifiedApiKeys"}
+DELAY_ALERTS = {"QuotaqlDelaysLong", "QuotaqlDelayProcessFull"}
 EXPENSIVE = "{ products(first: 10) { name reviews(first: 5) { stars } } }"  # 70, actual 16
 CHEAP = "{ products(first: 2) { name } }"  # 4
 # 30 points at the start (the first event), 30 per later event: a free budget of 200 pays
@@ -216,6 +220,19 @@ def refused_subscription(ws_url: str, tenant: str) -> dict[str, Any]:
         return message
 
 
+def delay_traffic(metrics: PrometheusMetrics) -> None:
+    """What the gate records for operations of a delay tier (recorded here directly, so that
+    the Delay row has data and the delay alerts fire whatever the traffic): waits of 0.2 and
+    2 seconds (a p99 above 1s), a refusal for each reason, a client that left, and some
+    waiting."""
+    metrics.delayed("free", 0.2)
+    metrics.delayed("free", 2.0)
+    for reason in names.DELAY_REFUSED_REASONS:
+        metrics.delay_refused("free", reason)
+    metrics.delay_cancelled("free")
+    metrics.delays_waiting(3)
+
+
 def tuning_traffic(metrics: PrometheusMetrics) -> None:
     """What the gate records for an operation it samples for tuning (recorded here directly,
     so that the Tuning row has data whatever the gate samples): reviews shorter than
@@ -284,6 +301,7 @@ def test_dashboards_have_data_and_alerts_fire(
             statuses.extend(post(client, polite, CHEAP) for polite in ("polite-1", "polite-2"))
             statuses.extend(post(client, FLOODER, EXPENSIVE) for _ in range(15))
             tuning_traffic(metrics)
+            delay_traffic(metrics)
             if round_ % 5 == 0:
                 time.sleep(0.5)  # let a few scrapes see the counters grow
         assert 429 in statuses, "the flood was never blocked"
@@ -316,6 +334,7 @@ def test_dashboards_have_data_and_alerts_fire(
                 assert post(client, "polite-1", CHEAP) == 200
             identity_traffic()  # an unknown key is refused even while failing open
             tuning_traffic(metrics)
+            delay_traffic(metrics)
             time.sleep(1)
 
         values = {
@@ -352,6 +371,10 @@ def test_dashboards_have_data_and_alerts_fire(
                 ("quotaql_refunds_total", "outcome", "applied"),
                 ("quotaql_pipeline_commands_total", "backend", "redis"),
                 ("quotaql_pipeline_batches_total", "backend", "redis"),
+                ("quotaql_delay_refused_total", "reason", "process_full"),
+                ("quotaql_delay_refused_total", "reason", "queue"),
+                ("quotaql_delay_refused_total", "reason", "sync"),
+                ("quotaql_delay_cancelled_total", "tier", "free"),
             )
         ]
 
@@ -382,3 +405,4 @@ def test_dashboards_have_data_and_alerts_fire(
         assert "QuotaqlCircuitOpen" in active
         assert "QuotaqlMetricsAbsent" not in active
         eventually(lambda: fired() >= IDENTITY_ALERTS, 30, f"alerts {IDENTITY_ALERTS}")
+        eventually(lambda: fired() >= DELAY_ALERTS, 30, f"alerts {DELAY_ALERTS}")

@@ -13,7 +13,9 @@ open live worker (``multiprocess_mode="livemax"``: call prometheus-client's
 assumed list sizes report the most recent value written by any worker (``"mostrecent"``)
 and the largest list seen the maximum (``"max"``). The adaptive limits' gauges are per
 worker: the pressure and the engaged state report the highest live worker's
-(``"livemax"``), the multiplier the lowest (``"livemin"``).
+(``"livemax"``), the multiplier the lowest (``"livemin"``). The gauges of what a process
+holds or has waiting now (open subscriptions, leases in flight, delayed operations, the
+refund queue) sum the live workers' (``"livesum"``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ if TYPE_CHECKING:
 
     from quotaql.policy.quota import Decision
 
-__all__ = ["PrometheusMetrics", "TenantLabels", "metrics_app"]
+__all__ = ["DELAY_BUCKETS", "PrometheusMetrics", "TenantLabels", "metrics_app"]
+
+DELAY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""The buckets of ``quotaql_delay_seconds``: from a few milliseconds (a turn a refill away)
+to a minute (``max_delay`` is rarely longer). 1.0, the default threshold of the
+``QuotaqlDelaysLong`` alert (``[alerts] delay_p99_seconds``), is an edge, so it is exact."""
 
 
 def _base(counter_name: str) -> str:
@@ -252,6 +259,38 @@ class PrometheusMetrics:
             registry=registry,
             multiprocess_mode="livesum",  # every live worker's, summed
         )
+        # Delays (on_limit = "delay"): what waited, how long, and what was refused or left.
+        self.delay_seconds = Histogram(
+            names.DELAY_SECONDS,
+            "How long operations of delay tiers waited for their turn (only those that"
+            " waited: its count is the operations delayed).",
+            (names.LABEL_TIER,),
+            buckets=DELAY_BUCKETS,
+            registry=registry,
+        )
+        self.delayed_waiting = Gauge(
+            names.DELAYED_WAITING,
+            "Operations this process has waiting for their turn now (at most [limits]"
+            " max_delayed).",
+            registry=registry,
+            multiprocess_mode="livesum",  # every live worker's, summed
+        )
+        self.delay_refused_total = Counter(
+            _base(names.DELAY_REFUSED_TOTAL),
+            "Operations of delay tiers refused RATE_LIMITED, by reason: queue (past max_delay"
+            " or max_queued), process_full (max_delayed waiting already), sync (a sync server"
+            " never waits).",
+            (names.LABEL_TIER, names.LABEL_REASON),
+            registry=registry,
+        )
+        self.delay_cancelled_total = Counter(
+            _base(names.DELAY_CANCELLED_TOTAL),
+            "Operations that left while waiting for their turn (the client went away); each"
+            " was refunded its whole charge.",
+            (names.LABEL_TIER,),
+            registry=registry,
+        )
+        self._delay_tiers: set[str] = set()
         # The series below are collected through _BackendCollector, which first adds what
         # the watched refund queues, pipelines and lease keepers counted since (see sync).
         self.leases_total = Counter(
@@ -406,6 +445,54 @@ class PrometheusMetrics:
     def in_flight(self, tier: str, count: int) -> None:
         """The leases this process holds for ``tier`` now."""
         self._child(self.in_flight_gauge, tier).set(count)
+
+    # -- delays (on_limit = "delay") -----------------------------------------------------
+
+    def delayed(self, tier: str, seconds: float) -> None:
+        """Record that an operation of ``tier`` waited ``seconds`` for its turn
+        (``quotaql_delay_seconds``; a negative wait counts as 0, a NaN or infinite one is
+        ignored).
+
+        Example:
+            >>> from prometheus_client import CollectorRegistry
+            >>> registry = CollectorRegistry()
+            >>> metrics = PrometheusMetrics(registry)
+            >>> metrics.delayed("free", 0.3)
+            >>> registry.get_sample_value(
+            ...     "quotaql_delay_seconds_bucket", {"tier": "free", "le": "0.5"}
+            ... )
+            1.0
+        """
+        if tier not in self._delay_tiers:
+            self._delay_series(tier)
+        if not seconds < _INF:  # NaN or +inf: it would poison the sum for good
+            return
+        self._child(self.delay_seconds, tier).observe(max(seconds, 0.0))
+
+    def delay_refused(self, tier: str, reason: str) -> None:
+        """Count an operation of a delay tier refused ``RATE_LIMITED`` (``reason`` is one of
+        ``names.DELAY_REFUSED_REASONS``)."""
+        if tier not in self._delay_tiers:
+            self._delay_series(tier)
+        self._child(self.delay_refused_total, tier, reason).inc()
+
+    def delay_cancelled(self, tier: str) -> None:
+        """Count an operation of ``tier`` that left while waiting (and was refunded)."""
+        if tier not in self._delay_tiers:
+            self._delay_series(tier)
+        self._child(self.delay_cancelled_total, tier).inc()
+
+    def delays_waiting(self, count: int) -> None:
+        """The operations this process has waiting for their turn now."""
+        self.delayed_waiting.set(count)
+
+    def _delay_series(self, tier: str) -> None:
+        """Create a delay tier's counters at 0 the first time it is seen, every reason's,
+        so that ``rate()`` and ``increase()`` see its first refusal and cancellation."""
+        self._delay_tiers.add(tier)
+        for reason in names.DELAY_REFUSED_REASONS:
+            self._child(self.delay_refused_total, tier, reason)
+        self._child(self.delay_cancelled_total, tier)
 
     def watch_refunds(self, queue: Any) -> None:
         """Count what a :class:`~quotaql.refunds.RefundQueue` queued and coalesced, and how

@@ -63,6 +63,8 @@ ALERT_NAMES: Final = (
     "QuotaqlAdaptiveEngaged",
     "QuotaqlLeasesExpired",
     "QuotaqlRefundsLost",
+    "QuotaqlDelaysLong",
+    "QuotaqlDelayProcessFull",
     "QuotaqlMetricsAbsent",
 )
 """Every alert, in the order of the rule file and of ``docs/runbook.md``."""
@@ -111,6 +113,8 @@ def alert_rules(config: AlertsConfig = _DEFAULTS) -> dict[str, list[dict[str, ob
         _adaptive_engaged(config),
         _leases_expired(config),
         _refunds_lost(config),
+        _delays_long(config),
+        _delay_process_full(config),
         _metrics_absent(config),
     ]
     return {"groups": [{"name": GROUP, "rules": rules}]}
@@ -444,6 +448,55 @@ def _refunds_lost(config: AlertsConfig) -> dict[str, object]:
         f" unknown (the call was sent and failed, a timeout: perhaps applied, never sent"
         f" twice). Their tenants were charged more than they used, never less; the points are"
         f' {names.COST_TOTAL}{{{names.LABEL_OUTCOME}="{names.REFUND_LOST}"}}.',
+        config,
+    )
+
+
+def _delays_long(config: AlertsConfig) -> dict[str, object]:
+    """Operations of delay tiers wait long for their turn: the p99 over every tier of a job
+    (one bursty tier is enough to show, and a p99 per tier would be noisy on quiet ones).
+
+    Without delays the quantile is NaN, which is above nothing: the alert stays quiet.
+    """
+    window = config.rate_window
+    buckets = _sum_by((_JOB, _LE), _rate(names.DELAY_SECONDS + _BUCKET, window))
+    threshold = config.delay_p99_seconds
+    expr = f"histogram_quantile(0.99, {buckets})\n  > {_num(threshold)}"
+    return _rule(
+        "QuotaqlDelaysLong",
+        expr,
+        config.delays_long_for,
+        "warning",
+        "quotaql p99 delay on {{ $labels.job }} is {{ $value | humanizeDuration }}",
+        f'The 99th percentile of how long operations of delay tiers (on_limit = "delay")'
+        f" of job {{{{ $labels.job }}}} waited for their turn ({names.DELAY_SECONDS}) is"
+        f" {{{{ $value | humanizeDuration }}}} over the last {window}, above"
+        f" {_seconds(threshold)}. Their clients wait that long before their operation runs;"
+        f" past max_delay, or max_queued waiting per tenant, they are refused RATE_LIMITED.",
+        config,
+    )
+
+
+def _delay_process_full(config: AlertsConfig) -> dict[str, object]:
+    """Processes at ``[limits] max_delayed``: operations that would have waited are decided
+    as if their tier refused. A bound reached, not a failure: it fires only when it lasts."""
+    window = config.rate_window
+    full = _selector(names.DELAY_REFUSED_TOTAL, (names.LABEL_REASON, "=", names.DELAY_PROCESS_FULL))
+    rate = _sum_by((_JOB,), _rate(full, window))
+    return _rule(
+        "QuotaqlDelayProcessFull",
+        f"{rate}\n  > 0",
+        config.delay_process_full_for,
+        "warning",
+        "{{ $labels.job }} refuses operations of delay tiers: its processes have max_delayed"
+        " waiting",
+        f"Job {{{{ $labels.job }}}} refused {{{{ $value | humanize }}}} operations/s of delay"
+        f" tiers (rate over {window}) because their process had [limits] max_delayed"
+        f" operations waiting already ({names.DELAY_REFUSED_TOTAL}"
+        f'{{{names.LABEL_REASON}="{names.DELAY_PROCESS_FULL}"}}), for'
+        f" {config.delay_process_full_for}: they were decided as if their tier refused, and"
+        f" got RATE_LIMITED instead of waiting for their turn ({names.DELAYED_WAITING} shows"
+        f" how many wait).",
         config,
     )
 

@@ -120,6 +120,15 @@ class AlertsConfig:
         refunds_lost_window: the range of ``increase()`` in ``QuotaqlRefundsLost``, which
             fires on any deferred refund lost or of unknown fate within it (10m).
         refunds_lost_for: 0s: a lost refund is a fact, not a trend.
+        delay_p99_seconds: ``QuotaqlDelaysLong`` fires when the 99th percentile of how long
+            a job's operations of delay tiers (``on_limit = "delay"``) waited for their turn
+            is above this (1.0, a bucket edge of ``quotaql_delay_seconds``, so the
+            comparison is exact).
+        delays_long_for: 10m.
+        delay_process_full_for: how long a job must keep refusing operations of delay tiers
+            because a process had ``[limits] max_delayed`` waiting already
+            (``quotaql_delay_refused_total{reason="process_full"}``) before
+            ``QuotaqlDelayProcessFull`` fires (5m).
         metrics_absent_for: how long ``quotaql_build_info`` may be missing before
             ``QuotaqlMetricsAbsent`` fires (10m).
     """
@@ -152,6 +161,9 @@ class AlertsConfig:
     leases_expired_for: str = "10m"
     refunds_lost_window: str = "10m"
     refunds_lost_for: str = "0s"
+    delay_p99_seconds: float = 1.0
+    delays_long_for: str = "10m"
+    delay_process_full_for: str = "5m"
     metrics_absent_for: str = "10m"
 
     def __post_init__(self) -> None:
@@ -195,6 +207,9 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "leases_expired_for": "duration",
     "refunds_lost_window": "window",
     "refunds_lost_for": "duration",
+    "delay_p99_seconds": "positive",
+    "delays_long_for": "duration",
+    "delay_process_full_for": "duration",
     "metrics_absent_for": "duration",
 }
 
