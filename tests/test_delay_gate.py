@@ -499,3 +499,24 @@ def test_delay_defaults(write: Callable[..., Path]) -> None:
     waiting = tier.delayed((tier.quota,))[0]
     assert (waiting.max_delay, waiting.max_queued) == (1.0, 10)
     assert waiting.state_name == tier.quota.state_name  # one state: only refusals change
+
+
+def test_a_wait_is_not_latency_to_adaptive_limits(write: Callable[..., Path]) -> None:
+    """The feedback loop: had the wait been part of an operation's latency sample, queueing
+    would read as the service being slow, adaptive limits would tighten, and more would
+    queue. The sample starts at the operation's turn."""
+    gate = Gate(load_config(write(extra='[adaptive]\nmode = "shadow"\nsources = ["latency"]\n')))
+    adaptive = gate.adaptive
+    assert adaptive is not None
+
+    async def main() -> tuple[float, Operation]:
+        for _ in range(CAPACITY):
+            gate.finish(await gate.admit_async(SCHEMA, HELLO, request=scope("acme")))
+        asked = adaptive.clock()
+        return asked, await gate.admit_async(SCHEMA, HELLO, request=scope("acme"))
+
+    asked, op = asyncio.run(main())
+    delay = op.decision.delay  # type: ignore[union-attr]
+    assert delay > 0
+    assert op.started is not None
+    assert op.started >= asked + delay - EARLY  # measured from its turn, not from its ask

@@ -1236,6 +1236,11 @@ class Gate:
         except BaseException:
             self._left_waiting(op)
             raise
+        adaptive = self.adaptive
+        if op.started is not None and adaptive is not None:
+            # Its latency sample starts at its turn: a wait is the limiter's doing, not the
+            # service's (counted, it would read as pressure, tighten, and queue more).
+            op.started = adaptive.clock()
 
     def _left_waiting(self, op: Operation) -> None:
         """``op`` was closed while waiting for its turn: give back its whole debit (it never
