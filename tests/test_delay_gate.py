@@ -42,6 +42,7 @@ SCHEMA = build_schema(
 type Query {
   hello: String
   three: Int @cost(weight: "3")
+  items(first: Int): [Hit] @listSize(slicingArguments: ["first"])
   big: [Hit] @listSize(assumedSize: 50)
 }
 type Hit { id: ID }
@@ -520,3 +521,52 @@ def test_a_wait_is_not_latency_to_adaptive_limits(write: Callable[..., Path]) ->
     assert delay > 0
     assert op.started is not None
     assert op.started >= asked + delay - EARLY  # measured from its turn, not from its ask
+
+
+class Decisions:
+    """A recorder: how many decisions the storage made."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def decision(self, decision: Any, seconds: float) -> None:
+        self.count += 1
+
+    def backend_error(self, backend: str, error: BaseException) -> None:
+        pass
+
+    def circuit(self, backend: str, is_open: bool) -> None:
+        pass
+
+
+def test_larger_costs_after_a_delay_refusal_are_refused_from_memory(
+    write: Callable[..., Path],
+) -> None:
+    """The attack: a refused client raises its cost by one each time so that no refusal the
+    deny cache keeps matches, and every try costs the storage a call. A delay quota's
+    refusal holds for any larger cost (its turn is later still, its line as full)."""
+    recorder = Decisions()
+    gate = Gate(load_config(write()), recorder=recorder)
+
+    async def main() -> list[Operation]:
+        for _ in range(CAPACITY):
+            await gate.admit_async(SCHEMA, HELLO, request=scope("acme"))
+        waiting = [
+            asyncio.create_task(gate.admit_async(SCHEMA, HELLO, request=scope("acme")))
+            for _ in range(18)
+        ]
+        await asyncio.sleep(0)
+        assert (await gate.admit_async(SCHEMA, THREE, request=scope("acme"))).refused
+        asked = recorder.count
+        tries = [
+            await gate.admit_async(SCHEMA, parse(f"{{ items(first: {n}) {{ id }} }}"),
+                                   request=scope("acme"))
+            for n in (4, 5)
+        ]  # fmt: skip
+        assert recorder.count == asked  # the storage was not asked again
+        await asyncio.gather(*waiting)
+        return tries
+
+    tries = asyncio.run(main())
+    assert [op.outcome for op in tries] == [names.DENIED, names.DENIED]
+    assert all(op.code == RATE_LIMITED for op in tries)

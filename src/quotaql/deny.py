@@ -47,6 +47,7 @@ class Denial(NamedTuple):
     decision: Decision
     quotas: tuple[Quota, ...]
     linear: bool  # the refusing quota's wait scales with the cost
+    waits: bool = False  # the refusing quota lets requests wait (max_delay): see remember()
 
 
 class DenyCache:
@@ -92,17 +93,19 @@ class DenyCache:
             return False
         now = self._clock()
         refusing = [quota for quota in quotas if quota.name == decision.limited_by]
-        if any(quota.max_delay for quota in refusing):
+        waits = any(quota.max_delay for quota in refusing)
+        if waits:
             # A quota that lets requests wait: its retry is when this cost could wait (its
-            # turn within max_delay, its line not full), which says nothing of a cheaper
-            # or a larger one: only the same cost is refused from memory.
+            # turn within max_delay, its line not full). A cheaper one may wait now (asked
+            # of the storage); a larger one could not wait before then either (its turn is
+            # later, the line as full), so it is refused until then too, at least.
             floor_until, linear = now, False
         else:
             short = decision.cost - decision.remaining  # what the refused cost lacked
             floor = min_charge - decision.remaining  # what the smallest charge lacks
             floor_until = now + retry * min(1.0, floor / short) if floor > 0 and short > 0 else now
             linear = any(quota.algorithm in _LINEAR for quota in refusing)
-        denial = Denial(now + retry, floor_until, decision.cost, decision, quotas, linear)
+        denial = Denial(now + retry, floor_until, decision.cost, decision, quotas, linear, waits)
         with self._lock:
             denials = self._denials
             denials.pop(key, None)
@@ -132,9 +135,9 @@ class DenyCache:
         if now >= denial.until:
             self.forget(key)
             return None
-        if cost == denial.cost:
-            return _left(denial, denial.until - now)
         decision = denial.decision
+        if cost == denial.cost or (denial.waits and cost <= decision.limit):
+            return _left(denial, denial.until - now)
         short = decision.cost - decision.remaining
         if not denial.linear or cost > decision.limit or short <= 0:
             return None  # the storage says (a larger cost's time, or never)
