@@ -228,3 +228,36 @@ def test_clients_that_leave_while_waiting_gain_nothing(
     cancelled = registry.get_sample_value(names.DELAY_CANCELLED_TOTAL, {"tier": "paced"})
     assert cancelled is not None
     assert cancelled >= 100  # most of the 20 × 10 waiters left, refunded
+
+
+def test_a_burst_on_a_redis_cluster_runs_at_the_bucket_s_rate(
+    tmp_path: Path, async_cluster_client: Any
+) -> None:
+    """The same turns on a 3-master Redis Cluster: the tenant's hash and its line of waiting
+    requests share the tenant's hash tag, so one script call on one master decides both."""
+    config = tmp_path / "quotaql.toml"
+    config.write_text(TOML.replace("max_delay = 2.0", "max_delay = 1.0"), encoding="utf-8")
+
+    async def body(client: Any) -> tuple[float, list[tuple[float, bool]]]:
+        storage = AsyncRedisStorage(client, timeout=1.0)
+        gate = Gate(load_config(config), storage=storage)
+        sent = time.monotonic()
+
+        async def one() -> tuple[float, bool]:
+            op = await gate.admit_async(SCHEMA, HELLO, request=acme())
+            assert op.decision is not None
+            assert op.decision.source == "redis"
+            return time.monotonic(), op.refused
+
+        try:
+            return sent, list(await asyncio.gather(*(one() for _ in range(40))))
+        finally:
+            await storage.close()
+
+    sent, results = async_cluster_client(body)
+    starts = sorted(at - sent for at, refused in results if not refused)
+    assert len(starts) >= 0.9 * (CAPACITY + RATE * 1.0)
+    assert len(starts) < 40  # the rest were refused: the line reached max_delay
+    for index, at in enumerate(starts):
+        turn = max(0, index + 1 - CAPACITY) / RATE
+        assert at >= turn - 0.002, (index, at, turn)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import weakref
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -480,7 +481,10 @@ class AsyncRedisStorage(_RedisBase):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         super().__init__(client, prefix=prefix, timeout=timeout)
         self._stall_tolerance = max(timeout * STALL_TOLERANCE_SHARE, MIN_STALL_TOLERANCE)
-        self.pipelined = pipeline and not _is_cluster(self.client)
+        self._cluster = _is_cluster(self.client)
+        self.pipelined = pipeline and not self._cluster
+        # The event loop on which the cluster client was initialized (see evaluate).
+        self._ready: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._pipeline_options = (pipeline_limit, pipeline_connections, pipeline_queue_max)
         self._pipeline: Pipeline | None = None
         self._pipelines: list[Pipeline] = []  # one per event loop that used the storage
@@ -608,6 +612,13 @@ class AsyncRedisStorage(_RedisBase):
             raise RuntimeError("AsyncRedisStorage must be called from an asyncio task")
         deadline = _Deadline(loop, task, self.timeout, self._stall_tolerance)
         try:
+            if self._cluster and (self._ready is None or self._ready() is not loop):
+                # Discover the cluster before the first command: concurrent first commands
+                # on a fresh redis.asyncio cluster client otherwise race its lazy discovery
+                # and some fail with "Connection closed by server" (a healthy cluster
+                # answered by the fail mode). Its own lock makes this once per client.
+                await self.client.initialize()
+                self._ready = weakref.ref(loop)
             try:
                 return await execute("EVALSHA", script.sha, len(keys), *keys, *args)
             except self._noscript:
