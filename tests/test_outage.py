@@ -851,3 +851,36 @@ def test_a_refund_of_a_fallback_debit_never_reaches_redis(fresh_redis_server: Re
         assert limiter.peek(KEY, [SLOW]).remaining == pytest.approx(before + 40, abs=0.05)
     finally:
         limiter.storage.close()  # type: ignore[attr-defined]
+
+
+def test_an_outage_starts_a_tenant_in_reserved_debt_from_its_debt(
+    fresh_redis_server: RedisServer,
+) -> None:
+    """A tenant whose turns were reserved (``max_delay``) is below empty in Redis; had the
+    fallback started it at empty, an outage would have handed it the debt back: the turns
+    reserved before it, then as many again."""
+    from quotaql import MemoryStorage
+    from tests.test_limiter import ManualClock
+
+    server = fresh_redis_server
+    clock = ManualClock()
+    with server.client() as client:
+        storage = RedisStorage(client, timeout=HEALTHY_TIMEOUT)
+    fallback = MemoryStorage(clock=clock, source="fallback")
+    limiter = Limiter(storage, on_backend_error="local", fallback=fallback)
+    quota = Quota("tenant", capacity=10, refill_per_second=10, max_delay=2.0)
+    try:
+        assert limiter.acquire(KEY, 10, [quota]).delay == 0  # the burst, now
+        reserved = limiter.acquire(KEY, 10, [quota])  # the next ten, in about a second
+        assert reserved.source == "redis"
+        assert reserved.allowed
+        assert reserved.delay == pytest.approx(1.0, abs=0.05)
+        server.kill()
+
+        after = limiter.acquire(KEY, 1, [quota])  # the fallback's clock has not moved
+
+        assert after.source == "fallback"
+        assert after.allowed
+        assert after.delay == pytest.approx(1.1, abs=0.05)  # behind the reserved ten
+    finally:
+        storage.close()

@@ -375,10 +375,16 @@ class _Core:
         at = self.fallback.now() if now is None else now
         reports = self.reports
         part = tenant_part(tenant)  # as the fallback names its states: long keys hashed
+        delay = decision.delay
         for quota, status in zip(quotas, decision.quotas, strict=False):
             name = quota.state_name + part
+            remaining = status.remaining
+            if delay and quota.max_delay and not remaining and quota.refill_per_second:
+                # A reservation: the bucket is in debt, by at most the wait's refill (the
+                # decision waits for its longest reservation): an outage starts from it.
+                remaining = -delay * quota.refill_per_second
             reports.pop(name, None)  # re-inserted last: most recently reported
-            reports[name] = (status.remaining, at)
+            reports[name] = (remaining, at)
         if len(reports) > MAX_REPORTS:
             # Threads may race here: one eviction lost is made up for by the next report.
             with contextlib.suppress(KeyError, RuntimeError, StopIteration):
@@ -416,7 +422,9 @@ class _Core:
                 else:
                     start, at = report
                 debit = quota.maximum - start
-                if debit > 0:
+                if debit > quota.maximum:  # in debt (reservations): below empty
+                    fallback.charge(tenant, debit, [quota], at)
+                elif debit > 0:
                     fallback.acquire(tenant, debit, [quota], at)
                 seeded[name] = None
                 if len(seeded) > MAX_REPORTS:
