@@ -1183,7 +1183,7 @@ class Gate:
         try:
             decision: Decision = yield ("acquire", subject.key, charge, op.quotas, op.costs)
             self._decided(op, decision)
-            if decision.delay > 0 and op.waits is True and not op.refused:
+            if decision.delay > 0 and op.waits is True:  # allowed, at its turn
                 yield from self._wait(op, decision.delay, can_await)
         except BaseException:  # closed by its driver: no operation for the adapter to finish
             self._free_slot(op)
@@ -1245,10 +1245,8 @@ class Gate:
     def _left_waiting(self, op: Operation) -> None:
         """``op`` was closed while waiting for its turn: give back its whole debit (it never
         ran, so it used none of it) without waiting (a closing flow cannot await)."""
-        decision = op.decision
-        if decision is None or decision.source in ("fail_open", "fail_closed"):
-            return
-        done = self._step(("refund", op.subject.key, op.charge, op.quotas, op.costs, decision))
+        # Only a storage's decision has a turn to wait for: it goes back where it was made.
+        done = self._step(("refund", op.subject.key, op.charge, op.quotas, op.costs, op.decision))
         if inspect.isawaitable(done):
             self._spawn(done)
         op.refunded = op.charge

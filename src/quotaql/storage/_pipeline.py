@@ -108,7 +108,7 @@ class Pipeline:
     def submit(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> asyncio.Future[Any]:
         """Queue one ``EVALSHA`` of ``script``; the future gets its reply (or a StorageError)."""
         if self.closed:
-            raise StorageNotReached("the Redis storage is closed")
+            raise _closed_error()
         if len(self._queue) >= self._queue_max:
             raise StorageNotReached(
                 f"quotaql: {self._queue_max} Redis calls are already waiting in this process"
@@ -214,11 +214,11 @@ class Pipeline:
                     # not answer: sent now, each batch of them would wait a timeout more, so a
                     # caller deep in the queue waited many timeouts. Never sent: they may be
                     # tried again (refunds).
-                    unsent = StorageNotReached(
-                        f"Redis did not answer the calls ahead within {self._timeout:g} s"
+                    self._fail_queued(
+                        StorageNotReached(
+                            f"Redis did not answer the calls ahead within {self._timeout:g} s"
+                        )
                     )
-                    while self._queue:
-                        _fail(self._queue.popleft(), unsent)
                     return
                 _drop(connection)
                 connection = None
@@ -247,9 +247,7 @@ class Pipeline:
                 self._scheduled = True
                 self._loop.call_soon(self._flush)
             elif self.closed:  # calls queued again (after NOSCRIPT) once closed: none flushes
-                error = StorageNotReached("the Redis storage is closed")
-                while self._queue:
-                    _fail(self._queue.popleft(), error)
+                self._fail_queued(_closed_error())
 
     def abandon(self) -> None:
         """Forget a pipeline whose event loop is closed (nothing of it can run again, nor
@@ -268,12 +266,20 @@ class Pipeline:
     async def close(self) -> None:
         """Fail what is queued and close the connections."""
         self.closed = True
-        error = StorageNotReached("the Redis storage is closed")
-        while self._queue:
-            _fail(self._queue.popleft(), error)
+        self._fail_queued(_closed_error())
         idle, self._idle = self._idle, []
         for connection in idle:
             await _disconnect(connection)
+
+    def _fail_queued(self, error: StorageError) -> None:
+        """Fail every call still queued, unsent, with ``error``."""
+        queue = self._queue
+        while queue:
+            _fail(queue.popleft(), error)
+
+
+def _closed_error() -> StorageNotReached:
+    return StorageNotReached("the Redis storage is closed")
 
 
 def _fail(command: _Command, error: StorageError) -> None:

@@ -591,7 +591,7 @@ class AsyncRedisStorage(_RedisBase):
             with contextlib.suppress(Exception):
                 await pipeline.close()
         self._pipelines.clear()
-        if _is_cluster(self.client):
+        if self._cluster:
             await self.client.aclose()
         else:  # a pool passed in is not closed by the client unless asked
             await self.client.aclose(close_connection_pool=True)
