@@ -19,6 +19,7 @@ from quotaql import (
 )
 from quotaql.errors import StorageError
 from tests.servers import AsyncRunner
+from tests.storage.test_pipeline import acquire_while_paused
 
 if TYPE_CHECKING:
     from tests.servers import RedisServer
@@ -192,16 +193,7 @@ def test_calls_queued_behind_a_batch_that_timed_out_fail_with_it(
         )
         try:
             await storage.acquire("warm", 1, [SLOW])
-            await asyncio.to_thread(fresh_redis_server.pause)
-            try:
-                started = time.monotonic()
-                results = await asyncio.gather(
-                    *(storage.acquire(f"t{i}", 1, [SLOW]) for i in range(20)),
-                    return_exceptions=True,
-                )
-                took = time.monotonic() - started
-            finally:
-                await asyncio.to_thread(fresh_redis_server.resume)
+            results, took = await acquire_while_paused(storage, fresh_redis_server, 20, SLOW, None)
             again = await storage.acquire("after", 1, [SLOW])
             return took, results, again.remaining
         finally:

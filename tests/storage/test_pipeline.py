@@ -79,6 +79,23 @@ def test_a_lone_call_is_one_write(redis_server: RedisServer) -> None:
     assert AsyncRunner(redis_server.async_client)(body) == [1, 2, 3, 4, 5]
 
 
+async def acquire_while_paused(
+    storage: AsyncRedisStorage, server: RedisServer, count: int, quota: Quota, now: int | None
+) -> tuple[list[Any], float]:
+    """``count`` concurrent acquires (tenants ``t0``, ``t1``...) while ``server`` is paused
+    (SIGSTOP): their results (exceptions included) and how long they took; resumed after."""
+    await asyncio.to_thread(server.pause)
+    try:
+        started = time.monotonic()
+        results = await asyncio.gather(
+            *(storage.acquire(f"t{i}", 1, [quota], now) for i in range(count)),
+            return_exceptions=True,
+        )
+        return results, time.monotonic() - started
+    finally:
+        await asyncio.to_thread(server.resume)
+
+
 def test_a_paused_redis_fails_every_waiting_call_within_the_timeout_then_recovers(
     fresh_redis_server: RedisServer,
 ) -> None:
@@ -88,16 +105,9 @@ def test_a_paused_redis_fails_every_waiting_call_within_the_timeout_then_recover
         storage = AsyncRedisStorage(client, timeout=timeout)
         try:
             assert (await storage.acquire("warm", 1, [QUOTA], T0)).allowed  # connections up
-            await asyncio.to_thread(fresh_redis_server.pause)
-            try:
-                started = time.monotonic()
-                results = await asyncio.gather(
-                    *(storage.acquire(f"t{i}", 1, [QUOTA], T0) for i in range(CALLERS)),
-                    return_exceptions=True,
-                )
-                took = time.monotonic() - started
-            finally:
-                await asyncio.to_thread(fresh_redis_server.resume)
+            results, took = await acquire_while_paused(
+                storage, fresh_redis_server, CALLERS, QUOTA, T0
+            )
             again = await storage.acquire("after", 1, [QUOTA], T0)
             return results, took, again.remaining
         finally:
