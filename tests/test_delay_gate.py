@@ -238,6 +238,40 @@ def test_a_client_that_leaves_while_waiting_gets_its_whole_debit_back(
     assert sample(registry, names.DELAYED_WAITING) == 0
 
 
+def test_waiters_that_leave_free_their_places_in_the_line(
+    gate: Gate, registry: CollectorRegistry
+) -> None:
+    """The attack: fill the tenant's line (``max_queued`` 3), leave (each leaver refunded),
+    and the tenant's other clients would be refused for places nobody holds until those
+    turns pass. A leaver's refund names its turn: its place goes with it."""
+
+    async def main() -> list[Operation]:
+        for _ in range(CAPACITY):  # the bucket, spent
+            assert not (await gate.admit_async(SCHEMA, HELLO, request=scope("line"))).refused
+        waiters = [
+            asyncio.create_task(gate.admit_async(SCHEMA, HELLO, request=scope("line")))
+            for _ in range(3)
+        ]
+        await asyncio.sleep(0.02)  # each reserved its turn and waits: the line is full
+        assert gate._waiting.total() == 3
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        await gate.aflush()
+        # at once, long before the first of the three turns that were left: three may wait
+        return list(
+            await asyncio.gather(
+                *(gate.admit_async(SCHEMA, HELLO, request=scope("line")) for _ in range(4))
+            )
+        )
+
+    started = time.monotonic()
+    ops = asyncio.run(main())
+    assert time.monotonic() - started < 4 / RATE + MAX_DELAY  # bounded
+    assert [op.refused for op in ops].count(False) == 3  # the line's three places
+    assert sample(registry, names.DELAY_CANCELLED_TOTAL, tier="short") == 3
+
+
 def test_reserving_then_leaving_again_and_again_gains_nothing(gate: Gate) -> None:
     """The attack: reserve a turn, disconnect (refunded), repeat; then run greedily. The
     refunds give back exactly what each reserved: what ran stays within the bucket's rate."""

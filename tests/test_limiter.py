@@ -344,6 +344,27 @@ def test_tenant_refusal_leaves_the_shared_quota_untouched(limiter: Limiter) -> N
     assert remaining(peeked) == {"tenant": 1, "platform": 96}
 
 
+def test_a_shared_refusal_undoes_the_tenant_s_reservation_and_its_place_in_line(
+    limiter: Limiter,
+) -> None:
+    """The tenant's quota reserves a turn (and a place in its line of one), then the shared
+    quota refuses: the tenant's debit is undone, its place in the line with it, so that
+    the next request of the tenant may still wait."""
+    line = Quota("tenant", capacity=5, refill_per_second=10, max_delay=1.0, max_queued=1)
+    platform = Quota("platform", capacity=100, refill_per_second=1, shared=True)
+    assert limiter.acquire("acme", 5, [line], now=NOW).allowed  # the burst: the bucket spent
+    limiter.acquire("other", 100, [platform], now=NOW)  # the platform's budget spent too
+
+    undone = limiter.acquire("acme", 1, [line, platform], now=NOW)
+
+    assert not undone.allowed
+    assert undone.limited_by == "platform"
+    waits = limiter.acquire("acme", 1, [line], now=NOW)  # its place is free: it may wait
+    assert waits.allowed
+    assert waits.delay == pytest.approx(0.1)
+    assert not limiter.acquire("acme", 1, [line], now=NOW).allowed  # one place, now taken
+
+
 def test_refund_returns_cost_to_the_tenant_and_the_shared_quota(limiter: Limiter) -> None:
     limiter.acquire("acme", 6, [TENANT, PLATFORM], now=NOW)
 

@@ -69,9 +69,16 @@ _LIMITERS: weakref.WeakSet[Limiter] = weakref.WeakSet()  # those with a refund t
 _Outcome = Literal["applied", "retry", "unknown"]
 
 # One storage call a flow asks for: (method, key, amount, quotas, now, per-quota amounts,
-# and for a refund the time of the debit it gives back).
+# and for a refund the time of the debit it gives back and the turn that debit reserved).
 _Call = tuple[
-    str, str | None, float, Sequence[Quota], int | None, Sequence[float] | None, int | None
+    str,
+    str | None,
+    float,
+    Sequence[Quota],
+    int | None,
+    Sequence[float] | None,
+    int | None,
+    int | None,
 ]
 _Flow = Generator[_Call, Any, Decision | None]
 
@@ -215,12 +222,12 @@ class _Core:
         costs: Sequence[float] | None = None,
     ) -> _Flow:
         own, own_costs, shared, shared_costs = _split(quotas, costs)
-        decision: Decision = yield ("acquire", key, cost, own, now, own_costs, None)
+        decision: Decision = yield ("acquire", key, cost, own, now, own_costs, None, None)
         if not shared or not decision.allowed:
             return decision
         # Shared quotas live on their own slot: a second call; the tenant's debit is
         # undone when it refuses or fails.
-        at = decision.at
+        at, turn = decision.at, reserved_turn(decision)
         try:
             shared_decision: Decision = yield (
                 "acquire",
@@ -230,12 +237,13 @@ class _Core:
                 now,
                 shared_costs,
                 None,
+                None,
             )
         except StorageError:
-            yield ("refund", key, cost, own, now, own_costs, at)
+            yield ("refund", key, cost, own, now, own_costs, at, turn)
             raise
         if not shared_decision.allowed:
-            yield ("refund", key, cost, own, now, own_costs, at)
+            yield ("refund", key, cost, own, now, own_costs, at, turn)
         return _merge(decision, shared_decision, own_first=bool(own))
 
     @staticmethod
@@ -247,25 +255,27 @@ class _Core:
         amounts: Sequence[float] | None = None,
         at: int | None = None,
         applied: list[bool] | None = None,
+        turn: int | None = None,
     ) -> _Flow:
         """The refund's calls: the tenant's quotas, then the shared ones (``applied`` is
-        told when the first of two calls was made: what is left is the shared part)."""
+        told when the first of two calls was made: what is left is the shared part). The
+        ``turn`` the debit reserved is the tenant's (shared quotas never wait)."""
         own, own_amounts, shared, shared_amounts = _split(quotas, amounts)
         if own:
-            yield ("refund", key, amount, own, now, own_amounts, at)
+            yield ("refund", key, amount, own, now, own_amounts, at, turn)
             if shared and applied is not None:
                 applied.append(True)
         if shared:
-            yield ("refund", None, amount, shared, now, shared_amounts, at)
+            yield ("refund", None, amount, shared, now, shared_amounts, at, None)
         return None
 
     @staticmethod
     def peek_flow(key: str, quotas: Sequence[Quota], now: int | None) -> _Flow:
         own, _, shared, _ = _split(quotas, None)
-        decision: Decision = yield ("peek", key, 0.0, own, now, None, None)
+        decision: Decision = yield ("peek", key, 0.0, own, now, None, None, None)
         if not shared:
             return decision
-        shared_decision: Decision = yield ("peek", None, 0.0, shared, now, None, None)
+        shared_decision: Decision = yield ("peek", None, 0.0, shared, now, None, None, None)
         return _merge(decision, shared_decision, own_first=bool(own))
 
     def refund_target(
@@ -288,7 +298,9 @@ class _Core:
         if source == "fallback":
             # Its states live as long as the outage: a refund after it finds nothing. The
             # shared quotas were debited in the shared scope: the flow gives theirs back there.
-            flow = _Core.refund_flow(key, amount, quotas, now, amounts, decision.at)
+            flow = _Core.refund_flow(
+                key, amount, quotas, now, amounts, decision.at, turn=reserved_turn(decision)
+            )
             _drive(flow, self.fallback)
             return False
         if source == "fail_open" or source == "fail_closed":  # noqa: PLR1714
@@ -484,8 +496,9 @@ class _Substitute:
         now: int | None = None,
         amounts: Sequence[float] | None = None,
         at: int | None = None,
+        turn: int | None = None,
     ) -> None:
-        del at  # a debit made in the storage: the fallback's clock is another
+        del at, turn  # a debit made in the storage: the fallback's clock (and lines) another
         self._core.seed(key, quotas, now, self._share, self._reports)
         self._fallback.refund(key, amount, quotas, now, amounts)
 
@@ -568,6 +581,15 @@ def _merge(first: Decision, second: Decision, *, own_first: bool) -> Decision:
     )  # fmt: skip
 
 
+def reserved_turn(decision: Decision) -> int | None:
+    """The turn ``decision``'s debit reserved, ms in its storage's clock (``at`` plus its
+    wait; None: it did not wait), which a refund of that debit names: the waiter's entry
+    leaves the lines of its quotas (see ``Quota.max_queued``)."""
+    if decision.delay > 0 and decision.at is not None:
+        return decision.at + round(decision.delay * 1000)
+    return None
+
+
 def _assumed(
     cost: float,
     quotas: Sequence[Quota],
@@ -599,13 +621,15 @@ def _assumed(
 
 def _call(storage: Any, call: _Call) -> Any:
     """Make one storage call a flow asked for (its result, or an awaitable of it)."""
-    method, key, amount, quotas, now, amounts, at = call
+    method, key, amount, quotas, now, amounts, at, turn = call
     if method == "peek":
         return storage.peek(key, quotas, now)
     if method == "refund":
         if at is None:  # a storage written before refunds carried the debit's time works too
             return storage.refund(key, amount, quotas, now, amounts)
-        return storage.refund(key, amount, quotas, now, amounts, at=at)
+        if turn is None:
+            return storage.refund(key, amount, quotas, now, amounts, at=at)
+        return storage.refund(key, amount, quotas, now, amounts, at=at, turn=turn)
     if amounts is None:
         return storage.acquire(key, amount, quotas, now)
     return storage.acquire(key, amount, quotas, now, amounts)
@@ -703,7 +727,7 @@ class _Operations:
                 lambda: _Core.acquire_flow(key, cost, quotas, now, costs),
                 cost,
                 quotas,
-                None if shared else ("acquire", key, cost, quotas, now, costs, None),
+                None if shared else ("acquire", key, cost, quotas, now, costs, None, None),
             )
             if decision.__class__ is not Decision:  # an awaitable: timed once it is in
                 return self._timed_later(decision, started) if core.timed else decision
@@ -736,15 +760,18 @@ class _Operations:
         at = core.refund_target(key, amount, quotas, now, amounts, decision)
         if at is False:
             return None
+        turn = None if decision is None else reserved_turn(decision)
         if core.infallible and not shared:  # the embedded default: no flow, no breaker
-            core.storage.refund(key, amount, quotas, now, amounts, at)
+            core.storage.refund(key, amount, quotas, now, amounts, at, turn)
             return None
         if core.refunds is not None:  # applied off the response path
             each = (amount,) * len(quotas) if amounts is None else amounts
-            core.refunds.add(key, quotas, each, at, now)
+            core.refunds.add(key, quotas, each, at, now, turn)
             return _QUEUED
         return self.execute(
-            lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at), amount, quotas
+            lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at, turn=turn),
+            amount,
+            quotas,
         )
 
     def peek(self, key: str, quotas: Sequence[Quota], now: int | None) -> Any:
@@ -821,6 +848,7 @@ class _Operations:
             refund.per_quota,
             refund.at,
             applied,
+            refund.turn,
         )
         try:
             result = _drive(flow, core.storage)

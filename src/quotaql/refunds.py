@@ -53,6 +53,7 @@ class PendingRefund(NamedTuple):
     now: int | None  # the time it is applied at (tests), None: the storage's clock
     since: float  # when the oldest of what it coalesces was queued (monotonic seconds)
     merged: int  # refunds coalesced into it
+    turn: int | None = None  # the turn its debit reserved (ms): the waiter leaves the line
 
     @property
     def amount(self) -> float:
@@ -67,12 +68,14 @@ class PendingRefund(NamedTuple):
         return None if all(each == first for each in self.amounts) else self.amounts
 
 
-_Key = tuple[str, tuple["Quota", ...], "int | None"]
+_Key = tuple[str, tuple["Quota", ...], "int | None", "int | None"]
 _queues: weakref.WeakSet[RefundQueue] = weakref.WeakSet()
 
 
 class RefundQueue:
-    """Refunds waiting to be applied, one entry per (tenant, quotas, ``now``).
+    """Refunds waiting to be applied, one entry per (tenant, quotas, ``now``, turn): the
+    refunds of debits that reserved a turn coalesce only with those of the same turn (each
+    takes its waiter out of the line; two that merged would take one).
 
     Thread-safe. ``on_dropped(outcome, count, cost)`` is told of refunds dropped: ``lost``
     (too old, or the queue full) or ``unknown`` (sent, then the call failed).
@@ -117,10 +120,12 @@ class RefundQueue:
         amounts: Sequence[float],
         at: int | None,
         now: int | None = None,
+        turn: int | None = None,
     ) -> None:
-        """Queue a refund of ``amounts`` (one per quota) for a debit made at ``at``."""
+        """Queue a refund of ``amounts`` (one per quota) for a debit made at ``at`` that
+        reserved ``turn`` (None: none)."""
         quotas = tuple(quotas)
-        slot: _Key = (key, quotas, now)
+        slot: _Key = (key, quotas, now, turn)
         with self._lock:
             self.queued += 1
             waiting = self._entries.get(slot)
@@ -132,7 +137,7 @@ class RefundQueue:
                 lost = max(amounts, default=0.0)
             else:
                 self._entries[slot] = PendingRefund(
-                    key, quotas, tuple(amounts), at, now, self._clock(), 1
+                    key, quotas, tuple(amounts), at, now, self._clock(), 1, turn
                 )
                 return
         self._lose(1, lost)
@@ -170,7 +175,7 @@ class RefundQueue:
         lost_count, lost_cost = 0, 0.0
         with self._lock:
             for refund in refunds:
-                slot: _Key = (refund.key, refund.quotas, refund.now)
+                slot: _Key = (refund.key, refund.quotas, refund.now, refund.turn)
                 waiting = self._entries.get(slot)
                 if refund.since < oldest or (
                     waiting is None and len(self._entries) >= self.max_entries

@@ -18,6 +18,7 @@ import pytest
 
 from quotaql import AsyncRedisStorage, MemoryStorage, Quota, RedisStorage
 from quotaql.errors import ConfigError
+from quotaql.limiter import reserved_turn
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterator, Sequence
@@ -140,9 +141,10 @@ class AsyncDriven:
         now: int | None = None,
         amounts: Sequence[float] | None = None,
         at: int | None = None,
+        turn: int | None = None,
     ) -> None:
         assert self.storage is not None
-        self._call(self.storage.refund(key, amount, quotas, now, amounts, at))
+        self._call(self.storage.refund(key, amount, quotas, now, amounts, at, turn))
 
     def charge(
         self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
@@ -206,8 +208,11 @@ class Backend:
         now: int | None = T0,
         amounts: Sequence[float] | None = None,
         at: int | None = None,
+        turn: int | None = None,
     ) -> None:
-        if at is not None:
+        if turn is not None:
+            self.storage.refund(key, amount, quotas, now, amounts, at, turn)
+        elif at is not None:
             self.storage.refund(key, amount, quotas, now, amounts, at)
         elif amounts is None:
             self.storage.refund(key, amount, quotas, now)
@@ -865,6 +870,41 @@ def test_at_most_max_queued_requests_wait_their_turn(backend: Backend, algorithm
     # The first waiter has run at T0 + 100: room for one more, at the end of the line.
     assert backend.acquire("acme", 1, [q], now=T0 + 100).delay == pytest.approx(0.3)
     assert not backend.acquire("acme", 1, [q], now=T0 + 100).allowed
+
+
+@pytest.mark.parametrize("algorithm", BUCKETS)
+def test_a_waiter_that_leaves_takes_its_place_in_the_line_with_it(
+    backend: Backend, algorithm: str
+) -> None:
+    """The attack: reserve turns and leave (each leaver refunded) to fill the tenant's line
+    with places nobody holds, so that the tenant's other clients are refused instead of
+    waiting, for free. The refund of a waiter's debit names its turn (``at`` plus its
+    ``delay``): its entry leaves the line with it. A refund after its turn, or of a debit
+    that did not wait, takes no one's place."""
+    q = Quota(
+        "q", capacity=10, refill_per_second=10, algorithm=algorithm, max_delay=5, max_queued=3
+    )  # type: ignore[arg-type]
+    backend.acquire("acme", 10, [q], now=T0)  # the burst runs now
+    waiters = [backend.acquire("acme", 1, [q], now=T0) for _ in range(3)]
+    assert [w.delay for w in waiters] == [0.1, 0.2, 0.3]
+    assert not backend.acquire("acme", 1, [q], now=T0).allowed  # the line is full
+    # The second one leaves at T0 + 50: its debit back, its place free.
+    left = waiters[1]
+    assert left.at == T0
+    assert reserved_turn(left) == T0 + 200
+    backend.refund("acme", 1, [q], now=T0 + 50, at=left.at, turn=reserved_turn(left))
+    again = backend.acquire("acme", 1, [q], now=T0 + 50)
+    assert again.allowed
+    assert again.delay == pytest.approx(0.25)
+    assert not backend.acquire("acme", 1, [q], now=T0 + 50).allowed  # full again: 3 wait
+    # A refund that names no turn (what ran gives back unused cost) frees no place, nor one
+    # that names a turn nobody waits for.
+    backend.refund("acme", 1, [q], now=T0 + 60, at=T0)
+    backend.refund("acme", 1, [q], now=T0 + 60, at=T0, turn=T0 + 999)
+    assert not backend.acquire("acme", 1, [q], now=T0 + 60).allowed
+    # The first waiter ran at T0 + 100: room for exactly one more.
+    assert backend.acquire("acme", 1, [q], now=T0 + 150).allowed
+    assert not backend.acquire("acme", 1, [q], now=T0 + 150).allowed
 
 
 def test_max_queued_needs_max_delay() -> None:

@@ -98,10 +98,13 @@ class Storage(Protocol):
         now: int | None = None,
         amounts: Sequence[float] | None = None,
         at: int | None = None,
+        turn: int | None = None,
     ) -> None:
         """Give ``amount`` back to every quota (never above full), for the debit of a
         decision made at ``at`` (its ``Decision.at``, in the storage's clock; None: now):
-        a window gives back only to the window that debit was counted in."""
+        a window gives back only to the window that debit was counted in. ``turn`` is the
+        turn that debit reserved (ms, ``at`` plus ``Decision.delay``; None: it did not
+        wait): one waiter of that turn leaves the line of each quota with ``max_queued``."""
         ...
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
@@ -133,10 +136,13 @@ class AsyncStorage(Protocol):
         now: int | None = None,
         amounts: Sequence[float] | None = None,
         at: int | None = None,
+        turn: int | None = None,
     ) -> None:
         """Give ``amount`` back to every quota (never above full), for the debit of a
         decision made at ``at`` (its ``Decision.at``, in the storage's clock; None: now):
-        a window gives back only to the window that debit was counted in."""
+        a window gives back only to the window that debit was counted in. ``turn`` is the
+        turn that debit reserved (ms, ``at`` plus ``Decision.delay``; None: it did not
+        wait): one waiter of that turn leaves the line of each quota with ``max_queued``."""
         ...
 
     async def peek(

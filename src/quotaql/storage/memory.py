@@ -261,10 +261,13 @@ class MemoryStorage:
                 for (table, k), quota, amount in zip(targets, quotas, amounts, strict=True)
             ]
             if all(check.allowed for check in checks):
+                # It runs after its longest reservation: it waits in every line till then
+                # (a refund of its debit names that turn: Decision.at + Decision.delay).
+                wait = max((check.retry_after_ms for check in checks), default=0)
                 for (table, k), quota, check in zip(targets, quotas, checks, strict=True):
                     if check.state is not None:
                         if quota.max_queued and check.retry_after_ms > 0:
-                            self._wait_in_line(table, k, now, check.retry_after_ms)
+                            self._wait_in_line(table, k, now, wait)
                         state = commit(quota.algorithm, check.state)
                         self._write(table, k, now, check.ttl_ms, state)
         return combine(quotas, checks, cost, self._source, costs, now)
@@ -291,6 +294,13 @@ class MemoryStorage:
         line.append(now + wait)
         self._write(table, _line_key(k), now, int(max(line)) - now + 1000, line)
 
+    def _leave_line(self, table: _Table, k: str, now: int, turn: int) -> None:
+        """Take one waiter of ``turn`` out of the line of ``k`` (it left before its turn)."""
+        line = _line(table, k, now)
+        if turn in line:
+            line.remove(turn)
+            self._write(table, _line_key(k), now, int(max(line, default=now)) - now + 1000, line)
+
     def refund(
         self,
         key: str | None,
@@ -299,11 +309,15 @@ class MemoryStorage:
         now: int | None = None,
         amounts: Sequence[float] | None = None,
         at: int | None = None,
+        turn: int | None = None,
     ) -> None:
         """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
-        (never above full), for a debit made at ``at`` (``Decision.at``; None: now)."""
+        (never above full), for a debit made at ``at`` (``Decision.at``; None: now) that
+        reserved the ``turn`` (ms; None: none): a waiter's entry leaves the quota's line."""
 
         def give_back(table: _Table, k: str, quota: Quota, given: float, now: int) -> None:
+            if turn is not None and turn > now and quota.max_queued:
+                self._leave_line(table, k, now, turn)
             if k not in table:
                 return  # a full quota: nothing to give back, nothing to write
             refund = ALGORITHMS[quota.algorithm][1]

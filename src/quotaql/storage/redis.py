@@ -100,6 +100,7 @@ def _request(
     now: int | None,
     amounts: Sequence[float] | None = None,
     at: int | None = None,
+    turn: int | None = None,
 ) -> tuple[list[str], list[str]]:
     """The script's KEYS and ARGV (see lua/driver.lua)."""
     base = _key_base(prefix, tenant)
@@ -145,8 +146,10 @@ def _request(
     else:  # one amount per quota
         text = " ".join(repr(float(each)) for each in amounts)
     args = [mode, text, "" if now is None else str(int(now)), specs]
-    if at is not None:
-        args.append(str(int(at)))
+    if at is not None or turn is not None:
+        args.append("" if at is None else str(int(at)))
+    if turn is not None:
+        args.append(str(int(turn)))
     return keys, args
 
 
@@ -319,13 +322,14 @@ class _RedisBase:
         now: int | None,
         amounts: Sequence[float] | None = None,
         at: int | None = None,
+        turn: int | None = None,
     ) -> Any:
         """The script call of one operation: its reply (sync), or an awaitable of it (async).
 
         The one body of both storages' ``acquire``, ``refund`` and ``peek``: they differ
         only in waiting for it.
         """
-        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts, at)
+        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts, at, turn)
         return self.evaluate(self.script_for(quotas), keys, args)
 
     def evaluate(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
@@ -387,12 +391,14 @@ class RedisStorage(_RedisBase):
         now: int | None = None,
         amounts: Sequence[float] | None = None,
         at: int | None = None,
+        turn: int | None = None,
     ) -> None:
         """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
-        (never above full), for a debit made at ``at`` (``Decision.at``; None: now)."""
+        (never above full), for a debit made at ``at`` (``Decision.at``; None: now) that
+        reserved the ``turn`` (ms; None: none): a waiter's entry leaves the quota's line."""
         check_arguments(amount, quotas, amounts)
         if quotas and (amount > 0 if amounts is None else any(amounts)):
-            self._send("refund", key, amount, quotas, now, amounts, at)
+            self._send("refund", key, amount, quotas, now, amounts, at, turn)
 
     def charge(
         self,
@@ -557,12 +563,14 @@ class AsyncRedisStorage(_RedisBase):
         now: int | None = None,
         amounts: Sequence[float] | None = None,
         at: int | None = None,
+        turn: int | None = None,
     ) -> None:
         """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
-        (never above full), for a debit made at ``at`` (``Decision.at``; None: now)."""
+        (never above full), for a debit made at ``at`` (``Decision.at``; None: now) that
+        reserved the ``turn`` (ms; None: none): a waiter's entry leaves the quota's line."""
         check_arguments(amount, quotas, amounts)
         if quotas and (amount > 0 if amounts is None else any(amounts)):
-            await self._send("refund", key, amount, quotas, now, amounts, at)
+            await self._send("refund", key, amount, quotas, now, amounts, at, turn)
 
     async def charge(
         self,

@@ -6,7 +6,10 @@
 -- "<ms>:<max waiting>:<key>" with the index in KEYS of the set of its waiting requests,
 -- <key> the index in KEYS of the hash that holds its state in <field>, or for a sliding log
 -- (<field> '-') the index of the first of its two keys,
--- then (refund) the time of the debit it gives back, ms in the server's clock ('': now).
+-- then (refund) the time of the debit it gives back, ms in the server's clock ('': now), and
+-- the turn that debit reserved, ms ('' or absent: none): the refund of a waiter's debit takes
+-- one entry of that turn out of each set of waiting requests the quotas name (a waiter that
+-- left counts no more; after its turn the entry is gone already).
 -- KEYS: the hashes (a tenant's, a user's) and the sliding logs' keys the quotas name.
 -- Returns: now, then per quota: allowed (1/0), exceeds capacity (1/0), remaining (text: Redis
 -- truncates Lua numbers to integers), retry after ms (allowed: a reservation's wait), reset
@@ -154,6 +157,16 @@ if mode == 'refund' then
     end
   end
   store()  -- a refund never needs more time than the hash has: `places` needs stay 0
+  local turn = tonumber(ARGV[6] or '')
+  if turn ~= nil and turn > now then
+    for i = 1, n, 12 do
+      if q[i + 9] > 0 then
+        local waiting = KEYS[q[i + 10]]
+        local entry = redis.call('ZRANGEBYSCORE', waiting, turn, turn, 'LIMIT', 0, 1)[1]
+        if entry then redis.call('ZREM', waiting, entry) end
+      end
+    end
+  end
   return {now}
 end
 
@@ -191,11 +204,17 @@ end
 
 -- All or nothing: write only when every quota allowed.
 if mode == 'acquire' and allowed then
+  -- The request runs after its longest reservation: it waits in every set till then, and
+  -- a refund of its debit names that turn (Decision.at + Decision.delay).
+  local wait = 0
+  for j = 5, #results, 5 do
+    if results[j] > wait then wait = results[j] end
+  end
   for i = 1, n, 12 do
     local new = q[i + 6]
     if new ~= nil then
       if q[i + 11] > 0 then  -- it waits its turn: in the set of waiting requests till then
-        local waiting, wait = KEYS[q[i + 10]], q[i + 11]
+        local waiting = KEYS[q[i + 10]]
         -- Named by its state, made unique: after a refund moved the bucket back, a
         -- reservation may reach the state of one still waiting (fewer than the most that
         -- may wait are in the set, so a free name is found within that many tries).
