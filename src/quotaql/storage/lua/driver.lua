@@ -39,12 +39,19 @@ end
 -- The quotas, 12 slots each in one array: algorithm, parameters, key index, field, the
 -- position of its state in its hash's read, after the checks its new state (a sliding
 -- log's: a function that writes it) and that state's TTL, its delay, the most requests that
--- may wait and the key index of their set (0: no bound), and after the checks its wait. Per hash, the fields to read
--- ('~x', its expiry, first), and in `places` each hash once: its key index and what its
--- states need (the latest time one of them still matters, ms).
-local q = {}
+-- may wait and the key index of their set (0: no bound), and after the checks its wait.
+-- Made with room for three quotas at once (the constructor sizes the array; its slots stay
+-- nil, as unset slots must): grown slot by slot, the array would be reallocated five times
+-- for one quota and six for three. Per hash, the fields to read ('~x', its expiry, first),
+-- and in `places` each hash once: its key index and what its states need (the latest time
+-- one of them still matters, ms).
+local q = {
+  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+}
 local reads = {}
-local places = {}
+local places = {nil, nil, nil, nil}  -- room for two hashes
 local n = 0
 for algorithm, first, second, delay, place, field in
     string.gmatch(ARGV[4], '(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)') do
@@ -56,7 +63,7 @@ for algorithm, first, second, delay, place, field in
   if field ~= '-' then
     local read = reads[place]
     if read == nil then
-      read = {'~x'}
+      read = {'~x', nil, nil, nil}  -- room for three fields
       reads[place] = read
       places[#places + 1] = place
       places[#places + 1] = 0
@@ -92,7 +99,7 @@ local function store()
       if q[i + 3] == place and q[i + 5] > 0 then
         local new, ttl = q[i + 6], q[i + 7]
         if new ~= nil and ttl > 0 then
-          if set == nil then set = {q[i + 4], new} else
+          if set == nil then set = {q[i + 4], new, nil, nil} else
             set[#set + 1] = q[i + 4]
             set[#set + 1] = new
           end
@@ -170,7 +177,11 @@ if mode == 'refund' then
   return {now}
 end
 
-local results = {now}
+-- Sized for three quotas, as `q` (a table grown by one array slot at a time is reallocated
+-- at each power of two).
+local results = {
+  now, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+}
 local allowed = true
 for i = 1, n, 12 do
   local algorithm, place = q[i], q[i + 3]
