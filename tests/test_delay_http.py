@@ -236,6 +236,57 @@ def test_clients_that_leave_while_waiting_gain_nothing(
     assert cancelled >= 100  # most of the 20 × 10 waiters left, refunded
 
 
+def test_clients_that_leave_take_their_places_in_the_redis_line_with_them(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """The attack on Redis: fill the tenant's line (``max_queued`` 3) and leave, so that
+    the tenant's other clients are refused for places nobody holds. The leavers' refunds
+    (deferred, applied by the limiter's task) name their turns: the script takes their
+    entries out of the line, and three may wait again at once."""
+    registry = CollectorRegistry()
+    with redis_server.client() as client:
+        client.flushall()
+    config = tmp_path / "quotaql.toml"
+    config.write_text(TOML.replace("max_queued = 100", "max_queued = 3"), encoding="utf-8")
+    gate = Gate(
+        load_config(config),
+        storage=AsyncRedisStorage.from_url(redis_server.url, timeout=0.5),
+        metrics=PrometheusMetrics(registry),
+    )
+
+    async def main() -> list[bool]:
+        try:
+            for _ in range(CAPACITY):  # the bucket, spent
+                assert not (await gate.admit_async(SCHEMA, HELLO, request=acme())).refused
+            waiters = [
+                asyncio.create_task(gate.admit_async(SCHEMA, HELLO, request=acme()))
+                for _ in range(3)
+            ]
+            delayed = {"tier": "paced"}
+            while registry.get_sample_value(names.DELAY_SECONDS + "_count", delayed) != 3:
+                await asyncio.sleep(0.002)  # until the three wait: the line is full
+            with redis_server.client() as client:
+                lines = list(client.scan_iter("*#w"))
+                assert len(lines) == 1
+                assert client.zcard(lines[0]) == 3
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+            await gate.aflush()
+            with redis_server.client() as client:
+                assert client.zcard(lines[0]) == 0  # every place went with its leaver
+            again = await asyncio.gather(
+                *(gate.admit_async(SCHEMA, HELLO, request=acme()) for _ in range(4))
+            )
+            return [op.refused for op in again]
+        finally:
+            await gate.storage.close()
+
+    refused = asyncio.run(main())
+    assert refused.count(False) == 3  # the line's three places, long before the turns left
+    assert registry.get_sample_value(names.DELAY_CANCELLED_TOTAL, {"tier": "paced"}) == 3
+
+
 def test_a_burst_on_a_redis_cluster_runs_at_the_bucket_s_rate(
     tmp_path: Path, async_cluster_client: Any
 ) -> None:
