@@ -148,11 +148,18 @@ end
 
 if mode == 'refund' then
   local at = tonumber(ARGV[5] or '')
+  local turn = tonumber(ARGV[6] or '')
+  if turn ~= nil and not (turn > now) then turn = nil end  -- its turn came: it left the sets
   for i = 1, n, 12 do
     local algorithm, place = q[i], q[i + 3]
     local given = amount or amounts[(i + 11) / 12]
     -- Nothing back (a root field's quota): its state is left as it is, as in memory.
     if given > 0 then
+      if turn ~= nil and q[i + 9] > 0 then  -- one waiter of that turn leaves this set
+        local waiting = KEYS[q[i + 10]]
+        local entry = redis.call('ZRANGEBYSCORE', waiting, turn, turn, 'LIMIT', 0, 1)[1]
+        if entry then redis.call('ZREM', waiting, entry) end
+      end
       if logs[algorithm] then
         refunds[algorithm]({KEYS[place], KEYS[place + 1]}, now, given, q[i + 1], q[i + 2], at)
       else
@@ -164,16 +171,6 @@ if mode == 'refund' then
     end
   end
   store()  -- a refund never needs more time than the hash has: `places` needs stay 0
-  local turn = tonumber(ARGV[6] or '')
-  if turn ~= nil and turn > now then
-    for i = 1, n, 12 do
-      if q[i + 9] > 0 then
-        local waiting = KEYS[q[i + 10]]
-        local entry = redis.call('ZRANGEBYSCORE', waiting, turn, turn, 'LIMIT', 0, 1)[1]
-        if entry then redis.call('ZREM', waiting, entry) end
-      end
-    end
-  end
   return {now}
 end
 
