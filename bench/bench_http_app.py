@@ -7,6 +7,7 @@
   ``MemoryStorage``) or ``redis`` (``CostLimiter`` on ``AsyncRedisStorage``);
 - ``QUOTAQL_BENCH_CONFIG``: the ``quotaql.toml`` (``CONFIG_TOML``) of the quotaql variants;
 - ``QUOTAQL_BENCH_REDIS_URL``: the private redis-server of the ``redis`` variant;
+- ``QUOTAQL_BENCH_TIMEOUT``: the Redis storage's per-call timeout in seconds (default 1);
 - ``QUOTAQL_BENCH_SPLIT=1``: time the gate's pieces in every request (see :class:`_Split`);
   the timed rounds run without it.
 
@@ -65,8 +66,9 @@ TENANT = "bench-tenant"
 DEPTH_LIMIT = 10  # the shop query is 3 deep: the rule walks it, never refuses
 # Each Redis call's timeout (the default is 50 ms): a call that misses it would be decided
 # by the local fallback, another code path; the stats count such decisions and the bench
-# fails the round. 1 s as in bench_plugin and bench_limiter.
-STORAGE_TIMEOUT_S = 1.0
+# fails the round. 1 s as in bench_plugin and bench_limiter; ``$QUOTAQL_BENCH_TIMEOUT``
+# (seconds) overrides it: bench_http_work runs the app under valgrind, many times slower.
+STORAGE_TIMEOUT_S = float(os.environ.get("QUOTAQL_BENCH_TIMEOUT") or 1.0)
 TENANT_CAPACITY = 1e12
 # The tenant's tier is a budget that never runs out in a run: 10^12 points, refilled at 1
 # per second; the default tier is small, so that a response showing 10^12 available shows
