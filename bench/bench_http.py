@@ -451,18 +451,27 @@ def check_responses(servers: Mapping[str, Uvicorn]) -> dict[str, Any]:
         if response.status_code != 200:
             raise RuntimeError(f"check {name}: HTTP {response.status_code}: {response.text[:300]}")
         replies[name] = response.json()
-    reference = replies["none"]
+    return check_replies([(f"check {name}", name, reply) for name, reply in replies.items()])
+
+
+def check_replies(replies: Sequence[tuple[str, str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """Replies to the shop query, each ``(where, variant, reply)``: the data of no limiting
+    (10 products with reviews, the first ``none`` reply's); quotaql's ``extensions.cost``
+    with the estimate, a lower actual cost (the refund path runs) and the tenant's budget;
+    none without quotaql. Returns one quotaql cost, for the report (also bench_http_work's
+    check)."""
+    where, reference = next((where, r) for where, variant, r in replies if variant == "none")
     products = (reference.get("data") or {}).get("products") or []
     if len(products) != PRODUCTS or not all(product["reviews"] for product in products):
-        raise RuntimeError(f"check none: not {PRODUCTS} products with reviews: {reference}")
+        raise RuntimeError(f"{where}: not {PRODUCTS} products with reviews: {reference}")
     cost: dict[str, Any] = {}
-    for name, reply in replies.items():
+    for where, variant, reply in replies:
         if "errors" in reply or reply.get("data") != reference["data"]:
-            raise RuntimeError(f"check {name}: not the data of no limiting: {reply}")
+            raise RuntimeError(f"{where}: not the data of no limiting: {reply}")
         found = (reply.get("extensions") or {}).get("cost")
-        if name not in QUOTAQL_VARIANTS:
+        if variant not in QUOTAQL_VARIANTS:
             if found is not None:
-                raise RuntimeError(f"check {name}: extensions.cost without quotaql: {found}")
+                raise RuntimeError(f"{where}: extensions.cost without quotaql: {found}")
             continue
         if (
             not isinstance(found, dict)
@@ -471,7 +480,7 @@ def check_responses(servers: Mapping[str, Uvicorn]) -> dict[str, Any]:
             or (found.get("throttleStatus") or {}).get("maximumAvailable") != TENANT_CAPACITY
         ):
             raise RuntimeError(
-                f"check {name}: expected extensions.cost with requestedQueryCost {ESTIMATE:g},"
+                f"{where}: expected extensions.cost with requestedQueryCost {ESTIMATE:g},"
                 f" a lower actualQueryCost and the tenant's {TENANT_CAPACITY:g} points: {found}"
             )
         cost = found

@@ -523,45 +523,6 @@ def check_run(job: Job, seen: Mapping[str, Any], warmup: int, quotaql: bool) -> 
         raise RuntimeError(f"{job.name}: not every request was an allowed decision: {problems}")
 
 
-def check_first(
-    counts: Mapping[Job, Count],
-    quotaql_variants: Sequence[str],
-    products: int,
-    estimate: float,
-    capacity: float,
-) -> dict[str, Any]:
-    """Each run's first response, parsed: the data of no limiting (10 products with
-    reviews); quotaql's ``extensions.cost`` with the estimate, a lower actual cost (the
-    refund path runs) and the tenant's budget; none without quotaql. One cost, for the
-    report."""
-    reference = next(c.seen["first"] for job, c in counts.items() if job.variant == "none")
-    found_products = (reference.get("data") or {}).get("products") or []
-    if len(found_products) != products or not all(p["reviews"] for p in found_products):
-        raise RuntimeError(f"none: not {products} products with reviews: {reference}")
-    cost: dict[str, Any] = {}
-    for job, count in counts.items():
-        first = count.seen["first"]
-        if "errors" in first or first.get("data") != reference["data"]:
-            raise RuntimeError(f"{job.name}: not the data of no limiting: {first}")
-        found = (first.get("extensions") or {}).get("cost")
-        if job.variant not in quotaql_variants:
-            if found is not None:
-                raise RuntimeError(f"{job.name}: extensions.cost without quotaql: {found}")
-            continue
-        if (
-            not isinstance(found, dict)
-            or found.get("requestedQueryCost") != estimate
-            or not 0 < found.get("actualQueryCost", estimate) < estimate
-            or (found.get("throttleStatus") or {}).get("maximumAvailable") != capacity
-        ):
-            raise RuntimeError(
-                f"{job.name}: expected extensions.cost with requestedQueryCost {estimate:g},"
-                f" a lower actualQueryCost and the tenant's {capacity:g} points: {found}"
-            )
-        cost = found
-    return cost
-
-
 def _valgrind_version() -> str:
     import subprocess
 
@@ -578,8 +539,8 @@ def main() -> list[Target]:
     from importlib.metadata import version
 
     from _harness import Target, fmt_int, print_table, print_targets
-    from bench_http import ESTIMATE, LABELS, PRODUCTS, QUERY, uvicorn_flavour
-    from bench_http_app import CONFIG_TOML, QUOTAQL_VARIANTS, TENANT, TENANT_CAPACITY, VARIANTS
+    from bench_http import LABELS, QUERY, check_replies, uvicorn_flavour
+    from bench_http_app import CONFIG_TOML, QUOTAQL_VARIANTS, TENANT, VARIANTS
 
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
@@ -643,7 +604,8 @@ def main() -> list[Target]:
         counts = run_child(directory, env, jobs, plan)
     for job, count in counts.items():
         check_run(job, count.seen, run.warmup, job.variant in QUOTAQL_VARIANTS)
-    cost = check_first(counts, QUOTAQL_VARIANTS, PRODUCTS, ESTIMATE, TENANT_CAPACITY)
+    # Each run's first response, parsed: as bench_http checks its servers' replies.
+    cost = check_replies([(job.name, job.variant, c.seen["first"]) for job, c in counts.items()])
     print(
         f"checked: {sum(c.seen['requests'] for c in counts.values()):,} responses in"
         f" {len(counts)} runs, each 200 with the data of no limiting (10 products with"
