@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from quotaql.limiter import BackendErrorMode
     from quotaql.policy.quota import Decision
     from tests.servers import RedisServer
+    from tests.test_limiter import ManualClock
 
 MODES: Sequence[BackendErrorMode] = ("open", "closed", "local")
 # What each fail mode answers while Redis is out: (source, allowed).
@@ -688,18 +689,23 @@ def test_a_shared_quota_starts_the_outage_from_its_last_report(
         limiter.storage.close()  # type: ignore[attr-defined]
 
 
-def test_the_fallback_credits_the_refill_since_the_report_and_nothing_more(
-    fresh_redis_server: RedisServer,
-) -> None:
+def _local_fallback_on_a_manual_clock(server: RedisServer) -> tuple[Limiter, ManualClock]:
+    """A limiter on ``server`` whose ``local`` fallback runs on a clock the test moves."""
     from quotaql import MemoryStorage
     from tests.test_limiter import ManualClock
 
-    server = fresh_redis_server
     clock = ManualClock()
     with server.client() as client:
         storage = RedisStorage(client, timeout=HEALTHY_TIMEOUT)
     fallback = MemoryStorage(clock=clock, source="fallback")
-    limiter = Limiter(storage, on_backend_error="local", fallback=fallback)
+    return Limiter(storage, on_backend_error="local", fallback=fallback), clock
+
+
+def test_the_fallback_credits_the_refill_since_the_report_and_nothing_more(
+    fresh_redis_server: RedisServer,
+) -> None:
+    server = fresh_redis_server
+    limiter, clock = _local_fallback_on_a_manual_clock(server)
     quota = Quota("tenant", capacity=100, refill_per_second=1)
     try:
         drained = [limiter.acquire(KEY, COSTLY, [quota]) for _ in range(3)]
@@ -714,7 +720,7 @@ def test_the_fallback_credits_the_refill_since_the_report_and_nothing_more(
         assert not after.allowed
         assert after.remaining == pytest.approx(left - 10, abs=0.1)
     finally:
-        storage.close()
+        limiter.storage.close()  # type: ignore[attr-defined]
 
 
 def restart_and_recover(server: RedisServer, limiter: Limiter) -> None:
@@ -859,15 +865,8 @@ def test_an_outage_starts_a_tenant_in_reserved_debt_from_its_debt(
     """A tenant whose turns were reserved (``max_delay``) is below empty in Redis; had the
     fallback started it at empty, an outage would have handed it the debt back: the turns
     reserved before it, then as many again."""
-    from quotaql import MemoryStorage
-    from tests.test_limiter import ManualClock
-
     server = fresh_redis_server
-    clock = ManualClock()
-    with server.client() as client:
-        storage = RedisStorage(client, timeout=HEALTHY_TIMEOUT)
-    fallback = MemoryStorage(clock=clock, source="fallback")
-    limiter = Limiter(storage, on_backend_error="local", fallback=fallback)
+    limiter, _clock = _local_fallback_on_a_manual_clock(server)
     quota = Quota("tenant", capacity=10, refill_per_second=10, max_delay=2.0)
     try:
         assert limiter.acquire(KEY, 10, [quota]).delay == 0  # the burst, now
@@ -883,4 +882,4 @@ def test_an_outage_starts_a_tenant_in_reserved_debt_from_its_debt(
         assert after.allowed
         assert after.delay == pytest.approx(1.1, abs=0.05)  # behind the reserved ten
     finally:
-        storage.close()
+        limiter.storage.close()  # type: ignore[attr-defined]
