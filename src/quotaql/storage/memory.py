@@ -292,14 +292,18 @@ class MemoryStorage:
         ``max_queued`` wait."""
         line = _line(table, k, now)
         line.append(now + wait)
-        self._write(table, _line_key(k), now, int(max(line)) - now + 1000, line)
+        self._write_line(table, k, now, line)
 
     def _leave_line(self, table: _Table, k: str, now: int, turn: int) -> None:
         """Take one waiter of ``turn`` out of the line of ``k`` (it left before its turn)."""
         line = _line(table, k, now)
         if turn in line:
             line.remove(turn)
-            self._write(table, _line_key(k), now, int(max(line, default=now)) - now + 1000, line)
+            self._write_line(table, k, now, line)
+
+    def _write_line(self, table: _Table, k: str, now: int, line: list[float]) -> None:
+        """Store the line of ``k`` until its last waiter's turn and a second more."""
+        self._write(table, _line_key(k), now, int(max(line, default=now)) - now + 1000, line)
 
     def refund(
         self,
