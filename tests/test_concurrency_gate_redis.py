@@ -264,6 +264,73 @@ def test_a_client_that_leaves_while_its_lease_is_taken_leaves_no_lease(
     asyncio.run(main())
 
 
+class _TakesLate(AsyncRedisLeases):
+    """Takes that reach Redis 50 ms after they were asked, whatever their caller does
+    meanwhile (as a take in a pipeline batch waits for its connection to be made, or is sent
+    again after a ``NOSCRIPT``), on the real lease script."""
+
+    __slots__ = ("releases",)
+
+    def __init__(self, storage: AsyncRedisStorage) -> None:
+        super().__init__(storage)
+        self.releases = 0
+
+    async def take(self, *args: Any, **kwargs: Any) -> Any:
+        async def late() -> Any:
+            await asyncio.sleep(0.05)
+            return await AsyncRedisLeases.take(self, *args, **kwargs)
+
+        return await asyncio.shield(asyncio.ensure_future(late()))
+
+    async def release(self, *args: Any, **kwargs: Any) -> int:
+        self.releases += 1
+        return await super().release(*args, **kwargs)
+
+
+def test_a_lease_is_given_back_only_once_its_take_has_been_answered(
+    config: Callable[..., Any], redis_server: RedisServer, redis_client: redis.Redis
+) -> None:
+    """The client leaves before its take reaches Redis: a release sent at once would find
+    nothing, then the take would hold its slot until lease_ttl (seen on the pipeline's two
+    connections, the take's still connecting). The release waits for the take's answer."""
+
+    async def main() -> None:
+        storage = AsyncRedisStorage.from_url(redis_server.url, timeout=1.0)
+        leases = _TakesLate(storage)
+        gate = Gate(config(), storage=storage, leases=leases)
+        try:
+            for _ in range(3):
+                task = asyncio.ensure_future(gate.admit_async(SCHEMA, HELLO, request=scope()))
+                await asyncio.sleep(0.01)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            await asyncio.sleep(0.1)  # every take has reached Redis
+            await gate.aflush()
+            assert zcard(redis_client) == 0
+            assert leases.releases == 3
+            assert gate.in_flight() == {}
+            # A take that was refused took nothing: no release is sent for it.
+            held = [await gate.admit_async(SCHEMA, HELLO, request=scope()) for _ in range(8)]
+            task = asyncio.ensure_future(gate.admit_async(SCHEMA, HELLO, request=scope()))
+            await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.1)
+            await gate.aflush()
+            assert zcard(redis_client) == 8
+            assert leases.releases == 3
+            for op in held:
+                gate.finish(op)
+            await gate.aflush()
+            assert zcard(redis_client) == 0
+        finally:
+            await storage.close()
+
+    asyncio.run(main())
+
+
 def test_a_client_that_leaves_while_it_is_debited_gives_its_lease_back(
     config: Callable[..., Any], fresh_redis_server: RedisServer, redis_server: RedisServer
 ) -> None:

@@ -1296,10 +1296,11 @@ class Gate:
         try:
             taken: _Taken = yield ("lease", key, specs, lease)
         except BaseException:  # closed while taking: it may have been taken, give it back
-            self._release_later(
-                _Lease(lease, key, tuple(spec.name for spec in specs), None, None, "", 0,
-                       self._leasing.leases)
-            )  # fmt: skip
+            if not self._leasing.leases_async:  # (async: once the take is answered)
+                self._release_later(
+                    _Lease(lease, key, tuple(spec.name for spec in specs), None, None, "", 0,
+                           self._leasing.leases)
+                )  # fmt: skip
             raise
         result = taken.result
         names_ = tuple(spec.name for spec in taken.specs)
@@ -1765,8 +1766,35 @@ class Gate:
     async def _take_async(
         self, leases: Any, key: str, specs: tuple[LeaseSpec, ...], lease: str, ttl_ms: int
     ) -> _Taken:
-        result = await self._lease_call_async(leases.take, key, specs, lease, ttl_ms)
+        # The take runs to its answer even when its caller leaves (cancelled), and only then
+        # is its lease given back: released at once, the release could reach Redis first
+        # (on the pipeline's other connection, or while a NOSCRIPT take is sent again) and
+        # the lease be taken after it, held until its ttl.
+        call = asyncio.ensure_future(self._lease_call_async(leases.take, key, specs, lease,
+                                                            ttl_ms))  # fmt: skip
+        try:
+            result = await asyncio.shield(call)
+        except BaseException:
+            self._spawn(self._release_when_answered(call, key, specs, lease, leases))
+            raise
         return self._took(key, specs, lease, result, leases)
+
+    async def _release_when_answered(
+        self,
+        call: asyncio.Future[Any],
+        key: str,
+        specs: tuple[LeaseSpec, ...],
+        lease: str,
+        leases: Any,
+    ) -> None:
+        """The take of a caller that left, once answered: what it may have taken goes back
+        (a refusal took nothing; a failure may have taken it anyway)."""
+        try:
+            result = await call
+        except Exception:  # no answer to go by
+            result = _UNAVAILABLE
+        if result is _UNAVAILABLE or result.taken:
+            await self._lease_call_async(leases.release, key, [spec.name for spec in specs], lease)
 
     def _took(
         self, key: str, specs: tuple[LeaseSpec, ...], lease: str, result: Any, leases: Any
