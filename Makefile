@@ -10,11 +10,12 @@ GQL32       := .venv-gql32
 GQL32_BIN   := $(GQL32)/bin
 GQL32_STAMP := $(GQL32)/.installed
 # The extras these suites use: not strawberry (nor demo and all, which pull it in), nor
-# ariadne, whose tests run in the main environment only.
+# ariadne, whose tests run in the main environment only. The limiter layer (limiter,
+# policy, storage) imports no graphql-core (tests/test_imports.py): its suites run once,
+# in the main run.
 GQL32_EXTRAS := redis,otel,prometheus,dashboards,cli
-GQL32_TESTS  := tests/cost_analysis tests/policy tests/storage tests/test_limiter.py \
-                tests/test_config*.py tests/test_imports.py tests/graphene3 \
-                src/quotaql/cost_analysis src/quotaql/gate.py
+GQL32_TESTS  := tests/cost_analysis tests/test_config*.py tests/test_imports.py \
+                tests/graphene3 src/quotaql/cost_analysis src/quotaql/gate.py
 # The Strawberry modules among them (the main run covers them).
 GQL32_IGNORE := --ignore=tests/cost_analysis/test_strawberry.py \
                 --ignore=tests/cost_analysis/test_link_strawberry.py \
