@@ -1793,8 +1793,11 @@ class Gate:
             result = await call
         except Exception:  # no answer to go by
             result = _UNAVAILABLE
-        if result is _UNAVAILABLE or result.taken:
-            await self._lease_call_async(leases.release, key, [spec.name for spec in specs], lease)
+        if result is _UNAVAILABLE or result.taken:  # given back as a stray take is
+            names_ = tuple(spec.name for spec in specs)
+            done = self._give_back(_Lease(lease, key, names_, None, None, "", 0, leases))
+            if done is not None:
+                await done
 
     def _took(
         self, key: str, specs: tuple[LeaseSpec, ...], lease: str, result: Any, leases: Any
