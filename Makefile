@@ -15,7 +15,7 @@ GQL32_STAMP := $(GQL32)/.installed
 # in the main run.
 GQL32_EXTRAS := redis,otel,prometheus,dashboards,cli
 GQL32_TESTS  := tests/cost_analysis tests/test_config*.py tests/test_imports.py \
-                tests/graphene3 src/quotaql/cost_analysis src/quotaql/gate.py
+                tests/graphene3 src/quotaql/cost_analysis src/quotaql/gate
 # The Strawberry modules among them (the main run covers them).
 GQL32_IGNORE := --ignore=tests/cost_analysis/test_strawberry.py \
                 --ignore=tests/cost_analysis/test_link_strawberry.py \

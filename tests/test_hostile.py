@@ -18,9 +18,9 @@ from graphql import get_introspection_query, parse
 from quotaql.config import load_config
 from quotaql.cost_analysis.model import SAFE_LIMITS, CostLimits
 from quotaql.cost_analysis.screen import screen
-from quotaql.deny import DenyCache
 from quotaql.errors import ConfigError, LimitExceeded, TooManyDirectives, TooManyFields
 from quotaql.gate import Gate
+from quotaql.limiter.deny import DenyCache
 from quotaql.policy.quota import Decision, Quota
 from quotaql.storage.memory import MemoryStorage
 from tests.introspection import INTROSPECTION_QUERIES

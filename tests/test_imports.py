@@ -58,8 +58,9 @@ def test_the_core_imports_without_strawberry(module: str) -> None:
 # cannot change what it does.
 GRAPHQL_FREE = (
     "quotaql.limiter",
-    "quotaql.breaker",
-    "quotaql.refunds",
+    "quotaql.limiter.breaker",
+    "quotaql.limiter.refunds",
+    "quotaql.limiter.deny",
     "quotaql.policy",
     "quotaql.simulation",
     "quotaql.storage.memory",

@@ -557,9 +557,9 @@ def test_the_fallback_given_is_the_one_used(clock: ManualClock) -> None:
 def test_the_reports_kept_for_the_fallback_are_bounded(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import quotaql.limiter
+    import quotaql.limiter.flows
 
-    monkeypatch.setattr(quotaql.limiter, "MAX_REPORTS", 20)
+    monkeypatch.setattr(quotaql.limiter.flows, "MAX_REPORTS", 20)
     storage = RedisStorage(redis_client)
     limiter = Limiter(storage, on_backend_error="local")
     try:

@@ -1,4 +1,4 @@
-"""Refunds off the response path (quotaql.refunds): queued, coalesced, retried, counted.
+"""Refunds off the response path (quotaql.limiter.refunds): queued, coalesced, retried, counted.
 
 Against real private redis-servers: pauses are SIGSTOPs, calls are counted by the server.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from quotaql import AsyncLimiter, AsyncRedisStorage, CircuitBreaker, Limiter, Quota, RedisStorage
-from quotaql.refunds import RefundQueue
+from quotaql.limiter.refunds import RefundQueue
 from tests.servers import AsyncRunner
 
 if TYPE_CHECKING:
@@ -355,7 +355,7 @@ def test_refunds_queued_as_the_idle_thread_ends_are_still_applied(
 ) -> None:
     """The refund thread ends when idle; a refund queued just then is applied anyway (by the
     thread taking its place back, or by a new one), never left for the next refund."""
-    import quotaql.limiter as limiter_module
+    import quotaql.limiter.rate as limiter_module
 
     monkeypatch.setattr(limiter_module, "_IDLE_THREAD", 0.02)
     limiter = sync_limiter(fresh_redis_server)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from quotaql.breaker import CircuitBreaker
 from quotaql.errors import (
     ConfigError,
     CostAnalysisError,
@@ -14,6 +13,7 @@ from quotaql.errors import (
     TooManyRootFields,
 )
 from quotaql.limiter import AsyncLimiter, Limiter
+from quotaql.limiter.breaker import CircuitBreaker
 from quotaql.policy import Decision, Quota, QuotaStatus
 from quotaql.storage import AsyncRedisStorage, MemoryStorage, RedisStorage
 

@@ -18,7 +18,7 @@ import pytest
 
 from quotaql import AsyncRedisStorage, MemoryStorage, Quota, RedisStorage
 from quotaql.errors import ConfigError
-from quotaql.limiter import reserved_turn
+from quotaql.limiter.flows import reserved_turn
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterator, Sequence

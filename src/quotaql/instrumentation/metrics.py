@@ -495,7 +495,7 @@ class PrometheusMetrics:
         self._child(self.delay_cancelled_total, tier)
 
     def watch_refunds(self, queue: Any) -> None:
-        """Count what a :class:`~quotaql.refunds.RefundQueue` queued and coalesced, and how
+        """Count what a :class:`~quotaql.limiter.refunds.RefundQueue` queued and coalesced, and how
         many refunds wait in it (read at each scrape, and at most once a second)."""
         with self._backend_lock:
             self._refund_queues.setdefault(queue, (0, 0))

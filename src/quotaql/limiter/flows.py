@@ -1,9 +1,7 @@
-"""The limiter: several quotas per key, shared quotas, and fail modes (with the circuit
-breaker of :mod:`quotaql.breaker`).
-
-:class:`Limiter` and :class:`AsyncLimiter` share one implementation: each operation is a
-generator that yields the storage calls it needs and receives their results, and a small
-driver runs it with plain calls (sync) or awaits (async).
+"""The limiter's flows, one body for sync and async storages: each operation (acquire,
+refund, peek) is a generator that yields the storage calls it needs and receives their
+results; :class:`Core` holds what both limiters share (validation, fail modes, the local
+fallback, the refund queue) and a small driver runs a flow with plain calls or awaits.
 
 The ``local`` fail mode never hands a tenant a fresh, full bucket: the limiter remembers
 what the storage last reported of each (tenant, quota) it decided (a bounded LRU of
@@ -13,37 +11,23 @@ or from ``capacity * local_share`` for a state never reported (see :class:`_Subs
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import contextlib
 import inspect
 import math
-import os
 import threading
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import Any, Final, Literal
 
-from quotaql.breaker import CircuitBreaker
 from quotaql.errors import ConfigError, StorageError, StorageNotReached, StorageTimeout
+from quotaql.limiter.breaker import CircuitBreaker
+from quotaql.limiter.recorder import NullRecorder, Recorder
+from quotaql.limiter.refunds import DEFAULT_MAX_AGE, DEFAULT_MAX_ENTRIES, PendingRefund, RefundQueue
 from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
-from quotaql.refunds import DEFAULT_MAX_AGE, DEFAULT_MAX_ENTRIES, PendingRefund, RefundQueue
 from quotaql.storage.base import check_arguments
 from quotaql.storage.memory import MemoryStorage, tenant_part
 
-if TYPE_CHECKING:
-    from quotaql.storage.base import AsyncStorage, Storage
-
-__all__ = [
-    "AsyncLimiter",
-    "BackendErrorMode",
-    "CircuitBreaker",
-    "Limiter",
-    "MultiRecorder",
-    "NullRecorder",
-    "Recorder",
-]
+__all__ = ["DEFAULT_LOCAL_SHARE", "MAX_REPORTS", "BackendErrorMode"]
 
 BackendErrorMode = Literal["open", "closed", "local"]
 _MODES = ("open", "closed", "local")
@@ -51,17 +35,6 @@ DEFAULT_LOCAL_SHARE = 0.1
 # Most (tenant, quota) reports the limiter keeps for the local fallback, least recently
 # reported first out; an entry is a key string and a (remaining, ms) pair: ~200 bytes.
 MAX_REPORTS = 100_000
-
-# Refunds the storage could not take are tried again after this many seconds.
-_RETRY_INTERVAL = 0.1
-# An idle refund thread ends after this many seconds (the next refund starts another).
-_IDLE_THREAD = 5.0
-# How long a peek waits for the refunds queued before it (then it reads what is there).
-_PEEK_FLUSH = 1.0
-# What a process does at exit with refunds still waiting: a last try, this long at most.
-_EXIT_FLUSH = 0.5
-_STARTING = threading.Lock()  # starting a limiter's refund thread
-_LIMITERS: weakref.WeakSet[Limiter] = weakref.WeakSet()  # those with a refund thread
 
 # What became of a waiting refund the limiter tried: applied; not sent (the breaker was open,
 # the storage took nothing), to be tried again; or unknown (sent, then the call failed: it
@@ -83,68 +56,7 @@ _Call = tuple[
 _Flow = Generator[_Call, Any, Decision | None]
 
 
-class Recorder(Protocol):
-    """Receives what the limiter does, for metrics and logs (see ``quotaql.instrumentation``)."""
-
-    def decision(self, decision: Decision, seconds: float) -> None:
-        """A decision was made in ``seconds`` (including storage round trips)."""
-
-    def backend_error(self, backend: str, error: BaseException) -> None:
-        """A storage call failed (the decision then came from the fail mode)."""
-
-    def circuit(self, backend: str, is_open: bool) -> None:
-        """The circuit breaker opened (``True``) or closed again (``False``)."""
-
-    # Optional (a recorder without it is not told): ``refunds(outcome, count, cost)``, where
-    # outcome is ``applied``, ``lost`` or ``unknown`` (see :mod:`quotaql.refunds`).
-
-
-class NullRecorder:
-    """Records nothing: the default."""
-
-    def decision(self, decision: Decision, seconds: float) -> None:
-        """Ignore the decision."""
-
-    def backend_error(self, backend: str, error: BaseException) -> None:
-        """Ignore the error."""
-
-    def circuit(self, backend: str, is_open: bool) -> None:
-        """Ignore the change."""
-
-    def refunds(self, outcome: str, count: int, cost: float) -> None:
-        """Ignore the refunds."""
-
-
-class MultiRecorder:
-    """Passes everything on to several recorders (metrics and logs, say), in order."""
-
-    def __init__(self, *recorders: Recorder) -> None:
-        self.recorders = recorders
-
-    def decision(self, decision: Decision, seconds: float) -> None:
-        """Pass the decision on."""
-        for recorder in self.recorders:
-            recorder.decision(decision, seconds)
-
-    def backend_error(self, backend: str, error: BaseException) -> None:
-        """Pass the error on."""
-        for recorder in self.recorders:
-            recorder.backend_error(backend, error)
-
-    def circuit(self, backend: str, is_open: bool) -> None:
-        """Pass the change on."""
-        for recorder in self.recorders:
-            recorder.circuit(backend, is_open)
-
-    def refunds(self, outcome: str, count: int, cost: float) -> None:
-        """Pass the refunds on (to the recorders that take them)."""
-        for recorder in self.recorders:
-            told = getattr(recorder, "refunds", None)
-            if told is not None:
-                told(outcome, count, cost)
-
-
-class _Core:
+class Core:
     """What the sync and async limiters share: validation, flows, fail modes."""
 
     def __init__(
@@ -298,7 +210,7 @@ class _Core:
         if source == "fallback":
             # Its states live as long as the outage: a refund after it finds nothing. The
             # shared quotas were debited in the shared scope: the flow gives theirs back there.
-            flow = _Core.refund_flow(
+            flow = Core.refund_flow(
                 key, amount, quotas, now, amounts, decision.at, turn=reserved_turn(decision)
             )
             _drive(flow, self.fallback)
@@ -467,7 +379,7 @@ class _Substitute:
     """
 
     def __init__(
-        self, core: _Core, share: float, reports: dict[str, tuple[float, int]] | None
+        self, core: Core, share: float, reports: dict[str, tuple[float, int]] | None
     ) -> None:
         self._core = core
         self._fallback = core.fallback
@@ -638,7 +550,7 @@ def _call(storage: Any, call: _Call) -> Any:
 _Remember = Callable[[str | None, Sequence[Quota], Decision, int | None], None]
 
 
-def _pending(value: object) -> bool:
+def is_pending(value: object) -> bool:
     """An answer still to wait for (an async storage's call), not a value (a Decision, None,
     an outcome)."""
     return (
@@ -661,7 +573,7 @@ def _drive(
     makes, an awaitable of it (:func:`_drive_later` waits, then drives on from here).
 
     A storage error is raised inside the flow. ``remember`` is given each decision the
-    storage makes (see :meth:`_Core.remember`).
+    storage makes (see :meth:`Core.remember`).
     """
     try:
         while True:
@@ -672,7 +584,7 @@ def _drive(
             except StorageError as exc:
                 error = exc
                 continue
-            if _pending(result):
+            if is_pending(result):
                 return _drive_later(flow, storage, remember, call, result)
             if remember is not None and call[0] != "refund":
                 remember(call[1], call[3], result, call[4])
@@ -694,19 +606,19 @@ async def _drive_later(
         if remember is not None and call[0] != "refund":
             remember(call[1], call[3], result, call[4])
     value = _drive(flow, storage, remember, result, error)
-    return await value if _pending(value) else value
+    return await value if is_pending(value) else value
 
 
 # What Limiter.refund and AsyncLimiter.refund are told when a refund was queued.
-_QUEUED: Final = "queued"
+QUEUED: Final = "queued"
 
 
-class _Operations:
+class Operations:
     """The limiter's operations, one body for sync and async storages: each returns its
     value, or with an async storage an awaitable of it (graphql-core's awaitable-or-value),
     and :class:`Limiter` / :class:`AsyncLimiter` are thin entry points around them."""
 
-    def __init__(self, core: _Core) -> None:
+    def __init__(self, core: Core) -> None:
         self.core = core
 
     def acquire(
@@ -724,7 +636,7 @@ class _Operations:
             decision = core.storage.decide(key, cost, quotas, now, costs)  # checked above
         else:  # one path for one quota or many, shared or not
             decision = self.execute(
-                lambda: _Core.acquire_flow(key, cost, quotas, now, costs),
+                lambda: Core.acquire_flow(key, cost, quotas, now, costs),
                 cost,
                 quotas,
                 None if shared else ("acquire", key, cost, quotas, now, costs, None, None),
@@ -751,7 +663,7 @@ class _Operations:
         amounts: Sequence[float] | None,
         decision: Decision | None,
     ) -> Any:
-        """None when there is nothing to do or it was done, :data:`_QUEUED` when the refund
+        """None when there is nothing to do or it was done, :data:`QUEUED` when the refund
         was queued (the entry point wakes its applier), else an awaitable."""
         shared = _check_request(key, amount, quotas, amounts)
         if not (amount > 0 if amounts is None else any(amounts)):
@@ -767,16 +679,16 @@ class _Operations:
         if core.refunds is not None:  # applied off the response path
             each = (amount,) * len(quotas) if amounts is None else amounts
             core.refunds.add(key, quotas, each, at, now, turn)
-            return _QUEUED
+            return QUEUED
         return self.execute(
-            lambda: _Core.refund_flow(key, amount, quotas, now, amounts, at, turn=turn),
+            lambda: Core.refund_flow(key, amount, quotas, now, amounts, at, turn=turn),
             amount,
             quotas,
         )
 
     def peek(self, key: str, quotas: Sequence[Quota], now: int | None) -> Any:
         _check_request(key, 0.0, quotas)
-        return self.execute(lambda: _Core.peek_flow(key, quotas, now), 0.0, quotas)
+        return self.execute(lambda: Core.peek_flow(key, quotas, now), 0.0, quotas)
 
     def execute(
         self,
@@ -803,7 +715,7 @@ class _Operations:
         except BaseException:
             core.breaker.abandon()  # e.g. interrupted: no verdict on the storage
             raise
-        if _pending(result):
+        if is_pending(result):
             return self._execute_later(result, flow_factory, cost, quotas, call)
         return self._answered(result, call)
 
@@ -840,7 +752,7 @@ class _Operations:
         if not core.breaker.allow():
             return "retry"
         applied: list[bool] = []
-        flow = _Core.refund_flow(
+        flow = Core.refund_flow(
             refund.key,
             refund.amount,
             refund.quotas,
@@ -857,7 +769,7 @@ class _Operations:
         except BaseException:
             core.breaker.abandon()
             raise
-        if _pending(result):
+        if is_pending(result):
             return self._applied_later(result, refund, applied)
         core.succeeded()
         return "applied"
@@ -875,395 +787,3 @@ class _Operations:
             raise
         core.succeeded()
         return "applied"
-
-
-class _LimiterBase:
-    """The constructor both limiters share."""
-
-    def __init__(
-        self,
-        storage: Storage | AsyncStorage | MemoryStorage | None = None,
-        *,
-        on_backend_error: BackendErrorMode = "local",
-        breaker: CircuitBreaker | None = None,
-        fallback: MemoryStorage | None = None,
-        recorder: Recorder | None = None,
-        local_share: float = DEFAULT_LOCAL_SHARE,
-        open_cap: float | None = None,
-        defer_refunds: bool = True,
-        refund_max_age: float = DEFAULT_MAX_AGE,
-        refund_queue_size: int = DEFAULT_MAX_ENTRIES,
-    ) -> None:
-        self._core = _Core(
-            storage if storage is not None else MemoryStorage(),
-            on_backend_error=on_backend_error,
-            breaker=breaker,
-            fallback=fallback,
-            recorder=recorder,
-            local_share=local_share,
-            open_cap=open_cap,
-            defer_refunds=defer_refunds,
-            refund_max_age=refund_max_age,
-            refund_queue_size=refund_queue_size,
-        )
-        self._ops = _Operations(self._core)
-        self._pending = threading.Event()  # refunds were queued (the sync refund thread)
-        self._thread: threading.Thread | None = None
-        self._task: asyncio.Task[None] | None = None  # the async refund task
-
-    @property
-    def refund_queue(self) -> RefundQueue | None:
-        """The refunds waiting to be applied (None: refunds are applied at once)."""
-        return self._core.refunds
-
-    @property
-    def breaker(self) -> CircuitBreaker:
-        """The circuit breaker in front of the storage."""
-        return self._core.breaker
-
-
-class Limiter(_LimiterBase):
-    """Debits a key's quotas by the cost of each request; answers even when Redis is down.
-
-    Example:
-        >>> limiter = Limiter(MemoryStorage())
-        >>> tenant = Quota("tenant", capacity=100, refill_per_second=10)
-        >>> limiter.acquire("acme", cost=60, quotas=[tenant]).allowed
-        True
-        >>> decision = limiter.acquire("acme", cost=60, quotas=[tenant])
-        >>> decision.allowed, decision.limited_by, decision.retry_after
-        (False, 'tenant', 2.0)
-
-    Args:
-        storage: :class:`~quotaql.storage.memory.MemoryStorage` (default) or
-            :class:`~quotaql.storage.redis.RedisStorage`.
-        on_backend_error: when the storage fails: ``"open"`` allows (no limit while it is
-            down, unless ``open_cap``), ``"closed"`` refuses (``reason="backend_unavailable"``),
-            ``"local"`` decides with an in-process :class:`MemoryStorage` until the storage
-            is back, each state starting from what the storage last reported of it.
-        breaker: the circuit breaker in front of the storage.
-        fallback: the storage ``"local"`` (and ``open_cap``) uses.
-        recorder: receives decisions, backend errors and breaker changes (metrics).
-        local_share: with ``"local"``, the share of a quota's capacity (0 to 1) that a
-            state the storage never reported to this limiter starts an outage with.
-        open_cap: with ``"open"``, a share of each quota's capacity (above 0, at most 1):
-            while the storage is down, each state starts at ``capacity * open_cap`` (fresh
-            each outage) and refills at the quota's rate; beyond it requests are refused
-            (``source="fallback"``, ``reason="rate_limited"``). None: no limit.
-    """
-
-    @property
-    def storage(self) -> Storage:
-        """The storage decisions are made in."""
-        storage: Storage = self._core.storage
-        return storage
-
-    def acquire(
-        self,
-        key: str,
-        cost: float,
-        quotas: Sequence[Quota],
-        *,
-        now: int | None = None,
-        costs: Sequence[float] | None = None,
-    ) -> Decision:
-        """Debit ``cost`` from every quota of ``key``, all of them or none.
-
-        Args:
-            key: the tenant.
-            cost: what the request costs (>= 0).
-            quotas: the quotas that apply; shared ones are one budget for all keys.
-            now: the time in ms (tests); by default the storage's clock.
-            costs: what each quota is debited instead of ``cost``, one per quota (a root
-                field's quota pays that field's cost).
-        """
-        decision: Decision = self._ops.acquire(key, cost, quotas, now, costs)
-        return decision
-
-    def refund(
-        self,
-        key: str,
-        amount: float,
-        quotas: Sequence[Quota],
-        *,
-        now: int | None = None,
-        amounts: Sequence[float] | None = None,
-        decision: Decision | None = None,
-    ) -> None:
-        """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``
-        (or each quota its ``amounts``).
-
-        ``decision`` is the decision whose debit this gives back: a refund goes where that
-        debit was made (the storage, or the local fallback during an outage; nothing for a
-        fail-open or fail-closed decision, which debited nothing), and a window gives back
-        only to the window it was counted in (``decision.at``). Without it, the refund is of
-        a debit made in the storage now. On a storage that can fail (Redis), the refund is
-        queued and applied by a thread of the limiter's (see :mod:`quotaql.refunds`).
-        """
-        if self._ops.refund(key, amount, quotas, now, amounts, decision) is _QUEUED:
-            self._wake()
-
-    def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
-        """The state of ``key``'s quotas, without debiting anything (after the refunds
-        queued before it: a peek reads what this process refunded)."""
-        queue = self._core.refunds
-        if queue is not None and queue.pending:
-            self._flush(_PEEK_FLUSH, until_open=True)
-        decision: Decision = self._ops.peek(key, quotas, now)
-        return decision
-
-    def flush(self, timeout: float = 5.0) -> int:
-        """Apply the refunds waiting now, in this thread (at shutdown, in tests); give up on
-        the ones the storage cannot take within ``timeout`` seconds (they stay queued).
-
-        Returns:
-            How many refunds are still waiting.
-        """
-        return self._flush(timeout)
-
-    def _flush(self, timeout: float, *, until_open: bool = False) -> int:
-        """:meth:`flush`; ``until_open``: give up as soon as the breaker keeps the storage
-        away (a peek: the refunds cannot be sent then, and the peek reads the fail mode, not
-        the storage, so waiting for them would only hold its caller)."""
-        queue = self._core.refunds
-        if queue is None:
-            return 0
-        breaker = self._core.breaker
-        deadline = time.monotonic() + timeout
-        while queue.pending and time.monotonic() < deadline:
-            if until_open and breaker.retry_after() > 0:
-                break
-            if len(queue):
-                if not self._apply(queue, deadline) and time.monotonic() < deadline:
-                    time.sleep(_RETRY_INTERVAL)
-            else:  # the refund thread is applying some
-                queue.wait_done(max(0.0, deadline - time.monotonic()))
-        return len(queue)
-
-    def _apply(self, queue: RefundQueue, deadline: float | None = None) -> bool:
-        """Apply what is waiting; False if the storage could not take all of it. Past the
-        ``deadline`` (monotonic seconds: a flush's), the rest is left queued, not tried: one
-        round trip each, a backlog would hold the flushing thread (a peek, the exit) far
-        longer than its timeout."""
-        waiting = queue.take()
-        try:
-            try:
-                if deadline is None:
-                    outcomes: list[Any] = [self._ops.apply(refund) for refund in waiting]
-                else:
-                    outcomes = []
-                    for refund in waiting:
-                        late = time.monotonic() >= deadline
-                        outcomes.append("retry" if late else self._ops.apply(refund))
-            except BaseException:  # interrupted: see AsyncLimiter._apply
-                queue.drop(waiting)
-                raise
-            return self._core.settle_refunds(queue, waiting, outcomes)
-        finally:
-            queue.done(len(waiting))
-
-    def _wake(self) -> None:
-        """Make sure the refund thread runs (started on first use, again in a forked child)."""
-        self._pending.set()
-        thread = self._thread
-        if thread is None or not thread.is_alive():
-            with _STARTING:
-                if self._thread is None or not self._thread.is_alive():
-                    self._thread = threading.Thread(
-                        target=_refund_thread,
-                        args=(weakref.ref(self), self._pending),
-                        name="quotaql-refunds",
-                        daemon=True,
-                    )
-                    self._thread.start()
-                    _LIMITERS.add(self)
-
-
-class AsyncLimiter(_LimiterBase):
-    """:class:`Limiter` for asyncio, over :class:`~quotaql.storage.redis.AsyncRedisStorage`.
-
-    A :class:`MemoryStorage` works too (its calls do not block).
-    """
-
-    @property
-    def storage(self) -> AsyncStorage | MemoryStorage:
-        """The storage decisions are made in."""
-        storage: AsyncStorage | MemoryStorage = self._core.storage
-        return storage
-
-    async def acquire(
-        self,
-        key: str,
-        cost: float,
-        quotas: Sequence[Quota],
-        *,
-        now: int | None = None,
-        costs: Sequence[float] | None = None,
-    ) -> Decision:
-        """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key``, all of
-        them or none."""
-        decision = self._ops.acquire(key, cost, quotas, now, costs)
-        return decision if decision.__class__ is Decision else await decision
-
-    async def refund(
-        self,
-        key: str,
-        amount: float,
-        quotas: Sequence[Quota],
-        *,
-        now: int | None = None,
-        amounts: Sequence[float] | None = None,
-        decision: Decision | None = None,
-    ) -> None:
-        """:meth:`Limiter.refund`: queued, and applied by a task of the event loop with the
-        storage's calls in flight."""
-        done = self._ops.refund(key, amount, quotas, now, amounts, decision)
-        if done is _QUEUED:
-            self._schedule()
-        elif _pending(done):
-            await done
-
-    async def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
-        """The state of ``key``'s quotas, without debiting anything (after the refunds
-        queued before it: a peek reads what this process refunded)."""
-        queue = self._core.refunds
-        if queue is not None and queue.pending:
-            await self._flush(_PEEK_FLUSH, until_open=True)
-        decision = self._ops.peek(key, quotas, now)
-        return decision if decision.__class__ is Decision else await decision
-
-    async def flush(self, timeout: float = 5.0) -> int:
-        """Apply the refunds waiting now (at shutdown, in tests); give up on the ones the
-        storage cannot take within ``timeout`` seconds (they stay queued).
-
-        Returns:
-            How many refunds are still waiting.
-        """
-        return await self._flush(timeout)
-
-    async def _flush(self, timeout: float, *, until_open: bool = False) -> int:
-        """:meth:`flush` (``until_open``: as :meth:`Limiter._flush`)."""
-        queue = self._core.refunds
-        if queue is None:
-            return 0
-        breaker = self._core.breaker
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while queue.pending and loop.time() < deadline:
-            if until_open and breaker.retry_after() > 0:
-                break
-            task = self._task
-            if task is not None and not task.done() and task.get_loop() is loop:
-                # The loop's refund task is applying some: wait for it (a peek looks at the
-                # breaker again after each of the task's tries).
-                left = max(0.0, deadline - loop.time())
-                await asyncio.wait(
-                    {task}, timeout=min(left, _RETRY_INTERVAL) if until_open else left
-                )
-            elif len(queue):
-                if not await self._apply(queue):
-                    await asyncio.sleep(_RETRY_INTERVAL)
-            else:  # taken by a task of another loop: nothing to wait on here
-                break
-        return len(queue)
-
-    async def _apply(self, queue: RefundQueue) -> bool:
-        """Apply what is waiting; False if the storage could not take all of it."""
-        waiting = queue.take()
-        try:
-            try:
-                outcomes = [self._ops.apply(refund) for refund in waiting]
-                later = [index for index, outcome in enumerate(outcomes) if _pending(outcome)]
-                if later:
-                    answers = await asyncio.gather(*(outcomes[index] for index in later))
-                    for index, outcome in zip(later, answers, strict=True):
-                        outcomes[index] = outcome
-            except BaseException:
-                # Cancelled (its loop shutting down) with refunds taken, some perhaps sent and
-                # applied: counted unknown, never sent again, never gone without a count.
-                queue.drop(waiting)
-                raise
-            return self._core.settle_refunds(queue, waiting, outcomes)
-        finally:
-            queue.done(len(waiting))
-
-    def _schedule(self) -> None:
-        """Start the loop's refund task unless it runs (it takes what is queued meanwhile).
-
-        A task of another loop does not count: that loop may be closed with the task left
-        pending for good (``run_until_complete`` then ``close()``)."""
-        task = self._task
-        loop = asyncio.get_running_loop()
-        if task is None or task.done() or task.get_loop() is not loop:
-            self._task = loop.create_task(self._drain())
-
-    async def _drain(self) -> None:
-        queue = self._core.refunds
-        if queue is None:
-            return
-        while len(queue):
-            if not await self._apply(queue):  # the storage could not take some: again later
-                await asyncio.sleep(_RETRY_INTERVAL)
-
-
-def _refund_thread(ref: weakref.ReferenceType[Limiter], pending: threading.Event) -> None:
-    """A limiter's refund thread: applies what is queued, retries what the storage could
-    not take, and ends when idle (or when the limiter is gone)."""
-    while True:
-        if not pending.wait(_IDLE_THREAD):
-            limiter = ref()
-            if limiter is None:
-                return
-            if not limiter.refund_queue and _end_refund_thread(limiter, pending):
-                return  # idle: the next refund starts a thread again
-            del limiter
-            continue
-        pending.clear()
-        limiter = ref()
-        if limiter is None:
-            return
-        queue = limiter.refund_queue
-        if queue is not None and not limiter._apply(queue):  # some could not be: again later
-            time.sleep(_RETRY_INTERVAL)
-            pending.set()
-        del limiter
-
-
-def _end_refund_thread(limiter: Limiter, pending: threading.Event) -> bool:
-    """Whether the idle refund thread may end. It gives up its place first, then looks once
-    more: a refund queued meanwhile either saw no thread and started one (this one ends) or
-    set ``pending`` before this look (this one takes its place back and goes on). Without the
-    second look, a refund queued as the thread ended would wait for the next one."""
-    with _STARTING:
-        limiter._thread = None
-    if not pending.is_set() and not limiter.refund_queue:
-        return True
-    return not _take_place_back(limiter)
-
-
-def _take_place_back(limiter: Limiter) -> bool:
-    """The idle thread goes on as the limiter's refund thread, unless another was started."""
-    with _STARTING:
-        if limiter._thread is not None:
-            return False  # another thread was started for the refund
-        limiter._thread = threading.current_thread()
-        return True
-
-
-def _flush_at_exit() -> None:
-    """A last try at the refunds still waiting, bounded; what is left is logged lost."""
-    deadline = time.monotonic() + _EXIT_FLUSH
-    for limiter in list(_LIMITERS):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        limiter.flush(timeout=left)
-
-
-def _reset_in_child() -> None:
-    global _STARTING  # a lock another thread held at fork stays held
-    _STARTING = threading.Lock()
-
-
-atexit.register(_flush_at_exit)
-os.register_at_fork(after_in_child=_reset_in_child)

@@ -69,7 +69,6 @@ from quotaql.cost_analysis import analyze, check_model
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.analyzer import parse_document, select_operation
 from quotaql.cost_analysis.screen import screen
-from quotaql.deny import DenyCache
 from quotaql.errors import (
     ConfigError,
     CostAnalysisError,
@@ -82,6 +81,7 @@ from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import LogRecorder, StructuredLog
 from quotaql.instrumentation.tracing import Tracing, hashed_tenant
 from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
+from quotaql.limiter.deny import DenyCache
 from quotaql.policy.quota import Decision
 from quotaql.storage.leases import (
     AsyncRedisLeases,

@@ -1,0 +1,22 @@
+"""The request gate: the whole story of one GraphQL operation, for any server
+(:class:`Gate`, in :mod:`quotaql.gate.core`), and the rooms it asks for each part of it."""
+
+from quotaql.gate.core import (
+    Adapter,
+    CostHeader,
+    Gate,
+    Operation,
+    TierResolver,
+    current_operation,
+    operation_scope,
+)
+
+__all__ = [
+    "Adapter",
+    "CostHeader",
+    "Gate",
+    "Operation",
+    "TierResolver",
+    "current_operation",
+    "operation_scope",
+]
