@@ -25,6 +25,7 @@ from quotaql.config import load_config
 from quotaql.cost_analysis.model import SAFE_LIMITS
 from quotaql.cost_analysis.screen import screen
 from quotaql.gate import Gate
+from quotaql.storage import Debit
 from quotaql.storage.redis import RedisStorage
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def bench_deny(server: RedisServer, tmp: Path) -> list[Target]:
         timings = measure_interleaved(
             {
                 "deny": partial(gate.begin, request=refused),
-                "redis": partial(storage.acquire, "key:other", 0.0, [quota]),
+                "redis": partial(storage.acquire, Debit("key:other", 0.0, [quota])),
                 "ping": client.ping,
             }
         )

@@ -36,6 +36,7 @@ from _harness import (
     remaining_budget,
 )
 from quotaql import AsyncLimiter, AsyncRedisStorage, Limiter, MemoryStorage, Quota, RedisStorage
+from quotaql.storage import Debit
 from quotaql.storage.redis import DEFAULT_TIMEOUT, _request, redis_key, script_source
 
 # The private redis-server comes from the test fixtures' launcher (free loopback port, stopped by
@@ -237,7 +238,7 @@ def _quotaql_args(quotas: tuple[Quota, ...] | list[Quota]) -> tuple[list[str], l
     documents); calling the script directly separates what Redis spends on it from what the
     Python around it costs.
     """
-    return _request("quotaql", "acquire", TENANT, 1.0, list(quotas), None)
+    return _request("quotaql", "acquire", Debit(TENANT, 1.0, list(quotas)))
 
 
 def _own_script_allows(reply: object) -> bool:
@@ -324,7 +325,7 @@ def bench_redis_sync(server: RedisServer) -> list[Target]:
             "evalsha": partial(minimal, keys=["bench:minimal:" + TENANT], args=MINIMAL_ARGS),
             "evalsha3": partial(minimal3, keys=["bench:minimal3:" + TENANT], args=MINIMAL_3_ARGS),
             "own_script": partial(own_script, keys=own_keys, args=own_args),
-            "storage1": partial(storage.acquire, TENANT, 1, [UNLIMITED]),
+            "storage1": partial(storage.acquire, Debit(TENANT, 1, [UNLIMITED])),
             "acquire1": partial(limiter.acquire, TENANT, 1, [UNLIMITED]),
             "acquire3": partial(limiter.acquire, TENANT, 1, UNLIMITED_3),
             "moving": partial(moving.hit, per_second, TENANT),
@@ -582,7 +583,7 @@ def bench_redis_async(server: RedisServer) -> list[Target]:
         return await own_script(keys=[redis_key("quotaql", tenant, UNLIMITED)], args=own_args)
 
     async def store(tenant: str) -> object:
-        return await storage.acquire(tenant, 1, quotas)
+        return await storage.acquire(Debit(tenant, 1, quotas))
 
     async def acquire(tenant: str) -> object:
         return await limiter.acquire(tenant, 1, quotas)
@@ -743,7 +744,7 @@ def bench_memory() -> list[Target]:
     moving_item = limits.RateLimitItemPerSecond(10**9)
     quotas = [UNLIMITED]
     ops: dict[str, Callable[[], object]] = {
-        "storage": partial(storage.acquire, TENANT, 1, quotas),
+        "storage": partial(storage.acquire, Debit(TENANT, 1, quotas)),
         "limiter": partial(limiter.acquire, TENANT, 1, quotas),
         "floor": partial(floor.acquire, TENANT, 1),
         "fixed": partial(fixed.hit, fixed_item, TENANT),
@@ -837,7 +838,7 @@ def _fill(
         chunk_size = min(tenants, 10_000)
         for chunk in range(0, tenants, chunk_size):
             for i in range(chunk, chunk + chunk_size):
-                acquire(f"tenant-{i:06d}", 1, quotas)
+                acquire(Debit(f"tenant-{i:06d}", 1, quotas))
             filled = chunk + chunk_size
             if time.monotonic() > deadline:
                 break

@@ -48,6 +48,7 @@ from bench_limiter import (  # noqa: E402
     MINIMAL_TOKEN_BUCKET_LUA,
 )
 from quotaql import Quota  # noqa: E402
+from quotaql.storage import Debit  # noqa: E402
 from quotaql.storage.redis import _request, script_source  # noqa: E402
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ def main() -> None:
     figures = []
     for name, algorithms, quotas in ROWS:
         source = "return 1" if algorithms is None else script_source(algorithms)
-        keys, args = _request("quotaql", "acquire", "tenant-000001", 1.0, quotas, None)
+        keys, args = _request("quotaql", "acquire", Debit("tenant-000001", 1.0, quotas))
         figures.append((name, per_call(source, keys, args)))
     for name, source, args in FLOORS:
         figures.append((name, per_call(source, ["bench:floor"], args)))

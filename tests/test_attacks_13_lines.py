@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from quotaql import MemoryStorage, Quota, RedisStorage
+from quotaql.storage import Debit
 
 if TYPE_CHECKING:
     import redis
@@ -24,11 +25,11 @@ QUEUED = Quota("q", capacity=10, refill_per_second=1, max_delay=30, max_queued=3
 def _line_after_a_refund(storage: Any) -> None:
     """Two requests wait (their turns at T0 + 10 s and + 20 s), then an earlier request's
     refund moves the bucket back and a cheap one waits only 11 s."""
-    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 0  # runs now (refunded)
-    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 10.0
-    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 20.0  # runs at T0 + 20 s
-    storage.refund("acme", 10, [QUEUED], now=T0)  # the first one cost nothing after all
-    assert storage.acquire("acme", 1, [QUEUED], now=T0).delay == 11.0
+    assert storage.acquire(Debit("acme", 10, [QUEUED], now=T0)).delay == 0  # runs now (refunded)
+    assert storage.acquire(Debit("acme", 10, [QUEUED], now=T0)).delay == 10.0
+    assert storage.acquire(Debit("acme", 10, [QUEUED], now=T0)).delay == 20.0  # runs at T0 + 20 s
+    storage.refund(Debit("acme", 10, [QUEUED], now=T0))  # the first one cost nothing after all
+    assert storage.acquire(Debit("acme", 1, [QUEUED], now=T0)).delay == 11.0
 
 
 def test_a_short_wait_never_shortens_the_line_of_the_longer_ones_memory() -> None:
@@ -38,10 +39,10 @@ def test_a_short_wait_never_shortens_the_line_of_the_longer_ones_memory() -> Non
     storage = MemoryStorage(clock=lambda: T0 / 1000)
     _line_after_a_refund(storage)
     later = T0 + 13_000  # the 11 s waiter has run; the 20 s one still waits
-    assert storage.acquire("acme", 10, [QUEUED], now=later).delay == 8.0
-    assert storage.acquire("acme", 10, [QUEUED], now=later).delay == 18.0
+    assert storage.acquire(Debit("acme", 10, [QUEUED], now=later)).delay == 8.0
+    assert storage.acquire(Debit("acme", 10, [QUEUED], now=later)).delay == 18.0
     # Three wait now (turns at + 20, + 21 and + 31 s): one more is refused until + 20 s.
-    refused = storage.acquire("acme", 10, [QUEUED], now=later)
+    refused = storage.acquire(Debit("acme", 10, [QUEUED], now=later))
     assert (refused.allowed, refused.retry_after) == (False, 7.0)
 
 
@@ -76,13 +77,13 @@ def test_a_waiter_whose_bucket_state_repeats_an_earlier_one_still_counts(storage
     reached the same state, and its entry replaced the earlier waiter's. Repeated (refunds
     of long operations, each followed by a reservation), any number of requests waited
     while the set held ``max_queued`` - 1; the memory storage (a list) refused them."""
-    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 0  # runs now (refunded)
-    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 10.0
-    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 20.0
-    storage.refund("acme", 10, [QUEUED], now=T0)
+    assert storage.acquire(Debit("acme", 10, [QUEUED], now=T0)).delay == 0  # runs now (refunded)
+    assert storage.acquire(Debit("acme", 10, [QUEUED], now=T0)).delay == 10.0
+    assert storage.acquire(Debit("acme", 10, [QUEUED], now=T0)).delay == 20.0
+    storage.refund(Debit("acme", 10, [QUEUED], now=T0))
     # The bucket is back where it was before the 20 s waiter: the same cost, the same state.
-    assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 20.0
-    refused = storage.acquire("acme", 1, [QUEUED], now=T0)  # three wait: the line is full
+    assert storage.acquire(Debit("acme", 10, [QUEUED], now=T0)).delay == 20.0
+    refused = storage.acquire(Debit("acme", 1, [QUEUED], now=T0))  # three wait: the line is full
     assert (refused.allowed, refused.retry_after) == (False, 10.0)
 
 
@@ -96,19 +97,19 @@ def test_a_tenant_named_after_another_s_line_shares_nothing_with_it(first: str) 
     storage = MemoryStorage(clock=lambda: T0 / 1000)
 
     def victim() -> None:
-        assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 0
-        assert storage.acquire("acme", 10, [QUEUED], now=T0).delay == 10.0
+        assert storage.acquire(Debit("acme", 10, [QUEUED], now=T0)).delay == 0
+        assert storage.acquire(Debit("acme", 10, [QUEUED], now=T0)).delay == 10.0
 
     def hostile() -> None:
-        assert storage.acquire("acme#w", 4, [QUEUED], now=T0).remaining == 6
+        assert storage.acquire(Debit("acme#w", 4, [QUEUED], now=T0)).remaining == 6
 
     for step in (victim, hostile) if first == "victim" else (hostile, victim):
         step()
     # Each kept its own: acme's line holds its waiter, acme#w's bucket its 4.
     assert storage.peek("acme#w", [QUEUED], now=T0).remaining == 6
-    assert storage.acquire("acme", 5, [QUEUED], now=T0).delay == 15.0
-    assert storage.acquire("acme", 5, [QUEUED], now=T0).delay == 20.0
-    assert not storage.acquire("acme", 5, [QUEUED], now=T0).allowed  # three wait
+    assert storage.acquire(Debit("acme", 5, [QUEUED], now=T0)).delay == 15.0
+    assert storage.acquire(Debit("acme", 5, [QUEUED], now=T0)).delay == 20.0
+    assert not storage.acquire(Debit("acme", 5, [QUEUED], now=T0)).allowed  # three wait
 
 
 # -- many quotas in one call: two hashes, sliding logs, lines ----------------------------------
@@ -163,13 +164,13 @@ def test_no_key_is_ever_left_without_a_ttl(redis_client: redis.Redis) -> None:
         redis_client.flushall()
         for mode, tenant, amount, quotas in steps:
             if mode == "acquire":
-                storage.acquire(tenant, amount, quotas)
+                storage.acquire(Debit(tenant, amount, quotas))
             elif mode == "refund":
-                storage.refund(tenant, amount, quotas)
+                storage.refund(Debit(tenant, amount, quotas))
             elif mode == "old refund":
-                storage.refund(tenant, amount, quotas, at=0)
+                storage.refund(Debit(tenant, amount, quotas, at=0))
             elif mode == "charge":
-                storage.charge(tenant, amount, quotas)
+                storage.charge(Debit(tenant, amount, quotas))
             else:
                 storage.peek(tenant, quotas)
             for key in redis_client.scan_iter(count=1000):
@@ -193,7 +194,10 @@ def test_hostile_scopes_and_tenants_never_share_a_state(storage: Any) -> None:
     owners = [("acme", quota) for quota in [base, *scoped]]
     owners += [(tenant, base) for tenant in ("acme#w", "acme~x", "acme}:~q", "~q", "acme#log")]
     for index, (tenant, quota) in enumerate(owners):
-        assert storage.acquire(tenant, 1 + index % 9, [quota], now=T0).allowed, (tenant, quota)
+        assert storage.acquire(Debit(tenant, 1 + index % 9, [quota], now=T0)).allowed, (
+            tenant,
+            quota,
+        )
     for index, (tenant, quota) in enumerate(owners):
         left = storage.peek(tenant, [quota], now=T0).remaining
         assert left == pytest.approx(10 - (1 + index % 9), abs=1e-6), (tenant, quota.scope)

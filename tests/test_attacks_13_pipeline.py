@@ -18,6 +18,7 @@ from quotaql import (
     RedisStorage,
 )
 from quotaql.errors import StorageError
+from quotaql.storage import Debit
 from tests.servers import AsyncRunner
 from tests.storage.test_pipeline import acquire_while_paused
 
@@ -43,7 +44,7 @@ def test_a_storage_used_from_many_event_loops_keeps_nothing_of_the_closed_ones(
     storage = AsyncRedisStorage(client, timeout=5.0)
     loops = 30
     for _ in range(loops):
-        decision = asyncio.run(storage.acquire("acme", 1, [SLOW]))
+        decision = asyncio.run(storage.acquire(Debit("acme", 1, [SLOW])))
         assert decision.allowed
     kept = len(storage._pipelines)
     deadline = time.monotonic() + 2  # Redis lets go of a connection once it reads its end
@@ -75,13 +76,13 @@ def test_a_call_retried_after_noscript_while_the_storage_closes_fails_instead_of
 
     async def body(client: Any) -> BaseException | None:
         storage = AsyncRedisStorage(client, timeout=5.0, pipeline_connections=1)
-        await storage.acquire("acme", 1, [SLOW])  # its connection is made, its script known
+        await storage.acquire(Debit("acme", 1, [SLOW]))  # its connection is made, its script known
         await client.script_flush()
         pipeline = storage.pipeline
         assert pipeline is not None
         await asyncio.to_thread(fresh_redis_server.pause)
         try:
-            call = asyncio.ensure_future(storage.acquire("acme", 1, [SLOW]))
+            call = asyncio.ensure_future(storage.acquire(Debit("acme", 1, [SLOW])))
             deadline = time.monotonic() + 5
             while not pipeline._busy:  # sent, waiting for the paused server's NOSCRIPT
                 assert time.monotonic() < deadline, "the call was never sent"
@@ -117,9 +118,9 @@ def _script_calls(storage: Any) -> list[Any]:
     explicit times, over one quota and over two hashes, a sliding log and a line at once."""
     seen: list[Any] = []
     for quotas in ([MIXED[0]], list(MIXED)):
-        seen.extend(storage.acquire("acme", 3, quotas, now=T0 + step) for step in range(4))
-        storage.refund("acme", 2, quotas, now=T0 + 5, at=T0)
-        storage.charge("acme", 1, quotas, now=T0 + 6)
+        seen.extend(storage.acquire(Debit("acme", 3, quotas, now=T0 + step)) for step in range(4))
+        storage.refund(Debit("acme", 2, quotas, now=T0 + 5, at=T0))
+        storage.charge(Debit("acme", 1, quotas, now=T0 + 6))
         seen.append(storage.peek("acme", quotas, now=T0 + 7))
     return [decision._replace(source="-") for decision in seen]
 
@@ -161,10 +162,10 @@ def test_a_client_that_decodes_replies_gets_the_same_answers(redis_server: Redis
             seen = []
             for quotas in ([MIXED[0]], list(MIXED)):
                 seen.extend(
-                    [await storage.acquire("acme", 3, quotas, now=T0 + s) for s in range(4)]
+                    [await storage.acquire(Debit("acme", 3, quotas, now=T0 + s)) for s in range(4)]
                 )
-                await storage.refund("acme", 2, quotas, now=T0 + 5, at=T0)
-                await storage.charge("acme", 1, quotas, now=T0 + 6)
+                await storage.refund(Debit("acme", 2, quotas, now=T0 + 5, at=T0))
+                await storage.charge(Debit("acme", 1, quotas, now=T0 + 6))
                 seen.append(await storage.peek("acme", quotas, now=T0 + 7))
             return [decision._replace(source="-") for decision in seen]
         finally:
@@ -192,9 +193,9 @@ def test_calls_queued_behind_a_batch_that_timed_out_fail_with_it(
             client, timeout=timeout, pipeline_connections=1, pipeline_limit=1
         )
         try:
-            await storage.acquire("warm", 1, [SLOW])
+            await storage.acquire(Debit("warm", 1, [SLOW]))
             results, took = await acquire_while_paused(storage, fresh_redis_server, 20, SLOW, None)
-            again = await storage.acquire("after", 1, [SLOW])
+            again = await storage.acquire(Debit("after", 1, [SLOW]))
             return took, results, again.remaining
         finally:
             await storage.close()
@@ -215,14 +216,15 @@ def test_a_caller_cancelled_while_its_call_waits_for_a_noscript_retry_leaves_all
     async def body(client: Any) -> tuple[list[Any], float]:
         storage = AsyncRedisStorage(client, timeout=5.0, pipeline_connections=1)
         try:
-            await storage.acquire("warm", 1, [SLOW])
+            await storage.acquire(Debit("warm", 1, [SLOW]))
             await client.script_flush()
             pipeline = storage.pipeline
             assert pipeline is not None
             await asyncio.to_thread(fresh_redis_server.pause)
             try:
                 calls = [
-                    asyncio.ensure_future(storage.acquire(f"c{i}", 1 + i, [SLOW])) for i in range(5)
+                    asyncio.ensure_future(storage.acquire(Debit(f"c{i}", 1 + i, [SLOW])))
+                    for i in range(5)
                 ]
                 deadline = time.monotonic() + 5
                 while not pipeline._busy:
@@ -232,7 +234,7 @@ def test_a_caller_cancelled_while_its_call_waits_for_a_noscript_retry_leaves_all
             finally:
                 await asyncio.to_thread(fresh_redis_server.resume)
             results = await asyncio.gather(*calls, return_exceptions=True)
-            after = await storage.acquire("c2", 1, [SLOW])
+            after = await storage.acquire(Debit("c2", 1, [SLOW]))
             return results, after.remaining
         finally:
             await storage.close()

@@ -16,6 +16,7 @@ import pytest
 
 from quotaql import AsyncLimiter, AsyncRedisStorage, CircuitBreaker, Limiter, Quota, RedisStorage
 from quotaql.errors import StorageError, StorageTimeout
+from quotaql.storage import Debit
 from tests.test_limiter import CollectingRecorder
 
 if TYPE_CHECKING:
@@ -554,7 +555,7 @@ def test_an_unreachable_async_cluster_is_a_storage_error_and_the_fail_mode_answe
         storage = AsyncRedisStorage(client, timeout=0.5)
         error: Exception | None = None
         try:
-            await storage.acquire("acme", 1, [quota])
+            await storage.acquire(Debit("acme", 1, [quota]))
         except StorageError as exc:
             error = exc
         decision = await AsyncLimiter(storage, on_backend_error="local").acquire("acme", 1, [quota])

@@ -14,6 +14,7 @@ import pytest
 
 from quotaql import AsyncLimiter, AsyncRedisStorage, CircuitBreaker, Limiter, Quota, RedisStorage
 from quotaql.limiter.refunds import RefundQueue
+from quotaql.storage import Debit
 from tests.servers import AsyncRunner
 
 if TYPE_CHECKING:
@@ -376,14 +377,14 @@ def test_refunds_queued_as_the_idle_thread_ends_are_still_applied(
 
 
 def _child_decides(storage: Any, result: Any) -> None:
-    result.put(storage.acquire("acme", 1, [SLOW]).remaining)
+    result.put(storage.acquire(Debit("acme", 1, [SLOW])).remaining)
 
 
 def test_a_child_forked_while_another_thread_holds_the_memory_lock_still_decides() -> None:
     from quotaql import MemoryStorage
 
     storage = MemoryStorage()
-    storage.acquire("acme", 10, [SLOW])
+    storage.acquire(Debit("acme", 10, [SLOW]))
     storage._lock.acquire()  # another thread of the parent is deciding at fork time
     try:
         context = multiprocessing.get_context("fork")

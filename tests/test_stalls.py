@@ -20,6 +20,7 @@ import pytest
 
 from quotaql import AsyncLimiter, AsyncRedisStorage, CircuitBreaker, Quota, RedisStorage
 from quotaql.errors import StorageTimeout
+from quotaql.storage import Debit
 from quotaql.storage.redis import MAX_STALL_EXTENSIONS, _Deadline
 from tests.test_limiter import CollectingRecorder
 from tests.test_outage import run_bounded
@@ -220,13 +221,13 @@ def test_a_hung_redis_behind_one_long_stall_fails_once_the_loop_is_back(
         storage = AsyncRedisStorage(server.async_client(), timeout=TIMEOUT)
         error: BaseException | None = None
         try:
-            await storage.acquire(KEY, 1, [QUOTA])
+            await storage.acquire(Debit(KEY, 1, [QUOTA]))
             server.pause(10.0)
             try:
                 stall = asyncio.create_task(block_loop(1.0))
                 started = time.monotonic()
                 try:
-                    await storage.acquire(KEY, 1, [QUOTA])
+                    await storage.acquire(Debit(KEY, 1, [QUOTA]))
                 except StorageTimeout as exc:
                     error = exc
                 waited = time.monotonic() - started
@@ -304,10 +305,10 @@ def test_a_cancel_from_elsewhere_is_a_cancel_not_a_timeout(
     async def main() -> tuple[bool, int]:
         storage = AsyncRedisStorage(server.async_client(), timeout=TIMEOUT)
         try:
-            await storage.acquire(KEY, 1, [QUOTA])
+            await storage.acquire(Debit(KEY, 1, [QUOTA]))
             server.pause(10.0)
             try:
-                call = asyncio.create_task(storage.acquire(KEY, 1, [QUOTA]))
+                call = asyncio.create_task(storage.acquire(Debit(KEY, 1, [QUOTA])))
                 await asyncio.sleep(TIMEOUT / 4)
                 call.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -315,7 +316,7 @@ def test_a_cancel_from_elsewhere_is_a_cancel_not_a_timeout(
                 cancelled = call.cancelled()
                 # A timeout the storage raises leaves no cancel request behind it.
                 with contextlib.suppress(StorageTimeout):
-                    await storage.acquire(KEY, 1, [QUOTA])
+                    await storage.acquire(Debit(KEY, 1, [QUOTA]))
                 task = asyncio.current_task()
                 assert task is not None
                 pending = task.cancelling()
@@ -342,11 +343,11 @@ def test_an_outer_timeout_shorter_than_the_storages_is_the_callers_timeout(
     async def main() -> BaseException | None:
         storage = AsyncRedisStorage(server.async_client(), timeout=1.0)
         try:
-            await storage.acquire(KEY, 1, [QUOTA])
+            await storage.acquire(Debit(KEY, 1, [QUOTA]))
             server.pause(10.0)
             try:
                 async with asyncio.timeout(TIMEOUT):
-                    await storage.acquire(KEY, 1, [QUOTA])
+                    await storage.acquire(Debit(KEY, 1, [QUOTA]))
             except TimeoutError as exc:
                 return exc
             finally:
@@ -390,13 +391,13 @@ def test_a_thread_holding_the_gil_past_the_timeout_is_no_timeout_for_the_sync_st
     previous = sys.getswitchinterval()
     thread = threading.Thread(target=hog, daemon=True)
     try:
-        storage.acquire(KEY, 1, [QUOTA])  # connected
+        storage.acquire(Debit(KEY, 1, [QUOTA]))  # connected
         # Nobody takes the GIL from its holder for 30 s: the hog keeps it once it has it.
         sys.setswitchinterval(30.0)
         thread.start()
         go.set()
         started = time.monotonic()
-        decision = storage.acquire(KEY, 1, [QUOTA])  # the hog takes the GIL at its I/O
+        decision = storage.acquire(Debit(KEY, 1, [QUOTA]))  # the hog takes the GIL at its I/O
         waited = time.monotonic() - started
     finally:
         sys.setswitchinterval(previous)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from quotaql.limiter import Limiter
+from quotaql.storage.base import Debit
 from quotaql.storage.memory import MemoryStorage
 
 if TYPE_CHECKING:
@@ -249,7 +250,7 @@ class MultiRegion:
                 held = max(0.0, region.storage.peek(self.key, quota, now=self.now).remaining)
                 region.forgiven += max(0.0, amount - held)
                 amount = min(amount, held)
-            region.storage.charge(self.key, amount, quota, now=self.now)
+            region.storage.charge(Debit(self.key, amount, quota, self.now))
 
 
 def lag_of(interval_ms: int, delay_ms: int) -> int:

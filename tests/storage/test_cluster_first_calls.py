@@ -12,6 +12,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from quotaql import Quota
+from quotaql.storage import Debit
 from quotaql.storage.redis import AsyncRedisStorage
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def test_concurrent_first_calls_of_a_fresh_cluster_storage_all_reach_redis(
         try:
             return list(
                 await asyncio.gather(
-                    *(storage.acquire(tenant, 1, [QUOTA]) for _ in range(CALLS)),
+                    *(storage.acquire(Debit(tenant, 1, [QUOTA])) for _ in range(CALLS)),
                     return_exceptions=True,
                 )
             )

@@ -19,6 +19,7 @@ import pytest
 from quotaql import AsyncRedisStorage, MemoryStorage, Quota, RedisStorage
 from quotaql.errors import ConfigError
 from quotaql.limiter.flows import reserved_turn
+from quotaql.storage import Debit
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterator, Sequence
@@ -122,35 +123,17 @@ class AsyncDriven:
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=30)
 
-    def acquire(
-        self,
-        key: str | None,
-        cost: float,
-        quotas: Sequence[Quota],
-        now: int | None = None,
-        costs: Sequence[float] | None = None,
-    ) -> Decision:
+    def acquire(self, debit: Debit) -> Decision:
         assert self.storage is not None
-        return self._call(self.storage.acquire(key, cost, quotas, now, costs))  # type: ignore[no-any-return]
+        return self._call(self.storage.acquire(debit))  # type: ignore[no-any-return]
 
-    def refund(
-        self,
-        key: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int | None = None,
-        amounts: Sequence[float] | None = None,
-        at: int | None = None,
-        turn: int | None = None,
-    ) -> None:
+    def refund(self, debit: Debit) -> None:
         assert self.storage is not None
-        self._call(self.storage.refund(key, amount, quotas, now, amounts, at, turn))
+        self._call(self.storage.refund(debit))
 
-    def charge(
-        self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = None
-    ) -> None:
+    def charge(self, debit: Debit) -> None:
         assert self.storage is not None
-        self._call(self.storage.charge(key, amount, quotas, now))
+        self._call(self.storage.charge(debit))
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         assert self.storage is not None
@@ -196,9 +179,7 @@ class Backend:
         now: int | None = T0,
         costs: Sequence[float] | None = None,
     ) -> Decision:
-        if costs is None:
-            return self.storage.acquire(key, cost, quotas, now)  # type: ignore[no-any-return]
-        return self.storage.acquire(key, cost, quotas, now, costs)  # type: ignore[no-any-return]
+        return self.storage.acquire(Debit(key, cost, quotas, now, costs))  # type: ignore[no-any-return]
 
     def refund(
         self,
@@ -210,19 +191,12 @@ class Backend:
         at: int | None = None,
         turn: int | None = None,
     ) -> None:
-        if turn is not None:
-            self.storage.refund(key, amount, quotas, now, amounts, at, turn)
-        elif at is not None:
-            self.storage.refund(key, amount, quotas, now, amounts, at)
-        elif amounts is None:
-            self.storage.refund(key, amount, quotas, now)
-        else:
-            self.storage.refund(key, amount, quotas, now, amounts)
+        self.storage.refund(Debit(key, amount, quotas, now, amounts, at, turn))
 
     def charge(
         self, key: str | None, amount: float, quotas: Sequence[Quota], now: int | None = T0
     ) -> None:
-        self.storage.charge(key, amount, quotas, now)
+        self.storage.charge(Debit(key, amount, quotas, now))
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = T0) -> Decision:
         return self.storage.peek(key, quotas, now)  # type: ignore[no-any-return]
@@ -739,14 +713,14 @@ def test_a_mixed_scenario_decides_like_the_memory_reference(backend: Backend) ->
     for step, (op, key, amount, qs, now) in enumerate(script):
         if op == "refund":
             backend.refund(key, amount, qs, now)
-            reference.refund(key, amount, qs, now)
+            reference.refund(Debit(key, amount, qs, now))
             continue
         if op == "peek":
             got, expected = backend.peek(key, qs, now), reference.peek(key, qs, now)
         else:
             got, expected = (
                 backend.acquire(key, amount, qs, now),
-                reference.acquire(key, amount, qs, now),
+                reference.acquire(Debit(key, amount, qs, now)),
             )
         assert got._replace(source="memory") == expected, f"step {step}: {op} {key!r} {amount}"
 

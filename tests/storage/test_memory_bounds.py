@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from quotaql import Limiter, MemoryStorage, Quota
+from quotaql.storage import Debit
 from quotaql.storage.memory import PLAIN_TENANT_MAX
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def bytes_per_tenant(make_key: Callable[[int], str], tenants: int = 5_000) -> fl
     try:
         before = tracemalloc.get_traced_memory()[0]
         for index in range(tenants):
-            assert storage.acquire(make_key(index), 1, [TENANT], now=T0).allowed
+            assert storage.acquire(Debit(make_key(index), 1, [TENANT], now=T0)).allowed
         gc.collect()
         after = tracemalloc.get_traced_memory()[0]
     finally:
@@ -127,11 +128,11 @@ def test_a_30kb_key_costs_no_more_than_a_short_one() -> None:
 def test_a_long_key_is_never_held_by_the_table() -> None:
     storage = MemoryStorage(clock=Clock())
     long_key = "x" * LONG
-    storage.acquire(long_key, 10, [TENANT, quota(name="op:Export")])
-    storage.refund(long_key, 5, [TENANT])
-    storage.acquire(None, 10, [quota(name="platform", shared=True)])
-    storage.acquire("a" * PLAIN_TENANT_MAX, 10, [TENANT])  # at the bound: kept as it is
-    storage.acquire("a" * (PLAIN_TENANT_MAX + 1), 10, [TENANT])  # past it: hashed
+    storage.acquire(Debit(long_key, 10, [TENANT, quota(name="op:Export")]))
+    storage.refund(Debit(long_key, 5, [TENANT]))
+    storage.acquire(Debit(None, 10, [quota(name="platform", shared=True)]))
+    storage.acquire(Debit("a" * PLAIN_TENANT_MAX, 10, [TENANT]))  # at the bound: kept as it is
+    storage.acquire(Debit("a" * (PLAIN_TENANT_MAX + 1), 10, [TENANT]))  # past it: hashed
     assert len(storage) == 5
     assert longest_stored_key(storage) <= KEY_BOUND
     assert not any(long_key in key for key in stored_keys(storage))
@@ -145,19 +146,21 @@ def test_two_long_keys_never_share_a_state_and_each_refunds_and_peeks_its_own() 
     storage = MemoryStorage(clock=Clock())
     prefix = "k" * LONG
     first, second, third = prefix + "1", prefix + "2", "é" + prefix
-    assert storage.acquire(first, 200, [TENANT]).remaining == 100
-    assert storage.acquire(second, 50, [TENANT]).remaining == 250
-    storage.refund(first, 30, [TENANT])
+    assert storage.acquire(Debit(first, 200, [TENANT])).remaining == 100
+    assert storage.acquire(Debit(second, 50, [TENANT])).remaining == 250
+    storage.refund(Debit(first, 30, [TENANT]))
     assert storage.peek(first, [TENANT]).remaining == 130
     assert storage.peek(second, [TENANT]).remaining == 250
     assert storage.peek(third, [TENANT]).remaining == BUDGET
-    storage.refund(third, 30, [TENANT])  # a full quota: nothing to give back, nothing written
+    storage.refund(
+        Debit(third, 30, [TENANT])
+    )  # a full quota: nothing to give back, nothing written
     assert len(storage) == 2
     assert longest_stored_key(storage) <= KEY_BOUND
     # A plain tenant that spells a long key's stored digest has a state of its own.
     digest = stored_keys(storage)[0].split("\2")[1]
     assert storage.peek(digest, [TENANT]).remaining == BUDGET
-    assert storage.acquire(digest, 1, [TENANT]).remaining == BUDGET - 1
+    assert storage.acquire(Debit(digest, 1, [TENANT])).remaining == BUDGET - 1
     assert storage.peek(first, [TENANT]).remaining == 130
 
 
@@ -168,9 +171,11 @@ def test_a_long_key_decides_like_a_short_one(algorithm: Algorithm) -> None:
     q = quota(algorithm)
     long_key, short_key = "L" * LONG, "short"
     for cost, refund, step in [(120, 20, 5), (150, 0, 30), (90, 40, 1), (80, 0, 200)]:
-        assert storage.acquire(long_key, cost, [q]) == storage.acquire(short_key, cost, [q])
-        storage.refund(long_key, refund, [q])
-        storage.refund(short_key, refund, [q])
+        assert storage.acquire(Debit(long_key, cost, [q])) == storage.acquire(
+            Debit(short_key, cost, [q])
+        )
+        storage.refund(Debit(long_key, refund, [q]))
+        storage.refund(Debit(short_key, refund, [q]))
         assert storage.peek(long_key, [q]) == storage.peek(short_key, [q])
         clock.advance(step)
     assert longest_stored_key(storage) <= KEY_BOUND
@@ -183,15 +188,15 @@ def test_a_long_key_decides_like_a_short_one(algorithm: Algorithm) -> None:
 def test_a_flood_of_new_keys_never_refills_a_drained_tenant(algorithm: Algorithm) -> None:
     storage = MemoryStorage(clock=Clock(), max_keys=100)
     q = quota(algorithm)
-    assert storage.acquire("victim", 240, [q]).remaining == 60
+    assert storage.acquire(Debit("victim", 240, [q])).remaining == 60
     rng = random.Random(5)
     admitted_past_the_table = 0.0
     for index in range(5_000):
-        decision = storage.acquire(random_key(rng), 10, [q])
+        decision = storage.acquire(Debit(random_key(rng), 10, [q]))
         if index >= 99 and decision.allowed:  # the victim and 99 flood keys fill the table
             admitted_past_the_table += decision.cost
     assert storage.peek("victim", [q]).remaining == 60  # no time passed: no refill
-    assert not storage.acquire("victim", 61, [q]).allowed
+    assert not storage.acquire(Debit("victim", 61, [q])).allowed
     # Past max_keys the flood shares one overflow budget: one quota's worth in all.
     assert admitted_past_the_table <= BUDGET
     assert storage.overflowing
@@ -203,23 +208,23 @@ def test_keys_past_max_keys_share_one_overflow_budget_per_quota() -> None:
     storage = MemoryStorage(clock=Clock(), max_keys=1)
     small = Quota("tenant", capacity=50, refill_per_second=1)  # another tier, same name
     other = quota(name="op:Export")
-    assert storage.acquire("own", 10, [TENANT]).remaining == 290
-    assert storage.acquire("flood-1", 200, [TENANT]).remaining == 100
-    assert storage.acquire("flood-2", 100, [TENANT]).remaining == 0
-    assert not storage.acquire("flood-3", 1, [TENANT]).allowed
+    assert storage.acquire(Debit("own", 10, [TENANT])).remaining == 290
+    assert storage.acquire(Debit("flood-1", 200, [TENANT])).remaining == 100
+    assert storage.acquire(Debit("flood-2", 100, [TENANT])).remaining == 0
+    assert not storage.acquire(Debit("flood-3", 1, [TENANT])).allowed
     # Another quota (or the same name with other parameters) has its own overflow budget.
-    assert storage.acquire("flood-4", 40, [small]).remaining == 10
-    assert storage.acquire("flood-5", 100, [other]).remaining == 200
+    assert storage.acquire(Debit("flood-4", 40, [small])).remaining == 10
+    assert storage.acquire(Debit("flood-5", 100, [other])).remaining == 200
     # A key that has a state keeps it.
-    assert storage.acquire("own", 10, [TENANT]).remaining == 280
+    assert storage.acquire(Debit("own", 10, [TENANT])).remaining == 280
     assert storage.overflowed == 5
 
 
 def test_a_refund_or_peek_of_an_overflowed_key_reads_the_overflow_state() -> None:
     storage = MemoryStorage(clock=Clock(), max_keys=1)
-    assert storage.acquire("own", 290, [TENANT]).remaining == 10
-    assert storage.acquire("overflowed", 200, [TENANT]).remaining == 100
-    storage.refund("overflowed", 50, [TENANT])
+    assert storage.acquire(Debit("own", 290, [TENANT])).remaining == 10
+    assert storage.acquire(Debit("overflowed", 200, [TENANT])).remaining == 100
+    storage.refund(Debit("overflowed", 50, [TENANT]))
     assert storage.peek("overflowed", [TENANT]).remaining == 150
     assert storage.peek("another-new-key", [TENANT]).remaining == 150  # the same state
     assert storage.peek("own", [TENANT]).remaining == 10
@@ -230,11 +235,11 @@ def test_a_refund_or_peek_of_an_overflowed_key_reads_the_overflow_state() -> Non
 def test_a_flood_never_refills_a_drained_tenant_of_several_quotas() -> None:
     storage = MemoryStorage(clock=Clock(), max_keys=50)
     quotas = [TENANT, quota("sliding_counter", "op:Export"), quota("gcra", "user").scoped("u1")]
-    assert storage.acquire("victim", 250, quotas).remaining == 50
+    assert storage.acquire(Debit("victim", 250, quotas)).remaining == 50
     rng = random.Random(7)
     admitted = []
     for _ in range(2_000):
-        decision = storage.acquire(random_key(rng), 0, quotas, costs=[20, 10, 5])
+        decision = storage.acquire(Debit(random_key(rng), 0, quotas, amounts=[20, 10, 5]))
         admitted.append(decision.allowed)
     after = storage.peek("victim", quotas)
     assert [status.remaining for status in after.quotas] == [50, 50, 50]
@@ -248,12 +253,12 @@ def test_a_flood_never_refills_a_drained_tenant_of_several_quotas() -> None:
 def test_a_flood_never_refills_a_shared_quota() -> None:
     storage = MemoryStorage(clock=Clock(), max_keys=20)
     platform = quota(name="platform", shared=True)
-    assert storage.acquire(None, 270, [platform]).remaining == 30
+    assert storage.acquire(Debit(None, 270, [platform])).remaining == 30
     rng = random.Random(3)
     for _ in range(1_000):
-        storage.acquire(random_key(rng), 5, [TENANT])
+        storage.acquire(Debit(random_key(rng), 5, [TENANT]))
     assert storage.peek(None, [platform]).remaining == 30
-    assert storage.acquire(None, 10, [platform]).remaining == 20
+    assert storage.acquire(Debit(None, 10, [platform])).remaining == 20
 
 
 # -- refilled states make room ---------------------------------------------------------------
@@ -262,18 +267,18 @@ def test_a_flood_never_refills_a_shared_quota() -> None:
 def test_refilled_states_make_room_for_new_keys_and_the_table_stays_bounded() -> None:
     clock = Clock()
     storage = MemoryStorage(clock=clock, max_keys=50)
-    assert storage.acquire("victim", 240, [TENANT]).remaining == 60  # 240 s to refill
+    assert storage.acquire(Debit("victim", 240, [TENANT])).remaining == 60  # 240 s to refill
     rng = random.Random(11)
     for _ in range(40):  # rounds of new keys, each refilled 2 s later (cost 1, 1 a second)
         for _ in range(200):
-            storage.acquire(random_key(rng), 1, [TENANT])
+            storage.acquire(Debit(random_key(rng), 1, [TENANT]))
             assert len(storage._states) <= 50
         clock.advance(2)
     assert storage.peek("victim", [TENANT]).remaining == 60 + 80  # its refill, no more
     # Once the flood's states have refilled, new keys get states of their own again.
     overflowed = storage.overflowed
     for _ in range(49):
-        assert storage.acquire(random_key(rng), 7, [TENANT]).remaining == BUDGET - 7
+        assert storage.acquire(Debit(random_key(rng), 7, [TENANT])).remaining == BUDGET - 7
     assert storage.overflowed == overflowed
     assert not storage.overflowing
     assert len(storage._states) == 50
@@ -284,13 +289,13 @@ def test_the_sweep_drops_refilled_states_behind_drained_ones() -> None:
     storage = MemoryStorage(clock=clock, max_keys=1_000)
     victims = [f"victim-{index}" for index in range(64)]  # first in line, 240 s to refill
     for victim in victims:
-        storage.acquire(victim, 240, [TENANT])
+        storage.acquire(Debit(victim, 240, [TENANT]))
     for index in range(500):
-        storage.acquire(f"key-{index}", 1, [TENANT])
+        storage.acquire(Debit(f"key-{index}", 1, [TENANT]))
     clock.advance(2)  # every flood key is full again; the victims are not
     for _ in range(64):  # writes of one tenant: every 256 writes sweep a few states
         for _ in range(256):
-            storage.acquire("busy", 0.001, [TENANT])
+            storage.acquire(Debit("busy", 0.001, [TENANT]))
     assert len(storage._states) == len(victims) + 1  # the victims and "busy"
     assert all(storage.peek(victim, [TENANT]).remaining == 62 for victim in victims)
 

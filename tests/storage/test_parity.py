@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from quotaql import MemoryStorage, Quota, RedisStorage
-from quotaql.storage.base import check_arguments
+from quotaql.storage.base import Debit, check_arguments
 from quotaql.storage.redis import _decision, _request
 
 if TYPE_CHECKING:
@@ -88,64 +88,35 @@ class TransactionalScript:
     def __init__(self, storage: RedisStorage) -> None:
         self.storage = storage
 
-    def _call(
-        self,
-        mode: str,
-        tenant: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int,
-        amounts: Sequence[float] | None = None,
-        at: int | None = None,
-    ) -> Any:
+    def _call(self, mode: str, debit: Debit) -> Any:
         prefix = self.storage.prefix
-        keys, args = _request(prefix, mode, tenant, amount, quotas, now, amounts, at)
+        keys, args = _request(prefix, mode, debit)
         pipe = self.storage.client.pipeline(transaction=True)
-        self.storage.script_for(quotas)(keys=keys, args=args, client=pipe)
+        self.storage.script_for(debit.quotas)(keys=keys, args=args, client=pipe)
         for key in keys:
             pipe.persist(key)
         return pipe.execute()[0]
 
-    def acquire(
-        self,
-        tenant: str | None,
-        cost: float,
-        quotas: Sequence[Quota],
-        now: int,
-        costs: Sequence[float] | None = None,
-    ) -> Decision:
-        check_arguments(cost, quotas, costs)
-        raw = self._call("acquire", tenant, cost, quotas, now, costs)
-        return _decision(raw, quotas, cost, costs)
+    def acquire(self, debit: Debit) -> Decision:
+        check_arguments(debit.amount, debit.quotas, debit.amounts)
+        raw = self._call("acquire", debit)
+        return _decision(raw, debit.quotas, debit.amount, debit.amounts)
 
-    def refund(
-        self,
-        tenant: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int,
-        amounts: Sequence[float] | None = None,
-        at: int | None = None,
-    ) -> None:
-        check_arguments(amount, quotas, amounts)
+    def refund(self, debit: Debit) -> None:
+        check_arguments(debit.amount, debit.quotas, debit.amounts)
+        amount, quotas, amounts = debit.amount, debit.quotas, debit.amounts
         if quotas and (amount > 0 if amounts is None else any(amounts)):
-            self._call("refund", tenant, amount, quotas, now, amounts, at)
+            self._call("refund", debit)
 
-    def charge(
-        self,
-        tenant: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int,
-        amounts: Sequence[float] | None = None,
-    ) -> None:
-        check_arguments(amount, quotas, amounts)
+    def charge(self, debit: Debit) -> None:
+        check_arguments(debit.amount, debit.quotas, debit.amounts)
+        amount, quotas, amounts = debit.amount, debit.quotas, debit.amounts
         if quotas and (amount > 0 if amounts is None else any(amounts)):
-            self._call("charge", tenant, amount, quotas, now, amounts)
+            self._call("charge", debit)
 
     def peek(self, tenant: str | None, quotas: Sequence[Quota], now: int) -> Decision:
         check_arguments(0, quotas)
-        return _decision(self._call("peek", tenant, 0, quotas, now), quotas, 0.0)
+        return _decision(self._call("peek", Debit(tenant, 0, quotas, now)), quotas, 0.0)
 
 
 def same(lua: Decision, python: Decision) -> bool:
@@ -183,8 +154,8 @@ def parity_machine(
         @rule(tenant=tenants, cost=costs, chosen=subsets)
         def acquire(self, tenant: str | None, cost: float, chosen: list[Quota]) -> None:
             self.log.append(f"acquire({tenant!r}, {cost!r}, {[q.name for q in chosen]})")
-            lua = self.lua.acquire(tenant, cost, chosen, self.now)
-            python = self.python.acquire(tenant, cost, chosen, self.now)
+            lua = self.lua.acquire(Debit(tenant, cost, chosen, self.now))
+            python = self.python.acquire(Debit(tenant, cost, chosen, self.now))
             assert same(lua, python), self._explain(lua, python)
 
         @rule(tenant=tenants, chosen=subsets, data=st.data())
@@ -194,8 +165,8 @@ def parity_machine(
             # Root-field quotas: one amount per quota in the same all-or-nothing call.
             each = data.draw(st.lists(costs, min_size=len(chosen), max_size=len(chosen)))
             self.log.append(f"acquire({tenant!r}, costs={each!r}, {[q.name for q in chosen]})")
-            lua = self.lua.acquire(tenant, each[0], chosen, self.now, each)
-            python = self.python.acquire(tenant, each[0], chosen, self.now, each)
+            lua = self.lua.acquire(Debit(tenant, each[0], chosen, self.now, each))
+            python = self.python.acquire(Debit(tenant, each[0], chosen, self.now, each))
             assert same(lua, python), self._explain(lua, python)
 
         def _at(self, back: int | None) -> int | None:
@@ -210,8 +181,8 @@ def parity_machine(
             at = self._at(back)
             names = [q.name for q in chosen]
             self.log.append(f"refund({tenant!r}, amounts={each!r}, {names}, at={at})")
-            self.lua.refund(tenant, each[0], chosen, self.now, each, at)
-            self.python.refund(tenant, each[0], chosen, self.now, each, at)
+            self.lua.refund(Debit(tenant, each[0], chosen, self.now, each, at))
+            self.python.refund(Debit(tenant, each[0], chosen, self.now, each, at))
 
         @rule(tenant=tenants, amount=costs, chosen=subsets, back=DEBIT_AGES)
         def refund(
@@ -219,15 +190,15 @@ def parity_machine(
         ) -> None:
             at = self._at(back)
             self.log.append(f"refund({tenant!r}, {amount!r}, {[q.name for q in chosen]}, at={at})")
-            self.lua.refund(tenant, amount, chosen, self.now, None, at)
-            self.python.refund(tenant, amount, chosen, self.now, None, at)
+            self.lua.refund(Debit(tenant, amount, chosen, self.now, None, at))
+            self.python.refund(Debit(tenant, amount, chosen, self.now, None, at))
 
         @rule(tenant=tenants, amount=costs, chosen=subsets)
         def charge(self, tenant: str | None, amount: float, chosen: list[Quota]) -> None:
             # Another region's admissions: debited whether they fit or not.
             self.log.append(f"charge({tenant!r}, {amount!r}, {[q.name for q in chosen]})")
-            self.lua.charge(tenant, amount, chosen, self.now)
-            self.python.charge(tenant, amount, chosen, self.now)
+            self.lua.charge(Debit(tenant, amount, chosen, self.now))
+            self.python.charge(Debit(tenant, amount, chosen, self.now))
 
         @rule(tenant=tenants, chosen=subsets)
         def peek(self, tenant: str | None, chosen: list[Quota]) -> None:
@@ -275,11 +246,11 @@ def test_lua_and_python_decide_alike_when_the_clock_goes_back(
         ]
         for step, (op, amount, now) in enumerate(script):
             if op == "refund":
-                storage.refund("acme", amount, [q], now)
-                python.refund("acme", amount, [q], now)
+                storage.refund(Debit("acme", amount, [q], now))
+                python.refund(Debit("acme", amount, [q], now))
                 continue
-            lua = storage.acquire("acme", amount, [q], now)
-            expected = python.acquire("acme", amount, [q], now)
+            lua = storage.acquire(Debit("acme", amount, [q], now))
+            expected = python.acquire(Debit("acme", amount, [q], now))
             assert same(lua, expected), (
                 f"step {step} ({op} {amount} at T0+{now - T0}):\n{lua}\n{expected}"
             )

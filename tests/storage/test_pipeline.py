@@ -14,6 +14,7 @@ import pytest
 
 from quotaql import AsyncRedisStorage, MemoryStorage, Quota
 from quotaql.errors import StorageError, StorageTimeout
+from quotaql.storage import Debit
 from tests.servers import AsyncRunner
 
 if TYPE_CHECKING:
@@ -43,7 +44,10 @@ def test_concurrent_calls_go_out_in_few_writes_and_each_gets_its_own_answer(
             before = storage.pipeline.batches
             costs = [1 + i % 5 for i in range(CALLERS)]
             decisions = await asyncio.gather(
-                *(storage.acquire(f"t{i}", cost, [QUOTA], T0) for i, cost in enumerate(costs))
+                *(
+                    storage.acquire(Debit(f"t{i}", cost, [QUOTA], T0))
+                    for i, cost in enumerate(costs)
+                )
             )
             writes = storage.pipeline.batches - before
             return [d.remaining for d in decisions], writes, len(costs)
@@ -53,7 +57,7 @@ def test_concurrent_calls_go_out_in_few_writes_and_each_gets_its_own_answer(
     remaining, batches, calls = AsyncRunner(redis_server.async_client)(body)
     reference = MemoryStorage()
     expected = [
-        reference.acquire(f"t{i}", 1 + i % 5, [QUOTA], T0).remaining for i in range(CALLERS)
+        reference.acquire(Debit(f"t{i}", 1 + i % 5, [QUOTA], T0)).remaining for i in range(CALLERS)
     ]
     assert remaining == expected
     # 64 calls, at most 16 a write: 4 writes, plus at most one per connection that was
@@ -68,7 +72,7 @@ def test_a_lone_call_is_one_write(redis_server: RedisServer) -> None:
         try:
             seen = []
             for i in range(5):
-                decision = await storage.acquire("lone", 1, [QUOTA], T0)
+                decision = await storage.acquire(Debit("lone", 1, [QUOTA], T0))
                 assert decision.remaining == 9 - i
                 assert storage.pipeline is not None
                 seen.append(storage.pipeline.batches)
@@ -88,7 +92,7 @@ async def acquire_while_paused(
     try:
         started = time.monotonic()
         results = await asyncio.gather(
-            *(storage.acquire(f"t{i}", 1, [quota], now) for i in range(count)),
+            *(storage.acquire(Debit(f"t{i}", 1, [quota], now)) for i in range(count)),
             return_exceptions=True,
         )
         return results, time.monotonic() - started
@@ -104,11 +108,11 @@ def test_a_paused_redis_fails_every_waiting_call_within_the_timeout_then_recover
     async def body(client: Any) -> tuple[list[BaseException | Any], float, float]:
         storage = AsyncRedisStorage(client, timeout=timeout)
         try:
-            assert (await storage.acquire("warm", 1, [QUOTA], T0)).allowed  # connections up
+            assert (await storage.acquire(Debit("warm", 1, [QUOTA], T0))).allowed  # connections up
             results, took = await acquire_while_paused(
                 storage, fresh_redis_server, CALLERS, QUOTA, T0
             )
-            again = await storage.acquire("after", 1, [QUOTA], T0)
+            again = await storage.acquire(Debit("after", 1, [QUOTA], T0))
             return results, took, again.remaining
         finally:
             await storage.close()
@@ -127,10 +131,10 @@ def test_calls_after_a_script_flush_load_the_script_again(
     async def body(client: Any) -> list[float]:
         storage = AsyncRedisStorage(client, timeout=5.0)
         try:
-            await storage.acquire("flush", 1, [QUOTA], T0)
+            await storage.acquire(Debit("flush", 1, [QUOTA], T0))
             await client.script_flush()
             decisions = await asyncio.gather(
-                *(storage.acquire("flush", 1, [QUOTA], T0) for _ in range(8))
+                *(storage.acquire(Debit("flush", 1, [QUOTA], T0)) for _ in range(8))
             )
             return sorted(d.remaining for d in decisions)
         finally:
@@ -144,14 +148,15 @@ def test_a_cancelled_caller_leaves_the_connection_in_step(redis_server: RedisSer
         storage = AsyncRedisStorage(client, timeout=5.0, pipeline_connections=1)
         try:
             tasks = [
-                asyncio.create_task(storage.acquire(f"c{i}", 2, [QUOTA], T0)) for i in range(10)
+                asyncio.create_task(storage.acquire(Debit(f"c{i}", 2, [QUOTA], T0)))
+                for i in range(10)
             ]
             await asyncio.sleep(0)  # queued and flushed: in flight
             tasks[3].cancel()
             tasks[7].cancel()
             results = await asyncio.gather(*tasks, return_exceptions=True)
             # The next answers are this call's own, not a cancelled call's late reply.
-            after = await storage.acquire("c3", 1, [QUOTA], T0)
+            after = await storage.acquire(Debit("c3", 1, [QUOTA], T0))
             return results, after.remaining
         finally:
             await storage.close()
@@ -171,7 +176,7 @@ def test_a_flood_beyond_the_queue_bound_fails_fast_instead_of_queueing(
         storage = AsyncRedisStorage(client, timeout=5.0, pipeline_queue_max=10)
         try:
             return await asyncio.gather(
-                *(storage.acquire(f"f{i}", 1, [QUOTA], T0) for i in range(CALLERS)),
+                *(storage.acquire(Debit(f"f{i}", 1, [QUOTA], T0)) for i in range(CALLERS)),
                 return_exceptions=True,
             )
         finally:
@@ -191,7 +196,7 @@ def test_an_error_reply_fails_only_its_own_call(redis_server: RedisServer) -> No
         try:
             script = storage.script_for([QUOTA])
             bad = storage.evaluate(script, ["k"], ["acquire", "1", "", "leaky 1 1 0 1 f"])
-            good = [storage.acquire(f"e{i}", 1, [QUOTA], T0) for i in range(4)]
+            good = [storage.acquire(Debit(f"e{i}", 1, [QUOTA], T0)) for i in range(4)]
             return await asyncio.gather(bad, *good, return_exceptions=True)
         finally:
             await storage.close()
@@ -205,10 +210,10 @@ def test_an_error_reply_fails_only_its_own_call(redis_server: RedisServer) -> No
 def test_a_closed_storage_refuses_new_calls(redis_server: RedisServer) -> None:
     async def body(client: Any) -> None:
         storage = AsyncRedisStorage(client, timeout=5.0)
-        await storage.acquire("x", 1, [QUOTA], T0)
+        await storage.acquire(Debit("x", 1, [QUOTA], T0))
         await storage.close()
         with pytest.raises(StorageError, match="closed"):
-            await storage.acquire("x", 1, [QUOTA], T0)
+            await storage.acquire(Debit("x", 1, [QUOTA], T0))
 
     AsyncRunner(redis_server.async_client)(body)
 
@@ -238,7 +243,7 @@ def test_a_cluster_client_is_not_pipelined(cluster_client: Any, redis_cluster: A
     async def body(client: Any) -> tuple[bool, float]:
         storage = AsyncRedisStorage(client, timeout=5.0)
         try:
-            decision = await storage.acquire("cl", 1, [QUOTA], T0)
+            decision = await storage.acquire(Debit("cl", 1, [QUOTA], T0))
             return storage.pipelined, decision.remaining
         finally:
             await storage.close()

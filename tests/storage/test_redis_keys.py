@@ -14,6 +14,7 @@ from redis.crc import key_slot
 
 from quotaql import AsyncRedisStorage, Quota, RedisStorage
 from quotaql.policy.quota import ALGORITHM_NAMES
+from quotaql.storage import Debit
 from quotaql.storage.memory import MemoryStorage
 from quotaql.storage.redis import redis_key, script_source
 
@@ -172,7 +173,7 @@ def test_the_storage_writes_under_its_prefix_and_the_tenants_tag(
 ) -> None:
     storage = RedisStorage(redis_client, prefix="rl", timeout=TIMEOUT)
     try:
-        storage.acquire("{a} b", 1, [BUCKET, LOG], now=T0)
+        storage.acquire(Debit("{a} b", 1, [BUCKET, LOG], now=T0))
     finally:
         storage.close()
     tag = f"h:{digest('{a} b')}"
@@ -195,15 +196,15 @@ def script_sha() -> str:
 def test_acquire_loads_the_script_again_after_script_flush(redis_client: redis.Redis) -> None:
     storage = RedisStorage(redis_client, timeout=TIMEOUT)
     try:
-        assert storage.acquire("acme", 4, [BUCKET, LOG], now=T0).remaining == 6
+        assert storage.acquire(Debit("acme", 4, [BUCKET, LOG], now=T0)).remaining == 6
         redis_client.script_flush()
         assert redis_client.script_exists(script_sha()) == [False]
-        assert storage.acquire("acme", 4, [BUCKET, LOG], now=T0).remaining == 2
+        assert storage.acquire(Debit("acme", 4, [BUCKET, LOG], now=T0)).remaining == 2
         assert redis_client.script_exists(script_sha()) == [True]
         redis_client.script_flush()
         assert storage.peek("acme", [BUCKET, LOG], now=T0).remaining == 2
         redis_client.script_flush()
-        storage.refund("acme", 2, [BUCKET, LOG], now=T0)
+        storage.refund(Debit("acme", 2, [BUCKET, LOG], now=T0))
         assert storage.peek("acme", [BUCKET, LOG], now=T0).remaining == 4
     finally:
         storage.close()
@@ -215,9 +216,9 @@ def test_async_acquire_loads_the_script_again_after_script_flush(
     async def body(client: Any) -> list[float]:
         storage = AsyncRedisStorage(client, timeout=TIMEOUT)
         try:
-            first = await storage.acquire("acme", 4, [BUCKET, LOG], now=T0)
+            first = await storage.acquire(Debit("acme", 4, [BUCKET, LOG], now=T0))
             redis_client.script_flush()
-            second = await storage.acquire("acme", 4, [BUCKET, LOG], now=T0)
+            second = await storage.acquire(Debit("acme", 4, [BUCKET, LOG], now=T0))
             redis_client.script_flush()
             peeked = await storage.peek("acme", [BUCKET, LOG], now=T0)
             return [first.remaining, second.remaining, peeked.remaining]
@@ -234,12 +235,12 @@ def test_the_cluster_loads_the_script_again_after_script_flush_on_every_node(
     tenants = [f"tenant-{n}" for n in range(12)]  # spread over the masters
     try:
         for tenant in tenants:
-            assert storage.acquire(tenant, 4, [BUCKET, LOG], now=T0).allowed
+            assert storage.acquire(Debit(tenant, 4, [BUCKET, LOG], now=T0)).allowed
         for node in redis_cluster.nodes:
             with node.client() as client:
                 client.script_flush()
         for tenant in tenants:
-            assert storage.acquire(tenant, 4, [BUCKET, LOG], now=T0).remaining == 2
+            assert storage.acquire(Debit(tenant, 4, [BUCKET, LOG], now=T0)).remaining == 2
     finally:
         storage.close()
     assert len({redis_cluster.node_for_key(redis_key("quotaql", t, BUCKET)) for t in tenants}) > 1
@@ -249,10 +250,10 @@ def test_the_same_storage_works_again_after_a_restart(fresh_redis_server: RedisS
     with fresh_redis_server.client() as client:
         storage = RedisStorage(client, timeout=TIMEOUT)
         try:
-            assert storage.acquire("acme", 4, [BUCKET, LOG], now=T0).remaining == 6
+            assert storage.acquire(Debit("acme", 4, [BUCKET, LOG], now=T0)).remaining == 6
             fresh_redis_server.restart()  # empty: no data, no scripts
-            assert storage.acquire("acme", 4, [BUCKET, LOG], now=T0).remaining == 6
-            assert storage.acquire("acme", 4, [BUCKET, LOG], now=T0).remaining == 2
+            assert storage.acquire(Debit("acme", 4, [BUCKET, LOG], now=T0)).remaining == 6
+            assert storage.acquire(Debit("acme", 4, [BUCKET, LOG], now=T0)).remaining == 2
         finally:
             storage.close()
 
@@ -265,11 +266,11 @@ def test_the_same_async_storage_works_again_after_a_restart(
     async def body(client: Any) -> list[float]:
         storage = AsyncRedisStorage(client, timeout=TIMEOUT)
         try:
-            first = await storage.acquire("acme", 4, [BUCKET, LOG], now=T0)
+            first = await storage.acquire(Debit("acme", 4, [BUCKET, LOG], now=T0))
             # In a thread, so the loop keeps running (and sees its connection close) meanwhile.
             await asyncio.to_thread(fresh_redis_server.restart)  # empty: no data, no scripts
-            second = await storage.acquire("acme", 4, [BUCKET, LOG], now=T0)
-            third = await storage.acquire("acme", 4, [BUCKET, LOG], now=T0)
+            second = await storage.acquire(Debit("acme", 4, [BUCKET, LOG], now=T0))
+            third = await storage.acquire(Debit("acme", 4, [BUCKET, LOG], now=T0))
             return [first.remaining, second.remaining, third.remaining]
         finally:
             await storage.close()
@@ -301,10 +302,10 @@ def test_one_quota_name_under_each_algorithm_keeps_separate_states(
                 quota = Quota("tenant", capacity=10, refill_per_second=1, algorithm=algorithm)
             else:
                 quota = Quota("tenant", limit=10, window_seconds=10, algorithm=algorithm)
-            first = storage.acquire("mover", 4, [quota], now=T0)
+            first = storage.acquire(Debit("mover", 4, [quota], now=T0))
             assert first.allowed, algorithm
             assert first.remaining == 6, algorithm  # a fresh state, not another algorithm's
-            assert storage.acquire("mover", 4, [quota], now=T0).remaining == 2, algorithm
+            assert storage.acquire(Debit("mover", 4, [quota], now=T0)).remaining == 2, algorithm
     finally:
         if backend == "redis":
             storage.close()

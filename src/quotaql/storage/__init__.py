@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quotaql.storage.base import AsyncStorage, Storage
+from quotaql.storage.base import AsyncStorage, Debit, Storage
 from quotaql.storage.leases import (
     AsyncRedisLeases,
     LeaseKeeper,
@@ -17,6 +17,7 @@ __all__ = [
     "AsyncRedisLeases",
     "AsyncRedisStorage",
     "AsyncStorage",
+    "Debit",
     "LeaseKeeper",
     "LeaseSpec",
     "MemoryLeases",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import weakref
 from functools import cache
 from importlib import resources
@@ -26,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 from quotaql.errors import StorageTimeout
 from quotaql.policy.quota import ALGORITHM_NAMES, Decision, Quota, combine, decide_one
 from quotaql.storage._pipeline import Pipeline, storage_error
-from quotaql.storage.base import check_arguments, tenant_digest
+from quotaql.storage.base import Debit, check_arguments
+from quotaql.storage.keys import redis_key_base
+from quotaql.storage.redis_leases import AsyncRedisLeases, RedisLeases
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -47,7 +48,6 @@ MIN_STALL_TOLERANCE = 0.002
 # again); past them the next expiry is final, so a dead Redis behind a loop that keeps
 # stalling fails after at most 1 + 3 periods (plus the stalls).
 MAX_STALL_EXTENSIONS = 3
-_SAFE_TENANT = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,64}")
 _FIELDS_PER_QUOTA = 5
 
 
@@ -75,35 +75,13 @@ def redis_key(prefix: str, tenant: str | None, quota: Quota) -> str:
     :attr:`~quotaql.Quota.state_field` is the state, or a sliding log's ZSET (its total is
     in the same key with ``#log`` appended)."""
     group = quota.state_group
-    return _key_base(prefix, tenant) + (quota.state_name if group is None else group)
+    return redis_key_base(prefix, tenant) + (quota.state_name if group is None else group)
 
 
-def _key_base(prefix: str, tenant: str | None) -> str:
-    """Everything of a tenant's keys but the quota name: ``quotaql:{t:acme}:``."""
-    if tenant is None:
-        tag = "global"
-    elif _SAFE_TENANT.fullmatch(tenant):
-        tag = f"t:{tenant}"
-    else:
-        # Braces, spaces, unicode, very long keys: hashed, so none can break out of the tag.
-        # 128 bits in 22 characters: short keys cost Redis less memory per tenant.
-        tag = "h:" + tenant_digest(tenant)
-    return f"{prefix}:{{{tag}}}:"
-
-
-def _request(
-    prefix: str,
-    mode: str,
-    tenant: str | None,
-    amount: float,
-    quotas: Sequence[Quota],
-    now: int | None,
-    amounts: Sequence[float] | None = None,
-    at: int | None = None,
-    turn: int | None = None,
-) -> tuple[list[str], list[str]]:
-    """The script's KEYS and ARGV (see lua/driver.lua)."""
-    base = _key_base(prefix, tenant)
+def _request(prefix: str, mode: str, debit: Debit) -> tuple[list[str], list[str]]:
+    """The script's KEYS and ARGV for ``debit`` (see lua/driver.lua)."""
+    tenant, amount, quotas, now, amounts, at, turn = debit
+    base = redis_key_base(prefix, tenant)
     if amounts is not None and len(amounts) == 1:
         amount, amounts = amounts[0], None
     if len(quotas) == 1:  # the common case
@@ -168,6 +146,13 @@ def _decision(
         for i in range(1, len(raw), _FIELDS_PER_QUOTA)
     ]
     return combine(quotas, checks, cost, "redis", costs, raw[0] if raw else None)
+
+
+def _gives(debit: Debit) -> bool:
+    """Whether a refund or a charge gives any quota an amount (else no call is made)."""
+    return bool(debit.quotas) and (
+        debit.amount > 0 if debit.amounts is None else any(debit.amounts)
+    )
 
 
 def _is_cluster(client: Any) -> bool:
@@ -279,6 +264,8 @@ class _RedisBase:
     """What the sync and async Redis storages share: options, private client, script."""
 
     name = "redis"
+    fallible = True
+    pipelined = False
     _harden = staticmethod(_hardened)
 
     def __init__(
@@ -313,24 +300,14 @@ class _RedisBase:
             self._scripts[name] = script
         return script
 
-    def _send(
-        self,
-        mode: str,
-        tenant: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int | None,
-        amounts: Sequence[float] | None = None,
-        at: int | None = None,
-        turn: int | None = None,
-    ) -> Any:
+    def _send(self, mode: str, debit: Debit) -> Any:
         """The script call of one operation: its reply (sync), or an awaitable of it (async).
 
-        The one body of both storages' ``acquire``, ``refund`` and ``peek``: they differ
-        only in waiting for it.
+        The one body of both storages' ``acquire``, ``refund``, ``charge`` and ``peek``: they
+        differ only in waiting for it.
         """
-        keys, args = _request(self.prefix, mode, tenant, amount, quotas, now, amounts, at, turn)
-        return self.evaluate(self.script_for(quotas), keys, args)
+        keys, args = _request(self.prefix, mode, debit)
+        return self.evaluate(self.script_for(debit.quotas), keys, args)
 
     def evaluate(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
         """Run a registered ``script`` on ``keys`` and ``args`` (each storage's own)."""
@@ -369,55 +346,31 @@ class RedisStorage(_RedisBase):
 
         return cls(redis.Redis.from_url(url), **kwargs)
 
-    def acquire(
-        self,
-        key: str | None,
-        cost: float,
-        quotas: Sequence[Quota],
-        now: int | None = None,
-        costs: Sequence[float] | None = None,
-    ) -> Decision:
-        """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key`` if all
-        allow it; else debit nothing."""
-        check_arguments(cost, quotas, costs)
-        raw = self._send("acquire", key, cost, quotas, now, costs) if quotas else []
-        return _decision(raw, quotas, cost, costs)
+    def acquire(self, debit: Debit) -> Decision:
+        check_arguments(debit.amount, debit.quotas, debit.amounts)
+        raw = self._send("acquire", debit) if debit.quotas else []
+        return _decision(raw, debit.quotas, debit.amount, debit.amounts)
 
-    def refund(
-        self,
-        key: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int | None = None,
-        amounts: Sequence[float] | None = None,
-        at: int | None = None,
-        turn: int | None = None,
-    ) -> None:
-        """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
-        (never above full), for a debit made at ``at`` (``Decision.at``; None: now) that
-        reserved the ``turn`` (ms; None: none): a waiter's entry leaves the quota's line."""
-        check_arguments(amount, quotas, amounts)
-        if quotas and (amount > 0 if amounts is None else any(amounts)):
-            self._send("refund", key, amount, quotas, now, amounts, at, turn)
+    def refund(self, debit: Debit) -> None:
+        check_arguments(debit.amount, debit.quotas, debit.amounts)
+        if _gives(debit):
+            self._send("refund", debit)
 
-    def charge(
-        self,
-        key: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int | None = None,
-        amounts: Sequence[float] | None = None,
-    ) -> None:
-        """Debit ``amount`` (or each quota's ``amounts``) whether it fits or not: a bucket
-        may go below empty (another region's admissions, applied here)."""
-        check_arguments(amount, quotas, amounts)
-        if quotas and (amount > 0 if amounts is None else any(amounts)):
-            self._send("charge", key, amount, quotas, now, amounts)
+    def charge(self, debit: Debit) -> None:
+        """Debit every quota of ``debit.key`` its amount whether it fits or not: a bucket may
+        go below empty (another region's admissions, applied here)."""
+        check_arguments(debit.amount, debit.quotas, debit.amounts)
+        if _gives(debit):
+            self._send("charge", debit)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
-        """Each quota's state for ``key``, without debiting anything."""
         check_arguments(0, quotas)
-        return _decision(self._send("peek", key, 0, quotas, now) if quotas else [], quotas, 0.0)
+        raw = self._send("peek", Debit(key, 0.0, quotas, now)) if quotas else []
+        return _decision(raw, quotas, 0.0)
+
+    def leases(self) -> RedisLeases:
+        """A new :class:`~quotaql.storage.redis_leases.RedisLeases` on this storage."""
+        return RedisLeases(self)
 
     def close(self) -> None:
         """Close the storage's private connections."""
@@ -541,57 +494,32 @@ class AsyncRedisStorage(_RedisBase):
 
         return cls(redis.asyncio.Redis.from_url(url), **kwargs)
 
-    async def acquire(
-        self,
-        key: str | None,
-        cost: float,
-        quotas: Sequence[Quota],
-        now: int | None = None,
-        costs: Sequence[float] | None = None,
-    ) -> Decision:
-        """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key`` if all
-        allow it; else debit nothing."""
-        check_arguments(cost, quotas, costs)
-        raw = await self._send("acquire", key, cost, quotas, now, costs) if quotas else []
-        return _decision(raw, quotas, cost, costs)
+    async def acquire(self, debit: Debit) -> Decision:
+        check_arguments(debit.amount, debit.quotas, debit.amounts)
+        raw = await self._send("acquire", debit) if debit.quotas else []
+        return _decision(raw, debit.quotas, debit.amount, debit.amounts)
 
-    async def refund(
-        self,
-        key: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int | None = None,
-        amounts: Sequence[float] | None = None,
-        at: int | None = None,
-        turn: int | None = None,
-    ) -> None:
-        """Give ``amount`` (or each quota's ``amounts``) back to every quota of ``key``
-        (never above full), for a debit made at ``at`` (``Decision.at``; None: now) that
-        reserved the ``turn`` (ms; None: none): a waiter's entry leaves the quota's line."""
-        check_arguments(amount, quotas, amounts)
-        if quotas and (amount > 0 if amounts is None else any(amounts)):
-            await self._send("refund", key, amount, quotas, now, amounts, at, turn)
+    async def refund(self, debit: Debit) -> None:
+        check_arguments(debit.amount, debit.quotas, debit.amounts)
+        if _gives(debit):
+            await self._send("refund", debit)
 
-    async def charge(
-        self,
-        key: str | None,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int | None = None,
-        amounts: Sequence[float] | None = None,
-    ) -> None:
+    async def charge(self, debit: Debit) -> None:
         """:meth:`RedisStorage.charge` for asyncio."""
-        check_arguments(amount, quotas, amounts)
-        if quotas and (amount > 0 if amounts is None else any(amounts)):
-            await self._send("charge", key, amount, quotas, now, amounts)
+        check_arguments(debit.amount, debit.quotas, debit.amounts)
+        if _gives(debit):
+            await self._send("charge", debit)
 
     async def peek(
         self, key: str | None, quotas: Sequence[Quota], now: int | None = None
     ) -> Decision:
-        """Each quota's state for ``key``, without debiting anything."""
         check_arguments(0, quotas)
-        raw = await self._send("peek", key, 0, quotas, now) if quotas else []
+        raw = await self._send("peek", Debit(key, 0.0, quotas, now)) if quotas else []
         return _decision(raw, quotas, 0.0)
+
+    def leases(self) -> AsyncRedisLeases:
+        """A new :class:`~quotaql.storage.redis_leases.AsyncRedisLeases` on this storage."""
+        return AsyncRedisLeases(self)
 
     async def close(self) -> None:
         """Close the storage's private connections."""

@@ -1,0 +1,235 @@
+"""Lease sets in Redis or Redis Cluster: :class:`RedisLeases` and :class:`AsyncRedisLeases`.
+
+A lease set is a ZSET, ``<prefix>:{t:<tenant>}:~c:<limit>`` (the tenant's hash tag: its rate
+quotas and its lease sets share one slot), member = lease id, score = expiry in ms of the
+Redis clock (``TIME``); one call of ``lua/leases.lua`` per operation, through the rate
+storage's :meth:`~quotaql.storage.redis.RedisStorage.evaluate` (``NOSCRIPT``, error mapping to
+:class:`~quotaql.errors.StorageError`, the async deadline). Each key's TTL is raised to the
+longest ttl given to it, never lowered: an idle tenant's sets disappear.
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from quotaql.storage.base import (
+    LeaseResult,
+    check_lease,
+    check_leases,
+    check_names,
+    check_now,
+    check_specs,
+    check_ttl,
+)
+from quotaql.storage.keys import redis_key_base
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from quotaql.storage.base import LeaseSpec
+
+__all__ = ["AsyncRedisLeases", "RedisLeases", "lease_key", "lease_script_source"]
+
+# A script call's KEYS and ARGV.
+_Request = tuple[list[str], list[str]]
+
+
+@cache
+def lease_script_source() -> str:
+    """The Lua script of the lease sets (``lua/leases.lua``)."""
+    folder = resources.files("quotaql.storage") / "lua"
+    return folder.joinpath("leases.lua").read_text(encoding="utf-8")
+
+
+def lease_key(prefix: str, tenant: str | None, name: str) -> str:
+    """The Redis key of a lease set: ``<prefix>:{t:<tenant>}:~c:<name>`` (``~`` is in no
+    quota name, so no lease set is a quota's state)."""
+    return f"{redis_key_base(prefix, tenant)}~c:{name}"
+
+
+def _when(now: int | None) -> str:
+    check_now(now)
+    return "" if now is None else str(now)
+
+
+def _take_request(
+    prefix: str,
+    tenant: str | None,
+    specs: Sequence[LeaseSpec],
+    lease: str,
+    ttl_ms: int,
+    now: int | None,
+) -> _Request:
+    check_specs(specs)
+    check_lease(lease)
+    check_ttl(ttl_ms)
+    base = redis_key_base(prefix, tenant) + "~c:"
+    keys = [base + spec.name for spec in specs]
+    return keys, ["take", _when(now), str(ttl_ms), lease, *(str(spec.maximum) for spec in specs)]
+
+
+def _taken(raw: list[Any], specs: Sequence[LeaseSpec]) -> LeaseResult:
+    at, refused, wait, *counts = raw
+    if refused == 0:
+        return LeaseResult(True, None, tuple(counts), None, at)
+    return LeaseResult(False, specs[refused - 1].name, tuple(counts), wait, at)
+
+
+def _release_request(
+    prefix: str, tenant: str | None, names: Sequence[str], lease: str, now: int | None
+) -> _Request:
+    names = check_names(names)
+    check_lease(lease)
+    base = redis_key_base(prefix, tenant) + "~c:"
+    return [base + name for name in names], ["release", _when(now), lease]
+
+
+def _renew_request(
+    prefix: str,
+    tenant: str | None,
+    names: Sequence[str],
+    leases: Sequence[str],
+    ttl_ms: int,
+    now: int | None,
+) -> _Request | None:
+    """KEYS and ARGV of a renew, or None when there is nothing to renew."""
+    names = check_names(names)
+    leases = check_leases(leases)
+    check_ttl(ttl_ms)
+    when = _when(now)
+    if not leases:
+        return None
+    base = redis_key_base(prefix, tenant) + "~c:"
+    return [base + name for name in names], ["renew", when, str(ttl_ms), *leases]
+
+
+def _count_request(prefix: str, tenant: str | None, name: str, now: int | None) -> _Request:
+    (name,) = check_names((name,))
+    return [lease_key(prefix, tenant, name)], ["count", _when(now)]
+
+
+class _RedisLeases:
+    """What the sync and async lease stores share: the rate storage whose connections, key
+    prefix, timeout and error mapping they use, and their script."""
+
+    __slots__ = ("_script", "prefix", "storage")
+    name = "redis"
+    fallible = True
+    _async = False  # the colour of the storage's evaluate it needs
+    _needs = "a RedisStorage"
+
+    def __init__(self, storage: Any) -> None:
+        evaluate = getattr(storage, "evaluate", None)
+        if (
+            evaluate is None
+            or inspect.iscoroutinefunction(evaluate) is not self._async
+            or not isinstance(getattr(storage, "prefix", None), str)
+        ):
+            raise TypeError(
+                f"{type(self).__name__} needs {self._needs}, got {type(storage).__name__}"
+            )
+        self.storage = storage
+        self.prefix: str = storage.prefix
+        self._script = storage.client.register_script(lease_script_source())
+
+    def _evaluate(self, request: _Request) -> Any:
+        """The script's reply to ``request`` (an awaitable of it, async)."""
+        return self.storage.evaluate(self._script, *request)
+
+
+class RedisLeases(_RedisLeases):
+    """Lease sets in Redis or Redis Cluster, through a
+    :class:`~quotaql.storage.redis.RedisStorage` (its private client, its prefix, its timeout
+    and error mapping): one ``EVALSHA`` per call.
+
+    Args:
+        storage: the storage whose connections and key prefix the leases use.
+    """
+
+    __slots__ = ()
+
+    def take(
+        self,
+        key: str | None,
+        specs: Sequence[LeaseSpec],
+        lease: str,
+        ttl_ms: int,
+        now: int | None = None,
+    ) -> LeaseResult:
+        return _taken(
+            self._evaluate(_take_request(self.prefix, key, specs, lease, ttl_ms, now)), specs
+        )
+
+    def release(
+        self, key: str | None, names: Sequence[str], lease: str, now: int | None = None
+    ) -> int:
+        held: int = self._evaluate(_release_request(self.prefix, key, names, lease, now))[1]
+        return held
+
+    def renew(
+        self,
+        key: str | None,
+        names: Sequence[str],
+        leases: Sequence[str],
+        ttl_ms: int,
+        now: int | None = None,
+    ) -> int:
+        request = _renew_request(self.prefix, key, names, leases, ttl_ms, now)
+        renewed: int = 0 if request is None else self._evaluate(request)[1]
+        return renewed
+
+    def count(self, key: str | None, name: str, now: int | None = None) -> int:
+        live: int = self._evaluate(_count_request(self.prefix, key, name, now))[1]
+        return live
+
+
+class AsyncRedisLeases(_RedisLeases):
+    """:class:`RedisLeases` for asyncio, through an
+    :class:`~quotaql.storage.redis.AsyncRedisStorage` (its deadline bounds each call).
+
+    Args:
+        storage: the storage whose connections and key prefix the leases use.
+    """
+
+    __slots__ = ()
+    _async = True
+    _needs = "an AsyncRedisStorage"
+
+    async def take(
+        self,
+        key: str | None,
+        specs: Sequence[LeaseSpec],
+        lease: str,
+        ttl_ms: int,
+        now: int | None = None,
+    ) -> LeaseResult:
+        request = _take_request(self.prefix, key, specs, lease, ttl_ms, now)
+        return _taken(await self._evaluate(request), specs)
+
+    async def release(
+        self, key: str | None, names: Sequence[str], lease: str, now: int | None = None
+    ) -> int:
+        request = _release_request(self.prefix, key, names, lease, now)
+        held: int = (await self._evaluate(request))[1]
+        return held
+
+    async def renew(
+        self,
+        key: str | None,
+        names: Sequence[str],
+        leases: Sequence[str],
+        ttl_ms: int,
+        now: int | None = None,
+    ) -> int:
+        request = _renew_request(self.prefix, key, names, leases, ttl_ms, now)
+        if request is None:
+            return 0
+        renewed: int = (await self._evaluate(request))[1]
+        return renewed
+
+    async def count(self, key: str | None, name: str, now: int | None = None) -> int:
+        live: int = (await self._evaluate(_count_request(self.prefix, key, name, now)))[1]
+        return live
