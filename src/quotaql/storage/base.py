@@ -24,19 +24,28 @@ __all__ = [
     "LeaseStore",
     "LeaseSupport",
     "Leases",
+    "Now",
     "RateStorage",
     "Storage",
+    "Tenant",
     "check_arguments",
+    "check_count",
     "check_lease",
-    "check_leases",
     "check_names",
-    "check_now",
-    "check_specs",
+    "check_release",
+    "check_renew",
+    "check_take",
     "check_ttl",
     "is_fallible",
     "is_pipelined",
     "supports_leases",
 ]
+
+#: A tenant's key; None is the shared, platform-wide scope (of the quotas with
+#: ``shared=True``, and of one lease set per limit).
+Tenant: TypeAlias = str | None
+#: Integer milliseconds that override a store's clock (tests); None: its own clock.
+Now: TypeAlias = int | None
 
 MAX_TTL_MS = 86_400_000  # a day: a lease that long is a leak, not an operation
 MAX_LEASE_ID = 200  # characters
@@ -68,10 +77,10 @@ class Debit(NamedTuple):
             line of each quota with ``max_queued``.
     """
 
-    key: str | None
+    key: Tenant
     amount: float
     quotas: Sequence[Quota]
-    now: int | None = None
+    now: Now = None
     amounts: Sequence[float] | None = None
     at: int | None = None
     turn: int | None = None
@@ -152,7 +161,7 @@ class RateStorage(Protocol[_Decided_co, _Done_co]):
         debit made at ``debit.at`` that reserved ``debit.turn`` (see :class:`Debit`)."""
         ...
 
-    def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> _Decided_co:
+    def peek(self, key: Tenant, quotas: Sequence[Quota], now: Now = None) -> _Decided_co:
         """Each quota's state for ``key``, without debiting anything."""
         ...
 
@@ -245,12 +254,7 @@ class LeaseStore(Protocol[_Taken_co, _Count_co]):
     fallible: bool
 
     def take(
-        self,
-        key: str | None,
-        specs: Sequence[LeaseSpec],
-        lease: str,
-        ttl_ms: int,
-        now: int | None = None,
+        self, key: Tenant, specs: Sequence[LeaseSpec], lease: str, ttl_ms: int, now: Now = None
     ) -> _Taken_co:
         """Put ``lease`` in the set of every spec if none is at its maximum (without this
         lease in it); else in none. Expired leases are dropped first. Taking a lease already
@@ -258,27 +262,20 @@ class LeaseStore(Protocol[_Taken_co, _Count_co]):
         moves its expiry, never back."""
         ...
 
-    def release(
-        self, key: str | None, names: Sequence[str], lease: str, now: int | None = None
-    ) -> _Count_co:
+    def release(self, key: Tenant, names: Sequence[str], lease: str, now: Now = None) -> _Count_co:
         """Take ``lease`` out of the sets of ``names``: in how many it was still live (fewer
         than ``len(names)``: it had expired meanwhile)."""
         ...
 
     def renew(
-        self,
-        key: str | None,
-        names: Sequence[str],
-        leases: Sequence[str],
-        ttl_ms: int,
-        now: int | None = None,
+        self, key: Tenant, names: Sequence[str], leases: Sequence[str], ttl_ms: int, now: Now = None
     ) -> _Count_co:
         """Push the expiry of the live ``leases`` of these sets to ``now + ttl_ms`` (never
         earlier than it was): how many (set, lease) pairs were live and renewed. A released
         or expired lease is never brought back."""
         ...
 
-    def count(self, key: str | None, name: str, now: int | None = None) -> _Count_co:
+    def count(self, key: Tenant, name: str, now: Now = None) -> _Count_co:
         """The live leases of the set of ``name``."""
         ...
 
@@ -322,15 +319,38 @@ def supports_leases(storage: object) -> TypeGuard[LeaseSupport]:
 # -- lease arguments -------------------------------------------------------------------------
 
 
-def check_specs(specs: Sequence[LeaseSpec]) -> None:
-    """Refuse a take without specs, with a spec that is not a LeaseSpec, or a name twice."""
-    if not specs:
-        raise ValueError("take needs at least one LeaseSpec")
-    for spec in specs:
-        if type(spec) is not LeaseSpec:
-            raise TypeError(f"specs must be LeaseSpec objects, got {type(spec).__name__}")
-    if len(specs) > 1 and len({spec.name for spec in specs}) != len(specs):
-        raise ValueError(f"limit names must be distinct, got {[spec.name for spec in specs]}")
+def check_take(specs: Sequence[LeaseSpec], lease: str, ttl_ms: int, now: int | None) -> None:
+    """Refuse a take's arguments that are not valid (every store checks them alike)."""
+    _check_specs(specs)
+    check_lease(lease)
+    check_ttl(ttl_ms)
+    _check_now(now)
+
+
+def check_release(names: Sequence[str], lease: str, now: int | None) -> tuple[str, ...]:
+    """A release's limit names, its arguments checked."""
+    names = check_names(names)
+    check_lease(lease)
+    _check_now(now)
+    return names
+
+
+def check_renew(
+    names: Sequence[str], leases: Sequence[str], ttl_ms: int, now: int | None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A renewal's limit names and lease ids (each once, in order), its arguments checked."""
+    names = check_names(names)
+    leases = _check_leases(leases)
+    check_ttl(ttl_ms)
+    _check_now(now)
+    return names, leases
+
+
+def check_count(name: str, now: int | None) -> str:
+    """A count's limit name, its arguments checked."""
+    (name,) = check_names((name,))
+    _check_now(now)
+    return name
 
 
 def check_names(names: Sequence[str]) -> tuple[str, ...]:
@@ -363,22 +383,30 @@ def check_lease(lease: str) -> None:
             raise ValueError(f"a lease id must be valid unicode, got {lease!r}") from None
 
 
-def check_leases(leases: Sequence[str]) -> tuple[str, ...]:
-    """The lease ids, checked, each once, in order."""
-    if isinstance(leases, str):
-        raise TypeError(f"leases must be a sequence of lease ids, not the string {leases!r}")
-    for lease in leases:
-        check_lease(lease)
-    return tuple(dict.fromkeys(leases))
-
-
 def check_ttl(ttl_ms: int) -> None:
     """Refuse a ttl that is not an integer from 1 to :data:`MAX_TTL_MS`."""
     if type(ttl_ms) is not int or not 0 < ttl_ms <= MAX_TTL_MS:
         raise ValueError(f"ttl_ms must be an integer from 1 to {MAX_TTL_MS}, got {ttl_ms!r}")
 
 
-def check_now(now: int | None) -> None:
-    """Refuse a ``now`` that is not integer milliseconds or None."""
+def _check_specs(specs: Sequence[LeaseSpec]) -> None:
+    if not specs:
+        raise ValueError("take needs at least one LeaseSpec")
+    for spec in specs:
+        if type(spec) is not LeaseSpec:
+            raise TypeError(f"specs must be LeaseSpec objects, got {type(spec).__name__}")
+    if len(specs) > 1 and len({spec.name for spec in specs}) != len(specs):
+        raise ValueError(f"limit names must be distinct, got {[spec.name for spec in specs]}")
+
+
+def _check_leases(leases: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(leases, str):
+        raise TypeError(f"leases must be a sequence of lease ids, not the string {leases!r}")
+    for lease in leases:
+        check_lease(lease)
+    return tuple(dict.fromkeys(leases))  # each once, in order
+
+
+def _check_now(now: int | None) -> None:
     if now is not None and type(now) is not int:
         raise TypeError(f"now must be integer milliseconds or None, got {now!r}")

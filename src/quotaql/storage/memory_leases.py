@@ -11,18 +11,17 @@ from typing import TYPE_CHECKING
 from quotaql.errors import ConfigError
 from quotaql.storage.base import (
     LeaseResult,
-    LeaseSpec,
-    check_lease,
-    check_leases,
-    check_names,
-    check_now,
-    check_specs,
-    check_ttl,
+    check_count,
+    check_release,
+    check_renew,
+    check_take,
 )
 from quotaql.storage.keys import tenant_part
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+    from quotaql.storage.base import LeaseSpec, Now, Tenant
 
 __all__ = ["MemoryLeases"]
 
@@ -97,6 +96,7 @@ class MemoryLeases:
     A forked child starts with a copy of the parent's sets and a lock of its own.
 
     Example:
+        >>> from quotaql.storage import LeaseSpec
         >>> leases = MemoryLeases(clock=lambda: 0.0)
         >>> tier = LeaseSpec("tier", maximum=1)
         >>> leases.take("acme", [tier], "op-1", ttl_ms=30_000).taken
@@ -158,17 +158,9 @@ class MemoryLeases:
         return len(self._sets) + len(self._overflow)
 
     def take(
-        self,
-        key: str | None,
-        specs: Sequence[LeaseSpec],
-        lease: str,
-        ttl_ms: int,
-        now: int | None = None,
+        self, key: Tenant, specs: Sequence[LeaseSpec], lease: str, ttl_ms: int, now: Now = None
     ) -> LeaseResult:
-        check_specs(specs)
-        check_lease(lease)
-        check_ttl(ttl_ms)
-        check_now(now)
+        check_take(specs, lease, ttl_ms, now)
         if now is None:
             now = int(self._clock() * 1000)
         part = tenant_part(key)
@@ -230,12 +222,8 @@ class MemoryLeases:
                 self._sweep(now)
         return LeaseResult(True, None, tuple(counts), None, now)
 
-    def release(
-        self, key: str | None, names: Sequence[str], lease: str, now: int | None = None
-    ) -> int:
-        names = check_names(names)
-        check_lease(lease)
-        check_now(now)
+    def release(self, key: Tenant, names: Sequence[str], lease: str, now: Now = None) -> int:
+        names = check_release(names, lease, now)
         if now is None:
             now = int(self._clock() * 1000)
         part = tenant_part(key)
@@ -253,17 +241,9 @@ class MemoryLeases:
         return held
 
     def renew(
-        self,
-        key: str | None,
-        names: Sequence[str],
-        leases: Sequence[str],
-        ttl_ms: int,
-        now: int | None = None,
+        self, key: Tenant, names: Sequence[str], leases: Sequence[str], ttl_ms: int, now: Now = None
     ) -> int:
-        names = check_names(names)
-        leases = check_leases(leases)
-        check_ttl(ttl_ms)
-        check_now(now)
+        names, leases = check_renew(names, leases, ttl_ms, now)
         if now is None:
             now = int(self._clock() * 1000)
         part = tenant_part(key)
@@ -287,10 +267,9 @@ class MemoryLeases:
                     renewed += 1
         return renewed
 
-    def count(self, key: str | None, name: str, now: int | None = None) -> int:
+    def count(self, key: Tenant, name: str, now: Now = None) -> int:
         """The overflow set's count for a tenant without a set while the table is full."""
-        (name,) = check_names((name,))
-        check_now(now)
+        name = check_count(name, now)
         if now is None:
             now = int(self._clock() * 1000)
         k = name + tenant_part(key)

@@ -17,19 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 from quotaql.storage.base import (
     LeaseResult,
-    check_lease,
-    check_leases,
-    check_names,
-    check_now,
-    check_specs,
-    check_ttl,
+    check_count,
+    check_release,
+    check_renew,
+    check_take,
 )
 from quotaql.storage.keys import redis_key_base
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from quotaql.storage.base import LeaseSpec
+    from quotaql.storage.base import LeaseSpec, Now, Tenant
 
 __all__ = ["AsyncRedisLeases", "RedisLeases", "lease_key", "lease_script_source"]
 
@@ -51,7 +49,6 @@ def lease_key(prefix: str, tenant: str | None, name: str) -> str:
 
 
 def _when(now: int | None) -> str:
-    check_now(now)
     return "" if now is None else str(now)
 
 
@@ -63,9 +60,7 @@ def _take_request(
     ttl_ms: int,
     now: int | None,
 ) -> _Request:
-    check_specs(specs)
-    check_lease(lease)
-    check_ttl(ttl_ms)
+    check_take(specs, lease, ttl_ms, now)
     base = redis_key_base(prefix, tenant) + "~c:"
     keys = [base + spec.name for spec in specs]
     return keys, ["take", _when(now), str(ttl_ms), lease, *(str(spec.maximum) for spec in specs)]
@@ -81,8 +76,7 @@ def _taken(raw: list[Any], specs: Sequence[LeaseSpec]) -> LeaseResult:
 def _release_request(
     prefix: str, tenant: str | None, names: Sequence[str], lease: str, now: int | None
 ) -> _Request:
-    names = check_names(names)
-    check_lease(lease)
+    names = check_release(names, lease, now)
     base = redis_key_base(prefix, tenant) + "~c:"
     return [base + name for name in names], ["release", _when(now), lease]
 
@@ -96,18 +90,15 @@ def _renew_request(
     now: int | None,
 ) -> _Request | None:
     """KEYS and ARGV of a renew, or None when there is nothing to renew."""
-    names = check_names(names)
-    leases = check_leases(leases)
-    check_ttl(ttl_ms)
-    when = _when(now)
+    names, leases = check_renew(names, leases, ttl_ms, now)
     if not leases:
         return None
     base = redis_key_base(prefix, tenant) + "~c:"
-    return [base + name for name in names], ["renew", when, str(ttl_ms), *leases]
+    return [base + name for name in names], ["renew", _when(now), str(ttl_ms), *leases]
 
 
 def _count_request(prefix: str, tenant: str | None, name: str, now: int | None) -> _Request:
-    (name,) = check_names((name,))
+    name = check_count(name, now)
     return [lease_key(prefix, tenant, name)], ["count", _when(now)]
 
 
@@ -152,36 +143,23 @@ class RedisLeases(_RedisLeases):
     __slots__ = ()
 
     def take(
-        self,
-        key: str | None,
-        specs: Sequence[LeaseSpec],
-        lease: str,
-        ttl_ms: int,
-        now: int | None = None,
+        self, key: Tenant, specs: Sequence[LeaseSpec], lease: str, ttl_ms: int, now: Now = None
     ) -> LeaseResult:
-        return _taken(
-            self._evaluate(_take_request(self.prefix, key, specs, lease, ttl_ms, now)), specs
-        )
+        request = _take_request(self.prefix, key, specs, lease, ttl_ms, now)
+        return _taken(self._evaluate(request), specs)
 
-    def release(
-        self, key: str | None, names: Sequence[str], lease: str, now: int | None = None
-    ) -> int:
+    def release(self, key: Tenant, names: Sequence[str], lease: str, now: Now = None) -> int:
         held: int = self._evaluate(_release_request(self.prefix, key, names, lease, now))[1]
         return held
 
     def renew(
-        self,
-        key: str | None,
-        names: Sequence[str],
-        leases: Sequence[str],
-        ttl_ms: int,
-        now: int | None = None,
+        self, key: Tenant, names: Sequence[str], leases: Sequence[str], ttl_ms: int, now: Now = None
     ) -> int:
         request = _renew_request(self.prefix, key, names, leases, ttl_ms, now)
         renewed: int = 0 if request is None else self._evaluate(request)[1]
         return renewed
 
-    def count(self, key: str | None, name: str, now: int | None = None) -> int:
+    def count(self, key: Tenant, name: str, now: Now = None) -> int:
         live: int = self._evaluate(_count_request(self.prefix, key, name, now))[1]
         return live
 
@@ -199,30 +177,18 @@ class AsyncRedisLeases(_RedisLeases):
     _needs = "an AsyncRedisStorage"
 
     async def take(
-        self,
-        key: str | None,
-        specs: Sequence[LeaseSpec],
-        lease: str,
-        ttl_ms: int,
-        now: int | None = None,
+        self, key: Tenant, specs: Sequence[LeaseSpec], lease: str, ttl_ms: int, now: Now = None
     ) -> LeaseResult:
         request = _take_request(self.prefix, key, specs, lease, ttl_ms, now)
         return _taken(await self._evaluate(request), specs)
 
-    async def release(
-        self, key: str | None, names: Sequence[str], lease: str, now: int | None = None
-    ) -> int:
+    async def release(self, key: Tenant, names: Sequence[str], lease: str, now: Now = None) -> int:
         request = _release_request(self.prefix, key, names, lease, now)
         held: int = (await self._evaluate(request))[1]
         return held
 
     async def renew(
-        self,
-        key: str | None,
-        names: Sequence[str],
-        leases: Sequence[str],
-        ttl_ms: int,
-        now: int | None = None,
+        self, key: Tenant, names: Sequence[str], leases: Sequence[str], ttl_ms: int, now: Now = None
     ) -> int:
         request = _renew_request(self.prefix, key, names, leases, ttl_ms, now)
         if request is None:
@@ -230,6 +196,6 @@ class AsyncRedisLeases(_RedisLeases):
         renewed: int = (await self._evaluate(request))[1]
         return renewed
 
-    async def count(self, key: str | None, name: str, now: int | None = None) -> int:
+    async def count(self, key: Tenant, name: str, now: Now = None) -> int:
         live: int = (await self._evaluate(_count_request(self.prefix, key, name, now)))[1]
         return live
