@@ -30,14 +30,21 @@ import logging
 import math
 import os
 import random
-import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Self
 
 from graphql import DocumentNode, GraphQLError, validate
 
 from quotaql import web
-from quotaql.adaptive import Adaptive, unexpected_error
+from quotaql._flow import (
+    Acquire,
+    Await,
+    Refund,
+    ReleaseLease,
+    TakeLease,
+    drive,
+    is_pending,
+)
 from quotaql.config import Config, TierConfig, default_config, load_config
 from quotaql.config.values import SUBSCRIPTION_LEASES, TIER_LEASES
 from quotaql.contract import (
@@ -61,11 +68,11 @@ from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.cost_analysis.screen import screen
 from quotaql.errors import (
-    ConfigError,
     CostAnalysisError,
     LimitExceeded,
 )
 from quotaql.gate.answer import BatchAnswers
+from quotaql.gate.delay import DelayLine
 from quotaql.gate.operation import (
     CostHeader,
     Operation,
@@ -76,6 +83,7 @@ from quotaql.gate.operation import (
 )
 from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder
 from quotaql.gate.reload import Reloader, check_config
+from quotaql.gate.scaling import Scaling
 from quotaql.gate.slots import Slots
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
@@ -98,6 +106,7 @@ if TYPE_CHECKING:
 
     from graphql import ASTValidationRule
 
+    from quotaql.adaptive import Adaptive
     from quotaql.cost_analysis import CostReport
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
@@ -121,9 +130,9 @@ TierResolver = Callable[[Subject, Any], "str | None"]
 # runs down its own address's budget, nobody else's.
 _REJECTED_KEY_CHARGE = 1.0
 
-# One step a flow asks its driver for: a limiter call, or an awaitable from a hook.
-_Step = tuple[Any, ...]
-_Flow = Generator[_Step, Any, Any]
+_Flow = Generator[Any, Any, Any]
+# What an async flow is told of a failed step (an async hook's error: identity decides).
+_HOOK_ERRORS = (Exception,)
 
 
 class Gate:
@@ -193,10 +202,6 @@ class Gate:
         leases: Leases | AsyncLeases | None = None,
     ) -> None:
         self._config = config if config is not None else default_config()
-        if pressure is not None and not callable(pressure):
-            raise TypeError(f"pressure must be a callable, got {type(pressure).__name__}")
-        self._pressure = pressure
-        self._check_pressure(self._config)
         self.storage = storage if storage is not None else MemoryStorage()
         self.tier_resolver = tier_resolver
         self.is_async = inspect.iscoroutinefunction(getattr(self.storage, "acquire", None))
@@ -205,6 +210,8 @@ class Gate:
         self.log = log if log is not None else StructuredLog()
         self._record = OperationRecorder(metrics, self.log)
         self._log = self._record.log_op
+        self._scaling = Scaling(pressure, self._record)
+        self._scaling.check(self._config)
         self.identity = Identity(
             identify=identify, key_resolver=key_resolver, principal=principal, log=self.log
         )
@@ -243,18 +250,22 @@ class Gate:
                 os.fspath(config_path),
                 self._config.limits.reload_interval,
                 self.log,
-                self._check_pressure,
+                self._scaling.check,
             )
             if config_path is not None
             else None
         )
         self._checked_schema: Any = None
         self._slots = Slots()
-        self._waiting = Slots()  # operations waiting for their turn (one key)
+        self._delays = DelayLine(self._record, self._refund_all)
         self._denials = DenyCache(self._config.limits.deny_cache_size)
         self._responses = BatchAnswers()
-        self.adaptive: Adaptive | None = None
         self._configured(self._config)
+
+    @property
+    def adaptive(self) -> Adaptive | None:
+        """The adaptive limits' controller (None while ``[adaptive] mode`` is ``off``)."""
+        return self._scaling.adaptive
 
     @classmethod
     def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> Gate:
@@ -609,7 +620,7 @@ class Gate:
         )  # fmt: skip
         adaptive = self.adaptive
         if adaptive is not None:
-            self._adapt(op, adaptive, config, report.operation_type != "subscription")
+            self._scaling.admit(op, adaptive, config, report.operation_type != "subscription")
         if op.mode == "enforce" and len(self._denials):
             probe = charge if op.base is None else _subject_debit(op)
             denial = self._denials.priced(_denial_key(subject), probe)
@@ -626,91 +637,27 @@ class Gate:
         if op.tier.in_flight is not None and not (yield from self._lease_first(op, report)):
             return op  # a concurrency limit: the lease first, so that a refusal debits nothing
         if op.tier.delays and not subscription:
-            self._may_wait(op, config, can_await)
+            self._delays.may_wait(op, config.limits, can_await)
         try:
-            decision: Decision = yield ("acquire", subject.key, charge, op.quotas, op.costs)
+            decision: Decision = yield Acquire(subject.key, charge, op.quotas, op.costs)
             self._decided(op, decision)
             if decision.delay > 0 and op.waits is True:  # allowed, at its turn
-                yield from self._wait(op, decision.delay, can_await)
+                yield from self._delays.wait(op, decision.delay, can_await, self.adaptive)
         except BaseException:  # closed by its driver: no operation for the adapter to finish
             self._free_slot(op)
             self._let_go(op)
             raise
         finally:
-            self._stop_waiting(op)
+            self._delays.stop_waiting(op)
         if op.refused:  # refused: the subscription never opens, the lease goes back at once
             self._free_slot(op)
-            if op.lease is not None:
-                yield ("release", op)
+            lease = op.lease
+            if lease is not None:
+                op.lease = None
+                yield ReleaseLease(lease, op)
             if decision.reason == "exceeds_capacity" and op.mode == "enforce":
                 yield from self._charge_refusal(op)  # it can never run: as a static limit
         return op
-
-    def _may_wait(self, op: Operation, config: Config, can_await: bool) -> None:
-        """Whether ``op`` (of a delay tier) may wait for its turn: it takes one of the
-        process's ``max_delayed`` places and its quotas their waits, or it is decided as
-        if its tier refused (a sync server, or the place is full). In shadow mode it is
-        decided with the waits (as enforce would) and runs at once."""
-        limits = config.limits
-        if not can_await and limits.delay_sync != "sleep":
-            op.waits = names.DELAY_SYNC
-            return
-        if op.mode != "enforce":
-            op.waits = False  # decided as enforce would, never waits
-        elif self._waiting.take("", limits.max_delayed):
-            op.waits = True
-        else:
-            op.waits = names.DELAY_PROCESS_FULL
-            return
-        op.quotas = op.tier.delayed(op.quotas)
-
-    def _wait(self, op: Operation, delay: float, can_await: bool) -> _Flow:
-        """``op`` waits ``delay`` seconds for its turn (its cost is reserved); its client
-        gone before its turn (the flow closed), its whole debit goes back: it never ran."""
-        tier = op.tier.name
-        if self.metrics is not None:
-            self.metrics.delayed(tier, delay)
-            self.metrics.delays_waiting(self._waiting.total())
-        if op.span is not None:
-            op.span.set_attribute(names.ATTR_DELAY, delay)
-            op.span.add_event(names.EVENT_DELAYED, {names.ATTR_DELAY: delay})
-        self._log(op, names.DELAYED, "quotaql: delayed %.3fs for its turn", delay)
-        try:
-            if can_await:
-                yield ("await", asyncio.sleep(delay))
-            else:  # [limits] delay_sync = "sleep": this thread waits
-                time.sleep(delay)
-        except BaseException:
-            self._left_waiting(op)
-            raise
-        adaptive = self.adaptive
-        if op.started is not None and adaptive is not None:
-            # Its latency sample starts at its turn: a wait is the limiter's doing, not the
-            # service's (counted, it would read as pressure, tighten, and queue more).
-            op.started = adaptive.clock()
-
-    def _left_waiting(self, op: Operation) -> None:
-        """``op`` was closed while waiting for its turn: give back its whole debit (it never
-        ran, so it used none of it) without waiting (a closing flow cannot await)."""
-        # Only a storage's decision has a turn to wait for: it goes back where it was made.
-        done = self._step(("refund", op.subject.key, op.charge, op.quotas, op.costs, op.decision))
-        if inspect.iscoroutine(done):
-            self._concurrency.spawn(done)
-        op.refunded = op.charge
-        if self.metrics is not None:
-            self.metrics.delay_cancelled(op.tier.name)
-        if op.span is not None:
-            op.span.add_event(names.EVENT_DELAY_CANCELLED, {"quotaql.refund": op.charge})
-        self._log(op, names.DELAY_CANCELLED, "quotaql: left while waiting, refunded %s",
-                  op.charge)  # fmt: skip
-
-    def _stop_waiting(self, op: Operation) -> None:
-        """Give back ``op``'s place among the operations waiting (if it holds one)."""
-        if op.waits is True:
-            op.waits = False
-            self._waiting.give_back("")
-            if self.metrics is not None:
-                self.metrics.delays_waiting(self._waiting.total())
 
     def _lease_first(self, op: Operation, report: CostReport) -> _Flow:
         """The lease of an operation of a tier with a concurrency limit, before its debit:
@@ -739,7 +686,7 @@ class Gate:
             return self._in_flight_refused(op, IN_FLIGHT_SUBSCRIPTIONS, 0, None)
         lease = new_lease_id()
         try:
-            taken: Taken = yield ("lease", key, specs, lease)
+            taken: Taken = yield TakeLease(key, specs, lease)
         except BaseException:  # closed while taking: it may have been taken, give it back
             if not self._concurrency.is_async:  # (async: once the take is answered)
                 self._concurrency.release_later(
@@ -847,7 +794,7 @@ class Gate:
 
     def _pay_minimum(
         self, op: Operation
-    ) -> Generator[_Step, Any, tuple[Decision, tuple[Quota, ...], tuple[float, ...] | None] | None]:
+    ) -> Generator[Any, Any, tuple[Decision, tuple[Quota, ...], tuple[float, ...] | None] | None]:
         """Debit ``[limits] min_charge`` from the quotas a request pays before it is priced:
         the storage's decision, the quotas and their amounts; None when the minimum is 0."""
         config = self._config
@@ -855,9 +802,9 @@ class Gate:
         if minimum <= 0:
             return None
         tier = op.tier if self.tier_resolver is not None else None
-        multiplier = self.adaptive.multiplier if self.adaptive is not None else 1.0
+        multiplier = self._scaling.multiplier
         quotas, costs = config.charges_for(op.subject, None, tier, minimum, multiplier)
-        decision: Decision = yield ("acquire", op.subject.key, minimum, quotas, costs)
+        decision: Decision = yield Acquire(op.subject.key, minimum, quotas, costs)
         return decision, quotas, costs
 
     def _deny(
@@ -928,10 +875,10 @@ class Gate:
         config = self._config
         charge = max(_REJECTED_KEY_CHARGE, config.limits.min_charge)
         costs = None
-        multiplier = self.adaptive.multiplier if self.adaptive is not None else 1.0
+        multiplier = self._scaling.multiplier
         if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
             costs = config.adaptive.scale((quota,), None, charge, multiplier)
-        decision: Decision = yield ("acquire", op.subject.key, charge, (quota,), costs)
+        decision: Decision = yield Acquire(op.subject.key, charge, (quota,), costs)
         op.quotas, op.decision, op.charge = (quota,), decision, charge
         header = self._config.identity.api_key_header
         if op.mode != "enforce":
@@ -951,7 +898,7 @@ class Gate:
             code = error_code(decision)
             waits = op.waits
             if waits is not None and decision.reason == "rate_limited":
-                self._delay_refused(op, decision, waits)
+                self._delays.refused(op, decision, waits)
             if op.mode == "enforce":
                 if waits != names.DELAY_PROCESS_FULL:  # the next one may find a place
                     self._remember(op, decision)
@@ -963,22 +910,10 @@ class Gate:
             fail_open = decision.source == "fail_open"
             op.span.add_event(names.EVENT_FAIL_OPEN if fail_open else names.EVENT_FAIL_CLOSED)
 
-    def _delay_refused(self, op: Operation, decision: Decision, waits: bool | str) -> None:
-        """Count the refusal of an operation of a delay tier by one of its own quotas (the
-        ``[global]`` quota never waits): its turn was too far or its tenant's line full
-        (``queue``), or it could not wait at all (``process_full``, ``sync``)."""
-        if self.metrics is None:
-            return
-        limited_by = decision.limited_by
-        if any(quota.name == limited_by and quota.shared for quota in op.quotas):
-            return
-        reason = waits if isinstance(waits, str) else names.DELAY_QUEUE
-        self.metrics.delay_refused(op.tier.name, reason)
-
     def _settle(self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None) -> _Flow:
         amount, amounts = self._refund_amounts(op, data, errors)
         if amount > 0:
-            yield ("refund", op.subject.key, amount, op.quotas, amounts, op.decision)
+            yield Refund(op.subject.key, amount, op.quotas, amounts, op.decision)
         op.refunded = amount
         if amount > 0:
             if op.span is not None:
@@ -995,13 +930,7 @@ class Gate:
 
         The operation's latency and errors are one sample of the adaptive limits' signal
         here, once (``settle`` calls this once per operation that ran)."""
-        started = op.started
-        if started is not None:
-            op.started = None
-            adaptive = self.adaptive
-            if adaptive is not None and adaptive.measures and op.runs:
-                now = adaptive.clock()
-                adaptive.observe(op.subject.key, now - started, unexpected_error(errors), now)
+        self._scaling.observe(op, errors)
         report = op.report
         if report is None or op.error is not None or op.header == "validate":
             return 0.0, None
@@ -1045,8 +974,8 @@ class Gate:
         if adaptive is not None:
             adaptive.poll()
             if adaptive.multiplier != op.multiplier:
-                self._rescale(op, adaptive.multiplier)
-        decision: Decision = yield ("acquire", op.subject.key, op.charge, op.quotas, op.costs)
+                self._scaling.rescale(op, self._config, adaptive.multiplier)
+        decision: Decision = yield Acquire(op.subject.key, op.charge, op.quotas, op.costs)
         if self.metrics is not None:
             outcome = names.ALLOWED if decision.allowed else names.BLOCKED
             if not decision.allowed and op.mode != "enforce":
@@ -1066,23 +995,25 @@ class Gate:
 
     # -- drivers: the same flow with plain calls, or awaited --------------------------------
 
-    def _step(self, step: _Step) -> Any:
-        """Run one step of a flow: a limiter call (its result or an awaitable of it)."""
-        kind = step[0]
-        if kind == "await":
-            return step[1]
-        limiter = self.limiter
-        if kind == "acquire":
-            _, key, amount, quotas, amounts = step
-            if amounts is None:
-                return limiter.acquire(key, amount, quotas)
-            return limiter.acquire(key, amount, quotas, costs=amounts)
-        if kind == "refund":
-            _, key, amount, quotas, amounts, decision = step  # the refund of decision's debit
-            return limiter.refund(key, amount, quotas, amounts=amounts, decision=decision)
-        if kind == "lease":
-            return self._concurrency.take(step[1], step[2], step[3])
-        return self._release(step[1])  # "release": an operation's lease, now
+    def _step(self, step: Any) -> Any:
+        """Make one step of a flow: a limiter call or a lease (its result, or an awaitable
+        of it), or an awaitable to wait for."""
+        match step:
+            case Acquire(key, amount, quotas, None):
+                return self.limiter.acquire(key, amount, quotas)
+            case Acquire(key, amount, quotas, costs):
+                return self.limiter.acquire(key, amount, quotas, costs=costs)
+            case Refund(key, amount, quotas, amounts, decision):  # of decision's debit
+                return self.limiter.refund(key, amount, quotas, amounts=amounts,
+                                           decision=decision)  # fmt: skip
+            case TakeLease(key, specs, lease):
+                return self._concurrency.take(key, specs, lease)
+            case ReleaseLease(lease, owner):
+                self._concurrency.unwatch(owner)
+                return self._concurrency.give_back(lease)
+            case Await(awaitable):
+                return awaitable
+        raise TypeError(f"quotaql: not a step of the gate's flows: {step!r}")
 
     def _drive(self, flow: _Flow, *, storage: bool = True) -> Any:
         """Run ``flow`` with plain calls; ``storage=False``: a flow that calls no storage
@@ -1094,37 +1025,22 @@ class Gate:
                 " entry points (admit_async...; in Strawberry schema.execute, not"
                 " execute_sync; in Ariadne the ASGI app, not the WSGI one)"
             )
-        step = self._step
-        value: Any = None
-        try:
-            while True:  # a sync flow never yields an awaitable (identity knows it cannot)
-                value = step(flow.send(value))
-        except StopIteration as stop:
-            return stop.value
-        except BaseException:
-            flow.close()  # what the flow holds (a subscription's slot) is given back
-            raise
+        return drive(flow, self._step)  # a sync flow never yields an awaitable
 
     async def _drive_async(self, flow: _Flow) -> Any:
-        value: Any = None
-        try:
-            step = flow.send(None)
-            while True:
-                value = self._step(step)
-                if inspect.isawaitable(value):
-                    try:
-                        value = await value
-                    except Exception as error:  # a hook's coroutine failed: the flow decides
-                        step = flow.throw(error)
-                        continue
-                step = flow.send(value)
-        except StopIteration as stop:
-            return stop.value
-        except BaseException:  # cancelled (the client left) or failed
-            flow.close()  # what the flow holds (a subscription's slot) is given back
-            raise
+        """Run ``flow`` on an event loop: a hook's or a storage's failure is raised inside
+        the flow, for it to decide."""
+        value = drive(flow, self._step, _HOOK_ERRORS)
+        return await value if is_pending(value) else value
 
     # -- concurrency leases ----------------------------------------------------------------
+
+    def _refund_all(self, op: Operation) -> None:
+        """Give ``op``'s whole debit back without waiting (a closing flow cannot await)."""
+        # Only a storage's decision has a turn to wait for: it goes back where it was made.
+        done = self._step(Refund(op.subject.key, op.charge, op.quotas, op.costs, op.decision))
+        if inspect.iscoroutine(done):
+            self._concurrency.spawn(done)
 
     def _release(self, op: Operation, *, end_span: bool = False) -> Any:
         """Give ``op``'s lease back now: None when done, or a coroutine that does it (async
@@ -1218,59 +1134,6 @@ class Gate:
         if self.metrics is not None:
             self.metrics.subscriptions(self._slots.total())
 
-    def _adapt(self, op: Operation, adaptive: Adaptive, config: Config, timed: bool) -> None:
-        """Adaptive limits on ``op`` about to be debited: its start time (``timed``: its
-        latency is a sample), the signal's update when a second has passed, and its debits
-        divided by the multiplier when its tier is one that adaptation scales."""
-        now = adaptive.clock()
-        adaptive.poll(now)
-        if timed:
-            op.started = now
-        multiplier = adaptive.multiplier
-        if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
-            op.base = op.costs if op.costs is not None else (op.charge,) * len(op.quotas)
-            op.costs = config.adaptive.scale(op.quotas, op.costs, op.charge, multiplier)
-            op.multiplier = multiplier
-
-    def _rescale(self, op: Operation, multiplier: float) -> None:
-        """``op``'s debits under ``multiplier`` (a subscription's later event)."""
-        config = self._config
-        if op.tier.name not in config.adaptive_tiers:
-            return
-        base = op.base if op.base is not None else op.costs
-        if multiplier < 1.0:
-            op.base = base if base is not None else (op.charge,) * len(op.quotas)
-            op.costs = config.adaptive.scale(op.quotas, base, op.charge, multiplier)
-        else:  # back to what it paid at the start: None when every quota paid the charge
-            same = base is None or all(amount == op.charge for amount in base)
-            op.base, op.costs = None, None if same else base
-        op.multiplier = multiplier
-
-    def _check_pressure(self, config: Config) -> None:
-        """``config``'s ``[adaptive]`` table against this gate's arguments."""
-        adaptive = config.adaptive
-        if adaptive.enabled and "callable" in adaptive.sources and self._pressure is None:
-            raise ConfigError(
-                'lists "callable", but the gate has no pressure callable: pass'
-                " Gate(pressure=fn) (or the adapter's pressure= keyword), or drop it",
-                file=config.source,
-                key="adaptive.sources",
-            )
-
-    def _adaptive_updated(self, adaptive: Adaptive) -> None:
-        """Export the signal and the multiplier (once a second, and at configuration)."""
-        metrics = self.metrics
-        if metrics is None:
-            return
-        config = self._config
-        scaled, m = config.adaptive_tiers, adaptive.computed
-        multipliers = {name: m if name in scaled else 1.0 for name in config.tiers}
-        metrics.adaptive(adaptive.pressures, multipliers, engaged=adaptive.engaged)
-
-    def _adaptive_transition(self, to: str) -> None:
-        if self.metrics is not None:
-            self.metrics.adaptive_transition(to)
-
     def _refuse(self, op: Operation, error: GraphQLError) -> GraphQLError:
         """Refuse ``op`` with a limiter's ``error`` and the HTTP status its code has."""
         code = (error.extensions or {}).get("code")
@@ -1290,7 +1153,7 @@ class Gate:
     def _configured(self, config: Config) -> None:
         """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
         what an unsafe setting of it means."""
-        self._configure_adaptive(config)
+        self._scaling.configure(config)
         limited = any(tier.in_flight is not None for tier in config.tiers.values())
         if not self._concurrency.configure(config.limits.lease_ttl, limited, self.storage):
             self._record.say_once(
@@ -1306,52 +1169,6 @@ class Gate:
                 " own, so a client that sends a new key each time gets a new budget each"
                 " time; do not use it on a public API (docs/identity.md)",
                 logging.WARNING,
-            )
-
-    def _configure_adaptive(self, config: Config) -> None:
-        adaptive, settings = self.adaptive, config.adaptive
-        tiers = sorted(config.adaptive_tiers)
-        if not settings.enabled:
-            if adaptive is not None:  # turned off by a reload: nothing scaled from now on
-                adaptive.configure(settings, tiers)
-                self._adaptive_updated(adaptive)
-                self.adaptive = None
-        elif adaptive is None:
-            self.adaptive = adaptive = Adaptive(
-                settings,
-                pressure=self._pressure,
-                log=self.log,
-                tiers=tiers,
-                on_update=self._adaptive_updated,
-                on_transition=self._adaptive_transition,
-            )
-            if self.metrics is not None:
-                self.metrics.adaptive_transitions()  # both series from 0
-            self._adaptive_updated(adaptive)
-        else:
-            adaptive.configure(settings, tiers)
-            self._adaptive_updated(adaptive)
-        if self._pressure is not None and not (settings.enabled and "callable" in settings.sources):
-            self._record.say_once(
-                "pressure_unused",
-                "quotaql: the gate has a pressure callable, but [adaptive] does not read it"
-                ' (mode "off", or "callable" not in sources)',
-            )
-        if not settings.enabled:
-            return
-        share = settings.max_tenant_share
-        latency = "latency" in settings.sources and share >= 1.0 - settings.latency_percentile
-        errors = "errors" in settings.sources and (
-            share
-            >= settings.error_target
-            + settings.engage_at * (settings.error_saturate - settings.error_target)
-        )
-        if latency or errors:
-            self._record.say_once(
-                "adaptive_unfair",
-                f"quotaql: [adaptive] max_tenant_share = {share:g} lets one tenant alone"
-                " reach engage_at (keep it below 1 - latency_percentile and below the error"
-                " share that reaches engage_at; docs/adaptive.md)",
             )
 
     def _tier(self, subject: Subject, context: Any) -> TierConfig:
