@@ -27,9 +27,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import math
 import os
-import random
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -52,10 +50,7 @@ from quotaql.contract import (
     cost_extension,
     error_code,
     graphql_error,
-    rate_limit_error,
-    status_for,
     too_many_subscriptions_error,
-    unknown_key_error,
 )
 from quotaql.cost_analysis import analyze
 from quotaql.cost_analysis._compile import graphql_schema
@@ -75,6 +70,7 @@ from quotaql.gate.operation import (
     operation_type,
 )
 from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder
+from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
 from quotaql.gate.settle import refund_amounts, refunded, restore_rate
@@ -84,7 +80,6 @@ from quotaql.instrumentation.logs import LogRecorder, StructuredLog
 from quotaql.instrumentation.tracing import Tracing
 from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
 from quotaql.limiter.concurrency import ConcurrencyLimiter
-from quotaql.limiter.deny import DenyCache
 from quotaql.storage.memory import MemoryStorage
 from quotaql.storage.redis import AsyncRedisStorage
 
@@ -96,7 +91,7 @@ if TYPE_CHECKING:
     from quotaql.adaptive import Adaptive
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
-    from quotaql.policy.quota import Decision, Quota
+    from quotaql.policy.quota import Decision
     from quotaql.storage.leases import (
         AsyncLeases,
         LeaseKeeper,
@@ -239,8 +234,8 @@ class Gate:
         )
         self._checked_schema: Any = None
         self._delays = DelayLine(self._record, self._refund_all)
-        self._holdings = Holdings(self._concurrency, self._record, self._refuse)
-        self._denials = DenyCache(self._config.limits.deny_cache_size)
+        self._refusals = Refusals(self._record, self._scaling, tier_resolver is not None)
+        self._holdings = Holdings(self._concurrency, self._record, self._refusals.refuse)
         self._responses = BatchAnswers()
         self._configured(self._config)
 
@@ -333,7 +328,7 @@ class Gate:
                 return None
             error = graphql_error(exceeded)
             if op is not None:
-                self._failed(op, [error])
+                self._refusals.failed(op, [error])
             return error
         return None
 
@@ -375,7 +370,7 @@ class Gate:
         storage call: :meth:`reject` (or :meth:`admit`) charges for it later, once. For a
         parse hook that cannot await."""
         if op.error is None:
-            self._failed(op, errors)
+            self._refusals.failed(op, errors)
 
     def reject(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
         """``op``'s document was refused before it could be priced (it did not parse or
@@ -534,11 +529,8 @@ class Gate:
             return op
         if self.tracing is not None:
             op.span = self.tracing.start()
-        if op.mode == "enforce" and len(self._denials):
-            denial = self._denials.before_parsing(_denial_key(subject))
-            if denial is not None:  # even the cheapest request would be refused
-                minimum = max(config.limits.min_charge, 0.0)
-                self._deny(op, denial.decision._replace(cost=minimum), denial.quotas, True)
+        if op.mode == "enforce":
+            self._refusals.deny_unparsed(op)  # even the cheapest request would be refused
         return op
 
     def _admit(
@@ -558,7 +550,7 @@ class Gate:
             op = yield from self._begin(context, request, can_await)
         if op.error is not None:  # denied, or refused before pricing (charged once)
             if op.failed:
-                yield from self._charge_minimum(op)
+                yield from self._refusals.charge_minimum(op)
             return op
         if isinstance(document, list):  # what parse() refused
             if document:
@@ -576,14 +568,14 @@ class Gate:
             op.header = header = "report"
         subject = op.subject
         if subject.rejected and op.mode != "off":
-            yield from self._reject_key(op)  # before any pricing: guessing keys is cheap
+            yield from self._refusals.reject_key(op)  # before any pricing: guessing keys is cheap
             if op.refused:
                 return op
         if not op.screened and isinstance(document, DocumentNode):
             self.screen(op, document)  # a document the adapter did not screen
         if op.refused or not self._price(op, schema, document, variables,
                                                    operation_name):  # fmt: skip
-            yield from self._charge_minimum(op)
+            yield from self._refusals.charge_minimum(op)
             return op
         report = op.report
         assert report is not None  # priced
@@ -592,7 +584,7 @@ class Gate:
         if op.mode == "off":
             return op  # priced, not limited: nothing debited
         if header == "validate":
-            yield from self._charge_minimum(op)  # priced, not run: it pays the minimum
+            yield from self._refusals.charge_minimum(op)  # priced, not run: it pays the minimum
             return op
         minimum = config.limits.min_charge
         op.charge = charge = max(report.cost, minimum)
@@ -603,12 +595,8 @@ class Gate:
         adaptive = self.adaptive
         if adaptive is not None:
             self._scaling.admit(op, adaptive, config, report.operation_type != "subscription")
-        if op.mode == "enforce" and len(self._denials):
-            probe = charge if op.base is None else _subject_debit(op)
-            denial = self._denials.priced(_denial_key(subject), probe)
-            if denial is not None:  # no cheaper than what was refused, before its time
-                self._deny(op, denial.decision._replace(cost=charge), op.quotas)
-                return op
+        if op.mode == "enforce" and self._refusals.deny_priced(op):
+            return op  # no cheaper than what was refused, before its time
         subscription = report.operation_type == "subscription"
         if subscription:
             limit = config.limits.max_subscriptions
@@ -640,106 +628,15 @@ class Gate:
                 op.lease = None
                 yield ReleaseLease(lease, op)
             if decision.reason == "exceeds_capacity" and op.mode == "enforce":
-                yield from self._charge_refusal(op)  # it can never run: as a static limit
+                yield from self._refusals.charge_refusal(op)  # it can never run: as a static limit
         return op
 
     def _reject(self, op: Operation, errors: Sequence[GraphQLError]) -> _Flow:
         """Refused before pricing: answer ``errors``, charge the minimum."""
         if op.error is None:
-            self._failed(op, errors)
+            self._refusals.failed(op, errors)
         if op.failed:
-            yield from self._charge_minimum(op)
-
-    def _failed(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
-        op.refuse(errors[0], None, *errors[1:])
-        op.failed = True
-        code = op.code or "GRAPHQL_VALIDATION_FAILED"
-        self._log(op, names.REJECTED, "quotaql: rejected %s: %s", code, errors[0].message)
-
-    def _charge_minimum(self, op: Operation) -> _Flow:
-        """``[limits] min_charge`` from ``op``'s subject: a request refused before pricing,
-        a static-limit refusal, or a ``GraphQL-Cost: validate`` request. Out of budget, it
-        is refused ``RATE_LIMITED`` (an invalid document keeps its errors) and pays
-        nothing; charged once."""
-        if op.mode == "off" or op.decision is not None or op.denied:
-            return
-        paid = yield from self._pay_minimum(op)
-        if paid is None:
-            return
-        decision, op.quotas, op.costs = paid
-        op.decision, op.charge = decision, self._config.limits.min_charge
-        if decision.allowed:
-            return
-        if op.mode != "enforce":
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))
-            return
-        self._remember(op, decision, op.quotas)
-        if op.error is None:  # a validate-only request: refused like any other
-            self._rate_limited(op, decision)
-
-    def _charge_refusal(self, op: Operation) -> _Flow:
-        """``min_charge`` for an operation refused because it can never fit
-        (``COST_EXCEEDS_CAPACITY``: waiting never helps, so a client that asks again and
-        again pays each time, as for a static limit); its answer stays that refusal."""
-        paid = yield from self._pay_minimum(op)
-        if paid is None:
-            return
-        decision, quotas, _ = paid
-        if decision.allowed:
-            op.charge = self._config.limits.min_charge
-            op.paid_minimum = decision.source != "fail_open"
-        else:
-            self._remember(op, decision, quotas)
-
-    def _pay_minimum(
-        self, op: Operation
-    ) -> Generator[Any, Any, tuple[Decision, tuple[Quota, ...], tuple[float, ...] | None] | None]:
-        """Debit ``[limits] min_charge`` from the quotas a request pays before it is priced:
-        the storage's decision, the quotas and their amounts; None when the minimum is 0."""
-        config = self._config
-        minimum = config.limits.min_charge
-        if minimum <= 0:
-            return None
-        tier = op.tier if self.tier_resolver is not None else None
-        multiplier = self._scaling.multiplier
-        quotas, costs = config.charges_for(op.subject, None, tier, minimum, multiplier)
-        decision: Decision = yield Acquire(op.subject.key, minimum, quotas, costs)
-        return decision, quotas, costs
-
-    def _deny(
-        self, op: Operation, decision: Decision, quotas: tuple[Quota, ...], unpriced: bool = False
-    ) -> None:
-        """Refuse ``op`` from the deny cache: the storage refused its subject a moment ago."""
-        op.denied = True
-        op.quotas = quotas
-        error = self._rate_limited(op, decision, unpriced=unpriced)
-        self._log(op, names.DENIED, "quotaql: denied %s (deny cache): %s", RATE_LIMITED,
-                  error.message)  # fmt: skip
-
-    def _rate_limited(
-        self, op: Operation, decision: Decision, *, unpriced: bool = False
-    ) -> GraphQLError:
-        """Refuse ``op`` for the storage's (or the deny cache's) refusal ``decision``: its
-        retry time jittered, in the error and in the headers alike."""
-        op.decision = decision = self._jittered(decision)
-        return self._refuse(op, rate_limit_error(decision, unpriced=unpriced))
-
-    def _remember(
-        self, op: Operation, decision: Decision, quotas: tuple[Quota, ...] | None = None
-    ) -> None:
-        """Keep a refusal of ``op``'s subject (for ``quotas``, default ``op.quotas``) in the
-        deny cache (when waiting helps)."""
-        minimum = self._config.limits.min_charge
-        quotas = op.quotas if quotas is None else quotas
-        self._denials.remember(_denial_key(op.subject), decision, quotas, min_charge=minimum)
-
-    def _jittered(self, decision: Decision) -> Decision:
-        """``decision`` with its retry time plus up to ``retry_jitter`` of it: never less."""
-        jitter = self._config.limits.retry_jitter
-        retry = decision.retry_after
-        if not jitter or not retry or not math.isfinite(retry):
-            return decision
-        return decision._replace(retry_after=retry * (1.0 + jitter * random.random()))  # noqa: S311
+            yield from self._refusals.charge_minimum(op)
 
     def _price(
         self,
@@ -768,29 +665,6 @@ class Gate:
             return False
         return True
 
-    def _reject_key(self, op: Operation) -> _Flow:
-        """An unknown key under ``unknown_keys = "reject"``: the address pays for the try."""
-        quota = op.tier.quota
-        config = self._config
-        charge = max(_REJECTED_KEY_CHARGE, config.limits.min_charge)
-        costs = None
-        multiplier = self._scaling.multiplier
-        if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
-            costs = config.adaptive.scale((quota,), None, charge, multiplier)
-        decision: Decision = yield Acquire(op.subject.key, charge, (quota,), costs)
-        op.quotas, op.decision, op.charge = (quota,), decision, charge
-        header = self._config.identity.api_key_header
-        if op.mode != "enforce":
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, "UNKNOWN_API_KEY")
-            return
-        if not decision.allowed and decision.reason == "rate_limited":
-            self._remember(op, decision)  # the address's next tries are refused from memory
-            self._rate_limited(op, decision)  # key guessing runs its address dry
-        else:
-            self._refuse(op, unknown_key_error(header))
-            op.decision = None  # no budget headers on a 401
-        self._log(op, names.UNKNOWN_KEY, "quotaql: refused %s", op.code)
-
     def _decided(self, op: Operation, decision: Decision) -> None:
         op.decision = decision
         if not decision.allowed:
@@ -800,8 +674,8 @@ class Gate:
                 self._delays.refused(op, decision, waits)
             if op.mode == "enforce":
                 if waits != names.DELAY_PROCESS_FULL:  # the next one may find a place
-                    self._remember(op, decision)
-                error = self._rate_limited(op, decision)
+                    self._refusals.remember(op, decision)
+                error = self._refusals.rate_limited(op, decision)
                 self._log(op, names.BLOCKED, "quotaql: blocked %s: %s", code, error.message)
                 return
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, code)
@@ -844,7 +718,7 @@ class Gate:
         if op.mode != "enforce":
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))
             return None
-        error = self._rate_limited(op, decision)
+        error = self._refusals.rate_limited(op, decision)
         self._log(op, names.BLOCKED, "quotaql: ended a subscription %s: %s", RATE_LIMITED,
                   error.message)  # fmt: skip
         return error
@@ -944,12 +818,6 @@ class Gate:
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _refuse(self, op: Operation, error: GraphQLError) -> GraphQLError:
-        """Refuse ``op`` with a limiter's ``error`` and the HTTP status its code has."""
-        code = (error.extensions or {}).get("code")
-        op.refuse(error, status_for(str(code), self._config.limits.http_status))
-        return error
-
     def _refresh(self, schema: Any) -> None:
         if self._checked_schema is not schema:
             self.check(schema)
@@ -957,13 +825,13 @@ class Gate:
             config = self._reloader.poll(schema, self._config)
             if config is not None:
                 self._config = config
-                self._denials = DenyCache(config.limits.deny_cache_size)  # new budgets
                 self._configured(config)
 
     def _configured(self, config: Config) -> None:
         """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
         what an unsafe setting of it means."""
         self._scaling.configure(config)
+        self._refusals.configure(config)
         self._holdings.configure(config.limits)
         limited = any(tier.in_flight is not None for tier in config.tiers.values())
         if not self._concurrency.configure(config.limits.lease_ttl, limited, self.storage):
@@ -1010,25 +878,6 @@ class Gate:
             )
             return config.tier_of(None)
         return tier
-
-
-def _subject_debit(op: Operation) -> float:
-    """The least ``op`` debits a quota that refuses its subject (``tenant``, ``user``,
-    ``global``): what the deny cache compares a kept refusal with, never more than the
-    refusing quota's own debit (the cache may only err towards asking the storage)."""
-    costs = op.costs or ()
-    debits = [
-        debit
-        for quota, debit in zip(op.quotas, costs, strict=True)
-        if quota.name in ("tenant", "user", "global")
-    ]
-    return min(debits, default=op.charge)
-
-
-def _denial_key(subject: Subject) -> str:
-    """The deny cache's key: a user's refusal (``per_user``) is not its tenant's."""
-    user = subject.user
-    return subject.key if user is None else f"{subject.key}\0{user}"
 
 
 def _cost_header(request: Any) -> CostHeader | None:
