@@ -2,8 +2,9 @@
 (:class:`Gate`, in :mod:`quotaql.gate.core`), and the rooms it asks for each part of it."""
 
 from quotaql.gate.adapter import Adapter
-from quotaql.gate.core import Gate, TierResolver
+from quotaql.gate.core import Gate
 from quotaql.gate.operation import CostHeader, Operation, current_operation, operation_scope
+from quotaql.gate.tiers import TierResolver
 
 __all__ = [
     "Adapter",

@@ -43,7 +43,7 @@ from quotaql._flow import (
     drive,
     is_pending,
 )
-from quotaql.config import Config, TierConfig, default_config, load_config
+from quotaql.config import Config, default_config, load_config
 from quotaql.contract import (
     RATE_LIMITED,
     QuotaqlGraphQLError,
@@ -52,7 +52,6 @@ from quotaql.contract import (
     graphql_error,
     too_many_subscriptions_error,
 )
-from quotaql.cost_analysis import analyze
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.cost_analysis.screen import screen
@@ -69,11 +68,13 @@ from quotaql.gate.operation import (
     enter,
     operation_type,
 )
+from quotaql.gate.pricing import price
 from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder
 from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
 from quotaql.gate.settle import refund_amounts, refunded, restore_rate
+from quotaql.gate.tiers import TierResolver, resolve_tier
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import LogRecorder, StructuredLog
@@ -98,10 +99,8 @@ if TYPE_CHECKING:
         Leases,
     )
 
-__all__ = ["Gate", "TierResolver"]
+__all__ = ["Gate"]
 
-#: ``tier_resolver(subject, context) -> tier name | None``.
-TierResolver = Callable[[Subject, Any], "str | None"]
 
 # What the address of a refused unknown key pays for the attempt: a key-guessing client
 # runs down its own address's budget, nobody else's.
@@ -154,10 +153,6 @@ class Gate:
             memory storage, :class:`~quotaql.storage.leases.RedisLeases` or
             :class:`~quotaql.storage.leases.AsyncRedisLeases` on a Redis storage's client;
             docs/concurrency.md).
-
-    Attributes:
-        adaptive: the adaptive limits' controller (:class:`quotaql.adaptive.Adaptive`:
-            pressure, multiplier, engaged), None while ``[adaptive] mode`` is ``off``.
     """
 
     def __init__(
@@ -210,9 +205,6 @@ class Gate:
                 metrics.watch_refunds(queue)
             if isinstance(self.storage, AsyncRedisStorage):
                 metrics.watch_pipeline(self.storage)
-        # Concurrency leases (tiers with max_in_flight): their state in one object, so that
-        # the gate keeps few attributes (CPython's shared-key instance dicts, and the fast
-        # attribute reads of every request, stop past 30).
         self._concurrency = ConcurrencyLimiter(
             self._config.limits.on_backend_error,
             self._config.limits.local_share,
@@ -222,16 +214,12 @@ class Gate:
         )
         if leases is not None:
             self._concurrency.use(leases)
-        self._reloader = (
-            Reloader(
-                os.fspath(config_path),
-                self._config.limits.reload_interval,
-                self.log,
-                self._scaling.check,
+        self._reloader: Reloader | None = None
+        if config_path is not None:
+            interval = self._config.limits.reload_interval
+            self._reloader = Reloader(
+                os.fspath(config_path), interval, self.log, self._scaling.check
             )
-            if config_path is not None
-            else None
-        )
         self._checked_schema: Any = None
         self._delays = DelayLine(self._record, self._refund_all)
         self._refusals = Refusals(self._record, self._scaling, tier_resolver is not None)
@@ -241,7 +229,8 @@ class Gate:
 
     @property
     def adaptive(self) -> Adaptive | None:
-        """The adaptive limits' controller (None while ``[adaptive] mode`` is ``off``)."""
+        """The adaptive limits' controller (:class:`quotaql.adaptive.Adaptive`: pressure,
+        multiplier, engaged), None while ``[adaptive] mode`` is ``off``."""
         return self._scaling.adaptive
 
     @classmethod
@@ -522,7 +511,7 @@ class Gate:
                 " (the server reports no peer); such requests share the 'anonymous' budget"
                 " (docs/identity.md)",
             )
-        tier = self._tier(subject, context)
+        tier = resolve_tier(config, self.tier_resolver, subject, context, self.log)
         header = _cost_header(request)
         op = Operation(subject, tier, tier.mode or config.limits.mode, header)
         if op.mode == "off" and header is None:
@@ -573,8 +562,8 @@ class Gate:
                 return op
         if not op.screened and isinstance(document, DocumentNode):
             self.screen(op, document)  # a document the adapter did not screen
-        if op.refused or not self._price(op, schema, document, variables,
-                                                   operation_name):  # fmt: skip
+        if op.refused or not price(op, schema, document, variables, operation_name,
+                                   config.cost, self._log):  # fmt: skip
             yield from self._refusals.charge_minimum(op)
             return op
         report = op.report
@@ -637,33 +626,6 @@ class Gate:
             self._refusals.failed(op, errors)
         if op.failed:
             yield from self._refusals.charge_minimum(op)
-
-    def _price(
-        self,
-        op: Operation,
-        schema: Any,
-        document: Any,
-        variables: Mapping[str, Any] | None,
-        operation_name: str | None,
-    ) -> bool:
-        """Price ``op``; False (with its error set) when the analysis refuses it."""
-        cost = self._config.cost
-        try:
-            try:
-                op.report = analyze(
-                    schema, document, variables, operation_name, cost.model, cost.limits
-                )
-            except LimitExceeded as exceeded:
-                if op.mode != "shadow":
-                    raise
-                op.violation = exceeded.code
-                self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
-                op.report = analyze(schema, document, variables, operation_name, cost.model)
-        except CostAnalysisError as error:
-            op.refuse(graphql_error(error))
-            self._log(op, names.REJECTED, "quotaql: rejected %s: %s", error.code, error)
-            return False
-        return True
 
     def _decided(self, op: Operation, decision: Decision) -> None:
         op.decision = decision
@@ -849,35 +811,6 @@ class Gate:
                 " time; do not use it on a public API (docs/identity.md)",
                 logging.WARNING,
             )
-
-    def _tier(self, subject: Subject, context: Any) -> TierConfig:
-        config = self._config
-        if self.tier_resolver is None:
-            return config.tier_of(subject.tenant)
-        try:
-            name = self.tier_resolver(subject, context)
-        except Exception as error:  # a bug in the resolver must not fail the request
-            self.log.log(
-                logging.ERROR,
-                "tier_resolver_failed",
-                "quotaql: tier_resolver() failed (%s: %s); using the default tier",
-                type(error).__name__,
-                error,
-            )
-            name = None
-        if name is None:
-            return config.tier_of(None)
-        tier = config.tiers.get(str(name))
-        if tier is None:
-            self.log.log(
-                logging.WARNING,
-                "unknown_tier",
-                "quotaql: the tier resolver named an unknown tier %r; using the default tier",
-                name,
-                tier=name,
-            )
-            return config.tier_of(None)
-        return tier
 
 
 def _cost_header(request: Any) -> CostHeader | None:
