@@ -65,6 +65,7 @@ from quotaql.gate.holdings import Holdings
 from quotaql.gate.operation import (
     CostHeader,
     Operation,
+    Outcome,
     enter,
     operation_type,
 )
@@ -312,7 +313,7 @@ class Gate:
         except LimitExceeded as exceeded:
             if op is not None and op.mode != "enforce":
                 if op.mode == "shadow":
-                    op.violation = exceeded.code
+                    op.violated(exceeded.code)
                     self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
                 return None
             error = graphql_error(exceeded)
@@ -555,6 +556,7 @@ class Gate:
             # A subscription always runs (its stream is not a result a header can replace):
             # priced and debited like any other, with the breakdown "validate" asked for.
             op.header = header = "report"
+            op.outcome = Outcome.SHADOW_BLOCKED if op.violation else Outcome.ALLOWED
         subject = op.subject
         if subject.rejected and op.mode != "off":
             yield from self._refusals.reject_key(op)  # before any pricing: guessing keys is cheap
@@ -591,6 +593,7 @@ class Gate:
             limit = config.limits.max_subscriptions
             if not self._holdings.take_slot(op, limit if op.mode == "enforce" else None):
                 op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
+                op.outcome = Outcome.TOO_MANY_SUBSCRIPTIONS
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
                 return op
         if op.tier.in_flight is not None and not (
@@ -628,7 +631,7 @@ class Gate:
             yield from self._refusals.charge_minimum(op)
 
     def _decided(self, op: Operation, decision: Decision) -> None:
-        op.decision = decision
+        op.decided(decision)
         if not decision.allowed:
             code = error_code(decision)
             waits = op.waits
@@ -675,7 +678,7 @@ class Gate:
             charged = op.charge if decision.allowed and decision.source != "fail_open" else 0.0
             self.metrics.event(outcome, op.tier.name, charged)
         if decision.allowed:
-            op.decision = decision  # what the subscriber has left now
+            op.decided(decision)  # what the subscriber has left now
             return None
         if op.mode != "enforce":
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))

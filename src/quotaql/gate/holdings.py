@@ -18,6 +18,7 @@ from quotaql.contract import (
     rate_limit_error,
     too_many_concurrent_error,
 )
+from quotaql.gate.operation import Outcome
 from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.gate.slots import Slots
 from quotaql.instrumentation import names
@@ -117,11 +118,12 @@ class Holdings:
             # As the limiter's own fail-closed decision: its quotas' sizes, nothing debited.
             retry = max(self.concurrency.breaker.retry_after(), 1.0)
             limit = min((quota.maximum for quota in op.quotas), default=math.inf)
-            op.decision = Decision(
+            decision = Decision(
                 False, op.charge, 0.0, limit, retry, 0.0, None, "fail_closed",
                 "backend_unavailable",
             )  # fmt: skip
-            error = self._refuse(op, rate_limit_error(op.decision))
+            op.decided(decision)
+            error = self._refuse(op, rate_limit_error(decision))
             self._log(op, names.FAIL_CLOSED, "quotaql: refused %s: %s", RATE_LIMITER_UNAVAILABLE,
                       error.message)  # fmt: skip
             return False
@@ -148,11 +150,12 @@ class Holdings:
         remembered by the deny cache: a slot may free at any moment), or in shadow mode
         let it run without a lease; True when it runs."""
         if op.mode != "enforce":
-            op.violation = op.violation or TOO_MANY_CONCURRENT
+            op.violated(TOO_MANY_CONCURRENT)
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, TOO_MANY_CONCURRENT)
             return True
         error = too_many_concurrent_error(limited_by, maximum, self._in_flight_wait(next_free_ms))
         self._refuse(op, error)
+        op.outcome = Outcome.TOO_MANY_CONCURRENT
         self._log(op, names.TOO_MANY_CONCURRENT, "quotaql: refused %s: %s", TOO_MANY_CONCURRENT,
                   error.message)  # fmt: skip
         return False

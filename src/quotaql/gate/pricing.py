@@ -38,11 +38,12 @@ def price(
         except LimitExceeded as exceeded:
             if op.mode != "shadow":
                 raise
-            op.violation = exceeded.code
+            op.violated(exceeded.code)
             log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
             op.report = analyze(schema, document, variables, operation_name, cost.model)
     except CostAnalysisError as error:
         op.refuse(graphql_error(error))
+        op.rejected()
         log(op, names.REJECTED, "quotaql: rejected %s: %s", error.code, error)
         return False
     return True

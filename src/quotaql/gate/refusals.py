@@ -15,6 +15,7 @@ from quotaql.contract import (
     status_for,
     unknown_key_error,
 )
+from quotaql.gate.operation import Outcome
 from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.instrumentation import names
 from quotaql.limiter.deny import DenyCache
@@ -87,6 +88,7 @@ class Refusals:
     def failed(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
         op.refuse(errors[0], None, *errors[1:])
         op.failed = True
+        op.rejected()
         code = op.code or "GRAPHQL_VALIDATION_FAILED"
         self._log(op, names.REJECTED, "quotaql: rejected %s: %s", code, errors[0].message)
 
@@ -101,7 +103,11 @@ class Refusals:
         if paid is None:
             return
         decision, op.quotas, op.costs = paid
-        op.decision, op.charge = decision, self.config.limits.min_charge
+        op.charge = self.config.limits.min_charge
+        if decision.allowed and op.error is not None:
+            op.decision = decision  # a refused document stays rejected
+        else:
+            op.decided(decision)
         if decision.allowed:
             return
         if op.mode != "enforce":
@@ -147,6 +153,7 @@ class Refusals:
         op.denied = True
         op.quotas = quotas
         error = self.rate_limited(op, decision, unpriced=unpriced)
+        op.outcome = Outcome.DENIED
         self._log(op, names.DENIED, "quotaql: denied %s (deny cache): %s", RATE_LIMITED,
                   error.message)  # fmt: skip
 
@@ -155,7 +162,8 @@ class Refusals:
     ) -> GraphQLError:
         """Refuse ``op`` for the storage's (or the deny cache's) refusal ``decision``: its
         retry time jittered, in the error and in the headers alike."""
-        op.decision = decision = self._jittered(decision)
+        decision = self._jittered(decision)
+        op.decided(decision)
         return self.refuse(op, rate_limit_error(decision, unpriced=unpriced))
 
     def remember(
@@ -185,7 +193,8 @@ class Refusals:
         if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
             costs = config.adaptive.scale((quota,), None, charge, multiplier)
         decision: Decision = yield Acquire(op.subject.key, charge, (quota,), costs)
-        op.quotas, op.decision, op.charge = (quota,), decision, charge
+        op.quotas, op.charge = (quota,), charge
+        op.decided(decision)
         header = self.config.identity.api_key_header
         if op.mode != "enforce":
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, "UNKNOWN_API_KEY")
@@ -196,6 +205,7 @@ class Refusals:
         else:
             self.refuse(op, unknown_key_error(header))
             op.decision = None  # no budget headers on a 401
+            op.outcome = Outcome.UNKNOWN_KEY
         self._log(op, names.UNKNOWN_KEY, "quotaql: refused %s", op.code)
 
     def refuse(self, op: Operation, error: GraphQLError) -> GraphQLError:
