@@ -15,6 +15,7 @@ dataclasses.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 import tomllib
 from collections.abc import Mapping
@@ -225,7 +226,10 @@ def documented_default(cell: str) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as TOML would give it back: tuples as lists, mappings as dicts."""
+    """``value`` as TOML would give it back: tuples as lists, mappings as dicts, a mode
+    (an enum) as its string."""
+    if isinstance(value, enum.Enum):
+        return value.value
     if isinstance(value, Mapping):
         return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, tuple | list):

@@ -13,13 +13,27 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
-from quotaql.adaptive import (
+from quotaql.config.adaptive import (
     ADAPTIVE_MODES,
     ORDERED,
     PRESSURE_SOURCES,
     AdaptiveConfig,
     describe_range,
     range_of,
+)
+from quotaql.config.alerts import (
+    ALERT_EXPECTED,
+    ALERT_KINDS,
+    AlertKind,
+    AlertsConfig,
+    alert_value,
+    describe_value,
+)
+from quotaql.config.identity import (
+    FORWARDED_HEADERS,
+    MAX_HOPS,
+    UNKNOWN_KEY_MODES,
+    IdentityConfig,
 )
 from quotaql.config.locator import KeyPath, locate, render_key
 from quotaql.config.values import (
@@ -44,15 +58,6 @@ from quotaql.config.values import (
 )
 from quotaql.cost_analysis.model import MODELS, SAFE_LIMITS, CostLimits, CostModel, FieldCost
 from quotaql.errors import ConfigError
-from quotaql.identity import FORWARDED_HEADERS, MAX_HOPS, UNKNOWN_KEY_MODES, IdentityConfig
-from quotaql.observability.thresholds import (
-    ALERT_EXPECTED,
-    ALERT_KINDS,
-    AlertKind,
-    AlertsConfig,
-    alert_value,
-    describe_value,
-)
 from quotaql.policy.quota import MAX_DELAY_SECONDS, Algorithm, Quota
 
 if TYPE_CHECKING:
@@ -226,9 +231,9 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         ...     "[tenants.acme]\\ntier = 'pro'\\ncapacity = 9\\nrefill_per_second = 1\\n"
         ... )
         >>> config = load_config(path)
-        >>> [quota.capacity for quota in config.quotas_for("acme", None)]
-        [9.0]
-        >>> config.quotas_for("someone else", None)[0].params
+        >>> config.tenants["acme"].quota.capacity
+        9.0
+        >>> config.tier_of("someone else").quota.params
         (100.0, 0.005)
 
     Args:

@@ -45,7 +45,6 @@ from graphql import DocumentNode, GraphQLError, validate
 from quotaql import web
 from quotaql.adaptive import Adaptive, unexpected_error
 from quotaql.config import Config, TierConfig, default_config, load_config
-from quotaql.config.values import SUBSCRIPTION_LEASES, TIER_LEASES
 from quotaql.contract import (
     IN_FLIGHT,
     IN_FLIGHT_SUBSCRIPTIONS,
@@ -76,6 +75,8 @@ from quotaql.errors import (
     StorageError,
     StorageTimeout,
 )
+from quotaql.gate import charges
+from quotaql.gate.charges import SUBSCRIPTION_LEASES, TIER_LEASES
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import LogRecorder, StructuredLog
@@ -1156,8 +1157,8 @@ class Gate:
             return op
         minimum = config.limits.min_charge
         op.charge = charge = max(report.cost, minimum)
-        op.quotas, op.costs = config.charges_for(
-            subject, report, op.tier if self.tier_resolver is not None else None,
+        op.quotas, op.costs = charges.charges_for(
+            config, subject, report, op.tier if self.tier_resolver is not None else None,
             charge if charge != report.cost else None,
         )  # fmt: skip
         adaptive = self.adaptive
@@ -1176,7 +1177,9 @@ class Gate:
                 op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
                 return op
-        if op.tier.in_flight is not None and not (yield from self._lease_first(op, report)):
+        if charges.in_flight(op.tier) is not None and not (
+            yield from self._lease_first(op, report)
+        ):
             return op  # a concurrency limit: the lease first, so that a refusal debits nothing
         if op.tier.delays and not subscription:
             self._may_wait(op, config, can_await)
@@ -1215,7 +1218,7 @@ class Gate:
         else:
             op.waits = names.DELAY_PROCESS_FULL
             return
-        op.quotas = op.tier.delayed(op.quotas)
+        op.quotas = charges.delayed(op.tier, op.quotas)
 
     def _wait(self, op: Operation, delay: float, can_await: bool) -> _Flow:
         """``op`` waits ``delay`` seconds for its turn (its cost is reserved); its client
@@ -1268,7 +1271,7 @@ class Gate:
     def _lease_first(self, op: Operation, report: CostReport) -> _Flow:
         """The lease of an operation of a tier with a concurrency limit, before its debit:
         True when it may run; refused, its subscription slot is given back."""
-        in_flight = op.tier.in_flight
+        in_flight = charges.in_flight(op.tier)
         assert in_flight is not None  # the caller looked
         specs = in_flight.specs(report.operation_type, report.root_field_costs)
         if specs is not None and not specs:
@@ -1408,7 +1411,7 @@ class Gate:
             return None
         tier = op.tier if self.tier_resolver is not None else None
         multiplier = self.adaptive.multiplier if self.adaptive is not None else 1.0
-        quotas, costs = config.charges_for(op.subject, None, tier, minimum, multiplier)
+        quotas, costs = charges.charges_for(config, op.subject, None, tier, minimum, multiplier)
         decision: Decision = yield ("acquire", op.subject.key, minimum, quotas, costs)
         return decision, quotas, costs
 
@@ -1482,7 +1485,7 @@ class Gate:
         costs = None
         multiplier = self.adaptive.multiplier if self.adaptive is not None else 1.0
         if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
-            costs = config.adaptive.scale((quota,), None, charge, multiplier)
+            costs = charges.scaled(config.adaptive, (quota,), None, charge, multiplier)
         decision: Decision = yield ("acquire", op.subject.key, charge, (quota,), costs)
         op.quotas, op.decision, op.charge = (quota,), decision, charge
         header = self._config.identity.api_key_header
@@ -1684,7 +1687,7 @@ class Gate:
         :class:`AsyncRedisLeases` on a Redis storage's own client), unless ``leases=`` gave
         one."""
         if self._leasing.leases is not None or not any(
-            tier.in_flight is not None for tier in config.tiers.values()
+            charges.in_flight(tier) is not None for tier in config.tiers.values()
         ):
             return
         storage = self.storage
@@ -2093,7 +2096,7 @@ class Gate:
         multiplier = adaptive.multiplier
         if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
             op.base = op.costs if op.costs is not None else (op.charge,) * len(op.quotas)
-            op.costs = config.adaptive.scale(op.quotas, op.costs, op.charge, multiplier)
+            op.costs = charges.scaled(config.adaptive, op.quotas, op.costs, op.charge, multiplier)
             op.multiplier = multiplier
 
     def _rescale(self, op: Operation, multiplier: float) -> None:
@@ -2104,7 +2107,7 @@ class Gate:
         base = op.base if op.base is not None else op.costs
         if multiplier < 1.0:
             op.base = base if base is not None else (op.charge,) * len(op.quotas)
-            op.costs = config.adaptive.scale(op.quotas, base, op.charge, multiplier)
+            op.costs = charges.scaled(config.adaptive, op.quotas, base, op.charge, multiplier)
         else:  # back to what it paid at the start: None when every quota paid the charge
             same = base is None or all(amount == op.charge for amount in base)
             op.base, op.costs = None, None if same else base
@@ -2337,7 +2340,7 @@ _SHADOW_MESSAGE = "quotaql: shadow mode would have blocked %s"
 def _check(config: Config, schema: Any) -> None:
     """``config`` against ``schema``: its weights' and its root-field quotas' coordinates."""
     check_model(schema, config.cost.model)
-    config.check_fields(schema)
+    charges.check_fields(config, schema)
 
 
 def _refunded(decision: Decision, amount: float, amounts: Sequence[float] | None) -> Decision:
