@@ -8,8 +8,10 @@ subjects come from), ``[adaptive]`` (which tiers adaptive limits scale, and how)
 
 The values are in :mod:`quotaql.config.values` (and, for the tables of the features they
 configure, :mod:`quotaql.config.identity`, :mod:`quotaql.config.adaptive` and
-:mod:`quotaql.config.alerts`), the reading of the file in :mod:`quotaql.config.reader` and
-the line of each key in :mod:`quotaql.config.locator`. The package holds values only: it
+:mod:`quotaql.config.alerts`); the reading of the file in :mod:`quotaql.config.reader`, with
+:mod:`~quotaql.config.document` (the file as read), :mod:`~quotaql.config.checks` (single
+values), :mod:`~quotaql.config.features` (the feature tables) and
+:mod:`~quotaql.config.locator` (the line of each key). The package holds values only: it
 imports nothing above :mod:`quotaql.policy` and :mod:`quotaql.cost_analysis.model`, and what
 an operation pays under them is the gate's (:mod:`quotaql.gate.charges`).
 """

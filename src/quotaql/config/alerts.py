@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Final, Literal
 
+from quotaql.config.document import describe_value
 from quotaql.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -222,28 +221,3 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "delay_process_full_for": "duration",
     "metrics_absent_for": "duration",
 }
-
-
-# Here rather than in the config reader, which imports this module: AlertsConfig's own
-# checks describe a rejected value exactly as the reader does.
-def describe_value(value: object) -> str:
-    """Name a TOML value's type and show it as TOML would (``a string ("10")``)."""
-    if isinstance(value, bool):
-        return f"a boolean ({'true' if value else 'false'})"
-    if isinstance(value, int):
-        return f"an integer ({value})"
-    if isinstance(value, float):
-        return f"a float ({value!r})"
-    if isinstance(value, str):
-        return f"a string ({json.dumps(value, ensure_ascii=False)})"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, datetime):
-        return f"a date-time ({value.isoformat()})"
-    if isinstance(value, date):
-        return f"a date ({value.isoformat()})"
-    if isinstance(value, time):
-        return f"a time ({value.isoformat()})"
-    return type(value).__name__

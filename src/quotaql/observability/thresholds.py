@@ -6,20 +6,6 @@ keeps the path the alert generator and its users import them by.
 
 from __future__ import annotations
 
-from quotaql.config.alerts import (
-    ALERT_EXPECTED,
-    ALERT_KINDS,
-    AlertKind,
-    AlertsConfig,
-    alert_value,
-    describe_value,
-)
+from quotaql.config.alerts import ALERT_KINDS, AlertsConfig
 
-__all__ = [
-    "ALERT_EXPECTED",
-    "ALERT_KINDS",
-    "AlertKind",
-    "AlertsConfig",
-    "alert_value",
-    "describe_value",
-]
+__all__ = ["ALERT_KINDS", "AlertsConfig"]
