@@ -432,7 +432,7 @@ def test_the_deny_cache_does_not_refuse_a_request_that_could_wait(gate: Gate) ->
         await asyncio.sleep(0)  # 18 turns taken: the last at 0.9 s
         three = await gate.admit_async(SCHEMA, THREE, request=scope("acme"))
         assert three.code == RATE_LIMITED  # its turn would be at 1.05 s: past max_delay
-        assert len(gate._denials) == 1
+        assert len(gate._refusals.denials) == 1
         cheap = await gate.admit_async(SCHEMA, HELLO, request=scope("acme"))
         assert not cheap.refused  # its turn, at 0.95 s, is within max_delay: it waited
         assert cheap.decision.delay > 0  # type: ignore[union-attr]

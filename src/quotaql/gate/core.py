@@ -27,11 +27,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import math
 import os
-import random
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from graphql import DocumentNode, GraphQLError, validate
 
@@ -45,24 +43,15 @@ from quotaql._flow import (
     drive,
     is_pending,
 )
-from quotaql.config import Config, TierConfig, default_config, load_config
+from quotaql.config import Config, default_config, load_config
 from quotaql.contract import (
-    IN_FLIGHT,
-    IN_FLIGHT_SUBSCRIPTIONS,
     RATE_LIMITED,
-    RATE_LIMITER_UNAVAILABLE,
-    TOO_MANY_CONCURRENT,
     QuotaqlGraphQLError,
     cost_extension,
     error_code,
     graphql_error,
-    rate_limit_error,
-    status_for,
-    too_many_concurrent_error,
     too_many_subscriptions_error,
-    unknown_key_error,
 )
-from quotaql.cost_analysis import analyze
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.cost_analysis.screen import screen
@@ -72,33 +61,27 @@ from quotaql.errors import (
 )
 from quotaql.gate import charges
 from quotaql.gate.answer import BatchAnswers
-from quotaql.gate.charges import SUBSCRIPTION_LEASES, TIER_LEASES
 from quotaql.gate.delay import DelayLine
+from quotaql.gate.holdings import Holdings
 from quotaql.gate.operation import (
     CostHeader,
     Operation,
-    current_operation,
     enter,
-    operation_scope,
     operation_type,
 )
+from quotaql.gate.pricing import price
 from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder
+from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
-from quotaql.gate.slots import Slots
+from quotaql.gate.settle import refund_amounts, refunded, restore_rate
+from quotaql.gate.tiers import TierResolver, resolve_tier
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import LogRecorder, StructuredLog
 from quotaql.instrumentation.tracing import Tracing
 from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
-from quotaql.limiter.concurrency import ConcurrencyLimiter, Lease, Taken
-from quotaql.limiter.deny import DenyCache
-from quotaql.policy.quota import Decision
-from quotaql.storage.leases import (
-    LeaseKeeper,
-    LeaseSpec,
-    new_lease_id,
-)
+from quotaql.limiter.concurrency import ConcurrencyLimiter
 from quotaql.storage.memory import MemoryStorage
 from quotaql.storage.redis import AsyncRedisStorage
 
@@ -108,24 +91,17 @@ if TYPE_CHECKING:
     from graphql import ASTValidationRule
 
     from quotaql.adaptive import Adaptive
-    from quotaql.cost_analysis import CostReport
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
-    from quotaql.policy.quota import Quota
-    from quotaql.storage.leases import AsyncLeases, Leases
+    from quotaql.policy.quota import Decision
+    from quotaql.storage.leases import (
+        AsyncLeases,
+        LeaseKeeper,
+        Leases,
+    )
 
-__all__ = [
-    "Adapter",
-    "CostHeader",
-    "Gate",
-    "Operation",
-    "TierResolver",
-    "current_operation",
-    "operation_scope",
-]
+__all__ = ["Gate"]
 
-#: ``tier_resolver(subject, context) -> tier name | None``.
-TierResolver = Callable[[Subject, Any], "str | None"]
 
 # What the address of a refused unknown key pays for the attempt: a key-guessing client
 # runs down its own address's budget, nobody else's.
@@ -178,10 +154,6 @@ class Gate:
             memory storage, :class:`~quotaql.storage.leases.RedisLeases` or
             :class:`~quotaql.storage.leases.AsyncRedisLeases` on a Redis storage's client;
             docs/concurrency.md).
-
-    Attributes:
-        adaptive: the adaptive limits' controller (:class:`quotaql.adaptive.Adaptive`:
-            pressure, multiplier, engaged), None while ``[adaptive] mode`` is ``off``.
     """
 
     def __init__(
@@ -234,9 +206,6 @@ class Gate:
                 metrics.watch_refunds(queue)
             if isinstance(self.storage, AsyncRedisStorage):
                 metrics.watch_pipeline(self.storage)
-        # Concurrency leases (tiers with max_in_flight): their state in one object, so that
-        # the gate keeps few attributes (CPython's shared-key instance dicts, and the fast
-        # attribute reads of every request, stop past 30).
         self._concurrency = ConcurrencyLimiter(
             self._config.limits.on_backend_error,
             self._config.limits.local_share,
@@ -246,26 +215,23 @@ class Gate:
         )
         if leases is not None:
             self._concurrency.use(leases)
-        self._reloader = (
-            Reloader(
-                os.fspath(config_path),
-                self._config.limits.reload_interval,
-                self.log,
-                self._scaling.check,
+        self._reloader: Reloader | None = None
+        if config_path is not None:
+            interval = self._config.limits.reload_interval
+            self._reloader = Reloader(
+                os.fspath(config_path), interval, self.log, self._scaling.check
             )
-            if config_path is not None
-            else None
-        )
         self._checked_schema: Any = None
-        self._slots = Slots()
         self._delays = DelayLine(self._record, self._refund_all)
-        self._denials = DenyCache(self._config.limits.deny_cache_size)
+        self._refusals = Refusals(self._record, self._scaling, tier_resolver is not None)
+        self._holdings = Holdings(self._concurrency, self._record, self._refusals.refuse)
         self._responses = BatchAnswers()
         self._configured(self._config)
 
     @property
     def adaptive(self) -> Adaptive | None:
-        """The adaptive limits' controller (None while ``[adaptive] mode`` is ``off``)."""
+        """The adaptive limits' controller (:class:`quotaql.adaptive.Adaptive`: pressure,
+        multiplier, engaged), None while ``[adaptive] mode`` is ``off``."""
         return self._scaling.adaptive
 
     @classmethod
@@ -352,7 +318,7 @@ class Gate:
                 return None
             error = graphql_error(exceeded)
             if op is not None:
-                self._failed(op, [error])
+                self._refusals.failed(op, [error])
             return error
         return None
 
@@ -370,7 +336,7 @@ class Gate:
 
     def open_subscriptions(self) -> int:
         """How many subscriptions this process holds open (the gauge's value)."""
-        return self._slots.total()
+        return self._holdings.open_subscriptions()
 
     # -- the entry points ------------------------------------------------------------------
 
@@ -394,7 +360,7 @@ class Gate:
         storage call: :meth:`reject` (or :meth:`admit`) charges for it later, once. For a
         parse hook that cannot await."""
         if op.error is None:
-            self._failed(op, errors)
+            self._refusals.failed(op, errors)
 
     def reject(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
         """``op``'s document was refused before it could be priced (it did not parse or
@@ -512,7 +478,7 @@ class Gate:
             or (not self._config.limits.expose_cost and op.header is None)
         ):
             return {}
-        restore = _restore_rate(op.quotas[0]) if op.quotas else None
+        restore = restore_rate(op.quotas[0]) if op.quotas else None
         return {"cost": cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)}
 
     def finish(self, op: Operation | None) -> None:
@@ -520,9 +486,9 @@ class Gate:
         if op is None or op.finished:
             return
         op.finished = True
-        self._free_slot(op)
+        self._holdings.free_slot(op)
         lease = op.lease
-        releasing = None if lease is None else self._release(op, end_span=True)
+        releasing = None if lease is None else self._holdings.release(op, end_span=True)
         span = self._record.finished(op, lease)
         if span is not None and releasing is None:
             span.end()
@@ -546,18 +512,15 @@ class Gate:
                 " (the server reports no peer); such requests share the 'anonymous' budget"
                 " (docs/identity.md)",
             )
-        tier = self._tier(subject, context)
+        tier = resolve_tier(config, self.tier_resolver, subject, context, self.log)
         header = _cost_header(request)
         op = Operation(subject, tier, tier.mode or config.limits.mode, header)
         if op.mode == "off" and header is None:
             return op
         if self.tracing is not None:
             op.span = self.tracing.start()
-        if op.mode == "enforce" and len(self._denials):
-            denial = self._denials.before_parsing(_denial_key(subject))
-            if denial is not None:  # even the cheapest request would be refused
-                minimum = max(config.limits.min_charge, 0.0)
-                self._deny(op, denial.decision._replace(cost=minimum), denial.quotas, True)
+        if op.mode == "enforce":
+            self._refusals.deny_unparsed(op)  # even the cheapest request would be refused
         return op
 
     def _admit(
@@ -577,7 +540,7 @@ class Gate:
             op = yield from self._begin(context, request, can_await)
         if op.error is not None:  # denied, or refused before pricing (charged once)
             if op.failed:
-                yield from self._charge_minimum(op)
+                yield from self._refusals.charge_minimum(op)
             return op
         if isinstance(document, list):  # what parse() refused
             if document:
@@ -595,14 +558,14 @@ class Gate:
             op.header = header = "report"
         subject = op.subject
         if subject.rejected and op.mode != "off":
-            yield from self._reject_key(op)  # before any pricing: guessing keys is cheap
+            yield from self._refusals.reject_key(op)  # before any pricing: guessing keys is cheap
             if op.refused:
                 return op
         if not op.screened and isinstance(document, DocumentNode):
             self.screen(op, document)  # a document the adapter did not screen
-        if op.refused or not self._price(op, schema, document, variables,
-                                                   operation_name):  # fmt: skip
-            yield from self._charge_minimum(op)
+        if op.refused or not price(op, schema, document, variables, operation_name,
+                                   config.cost, self._log):  # fmt: skip
+            yield from self._refusals.charge_minimum(op)
             return op
         report = op.report
         assert report is not None  # priced
@@ -611,7 +574,7 @@ class Gate:
         if op.mode == "off":
             return op  # priced, not limited: nothing debited
         if header == "validate":
-            yield from self._charge_minimum(op)  # priced, not run: it pays the minimum
+            yield from self._refusals.charge_minimum(op)  # priced, not run: it pays the minimum
             return op
         minimum = config.limits.min_charge
         op.charge = charge = max(report.cost, minimum)
@@ -622,21 +585,17 @@ class Gate:
         adaptive = self.adaptive
         if adaptive is not None:
             self._scaling.admit(op, adaptive, config, report.operation_type != "subscription")
-        if op.mode == "enforce" and len(self._denials):
-            probe = charge if op.base is None else _subject_debit(op)
-            denial = self._denials.priced(_denial_key(subject), probe)
-            if denial is not None:  # no cheaper than what was refused, before its time
-                self._deny(op, denial.decision._replace(cost=charge), op.quotas)
-                return op
+        if op.mode == "enforce" and self._refusals.deny_priced(op):
+            return op  # no cheaper than what was refused, before its time
         subscription = report.operation_type == "subscription"
         if subscription:
             limit = config.limits.max_subscriptions
-            if not self._take_slot(op, limit if op.mode == "enforce" else None):
+            if not self._holdings.take_slot(op, limit if op.mode == "enforce" else None):
                 op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
                 return op
         if charges.in_flight(op.tier) is not None and not (
-            yield from self._lease_first(op, report)
+            yield from self._holdings.lease_first(op, report)
         ):
             return op  # a concurrency limit: the lease first, so that a refusal debits nothing
         if op.tier.delays and not subscription:
@@ -647,253 +606,27 @@ class Gate:
             if decision.delay > 0 and op.waits is True:  # allowed, at its turn
                 yield from self._delays.wait(op, decision.delay, can_await, self.adaptive)
         except BaseException:  # closed by its driver: no operation for the adapter to finish
-            self._free_slot(op)
-            self._let_go(op)
+            self._holdings.free_slot(op)
+            self._holdings.let_go(op)
             raise
         finally:
             self._delays.stop_waiting(op)
         if op.refused:  # refused: the subscription never opens, the lease goes back at once
-            self._free_slot(op)
+            self._holdings.free_slot(op)
             lease = op.lease
             if lease is not None:
                 op.lease = None
                 yield ReleaseLease(lease, op)
             if decision.reason == "exceeds_capacity" and op.mode == "enforce":
-                yield from self._charge_refusal(op)  # it can never run: as a static limit
+                yield from self._refusals.charge_refusal(op)  # it can never run: as a static limit
         return op
-
-    def _lease_first(self, op: Operation, report: CostReport) -> _Flow:
-        """The lease of an operation of a tier with a concurrency limit, before its debit:
-        True when it may run; refused, its subscription slot is given back."""
-        in_flight = charges.in_flight(op.tier)
-        assert in_flight is not None  # the caller looked
-        specs = in_flight.specs(report.operation_type, report.root_field_costs)
-        if specs is not None and not specs:
-            return True  # no limit applies to this one (a root field's only, not selected)
-        try:
-            runs: bool = yield from self._take_lease(op, specs)
-        except BaseException:
-            self._free_slot(op)
-            raise
-        if not runs:
-            self._free_slot(op)
-        return runs
-
-    def _take_lease(self, op: Operation, specs: tuple[LeaseSpec, ...] | None) -> _Flow:
-        """A lease for ``op`` in the sets of ``specs`` (None: a subscription its tier
-        allows none of): True when it may run (with a lease, or without one in shadow mode
-        or failing open), False when it was refused (``TOO_MANY_CONCURRENT``, or the
-        storage failed under ``closed``)."""
-        key = op.subject.key
-        if specs is None:  # max_subscriptions_in_flight = 0
-            return self._in_flight_refused(op, IN_FLIGHT_SUBSCRIPTIONS, 0, None)
-        lease = new_lease_id()
-        try:
-            taken: Taken = yield TakeLease(key, specs, lease)
-        except BaseException:  # closed while taking: it may have been taken, give it back
-            if not self._concurrency.is_async:  # (async: once the take is answered)
-                self._concurrency.release_later(
-                    Lease(lease, key, tuple(spec.name for spec in specs), None, None, "", 0,
-                           self._concurrency.store)
-                )  # fmt: skip
-            raise
-        result = taken.result
-        names_ = tuple(spec.name for spec in taken.specs)
-        if result is None:  # the storage failed: open runs without a lease, closed refuses
-            op.lease = Lease(lease, key, names_, None, None, op.tier.name, 0, taken.stray)
-            self._concurrency.watch(op, op.lease)
-            if self._concurrency.fail_mode != "closed" or op.mode != "enforce":
-                return True
-            # As the limiter's own fail-closed decision: its quotas' sizes, nothing debited.
-            retry = max(self.limiter.breaker.retry_after(), 1.0)
-            limit = min((quota.maximum for quota in op.quotas), default=math.inf)
-            op.decision = Decision(
-                False, op.charge, 0.0, limit, retry, 0.0, None, "fail_closed",
-                "backend_unavailable",
-            )  # fmt: skip
-            error = self._refuse(op, rate_limit_error(op.decision))
-            self._log(op, names.FAIL_CLOSED, "quotaql: refused %s: %s", RATE_LIMITER_UNAVAILABLE,
-                      error.message)  # fmt: skip
-            return False
-        if result.taken:
-            count = result.in_flight[0] if result.in_flight else 0
-            keeper = self._concurrency.keeper_of(taken.leases)
-            op.lease = Lease(lease, key, names_, taken.leases, keeper, op.tier.name, count,
-                             taken.stray)  # fmt: skip
-            self._concurrency.watch(op, op.lease)
-            self._concurrency.held(op.tier.name, 1)
-            return True
-        if taken.stray is not None:  # refused by the local fallback: the stray take goes back
-            self._concurrency.release_later(
-                Lease(lease, key, names_, None, None, "", 0, taken.stray)
-            )
-        refusing = result.limited_by or names_[0]
-        maximum = next(spec.maximum for spec in taken.specs if spec.name == refusing)
-        return self._in_flight_refused(op, _limited_by(refusing), maximum, result.next_free_ms)
-
-    def _in_flight_refused(
-        self, op: Operation, limited_by: str, maximum: int, next_free_ms: int | None
-    ) -> bool:
-        """A full lease set: refuse ``op`` (``TOO_MANY_CONCURRENT``, nothing debited, not
-        remembered by the deny cache: a slot may free at any moment), or in shadow mode
-        let it run without a lease; True when it runs."""
-        if op.mode != "enforce":
-            op.violation = op.violation or TOO_MANY_CONCURRENT
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, TOO_MANY_CONCURRENT)
-            return True
-        error = too_many_concurrent_error(limited_by, maximum, self._in_flight_wait(next_free_ms))
-        self._refuse(op, error)
-        self._log(op, names.TOO_MANY_CONCURRENT, "quotaql: refused %s: %s", TOO_MANY_CONCURRENT,
-                  error.message)  # fmt: skip
-        return False
 
     def _reject(self, op: Operation, errors: Sequence[GraphQLError]) -> _Flow:
         """Refused before pricing: answer ``errors``, charge the minimum."""
         if op.error is None:
-            self._failed(op, errors)
+            self._refusals.failed(op, errors)
         if op.failed:
-            yield from self._charge_minimum(op)
-
-    def _failed(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
-        op.refuse(errors[0], None, *errors[1:])
-        op.failed = True
-        code = op.code or "GRAPHQL_VALIDATION_FAILED"
-        self._log(op, names.REJECTED, "quotaql: rejected %s: %s", code, errors[0].message)
-
-    def _charge_minimum(self, op: Operation) -> _Flow:
-        """``[limits] min_charge`` from ``op``'s subject: a request refused before pricing,
-        a static-limit refusal, or a ``GraphQL-Cost: validate`` request. Out of budget, it
-        is refused ``RATE_LIMITED`` (an invalid document keeps its errors) and pays
-        nothing; charged once."""
-        if op.mode == "off" or op.decision is not None or op.denied:
-            return
-        paid = yield from self._pay_minimum(op)
-        if paid is None:
-            return
-        decision, op.quotas, op.costs = paid
-        op.decision, op.charge = decision, self._config.limits.min_charge
-        if decision.allowed:
-            return
-        if op.mode != "enforce":
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))
-            return
-        self._remember(op, decision, op.quotas)
-        if op.error is None:  # a validate-only request: refused like any other
-            self._rate_limited(op, decision)
-
-    def _charge_refusal(self, op: Operation) -> _Flow:
-        """``min_charge`` for an operation refused because it can never fit
-        (``COST_EXCEEDS_CAPACITY``: waiting never helps, so a client that asks again and
-        again pays each time, as for a static limit); its answer stays that refusal."""
-        paid = yield from self._pay_minimum(op)
-        if paid is None:
-            return
-        decision, quotas, _ = paid
-        if decision.allowed:
-            op.charge = self._config.limits.min_charge
-            op.paid_minimum = decision.source != "fail_open"
-        else:
-            self._remember(op, decision, quotas)
-
-    def _pay_minimum(
-        self, op: Operation
-    ) -> Generator[Any, Any, tuple[Decision, tuple[Quota, ...], tuple[float, ...] | None] | None]:
-        """Debit ``[limits] min_charge`` from the quotas a request pays before it is priced:
-        the storage's decision, the quotas and their amounts; None when the minimum is 0."""
-        config = self._config
-        minimum = config.limits.min_charge
-        if minimum <= 0:
-            return None
-        tier = op.tier if self.tier_resolver is not None else None
-        multiplier = self._scaling.multiplier
-        quotas, costs = charges.charges_for(config, op.subject, None, tier, minimum, multiplier)
-        decision: Decision = yield Acquire(op.subject.key, minimum, quotas, costs)
-        return decision, quotas, costs
-
-    def _deny(
-        self, op: Operation, decision: Decision, quotas: tuple[Quota, ...], unpriced: bool = False
-    ) -> None:
-        """Refuse ``op`` from the deny cache: the storage refused its subject a moment ago."""
-        op.denied = True
-        op.quotas = quotas
-        error = self._rate_limited(op, decision, unpriced=unpriced)
-        self._log(op, names.DENIED, "quotaql: denied %s (deny cache): %s", RATE_LIMITED,
-                  error.message)  # fmt: skip
-
-    def _rate_limited(
-        self, op: Operation, decision: Decision, *, unpriced: bool = False
-    ) -> GraphQLError:
-        """Refuse ``op`` for the storage's (or the deny cache's) refusal ``decision``: its
-        retry time jittered, in the error and in the headers alike."""
-        op.decision = decision = self._jittered(decision)
-        return self._refuse(op, rate_limit_error(decision, unpriced=unpriced))
-
-    def _remember(
-        self, op: Operation, decision: Decision, quotas: tuple[Quota, ...] | None = None
-    ) -> None:
-        """Keep a refusal of ``op``'s subject (for ``quotas``, default ``op.quotas``) in the
-        deny cache (when waiting helps)."""
-        minimum = self._config.limits.min_charge
-        quotas = op.quotas if quotas is None else quotas
-        self._denials.remember(_denial_key(op.subject), decision, quotas, min_charge=minimum)
-
-    def _jittered(self, decision: Decision) -> Decision:
-        """``decision`` with its retry time plus up to ``retry_jitter`` of it: never less."""
-        jitter = self._config.limits.retry_jitter
-        retry = decision.retry_after
-        if not jitter or not retry or not math.isfinite(retry):
-            return decision
-        return decision._replace(retry_after=retry * (1.0 + jitter * random.random()))  # noqa: S311
-
-    def _price(
-        self,
-        op: Operation,
-        schema: Any,
-        document: Any,
-        variables: Mapping[str, Any] | None,
-        operation_name: str | None,
-    ) -> bool:
-        """Price ``op``; False (with its error set) when the analysis refuses it."""
-        cost = self._config.cost
-        try:
-            try:
-                op.report = analyze(
-                    schema, document, variables, operation_name, cost.model, cost.limits
-                )
-            except LimitExceeded as exceeded:
-                if op.mode != "shadow":
-                    raise
-                op.violation = exceeded.code
-                self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
-                op.report = analyze(schema, document, variables, operation_name, cost.model)
-        except CostAnalysisError as error:
-            op.refuse(graphql_error(error))
-            self._log(op, names.REJECTED, "quotaql: rejected %s: %s", error.code, error)
-            return False
-        return True
-
-    def _reject_key(self, op: Operation) -> _Flow:
-        """An unknown key under ``unknown_keys = "reject"``: the address pays for the try."""
-        quota = op.tier.quota
-        config = self._config
-        charge = max(_REJECTED_KEY_CHARGE, config.limits.min_charge)
-        costs = None
-        multiplier = self._scaling.multiplier
-        if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
-            costs = charges.scaled(config.adaptive, (quota,), None, charge, multiplier)
-        decision: Decision = yield Acquire(op.subject.key, charge, (quota,), costs)
-        op.quotas, op.decision, op.charge = (quota,), decision, charge
-        header = self._config.identity.api_key_header
-        if op.mode != "enforce":
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, "UNKNOWN_API_KEY")
-            return
-        if not decision.allowed and decision.reason == "rate_limited":
-            self._remember(op, decision)  # the address's next tries are refused from memory
-            self._rate_limited(op, decision)  # key guessing runs its address dry
-        else:
-            self._refuse(op, unknown_key_error(header))
-            op.decision = None  # no budget headers on a 401
-        self._log(op, names.UNKNOWN_KEY, "quotaql: refused %s", op.code)
+            yield from self._refusals.charge_minimum(op)
 
     def _decided(self, op: Operation, decision: Decision) -> None:
         op.decision = decision
@@ -904,8 +637,8 @@ class Gate:
                 self._delays.refused(op, decision, waits)
             if op.mode == "enforce":
                 if waits != names.DELAY_PROCESS_FULL:  # the next one may find a place
-                    self._remember(op, decision)
-                error = self._rate_limited(op, decision)
+                    self._refusals.remember(op, decision)
+                error = self._refusals.rate_limited(op, decision)
                 self._log(op, names.BLOCKED, "quotaql: blocked %s: %s", code, error.message)
                 return
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, code)
@@ -914,7 +647,9 @@ class Gate:
             op.span.add_event(names.EVENT_FAIL_OPEN if fail_open else names.EVENT_FAIL_CLOSED)
 
     def _settle(self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None) -> _Flow:
-        amount, amounts = self._refund_amounts(op, data, errors)
+        self._scaling.observe(op, errors)  # one sample of the signal, once
+        sample = self._config.cost.tuning_sample if self.metrics is not None else 0.0
+        amount, amounts = refund_amounts(op, data, errors, self._config.limits, sample)
         if amount > 0:
             yield Refund(op.subject.key, amount, op.quotas, amounts, op.decision)
         op.refunded = amount
@@ -922,52 +657,7 @@ class Gate:
             if op.span is not None:
                 op.span.add_event(names.EVENT_REFUND, {"quotaql.refund": amount})
             if op.decision is not None:
-                op.decision = _refunded(op.decision, amount, amounts)
-
-    def _refund_amounts(
-        self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None
-    ) -> tuple[float, tuple[float, ...] | None]:
-        """The actual cost (when shown or refunded), and what to give back to each quota:
-        never below ``min_charge``; each quota's refund scaled by the factor adaptive limits
-        scaled its debit by (``op.base``), whatever the multiplier is now.
-
-        The operation's latency and errors are one sample of the adaptive limits' signal
-        here, once (``settle`` calls this once per operation that ran)."""
-        self._scaling.observe(op, errors)
-        report = op.report
-        if report is None or op.error is not None or op.header == "validate":
-            return 0.0, None
-        if report.operation_type == "subscription":
-            return 0.0, None  # each event is charged as it is delivered
-        limits = self._config.limits
-        refund = limits.refund_unused and op.debited
-        if not (refund or limits.expose_cost or op.header is not None):
-            return 0.0, None
-        if errors and not all(_has_path(error) for error in errors):
-            # The operation ran and an error says nothing of where (execution itself failed,
-            # or a formatter dropped the paths): what it erased is unknown, nothing goes back.
-            op.actual = report.cost
-        else:  # the plan that priced it, walked against the data
-            sample = self._config.cost.tuning_sample
-            if self.metrics is not None and sample and random.random() < sample:  # noqa: S311
-                op.sizes = []
-            op.actual = report.actual(data, errors or None, op.sizes)
-        kept = max(op.actual, limits.min_charge)
-        amount = max(0.0, op.charge - kept) if refund else 0.0
-        quotas = op.quotas
-        base, debits = op.base, op.costs
-        if base is not None and debits is not None and amount > 0:
-            # What the debit took per point of cost, for each quota: 1/m, or less where the
-            # debit was clamped to the quota's maximum. Never the multiplier of now: a
-            # tenant that paid before the pressure rose must not be refunded at its price.
-            return amount, tuple(
-                amount * (debit / paid if paid > 0 else 1.0) if quota.refundable else 0.0
-                for quota, debit, paid in zip(quotas, debits, base, strict=True)
-            )
-        if amount <= 0 or (len(quotas) == 1 and quotas[0].refundable):
-            return amount, None
-        amounts = tuple(amount if quota.refundable else 0.0 for quota in quotas)
-        return amount, None if 0.0 not in amounts else amounts
+                op.decision = refunded(op.decision, amount, amounts)
 
     def _event(self, op: Operation) -> _Flow:
         op.events += 1
@@ -991,7 +681,7 @@ class Gate:
         if op.mode != "enforce":
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))
             return None
-        error = self._rate_limited(op, decision)
+        error = self._refusals.rate_limited(op, decision)
         self._log(op, names.BLOCKED, "quotaql: ended a subscription %s: %s", RATE_LIMITED,
                   error.message)  # fmt: skip
         return error
@@ -1045,35 +735,6 @@ class Gate:
         if inspect.iscoroutine(done):
             self._concurrency.spawn(done)
 
-    def _release(self, op: Operation, *, end_span: bool = False) -> Any:
-        """Give ``op``'s lease back now: None when done, or a coroutine that does it (async
-        lease storage; with ``end_span``, it ends ``op``'s span once done)."""
-        lease = op.lease
-        if lease is None:
-            return None
-        op.lease = None
-        self._concurrency.unwatch(op)
-        return self._concurrency.give_back(lease, op.span if end_span else None)
-
-    def _let_go(self, op: Operation) -> None:
-        """``op``'s flow is being closed (its client left): its lease goes back."""
-        lease = op.lease
-        if lease is not None:
-            op.lease = None
-            self._concurrency.unwatch(op)
-            self._concurrency.release_later(lease)
-
-    def _in_flight_wait(self, next_free_ms: int | None) -> float:
-        """The ``Retry-After`` of a concurrency refusal: ``concurrency_retry_after``, or
-        less when the earliest lease of the full set expires sooner, jittered."""
-        limits = self._config.limits
-        retry = limits.concurrency_retry_after
-        if next_free_ms is not None:
-            retry = min(retry, max(next_free_ms, 10) / 1000)
-        if limits.retry_jitter:
-            retry *= 1.0 + limits.retry_jitter * random.random()  # noqa: S311
-        return round(retry, 3)
-
     def in_flight(self) -> dict[str, int]:
         """The leases this process holds now, per tier (the ``quotaql_in_flight`` gauge)."""
         return self._concurrency.in_flight()
@@ -1120,29 +781,6 @@ class Gate:
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _take_slot(self, op: Operation, limit: int | None) -> bool:
-        """One of the subject's subscription slots for ``op``; False when all are taken."""
-        if not self._slots.take(op.subject.key, limit):
-            return False
-        op.slot = True
-        if self.metrics is not None:
-            self.metrics.subscriptions(self._slots.total())
-        return True
-
-    def _free_slot(self, op: Operation) -> None:
-        if not op.slot:
-            return
-        op.slot = False
-        self._slots.give_back(op.subject.key)
-        if self.metrics is not None:
-            self.metrics.subscriptions(self._slots.total())
-
-    def _refuse(self, op: Operation, error: GraphQLError) -> GraphQLError:
-        """Refuse ``op`` with a limiter's ``error`` and the HTTP status its code has."""
-        code = (error.extensions or {}).get("code")
-        op.refuse(error, status_for(str(code), self._config.limits.http_status))
-        return error
-
     def _refresh(self, schema: Any) -> None:
         if self._checked_schema is not schema:
             self.check(schema)
@@ -1150,13 +788,14 @@ class Gate:
             config = self._reloader.poll(schema, self._config)
             if config is not None:
                 self._config = config
-                self._denials = DenyCache(config.limits.deny_cache_size)  # new budgets
                 self._configured(config)
 
     def _configured(self, config: Config) -> None:
         """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
         what an unsafe setting of it means."""
         self._scaling.configure(config)
+        self._refusals.configure(config)
+        self._holdings.configure(config.limits)
         limited = any(charges.in_flight(tier) is not None for tier in config.tiers.values())
         if not self._concurrency.configure(config.limits.lease_ttl, limited, self.storage):
             self._record.say_once(
@@ -1174,166 +813,6 @@ class Gate:
                 logging.WARNING,
             )
 
-    def _tier(self, subject: Subject, context: Any) -> TierConfig:
-        config = self._config
-        if self.tier_resolver is None:
-            return config.tier_of(subject.tenant)
-        try:
-            name = self.tier_resolver(subject, context)
-        except Exception as error:  # a bug in the resolver must not fail the request
-            self.log.log(
-                logging.ERROR,
-                "tier_resolver_failed",
-                "quotaql: tier_resolver() failed (%s: %s); using the default tier",
-                type(error).__name__,
-                error,
-            )
-            name = None
-        if name is None:
-            return config.tier_of(None)
-        tier = config.tiers.get(str(name))
-        if tier is None:
-            self.log.log(
-                logging.WARNING,
-                "unknown_tier",
-                "quotaql: the tier resolver named an unknown tier %r; using the default tier",
-                name,
-                tier=name,
-            )
-            return config.tier_of(None)
-        return tier
-
-
-class Adapter:
-    """What every framework adapter shares: one :class:`Gate`, built from the same keywords.
-
-    Every keyword but ``quiet_logs`` and ``gate`` configures the gate (see :class:`Gate`).
-
-    Args:
-        quiet_logs: drop the framework's own log record of each refusal quotaql answers
-            (quotaql logs them itself, rate-limited); each adapter says which.
-        gate: a gate built already (then no other keyword but ``quiet_logs``).
-    """
-
-    def __init__(
-        self,
-        config: Config | None = None,
-        *,
-        quiet_logs: bool = True,
-        gate: Gate | None = None,
-        **options: Any,
-    ) -> None:
-        if gate is not None and (config is not None or options):
-            raise TypeError(f"{type(self).__name__}(gate=...) takes no other configuration")
-        self.gate = gate if gate is not None else Gate(config, **options)
-        self.quiet_logs = quiet_logs
-
-    @classmethod
-    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> Self:
-        """An adapter configured by ``path`` (``quotaql.toml``), reloaded when it changes.
-
-        Raises:
-            ConfigError: the file is invalid (the error names the file, key and line).
-        """
-        return cls(load_config(path), config_path=path, **kwargs)
-
-    @property
-    def config(self) -> Config:
-        """The configuration in force."""
-        return self.gate.config
-
-    @property
-    def storage(self) -> Any:
-        """Where budgets live."""
-        return self.gate.storage
-
-    @property
-    def limiter(self) -> Limiter | AsyncLimiter:
-        """The limiter in front of the storage."""
-        return self.gate.limiter
-
-    @property
-    def is_async(self) -> bool:
-        """The storage is async: only the async entry points work."""
-        return self.gate.is_async
-
-    @property
-    def tracing(self) -> Tracing | None:
-        """The spans' source (None without a tracer provider)."""
-        return self.gate.tracing
-
-    @property
-    def metrics(self) -> PrometheusMetrics | None:
-        """The Prometheus metrics (None without them)."""
-        return self.gate.metrics
-
-    def check(self, schema: Any) -> None:
-        """Check the cost model and root-field quotas against ``schema`` (at startup).
-
-        Raises:
-            ConfigError: a weight or a field quota names a coordinate that is not in it.
-        """
-        self.gate.check(schema)
-
-
-def _refunded(decision: Decision, amount: float, amounts: Sequence[float] | None) -> Decision:
-    """``decision`` as it stands after a refund: each quota got back its amount (``amount``,
-    or its own of ``amounts``), and the tightest one now may be another."""
-    statuses = decision.quotas
-    if len(statuses) <= 1:
-        given_back = amounts[0] if amounts else amount  # its own amount, when scaled
-        remaining = min(decision.limit, decision.remaining + given_back)
-        statuses = tuple(status._replace(remaining=remaining) for status in statuses)
-        return decision._replace(remaining=remaining, quotas=statuses)
-    given = amounts if amounts is not None else (amount,) * len(statuses)
-    back = tuple(
-        status._replace(remaining=min(status.limit, status.remaining + each))
-        for status, each in zip(statuses, given, strict=True)
-    )
-    tightest = min(back, key=lambda status: status.remaining)  # the first of equals
-    return decision._replace(
-        remaining=tightest.remaining,
-        limit=tightest.limit,
-        reset_after=tightest.reset_after,
-        quotas=back,
-    )
-
-
-def _limited_by(name: str) -> str:
-    """The ``limited_by`` of a refusing lease set: ``in_flight`` (the tier's),
-    ``in_flight:subscriptions``, ``in_flight:field:<coordinate>``."""
-    if name == TIER_LEASES:
-        return IN_FLIGHT
-    if name == SUBSCRIPTION_LEASES:
-        return IN_FLIGHT_SUBSCRIPTIONS
-    return f"{IN_FLIGHT}:{name}"  # FIELD_LEASES: in_flight:field:<coordinate>
-
-
-def _subject_debit(op: Operation) -> float:
-    """The least ``op`` debits a quota that refuses its subject (``tenant``, ``user``,
-    ``global``): what the deny cache compares a kept refusal with, never more than the
-    refusing quota's own debit (the cache may only err towards asking the storage)."""
-    costs = op.costs or ()
-    debits = [
-        debit
-        for quota, debit in zip(op.quotas, costs, strict=True)
-        if quota.name in ("tenant", "user", "global")
-    ]
-    return min(debits, default=op.charge)
-
-
-def _has_path(error: Any) -> bool:
-    """An execution error that says which field it erased (a ``GraphQLError``'s ``path``,
-    or a formatted error's ``"path"``)."""
-    path = error.get("path") if isinstance(error, dict) else getattr(error, "path", None)
-    return bool(path)
-
-
-def _denial_key(subject: Subject) -> str:
-    """The deny cache's key: a user's refusal (``per_user``) is not its tenant's."""
-    user = subject.user
-    return subject.key if user is None else f"{subject.key}\0{user}"
-
 
 def _cost_header(request: Any) -> CostHeader | None:
     value = web.header(request, "graphql-cost")
@@ -1345,9 +824,3 @@ def _cost_header(request: Any) -> CostHeader | None:
     if value == "report":
         return "report"
     return None
-
-
-def _restore_rate(quota: Quota) -> float:
-    if quota.refill_per_second is not None:
-        return float(quota.refill_per_second)
-    return quota.maximum / float(quota.window_seconds or 1)
