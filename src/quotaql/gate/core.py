@@ -59,6 +59,7 @@ from quotaql.errors import (
     CostAnalysisError,
     LimitExceeded,
 )
+from quotaql.gate import charges
 from quotaql.gate.answer import BatchAnswers
 from quotaql.gate.delay import DelayLine
 from quotaql.gate.holdings import Holdings
@@ -579,8 +580,8 @@ class Gate:
             return op
         minimum = config.limits.min_charge
         op.charge = charge = max(report.cost, minimum)
-        op.quotas, op.costs = config.charges_for(
-            subject, report, op.tier if self.tier_resolver is not None else None,
+        op.quotas, op.costs = charges.charges_for(
+            config, subject, report, op.tier if self.tier_resolver is not None else None,
             charge if charge != report.cost else None,
         )  # fmt: skip
         adaptive = self.adaptive
@@ -596,7 +597,7 @@ class Gate:
                 op.outcome = Outcome.TOO_MANY_SUBSCRIPTIONS
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
                 return op
-        if op.tier.in_flight is not None and not (
+        if charges.in_flight(op.tier) is not None and not (
             yield from self._holdings.lease_first(op, report)
         ):
             return op  # a concurrency limit: the lease first, so that a refusal debits nothing
@@ -798,7 +799,7 @@ class Gate:
         self._scaling.configure(config)
         self._refusals.configure(config)
         self._holdings.configure(config.limits)
-        limited = any(tier.in_flight is not None for tier in config.tiers.values())
+        limited = any(charges.in_flight(tier) is not None for tier in config.tiers.values())
         if not self._concurrency.configure(config.limits.lease_ttl, limited, self.storage):
             self._record.say_once(
                 "leases_in_memory",

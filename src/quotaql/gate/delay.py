@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from quotaql._flow import Await
+from quotaql.gate import charges
 from quotaql.gate.slots import Slots
 from quotaql.instrumentation import names
 
@@ -57,7 +58,7 @@ class DelayLine:
         else:
             op.waits = names.DELAY_PROCESS_FULL
             return
-        op.quotas = op.tier.delayed(op.quotas)
+        op.quotas = charges.delayed(op.tier, op.quotas)
 
     def wait(
         self, op: Operation, delay: float, can_await: bool, adaptive: Adaptive | None

@@ -9,7 +9,6 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from quotaql._flow import TakeLease
-from quotaql.config.values import SUBSCRIPTION_LEASES, TIER_LEASES
 from quotaql.contract import (
     IN_FLIGHT,
     IN_FLIGHT_SUBSCRIPTIONS,
@@ -18,6 +17,8 @@ from quotaql.contract import (
     rate_limit_error,
     too_many_concurrent_error,
 )
+from quotaql.gate import charges
+from quotaql.gate.charges import SUBSCRIPTION_LEASES, TIER_LEASES
 from quotaql.gate.operation import Outcome
 from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.gate.slots import Slots
@@ -74,7 +75,7 @@ class Holdings:
     def lease_first(self, op: Operation, report: CostReport) -> Generator[Any, Any, bool]:
         """The lease of an operation of a tier with a concurrency limit, before its debit:
         True when it may run; refused, its subscription slot is given back."""
-        in_flight = op.tier.in_flight
+        in_flight = charges.in_flight(op.tier)
         assert in_flight is not None  # the caller looked
         specs = in_flight.specs(report.operation_type, report.root_field_costs)
         if specs is not None and not specs:

@@ -15,6 +15,7 @@ from quotaql.contract import (
     status_for,
     unknown_key_error,
 )
+from quotaql.gate import charges
 from quotaql.gate.operation import Outcome
 from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.instrumentation import names
@@ -142,7 +143,7 @@ class Refusals:
             return None
         tier = op.tier if self.by_resolver else None
         multiplier = self._scaling.multiplier
-        quotas, costs = config.charges_for(op.subject, None, tier, minimum, multiplier)
+        quotas, costs = charges.charges_for(config, op.subject, None, tier, minimum, multiplier)
         decision: Decision = yield Acquire(op.subject.key, minimum, quotas, costs)
         return decision, quotas, costs
 
@@ -191,7 +192,7 @@ class Refusals:
         costs = None
         multiplier = self._scaling.multiplier
         if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
-            costs = config.adaptive.scale((quota,), None, charge, multiplier)
+            costs = charges.scaled(config.adaptive, (quota,), None, charge, multiplier)
         decision: Decision = yield Acquire(op.subject.key, charge, (quota,), costs)
         op.quotas, op.charge = (quota,), charge
         op.decided(decision)
