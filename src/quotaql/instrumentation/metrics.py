@@ -346,12 +346,8 @@ class PrometheusMetrics:
             waiting = 0
             for queue, (queued, coalesced) in list(self._refund_queues.items()):
                 now_queued, now_coalesced = queue.queued, queue.coalesced
-                if now_queued > queued:
-                    self._child(self.refunds_total, names.REFUND_QUEUED).inc(now_queued - queued)
-                if now_coalesced > coalesced:
-                    self._child(self.refunds_total, names.REFUND_COALESCED).inc(
-                        now_coalesced - coalesced
-                    )
+                self._add(self.refunds_total, names.REFUND_QUEUED, now_queued - queued)
+                self._add(self.refunds_total, names.REFUND_COALESCED, now_coalesced - coalesced)
                 self._refund_queues[queue] = (now_queued, now_coalesced)
                 waiting += len(queue)
             self.refund_queue.set(waiting)
@@ -362,20 +358,19 @@ class PrometheusMetrics:
                 batches, commands = (seen_batches, seen_commands) if pipeline is seen else (0, 0)
                 backend = getattr(storage, "name", "redis")
                 now_batches, now_commands = pipeline.batches, pipeline.commands
-                if now_batches > batches:
-                    self._child(self.pipeline_batches, backend).inc(now_batches - batches)
-                if now_commands > commands:
-                    self._child(self.pipeline_commands, backend).inc(now_commands - commands)
+                self._add(self.pipeline_batches, backend, now_batches - batches)
+                self._add(self.pipeline_commands, backend, now_commands - commands)
                 self._pipelines[storage] = (pipeline, now_batches, now_commands)
             for keeper, (renewed, failed) in list(self._keepers.items()):
                 now_renewed, now_failed = keeper.renewed, keeper.renew_failed
-                if now_renewed > renewed:
-                    self._child(self.leases_total, names.LEASE_RENEWED).inc(now_renewed - renewed)
-                if now_failed > failed:
-                    self._child(self.leases_total, names.LEASE_RENEW_FAILED).inc(
-                        now_failed - failed
-                    )
+                self._add(self.leases_total, names.LEASE_RENEWED, now_renewed - renewed)
+                self._add(self.leases_total, names.LEASE_RENEW_FAILED, now_failed - failed)
                 self._keepers[keeper] = (now_renewed, now_failed)
+
+    def _add(self, counter: Counter, label: str, count: int) -> None:
+        """Add what a watched object counted since it was last read, if anything."""
+        if count > 0:
+            self._child(counter, label).inc(count)
 
     # -- the extension's hook ------------------------------------------------------------
 
