@@ -31,7 +31,7 @@ The modules: :mod:`.promql` (PromQL helpers, the template variables, the selecto
 dashboards use), :mod:`.panels` (the kinds of panel as values, and the builder that turns them
 into Grafana's), :mod:`.board` (uids, variables, the dashboard around its rows, the JSON),
 :mod:`.overview` and :mod:`.tenant` (each dashboard's rows, as tables of panels), and
-:mod:`.shared` (the panels and texts both show).
+:mod:`.shared` (the panels both show).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from quotaql.instrumentation import names
+from quotaql.observability.dashboards import shared
 from quotaql.observability.dashboards.board import (
     OVERVIEW_UID,
     TENANT_UID,
@@ -18,15 +19,15 @@ from quotaql.observability.dashboards.promql import (
     BLOCKED_BY_TIER,
     BUDGET_REFUSED,
     COST_MATCHERS,
+    DECISION,
     INSTANCE,
     JOB_MATCH,
     LE,
     REQUESTS_BY_TIER,
+    TIER,
     TIER_MATCH,
-    actual_vs_estimated,
     blocked_ratio_by_tier,
     bucket_rates,
-    cost_rates,
     eq,
     increase_over_range,
     labels,
@@ -36,18 +37,10 @@ from quotaql.observability.dashboards.promql import (
     rates_by,
     ratio,
     sel,
+    share,
     sum_by,
     sums_by,
     topk,
-)
-from quotaql.observability.dashboards.shared import (
-    ACTUAL_VS_ESTIMATED_HELP,
-    COST_HEATMAP_HELP,
-    DECISION,
-    DECISION_COLOURS,
-    TIER,
-    subscription_decisions,
-    subscription_events,
 )
 
 BACKEND: Final = names.LABEL_BACKEND
@@ -58,46 +51,25 @@ SOURCE: Final = names.LABEL_SOURCE
 
 _FAIL_MODES: Final = f'{DECISION}=~"{names.FAIL_OPEN}|{names.FAIL_CLOSED}"'
 
-OVERVIEW: Final = Row(
-    "Overview",
-    (
-        Graph(
-            "Decisions per second",
-            "Operations per second by limiter decision: allowed, blocked (over budget), "
-            "shadow_blocked (would have been blocked; shadow mode let it run), rejected "
-            "(static limits), fail_open / fail_closed (storage unavailable), unknown_key "
-            "(an API key no tenant has, refused), too_many_subscriptions (the subject's "
-            "subscription cap), too_many_concurrent (max_in_flight).",
-            "reqps",
-            (rates_by(REQUESTS_BY_TIER, DECISION),),
-            width=8,
-        ),
-        Graph(
-            "Blocked ratio",
-            "Share of operations refused by the budget (decision blocked) among all "
-            "decisions, over the selected tiers and per tier.",
-            "percentunit",
-            (
-                (
-                    ratio(sum_by(rate(BLOCKED_BY_TIER)), sum_by(rate(REQUESTS_BY_TIER))),
-                    "selected tiers",
-                ),
-                (blocked_ratio_by_tier(), labels(TIER)),
-            ),
-            width=8,
-            max_value=1,
-        ),
-        Graph(
-            "Fail-open / fail-closed decisions",
-            "Operations decided without the storage backend: let through (fail_open) or "
-            "refused (fail_closed). Anything above zero means the limiter is not limiting "
-            "as configured.",
-            "reqps",
-            (rates_by(sel(names.REQUESTS_TOTAL, JOB_MATCH, TIER_MATCH, _FAIL_MODES), DECISION),),
-            width=8,
-        ),
-    ),
-)
+OVERVIEW: Final = Row("Overview", (
+    Graph("Decisions per second", "reqps", 8,
+          (rates_by(REQUESTS_BY_TIER, DECISION),),
+          "Operations per second by limiter decision: allowed, blocked (over budget), "
+          "shadow_blocked (would have been blocked; shadow mode let it run), rejected "
+          "(static limits), fail_open / fail_closed (storage unavailable), unknown_key "
+          "(an API key no tenant has, refused), too_many_subscriptions (the subject's "
+          "subscription cap), too_many_concurrent (max_in_flight)."),
+    Graph("Blocked ratio", "percentunit", 8,
+          ((share(BLOCKED_BY_TIER, REQUESTS_BY_TIER), "selected tiers"),
+           (blocked_ratio_by_tier(), labels(TIER))),
+          "Share of operations refused by the budget (decision blocked) among all "
+          "decisions, over the selected tiers and per tier.", max_value=1),
+    Graph("Fail-open / fail-closed decisions", "reqps", 8,
+          (rates_by(sel(names.REQUESTS_TOTAL, JOB_MATCH, TIER_MATCH, _FAIL_MODES), DECISION),),
+          "Operations decided without the storage backend: let through (fail_open) or "
+          "refused (fail_closed). Anything above zero means the limiter is not limiting "
+          "as configured."),
+))  # fmt: skip
 
 # -- adaptive limits ----------------------------------------------------------------------------
 
@@ -106,61 +78,38 @@ _ADAPTIVE_HELP: Final = (
     "what it runs and throttles what it admits. "
 )
 
-ADAPTIVE: Final = Row(
-    "Adaptive",
-    (
-        Graph(
-            "Pressure by source",
-            _ADAPTIVE_HELP + "The pressure signal of each configured source, on its most "
-            "pressured instance: latency (the execution-time percentile against "
-            "latency_target, 1 at latency_saturate), errors (the share of unexpected errors "
-            "against error_target), callable (what the application's pressure function "
-            "returns). Adaptation engages when the largest stays at or above engage_at for "
-            "engage_for.",
-            "percentunit",
-            ((f"max by ({SOURCE}) ({sel(names.PRESSURE, JOB_MATCH)})", labels(SOURCE)),),
-            width=8,
-            max_value=1,
-        ),
-        Graph(
-            "Adaptive multiplier by tier",
-            _ADAPTIVE_HELP + "What each tier's charges are divided by, on its tightest "
-            "instance: 1 is no scaling (an essential tier, or no pressure), 0.5 admits half "
-            "the tier's refill rate. In shadow mode, the multiplier that would apply.",
-            "short",
-            (
-                (
-                    f"min by ({TIER}) ({sel(names.ADAPTIVE_MULTIPLIER, JOB_MATCH, TIER_MATCH)})",
-                    labels(TIER),
-                ),
-            ),
-            width=8,
-            max_value=1,
-        ),
-        State(
-            "Adaptive limits",
-            _ADAPTIVE_HELP + "engaged while any instance of the selected jobs has adaptation "
-            "engaged (in shadow mode: would have); the QuotaqlAdaptiveEngaged alert fires when "
-            "it lasts.",
-            f"max({sel(names.ADAPTIVE_ENGAGED, JOB_MATCH)})",
-            "state",
-            (("released", "green"), ("engaged", "orange")),
-            width=4,
-        ),
-        Stat(
-            "Adaptive transitions in range",
-            _ADAPTIVE_HELP + "How many times adaptation engaged and released over the "
-            "dashboard's time range, over the selected jobs' instances. Many in a row: the "
-            "hysteresis (engage_at / release_at, engage_for / release_for) is too narrow.",
-            over_range(names.ADAPTIVE_TRANSITIONS_TOTAL, names.LABEL_TO),
-            labels(names.LABEL_TO),
-            "short",
-            width=4,
-            instant=True,
-            with_names=True,
-        ),
-    ),
+_TIGHTEST_MULTIPLIER: Final = (
+    f"min by ({TIER}) ({sel(names.ADAPTIVE_MULTIPLIER, JOB_MATCH, TIER_MATCH)})"
 )
+
+ADAPTIVE: Final = Row("Adaptive", (
+    Graph("Pressure by source", "percentunit", 8,
+          ((f"max by ({SOURCE}) ({sel(names.PRESSURE, JOB_MATCH)})", labels(SOURCE)),),
+          _ADAPTIVE_HELP + "The pressure signal of each configured source, on its most "
+          "pressured instance: latency (the execution-time percentile against "
+          "latency_target, 1 at latency_saturate), errors (the share of unexpected errors "
+          "against error_target), callable (what the application's pressure function "
+          "returns). Adaptation engages when the largest stays at or above engage_at for "
+          "engage_for.", max_value=1),
+    Graph("Adaptive multiplier by tier", "short", 8,
+          ((_TIGHTEST_MULTIPLIER, labels(TIER)),),
+          _ADAPTIVE_HELP + "What each tier's charges are divided by, on its tightest "
+          "instance: 1 is no scaling (an essential tier, or no pressure), 0.5 admits half "
+          "the tier's refill rate. In shadow mode, the multiplier that would apply.", max_value=1),
+    State("Adaptive limits", 4, f"max({sel(names.ADAPTIVE_ENGAGED, JOB_MATCH)})",
+          "state",
+          (("released", "green"), ("engaged", "orange")),
+          _ADAPTIVE_HELP + "engaged while any instance of the selected jobs has adaptation "
+          "engaged (in shadow mode: would have); the QuotaqlAdaptiveEngaged alert fires when "
+          "it lasts."),
+    Stat("Adaptive transitions in range", "short", 4,
+         over_range(names.ADAPTIVE_TRANSITIONS_TOTAL, names.LABEL_TO),
+         labels(names.LABEL_TO),
+         _ADAPTIVE_HELP + "How many times adaptation engaged and released over the "
+         "dashboard's time range, over the selected jobs' instances. Many in a row: the "
+         "hysteresis (engage_at / release_at, engage_for / release_for) is too narrow.",
+         instant=True, with_names=True),
+))  # fmt: skip
 
 # -- identity ----------------------------------------------------------------------------------
 
@@ -182,94 +131,50 @@ _IDENTITY_REFUSALS: Final = sel(
     f'{DECISION}=~"{names.UNKNOWN_KEY}|{names.TOO_MANY_SUBSCRIPTIONS}"',
 )
 _ALL_IDENTIFIED: Final = sum_by(rate(_IDENTITY))
-
-IDENTITY: Final = Row(
-    "Identity",
-    (
-        Graph(
-            "Operations by identity source",
-            "How the subject (who pays) of each operation was identified: key (a known API "
-            "key), user (an authenticated principal), custom (identify()), address (no key: "
-            "the client's address); and, in fixed colours, the ones to watch: anonymous (red: "
-            "no key, no principal and no client address, so all these clients share one "
-            "budget; a proxy or a server setup that loses the client's address), rejected_key "
-            "(orange: an unknown key refused with UNKNOWN_API_KEY), unknown_key (yellow: an "
-            "unknown key, charged to its client's address), unverified_key (purple: an unknown "
-            'key taken as a tenant of its own, [identity] unknown_keys = "tenant"). The '
-            "identity metric has no tier label: all tiers.",
-            "reqps",
-            (rates_by(_IDENTITY, SOURCE),),
-            width=12,
-            colours=_SUSPECT_COLOURS,
-        ),
-        Graph(
-            "Anonymous and unknown-key share",
-            "Share of all operations whose subject is anonymous (one budget shared by every "
-            "client without a key or an address), an unknown or refused API key, or an "
-            "unverified key taken as a tenant: in all (0 when there are none) and per source. "
-            "Anything lasting above zero is worth a look: QuotaqlAnonymousRequests, "
-            "QuotaqlUnknownApiKeys and QuotaqlUnverifiedApiKeys alert on it.",
-            "percentunit",
-            (
-                (
-                    ratio(sum_by(rate(_SUSPECT_IDENTITY)), _ALL_IDENTIFIED),
-                    "anonymous + unknown keys",
-                ),
-                (
-                    f"{sum_by(rate(_SUSPECT_IDENTITY), SOURCE)}"
-                    f" / ignoring ({SOURCE}) group_left () {_ALL_IDENTIFIED}",
-                    labels(SOURCE),
-                ),
-            ),
-            width=6,
-            max_value=1,
-            colours=_SUSPECT_COLOURS,
-        ),
-        Graph(
-            "Unknown-key and subscription-cap refusals",
-            "Operations refused for who sends them rather than for their cost: unknown_key "
-            "(an API key no tenant has, refused with UNKNOWN_API_KEY, HTTP 401, under "
-            '[identity] unknown_keys = "reject"; its address pays one point a try, and an '
-            "address that runs dry gets RATE_LIMITED, counted as blocked) and "
-            "too_many_subscriptions (the subject already holds [limits] max_subscriptions "
-            "open subscriptions).",
-            "reqps",
-            (rates_by(_IDENTITY_REFUSALS, DECISION),),
-            width=6,
-            colours=DECISION_COLOURS,
-        ),
-    ),
+_SUSPECT_SHARE_BY_SOURCE: Final = (
+    f"{sum_by(rate(_SUSPECT_IDENTITY), SOURCE)}"
+    f" / ignoring ({SOURCE}) group_left () {_ALL_IDENTIFIED}"
 )
+
+IDENTITY: Final = Row("Identity", (
+    Graph("Operations by identity source", "reqps", 12,
+          (rates_by(_IDENTITY, SOURCE),),
+          "How the subject (who pays) of each operation was identified: key (a known API "
+          "key), user (an authenticated principal), custom (identify()), address (no key: "
+          "the client's address); and, in fixed colours, the ones to watch: anonymous (red: "
+          "no key, no principal and no client address, so all these clients share one "
+          "budget; a proxy or a server setup that loses the client's address), rejected_key "
+          "(orange: an unknown key refused with UNKNOWN_API_KEY), unknown_key (yellow: an "
+          "unknown key, charged to its client's address), unverified_key (purple: an unknown "
+          'key taken as a tenant of its own, [identity] unknown_keys = "tenant"). The '
+          "identity metric has no tier label: all tiers.", colours=_SUSPECT_COLOURS),
+    Graph("Anonymous and unknown-key share", "percentunit", 6,
+          ((share(_SUSPECT_IDENTITY, _IDENTITY), "anonymous + unknown keys"),
+           (_SUSPECT_SHARE_BY_SOURCE, labels(SOURCE))),
+          "Share of all operations whose subject is anonymous (one budget shared by every "
+          "client without a key or an address), an unknown or refused API key, or an "
+          "unverified key taken as a tenant: in all (0 when there are none) and per source. "
+          "Anything lasting above zero is worth a look: QuotaqlAnonymousRequests, "
+          "QuotaqlUnknownApiKeys and QuotaqlUnverifiedApiKeys alert on it.",
+          max_value=1, colours=_SUSPECT_COLOURS),
+    shared.decisions("Unknown-key and subscription-cap refusals", "reqps", 6, _IDENTITY_REFUSALS,
+                     "Operations refused for who sends them rather than for their cost: "
+                     "unknown_key (an API key no tenant has, refused with UNKNOWN_API_KEY, HTTP "
+                     '401, under [identity] unknown_keys = "reject"; its address pays one point a '
+                     "try, and an address that runs dry gets RATE_LIMITED, counted as blocked) and "
+                     "too_many_subscriptions (the subject already holds [limits] max_subscriptions "
+                     "open subscriptions)."),
+))  # fmt: skip
 
 # -- cost --------------------------------------------------------------------------------------
 
-COST: Final = Row(
-    "Cost",
-    (
-        Graph(
-            "Cost charged / refunded per second",
-            "Cost points debited from budgets (charged) and given back after execution "
-            "when the actual cost was lower (refunded), per tier.",
-            "short",
-            ((cost_rates(TIER, OUTCOME), labels(TIER, OUTCOME)),),
-            width=8,
-        ),
-        Heatmap(
-            "Estimated cost heatmap",
-            COST_HEATMAP_HELP,
-            bucket_rates(names.QUERY_COST, *COST_MATCHERS),
-            "short",
-            width=8,
-        ),
-        Graph(
-            "Actual vs estimated cost",
-            ACTUAL_VS_ESTIMATED_HELP,
-            "short",
-            actual_vs_estimated(),
-            width=8,
-        ),
-    ),
-)
+COST: Final = Row("Cost", (
+    shared.cost_points("Cost charged / refunded per second",
+                       "Cost points debited from budgets (charged) and given back after execution "
+                       "when the actual cost was lower (refunded), per tier."),
+    shared.cost_heatmap("Estimated cost heatmap"),
+    shared.actual_vs_estimated("Actual vs estimated cost"),
+))  # fmt: skip
 
 # -- tuning: how far the estimates are from what came back -------------------------------------
 
@@ -283,6 +188,8 @@ _MEAN_RETURNED: Final = (
     f" / {over_range(f'{names.LIST_RETURNED_ITEMS}_count', _COORDINATE)}"
 )
 _ASSUMED: Final = f"max by ({_COORDINATE}) ({sel(names.LIST_ASSUMED_ITEMS, JOB_MATCH)})"
+_ASSUMED_TOO_HIGH: Final = topk(f"({_ASSUMED} / ({_MEAN_RETURNED})) > 1")
+_ASSUMED_TOO_LOW: Final = topk(f"(({_MEAN_RETURNED}) / {_ASSUMED}) > 1")
 _SLICED: Final = over_range(f"{names.LIST_SLICED_RATIO}_count", _COORDINATE)
 _SLICED_WITHIN: Final = over_range(
     f"{names.LIST_SLICED_RATIO}_bucket", _COORDINATE, matchers=(JOB_MATCH, _LE_ONE)
@@ -292,86 +199,50 @@ _ESTIMATED_WITHIN: Final = sum_by(
     rate(sel(f"{names.COST_ESTIMATE_RATIO}_bucket", *COST_MATCHERS, _LE_ONE)), TIER
 )
 
-TUNING: Final = Row(
-    "Tuning",
-    (
-        Bars(
-            "Fields whose estimates are furthest off",
-            "List fields whose size the pricing assumed (assumed_size, @listSize(assumedSize:), "
-            "default_list_size), over the dashboard's time range: how many times larger the "
-            "assumed size is than the mean number of items their lists returned (assumed too "
-            "high: estimates pessimistic, operations refused that would have fitted), or how "
-            "many times smaller (assumed too low: estimates below the actual cost). +Inf: the "
-            "lists came back empty. From the operations the servers sample for tuning; "
-            "`quotaql tune` turns the same metrics into a diff of quotaql.toml.",
-            (
-                (
-                    topk(f"({_ASSUMED} / ({_MEAN_RETURNED})) > 1"),
-                    f"{labels(_COORDINATE)} (assumed too high)",
-                ),
-                (
-                    topk(f"(({_MEAN_RETURNED}) / {_ASSUMED}) > 1"),
-                    f"{labels(_COORDINATE)} (assumed too low)",
-                ),
-            ),
-            "short",
-            width=6,
-            thresholds=((None, "green"), (2, "orange"), (10, "red")),
-            gradient=False,
-        ),
-        Bars(
-            "Lists longer than their slicing argument",
-            "Share of the lists sized by a slicing argument the client wrote (first: 5) that "
-            "returned more items than it asked for, over the dashboard's time range, per "
-            "field. Anything here is a resolver that does not enforce the argument (or an "
-            "argument in slicing_arguments that is not a limit): quotaql under-estimates "
-            "those operations.",
-            ((topk(f"(({_SLICED} - {_SLICED_WITHIN}) / {_SLICED}) > 0"), labels(_COORDINATE)),),
-            "percentunit",
-            width=6,
-        ),
-        Graph(
-            "Actual ÷ estimated cost p50 / p95",
-            "Per operation that was priced and ran, its actual cost divided by its estimate, "
-            "per tier: 1 is an exact estimate, 0.2 an estimate five times too high (the "
-            "refund gives the difference back, but the whole estimate had to fit in the "
-            "budget), above 1 an estimate below the actual cost (lists longer than assumed). "
-            "From the sampled operations.",
-            "short",
-            quantiles(names.COST_ESTIMATE_RATIO, COST_MATCHERS, TIER, (0.5, 0.95)),
-            width=6,
-        ),
-        Graph(
-            "Operations costing more than estimated",
-            "Share of the sampled operations whose actual cost was above their estimate, per "
-            "tier: their lists were longer than the pricing assumed, so the budget was "
-            "charged less than they cost (0 when none).",
-            "percentunit",
-            ((ratio(f"({_ESTIMATED} - {_ESTIMATED_WITHIN})", _ESTIMATED, TIER), labels(TIER)),),
-            width=6,
-            max_value=1,
-        ),
-    ),
-)
+TUNING: Final = Row("Tuning", (
+    Bars("Fields whose estimates are furthest off", "short", 6,
+         ((_ASSUMED_TOO_HIGH, f"{labels(_COORDINATE)} (assumed too high)"),
+          (_ASSUMED_TOO_LOW, f"{labels(_COORDINATE)} (assumed too low)")),
+         "List fields whose size the pricing assumed (assumed_size, @listSize(assumedSize:), "
+         "default_list_size), over the dashboard's time range: how many times larger the "
+         "assumed size is than the mean number of items their lists returned (assumed too "
+         "high: estimates pessimistic, operations refused that would have fitted), or how "
+         "many times smaller (assumed too low: estimates below the actual cost). +Inf: the "
+         "lists came back empty. From the operations the servers sample for tuning; "
+         "`quotaql tune` turns the same metrics into a diff of quotaql.toml.",
+         thresholds=((None, "green"), (2, "orange"), (10, "red")), gradient=False),
+    Bars("Lists longer than their slicing argument", "percentunit", 6,
+         ((topk(f"(({_SLICED} - {_SLICED_WITHIN}) / {_SLICED}) > 0"), labels(_COORDINATE)),),
+         "Share of the lists sized by a slicing argument the client wrote (first: 5) that "
+         "returned more items than it asked for, over the dashboard's time range, per "
+         "field. Anything here is a resolver that does not enforce the argument (or an "
+         "argument in slicing_arguments that is not a limit): quotaql under-estimates "
+         "those operations."),
+    Graph("Actual ÷ estimated cost p50 / p95", "short", 6,
+          quantiles(names.COST_ESTIMATE_RATIO, COST_MATCHERS, TIER, (0.5, 0.95)),
+          "Per operation that was priced and ran, its actual cost divided by its estimate, "
+          "per tier: 1 is an exact estimate, 0.2 an estimate five times too high (the "
+          "refund gives the difference back, but the whole estimate had to fit in the "
+          "budget), above 1 an estimate below the actual cost (lists longer than assumed). "
+          "From the sampled operations."),
+    Graph("Operations costing more than estimated", "percentunit", 6,
+          ((ratio(f"({_ESTIMATED} - {_ESTIMATED_WITHIN})", _ESTIMATED, TIER), labels(TIER)),),
+          "Share of the sampled operations whose actual cost was above their estimate, per "
+          "tier: their lists were longer than the pricing assumed, so the budget was "
+          "charged less than they cost (0 when none).", max_value=1),
+))  # fmt: skip
 
 # -- subscriptions -----------------------------------------------------------------------------
 
-SUBSCRIPTIONS: Final = Row(
-    "Subscriptions",
-    (
-        Graph(
-            "Subscriptions open",
-            "Subscriptions open now, summed over the selected jobs' instances (and, in "
-            "multiprocess mode, over each server's live workers). The [limits] "
-            "max_subscriptions cap is per subject and per process.",
-            "short",
-            ((sum_by(sel(names.SUBSCRIPTIONS_OPEN, JOB_MATCH)), "open"),),
-            width=6,
-        ),
-        subscription_events(),
-        subscription_decisions(),
-    ),
-)
+SUBSCRIPTIONS: Final = Row("Subscriptions", (
+    Graph("Subscriptions open", "short", 6,
+          ((sum_by(sel(names.SUBSCRIPTIONS_OPEN, JOB_MATCH)), "open"),),
+          "Subscriptions open now, summed over the selected jobs' instances (and, in "
+          "multiprocess mode, over each server's live workers). The [limits] "
+          "max_subscriptions cap is per subject and per process."),
+    shared.subscription_events(),
+    shared.subscription_decisions(),
+))  # fmt: skip
 
 # -- concurrency limits ------------------------------------------------------------------------
 
@@ -391,42 +262,26 @@ _TOO_MANY_CONCURRENT: Final = sel(
     names.REQUESTS_TOTAL, JOB_MATCH, TIER_MATCH, eq(DECISION, names.TOO_MANY_CONCURRENT)
 )
 
-CONCURRENCY: Final = Row(
-    "Concurrency",
-    (
-        Graph(
-            "Operations in flight by tier",
-            _CONCURRENCY_HELP + "The leases the selected jobs' processes hold now, per tier: "
-            "operations and open subscriptions running. Each tenant of a tier may hold at "
-            "most its max_in_flight (and max_subscriptions_in_flight) of them, over every "
-            "process.",
-            "short",
-            (sums_by(sel(names.IN_FLIGHT, JOB_MATCH, TIER_MATCH), TIER),),
-            width=8,
-        ),
-        Graph(
-            "Concurrency refusals per second",
-            _CONCURRENCY_HELP + "Operations refused TOO_MANY_CONCURRENT per second, per tier: "
-            "their tenant ran its max_in_flight already. Nothing was debited; clients retry "
-            "after concurrency_retry_after.",
-            "reqps",
-            (rates_by(_TOO_MANY_CONCURRENT, TIER),),
-            width=8,
-        ),
-        Graph(
-            "Lease outcomes per second",
-            _CONCURRENCY_HELP + "taken, refused, released; expired (released after its "
-            "expiry: a stall or an outage longer than lease_ttl, QuotaqlLeasesExpired), "
-            "release_failed and take_failed (the storage failed: the fail mode answered), "
-            "renewed and renew_failed (the keeper, for long operations and open "
-            "subscriptions).",
-            "ops",
-            (rates_by(sel(names.LEASES_TOTAL, JOB_MATCH), OUTCOME),),
-            width=8,
-            colours=_LEASE_COLOURS,
-        ),
-    ),
-)
+CONCURRENCY: Final = Row("Concurrency", (
+    Graph("Operations in flight by tier", "short", 8,
+          (sums_by(sel(names.IN_FLIGHT, JOB_MATCH, TIER_MATCH), TIER),),
+          _CONCURRENCY_HELP + "The leases the selected jobs' processes hold now, per tier: "
+          "operations and open subscriptions running. Each tenant of a tier may hold at "
+          "most its max_in_flight (and max_subscriptions_in_flight) of them, over every "
+          "process."),
+    Graph("Concurrency refusals per second", "reqps", 8,
+          (rates_by(_TOO_MANY_CONCURRENT, TIER),),
+          _CONCURRENCY_HELP + "Operations refused TOO_MANY_CONCURRENT per second, per tier: "
+          "their tenant ran its max_in_flight already. Nothing was debited; clients retry "
+          "after concurrency_retry_after."),
+    Graph("Lease outcomes per second", "ops", 8,
+          (rates_by(sel(names.LEASES_TOTAL, JOB_MATCH), OUTCOME),),
+          _CONCURRENCY_HELP + "taken, refused, released; expired (released after its "
+          "expiry: a stall or an outage longer than lease_ttl, QuotaqlLeasesExpired), "
+          "release_failed and take_failed (the storage failed: the fail mode answered), "
+          "renewed and renew_failed (the keeper, for long operations and open "
+          "subscriptions).", colours=_LEASE_COLOURS),
+))  # fmt: skip
 
 # -- delays (on_limit = "delay") ---------------------------------------------------------------
 
@@ -442,81 +297,46 @@ _DELAY_REFUSAL_COLOURS: Final = {
     names.DELAY_QUEUE: "purple",
 }
 
-DELAY: Final = Row(
-    "Delay",
-    (
-        Graph(
-            "Delay p50 / p99 by tier",
-            _DELAY_HELP + "How long the operations that waited waited for their turn, per "
-            "tier (those that fitted at once are not counted). QuotaqlDelaysLong fires when "
-            "the p99 over every tier stays above [alerts] delay_p99_seconds.",
-            "s",
-            quantiles(names.DELAY_SECONDS, (JOB_MATCH, TIER_MATCH), TIER, (0.5, 0.99)),
-            width=8,
-        ),
-        Graph(
-            "Delayed operations per second by tier",
-            _DELAY_HELP + "Operations per second that waited for their turn before they ran, "
-            "per tier: their tenants asked more than the refill rate, and the bucket queued "
-            "them.",
-            "ops",
-            (rates_by(sel(f"{names.DELAY_SECONDS}_count", JOB_MATCH, TIER_MATCH), TIER),),
-            width=8,
-        ),
-        Graph(
-            "Delay refusals per second by reason",
-            _DELAY_HELP + "Operations of delay tiers refused RATE_LIMITED per second, by "
-            "reason: queue (their turn was further than max_delay, or max_queued of their "
-            "tenant were waiting), process_full (their process had [limits] max_delayed "
-            "waiting: QuotaqlDelayProcessFull), sync (a sync server never waits: "
-            'delay_sync = "refuse").',
-            "reqps",
-            (rates_by(sel(names.DELAY_REFUSED_TOTAL, JOB_MATCH, TIER_MATCH), names.LABEL_REASON),),
-            width=8,
-            colours=_DELAY_REFUSAL_COLOURS,
-        ),
-        Graph(
-            "Operations waiting now",
-            _DELAY_HELP + "Operations waiting for their turn now, summed over the selected "
-            "jobs' instances (and their live workers). Each process holds at most [limits] "
-            "max_delayed; each waiting operation keeps its request and connection open.",
-            "short",
-            ((sum_by(sel(names.DELAYED_WAITING, JOB_MATCH)), "waiting"),),
-            width=12,
-        ),
-        Graph(
-            "Delays cancelled per second",
-            _DELAY_HELP + "Operations that left while waiting (their client went away, often "
-            "its timeout shorter than max_delay), per tier: each was refunded its whole "
-            "charge, since it never ran.",
-            "ops",
-            (rates_by(sel(names.DELAY_CANCELLED_TOTAL, JOB_MATCH, TIER_MATCH), TIER),),
-            width=12,
-        ),
-    ),
-)
+DELAY: Final = Row("Delay", (
+    Graph("Delay p50 / p99 by tier", "s", 8,
+          quantiles(names.DELAY_SECONDS, (JOB_MATCH, TIER_MATCH), TIER, (0.5, 0.99)),
+          _DELAY_HELP + "How long the operations that waited waited for their turn, per "
+          "tier (those that fitted at once are not counted). QuotaqlDelaysLong fires when "
+          "the p99 over every tier stays above [alerts] delay_p99_seconds."),
+    Graph("Delayed operations per second by tier", "ops", 8,
+          (rates_by(sel(f"{names.DELAY_SECONDS}_count", JOB_MATCH, TIER_MATCH), TIER),),
+          _DELAY_HELP + "Operations per second that waited for their turn before they ran, "
+          "per tier: their tenants asked more than the refill rate, and the bucket queued "
+          "them."),
+    Graph("Delay refusals per second by reason", "reqps", 8,
+          (rates_by(sel(names.DELAY_REFUSED_TOTAL, JOB_MATCH, TIER_MATCH), names.LABEL_REASON),),
+          _DELAY_HELP + "Operations of delay tiers refused RATE_LIMITED per second, by "
+          "reason: queue (their turn was further than max_delay, or max_queued of their "
+          "tenant were waiting), process_full (their process had [limits] max_delayed "
+          "waiting: QuotaqlDelayProcessFull), sync (a sync server never waits: "
+          'delay_sync = "refuse").', colours=_DELAY_REFUSAL_COLOURS),
+    Graph("Operations waiting now", "short", 12,
+          ((sum_by(sel(names.DELAYED_WAITING, JOB_MATCH)), "waiting"),),
+          _DELAY_HELP + "Operations waiting for their turn now, summed over the selected "
+          "jobs' instances (and their live workers). Each process holds at most [limits] "
+          "max_delayed; each waiting operation keeps its request and connection open."),
+    Graph("Delays cancelled per second", "ops", 12,
+          (rates_by(sel(names.DELAY_CANCELLED_TOTAL, JOB_MATCH, TIER_MATCH), TIER),),
+          _DELAY_HELP + "Operations that left while waiting (their client went away, often "
+          "its timeout shorter than max_delay), per tier: each was refunded its whole "
+          "charge, since it never ran."),
+))  # fmt: skip
 
 # -- latency -----------------------------------------------------------------------------------
 
-LATENCY: Final = Row(
-    "Latency",
-    (
-        Graph(
-            "Check latency p50 / p95 / p99",
-            "Time of one limiter decision, storage round trips included, per backend.",
-            "s",
-            quantiles(names.CHECK_DURATION, (JOB_MATCH,), BACKEND, (0.5, 0.95, 0.99)),
-            width=12,
-        ),
-        Heatmap(
-            "Check latency heatmap",
-            "Distribution of the time of one limiter decision, all backends.",
+LATENCY: Final = Row("Latency", (
+    Graph("Check latency p50 / p95 / p99", "s", 12,
+          quantiles(names.CHECK_DURATION, (JOB_MATCH,), BACKEND, (0.5, 0.95, 0.99)),
+          "Time of one limiter decision, storage round trips included, per backend."),
+    Heatmap("Check latency heatmap", "s", 12,
             bucket_rates(names.CHECK_DURATION, JOB_MATCH),
-            "s",
-            width=12,
-        ),
-    ),
-)
+            "Distribution of the time of one limiter decision, all backends."),
+))  # fmt: skip
 
 # -- the backend: errors, the breaker, deferred refunds and the pipeline -----------------------
 
@@ -528,65 +348,35 @@ _REFUND_COLOURS: Final = {
 _COMMANDS: Final = sum_by(rate(sel(names.PIPELINE_COMMANDS_TOTAL, JOB_MATCH)), BACKEND)
 _BATCHES: Final = sum_by(rate(sel(names.PIPELINE_BATCHES_TOTAL, JOB_MATCH)), BACKEND)
 
-BACKEND_ROW: Final = Row(
-    "Backend",
-    (
-        Graph(
-            "Backend errors per second",
-            "Failed storage calls per second by backend and error type.",
-            "ops",
-            (
-                rates_by(
-                    sel(names.BACKEND_ERRORS_TOTAL, JOB_MATCH), BACKEND, names.LABEL_ERROR_TYPE
-                ),
-            ),
-            width=16,
-        ),
-        State(
-            "Circuit breaker state",
-            "open while the circuit breaker in front of the backend is open on any "
-            "instance: decisions then follow the fail mode without calling the storage.",
-            f"max by ({BACKEND}) ({sel(names.CIRCUIT_OPEN, JOB_MATCH)})",
-            labels(BACKEND),
-            (("closed", "green"), ("open", "red")),
-            width=8,
-            with_names=True,
-        ),
-        Graph(
-            "Deferred refunds per second",
-            "Refunds applied off the response path, per outcome: queued, coalesced (into one "
-            "already waiting), applied, lost (never applied: Redis out longer than "
-            "refund_max_age, or the queue full) and unknown (sent, then the call failed: "
-            "perhaps applied, never sent twice). Lost and unknown refunds over-charged their "
-            "tenants (QuotaqlRefundsLost).",
-            "ops",
-            (rates_by(sel(names.REFUNDS_TOTAL, JOB_MATCH), OUTCOME),),
-            width=8,
-            colours=_REFUND_COLOURS,
-        ),
-        Graph(
-            "Refund queue",
-            "Refunds waiting to be applied, per instance (coalesced ones count once). It "
-            "grows while Redis is out; past refund_queue_size, or refund_max_age, refunds "
-            "are lost.",
-            "short",
-            (sums_by(sel(names.REFUND_QUEUE, JOB_MATCH), INSTANCE),),
-            width=8,
-        ),
-        Graph(
-            "Redis pipeline: commands per write",
-            "The async Redis storage pipelines the calls an event loop makes at once: the "
-            "mean number of commands each write carried (1: no batching, the load is light; "
-            "it grows with the load, not the latency), and the writes per second.",
-            "short",
-            (
-                (f"{_COMMANDS}\n  / {_BATCHES}", "commands per write " + labels(BACKEND)),
-                (_BATCHES, "writes/s " + labels(BACKEND)),
-            ),
-            width=8,
-        ),
-    ),
-)
+BACKEND_ROW: Final = Row("Backend", (
+    Graph("Backend errors per second", "ops", 16,
+          (rates_by(sel(names.BACKEND_ERRORS_TOTAL, JOB_MATCH), BACKEND, names.LABEL_ERROR_TYPE),),
+          "Failed storage calls per second by backend and error type."),
+    State("Circuit breaker state", 8, f"max by ({BACKEND}) ({sel(names.CIRCUIT_OPEN, JOB_MATCH)})",
+          labels(BACKEND),
+          (("closed", "green"), ("open", "red")),
+          "open while the circuit breaker in front of the backend is open on any "
+          "instance: decisions then follow the fail mode without calling the storage.",
+          with_names=True),
+    Graph("Deferred refunds per second", "ops", 8,
+          (rates_by(sel(names.REFUNDS_TOTAL, JOB_MATCH), OUTCOME),),
+          "Refunds applied off the response path, per outcome: queued, coalesced (into one "
+          "already waiting), applied, lost (never applied: Redis out longer than "
+          "refund_max_age, or the queue full) and unknown (sent, then the call failed: "
+          "perhaps applied, never sent twice). Lost and unknown refunds over-charged their "
+          "tenants (QuotaqlRefundsLost).", colours=_REFUND_COLOURS),
+    Graph("Refund queue", "short", 8,
+          (sums_by(sel(names.REFUND_QUEUE, JOB_MATCH), INSTANCE),),
+          "Refunds waiting to be applied, per instance (coalesced ones count once). It "
+          "grows while Redis is out; past refund_queue_size, or refund_max_age, refunds "
+          "are lost."),
+    Graph("Redis pipeline: commands per write", "short", 8,
+          ((f"{_COMMANDS}\n  / {_BATCHES}", "commands per write " + labels(BACKEND)),
+           (_BATCHES, "writes/s " + labels(BACKEND))),
+          "The async Redis storage pipelines the calls an event loop makes at once: the "
+          "mean number of commands each write carried (1: no batching, the load is light; "
+          "it grows with the load, not the latency), and the writes per second."),
+))  # fmt: skip
 
 # -- top tenants (opt-in per-tenant metric) ----------------------------------------------------
 
@@ -595,44 +385,22 @@ _TENANT_REQUESTS: Final = sel(names.TENANT_REQUESTS_TOTAL, JOB_MATCH)
 _TENANT_BLOCKED: Final = sel(names.TENANT_REQUESTS_TOTAL, JOB_MATCH, BUDGET_REFUSED)
 _COST_CHARGED: Final = sel(names.COST_TOTAL, *COST_MATCHERS, eq(OUTCOME, names.CHARGED))
 
-TENANTS: Final = Row(
-    "Tenants",
-    (
-        Bars(
-            "Top blocked tenants",
-            "Operations refused by the budget over the dashboard's time range, per "
-            "tenant. Needs the opt-in per-tenant metric (allowlisted or top-N tenants; "
-            f"the rest are counted as {names.OTHER_TENANT!r}). Click a bar to drill down.",
-            (
-                (
-                    topk(f"{sum_by(increase_over_range(_TENANT_BLOCKED), _TENANT)} > 0"),
-                    labels(_TENANT),
-                ),
-            ),
-            "short",
-            width=8,
-            drill_down=TENANT_UID,
-        ),
-        Bars(
-            "Top tenants by requests",
-            "Operations over the dashboard's time range, per tenant (opt-in per-tenant "
-            "metric). Click a bar to drill down.",
-            ((topk(sum_by(increase_over_range(_TENANT_REQUESTS), _TENANT)), labels(_TENANT)),),
-            "short",
-            width=8,
-            drill_down=TENANT_UID,
-        ),
-        Bars(
-            "Top cost by tier",
-            "Cost points charged over the dashboard's time range, per tier (cost is "
-            "recorded per tier, not per tenant).",
-            ((topk(sum_by(increase_over_range(_COST_CHARGED), TIER)), labels(TIER)),),
-            "short",
-            width=8,
-        ),
-    ),
-    collapsed=True,
-)
+TENANTS: Final = Row("Tenants", (
+    Bars("Top blocked tenants", "short", 8,
+         ((topk(f"{sum_by(increase_over_range(_TENANT_BLOCKED), _TENANT)} > 0"), labels(_TENANT)),),
+         "Operations refused by the budget over the dashboard's time range, per "
+         "tenant. Needs the opt-in per-tenant metric (allowlisted or top-N tenants; "
+         f"the rest are counted as {names.OTHER_TENANT!r}). Click a bar to drill down.",
+         drill_down=TENANT_UID),
+    Bars("Top tenants by requests", "short", 8,
+         ((topk(sum_by(increase_over_range(_TENANT_REQUESTS), _TENANT)), labels(_TENANT)),),
+         "Operations over the dashboard's time range, per tenant (opt-in per-tenant "
+         "metric). Click a bar to drill down.", drill_down=TENANT_UID),
+    Bars("Top cost by tier", "short", 8,
+         ((topk(sum_by(increase_over_range(_COST_CHARGED), TIER)), labels(TIER)),),
+         "Cost points charged over the dashboard's time range, per tier (cost is "
+         "recorded per tier, not per tenant)."),
+), collapsed=True)  # fmt: skip
 
 ROWS: Final = (
     OVERVIEW,

@@ -39,15 +39,19 @@ DS: Final = common.DataSourceRef(type_val=DATASOURCE_TYPE, uid="${datasource}")
 _HEIGHT: Final = 8
 _GREEN: Final = ((None, "green"),)
 
+# Each kind of panel lists its short fields first and its description last, so that the rows
+# of a dashboard read as tables: the title, unit and width on a line, then the queries, then
+# what the panel shows.
+
 
 class Graph(NamedTuple):
     """A time series panel: one query per series group, all on one unit from 0."""
 
     title: str
-    description: str
     unit: str
-    queries: Sequence[Query]
     width: int
+    queries: Sequence[Query]
+    description: str
     max_value: float | None = None
     colours: Mapping[str, str] | None = None
     """Fixed colours of the series of these legends: the ones an operator must not miss
@@ -58,20 +62,20 @@ class Heatmap(NamedTuple):
     """The buckets of a histogram over time (``expr``: their rates by ``le``)."""
 
     title: str
-    description: str
-    expr: str
     unit: str
     width: int
+    expr: str
+    description: str
 
 
 class Bars(NamedTuple):
     """Horizontal bars of instant queries (a top N over the dashboard's time range)."""
 
     title: str
-    description: str
-    queries: Sequence[Query]
     unit: str
     width: int
+    queries: Sequence[Query]
+    description: str
     thresholds: Sequence[tuple[float | None, str]] = _GREEN
     gradient: bool = True
     """Colour the bars green to red by their value (else by ``thresholds``)."""
@@ -83,11 +87,11 @@ class Stat(NamedTuple):
     """One number: the last value of ``expr``."""
 
     title: str
-    description: str
-    expr: str
-    legend: str
     unit: str
     width: int
+    expr: str
+    legend: str
+    description: str
     instant: bool = False
     with_names: bool = False
     """Show each series' name (its legend) beside its value."""
@@ -98,11 +102,11 @@ class State(NamedTuple):
     1's, each a text and a colour)."""
 
     title: str
-    description: str
+    width: int
     expr: str
     legend: str
     states: tuple[tuple[str, str], tuple[str, str]]
-    width: int
+    description: str
     with_names: bool = False
 
 

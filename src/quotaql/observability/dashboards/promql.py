@@ -21,10 +21,14 @@ JOB: Final = "job"
 INSTANCE: Final = "instance"
 LE: Final = "le"
 
+# The quotaql labels the queries group by most.
+DECISION: Final = names.LABEL_DECISION
+TIER: Final = names.LABEL_TIER
+
 TOP_N: Final = 10
 
 JOB_MATCH: Final = f'{JOB}=~"$job"'
-TIER_MATCH: Final = f'{names.LABEL_TIER}=~"$tier"'
+TIER_MATCH: Final = f'{TIER}=~"$tier"'
 TENANT_MATCH: Final = f'{names.LABEL_TENANT}="$tenant"'
 
 
@@ -91,6 +95,11 @@ def ratio(part: str, whole: str, *by: str) -> str:
     return f"({part} or {zero}) / {whole}"
 
 
+def share(part: str, whole: str, *by: str) -> str:
+    """The rate of the ``part`` selector over the rate of the ``whole`` one (per ``by``)."""
+    return ratio(sum_by(rate(part), *by), sum_by(rate(whole), *by), *by)
+
+
 def over_range(metric: str, *by: str, matchers: Sequence[str] = (JOB_MATCH,)) -> str:
     return sum_by(increase_over_range(sel(metric, *matchers)), *by)
 
@@ -134,23 +143,4 @@ COST_MATCHERS: Final = (JOB_MATCH, TIER_MATCH)
 
 
 def blocked_ratio_by_tier() -> str:
-    return ratio(
-        sum_by(rate(BLOCKED_BY_TIER), names.LABEL_TIER),
-        sum_by(rate(REQUESTS_BY_TIER), names.LABEL_TIER),
-        names.LABEL_TIER,
-    )
-
-
-def cost_rates(*by: str) -> str:
-    return sum_by(rate(sel(names.COST_TOTAL, *COST_MATCHERS)), *by)
-
-
-def actual_vs_estimated(*by: str) -> tuple[Query, ...]:
-    suffix = f" {labels(*by)}" if by else ""
-    return (
-        (sum_by(rate(sel(f"{names.QUERY_COST}_sum", *COST_MATCHERS)), *by), f"estimated{suffix}"),
-        (
-            sum_by(rate(sel(f"{names.QUERY_ACTUAL_COST}_sum", *COST_MATCHERS)), *by),
-            f"actual{suffix}",
-        ),
-    )
+    return share(BLOCKED_BY_TIER, REQUESTS_BY_TIER, names.LABEL_TIER)

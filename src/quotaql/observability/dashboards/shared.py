@@ -1,24 +1,33 @@
-"""The panels, texts and colours both dashboards show (the tenant dashboard's per tier)."""
+"""The panels both dashboards show (the tenant dashboard's per tier), and their texts."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from quotaql.instrumentation import names
-from quotaql.observability.dashboards.panels import Graph
+from quotaql.observability.dashboards.panels import Graph, Heatmap
 from quotaql.observability.dashboards.promql import (
+    COST_MATCHERS,
+    DECISION,
     JOB_MATCH,
+    TIER,
     TIER_MATCH,
+    bucket_rates,
     eq,
+    labels,
+    rate,
     rates_by,
     sel,
+    sum_by,
 )
 
-DECISION: Final = names.LABEL_DECISION
-TIER: Final = names.LABEL_TIER
+if TYPE_CHECKING:
+    from quotaql.observability.dashboards.promql import Query
+
+OUTCOME: Final = names.LABEL_OUTCOME
 
 #: The decisions an operator must not miss, in colours that say how much they matter.
-DECISION_COLOURS: Final = {
+_DECISION_COLOURS: Final = {
     names.ALLOWED: "green",
     names.BLOCKED: "red",
     names.DENIED: "dark-red",
@@ -28,15 +37,6 @@ DECISION_COLOURS: Final = {
     names.TOO_MANY_SUBSCRIPTIONS: "blue",
     names.TOO_MANY_CONCURRENT: "purple",
 }
-
-ACTUAL_VS_ESTIMATED_HELP: Final = (
-    "Cost points per second: the analyzer's estimate, made before execution, against the "
-    "actual cost measured from the result. A lasting gap means the list sizes the cost model "
-    "assumes (@listSize, the default list size) are off."
-)
-COST_HEATMAP_HELP: Final = (
-    "Distribution of the estimated cost of operations (cost points, log-spaced buckets)."
-)
 
 # -- subscriptions -----------------------------------------------------------------------------
 
@@ -62,25 +62,70 @@ _SUBSCRIPTION_DECISIONS_HELP: Final = (
 )
 
 
-def subscription_events(*by: str) -> Graph:
-    """Subscription events per second by decision (and ``by``: per tier, in plain colours)."""
+def decisions(
+    title: str, unit: str, width: int, selector: str, description: str, *by: str
+) -> Graph:
+    """The rates of ``selector`` per decision (and per ``by``): the decisions in their fixed
+    colours, unless split further."""
     return Graph(
-        "Tier subscription events per second" if by else "Subscription events per second",
-        _EVENTS_HELP,
-        "ops",
-        (rates_by(_EVENTS_BY_TIER, *by, DECISION),),
-        width=12 if by else 9,
-        colours=None if by else DECISION_COLOURS,
+        title,
+        unit,
+        width,
+        (rates_by(selector, *by, DECISION),),
+        description,
+        colours=None if by else _DECISION_COLOURS,
     )
 
 
+def subscription_events(*by: str) -> Graph:
+    """Subscription events per second by decision (and ``by``: per tier)."""
+    title = "Tier subscription events per second" if by else "Subscription events per second"
+    return decisions(title, "ops", 12 if by else 9, _EVENTS_BY_TIER, _EVENTS_HELP, *by)
+
+
 def subscription_decisions(*by: str) -> Graph:
-    """Subscriptions per second by decision (and ``by``: per tier, in plain colours)."""
-    return Graph(
-        "Tier subscriptions by decision" if by else "Subscriptions by decision",
-        _SUBSCRIPTION_DECISIONS_HELP,
-        "reqps",
-        (rates_by(_SUBSCRIPTIONS_BY_TIER, *by, DECISION),),
-        width=12 if by else 9,
-        colours=None if by else DECISION_COLOURS,
+    """Subscriptions per second by decision (and ``by``: per tier)."""
+    title = "Tier subscriptions by decision" if by else "Subscriptions by decision"
+    return decisions(
+        title, "reqps", 12 if by else 9, _SUBSCRIPTIONS_BY_TIER, _SUBSCRIPTION_DECISIONS_HELP, *by
+    )
+
+
+# -- cost --------------------------------------------------------------------------------------
+
+_ACTUAL_VS_ESTIMATED_HELP: Final = (
+    "Cost points per second: the analyzer's estimate, made before execution, against the "
+    "actual cost measured from the result. A lasting gap means the list sizes the cost model "
+    "assumes (@listSize, the default list size) are off."
+)
+_COST_HEATMAP_HELP: Final = (
+    "Distribution of the estimated cost of operations (cost points, log-spaced buckets)."
+)
+
+
+def cost_points(title: str, description: str) -> Graph:
+    """Cost points charged and refunded per second, per tier."""
+    query = sum_by(rate(sel(names.COST_TOTAL, *COST_MATCHERS)), TIER, OUTCOME)
+    return Graph(title, "short", 8, ((query, labels(TIER, OUTCOME)),), description)
+
+
+def cost_heatmap(title: str) -> Heatmap:
+    """The estimated cost of operations, bucket by bucket over time."""
+    expr = bucket_rates(names.QUERY_COST, *COST_MATCHERS)
+    return Heatmap(title, "short", 8, expr, _COST_HEATMAP_HELP)
+
+
+def actual_vs_estimated(title: str, *by: str) -> Graph:
+    """Cost points per second, estimated against actual (per ``by``)."""
+    return Graph(title, "short", 8, _actual_vs_estimated(*by), _ACTUAL_VS_ESTIMATED_HELP)
+
+
+def _actual_vs_estimated(*by: str) -> tuple[Query, ...]:
+    suffix = f" {labels(*by)}" if by else ""
+    return (
+        (sum_by(rate(sel(f"{names.QUERY_COST}_sum", *COST_MATCHERS)), *by), f"estimated{suffix}"),
+        (
+            sum_by(rate(sel(f"{names.QUERY_ACTUAL_COST}_sum", *COST_MATCHERS)), *by),
+            f"actual{suffix}",
+        ),
     )
