@@ -83,6 +83,7 @@ from quotaql.instrumentation.logs import LogRecorder, StructuredLog
 from quotaql.instrumentation.tracing import Tracing
 from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
 from quotaql.limiter.concurrency import ConcurrencyLimiter
+from quotaql.policy.modes import Mode
 from quotaql.storage.memory import MemoryStorage
 from quotaql.storage.redis import AsyncRedisStorage
 
@@ -312,8 +313,8 @@ class Gate:
         try:
             screen(document, limits)
         except LimitExceeded as exceeded:
-            if op is not None and op.mode != "enforce":
-                if op.mode == "shadow":
+            if op is not None and op.mode is not Mode.ENFORCE:
+                if op.mode is Mode.SHADOW:
                     op.violated(exceeded.code)
                     self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
                 return None
@@ -516,11 +517,11 @@ class Gate:
         tier = resolve_tier(config, self.tier_resolver, subject, context, self.log)
         header = _cost_header(request)
         op = Operation(subject, tier, tier.mode or config.limits.mode, header)
-        if op.mode == "off" and header is None:
+        if op.mode is Mode.OFF and header is None:
             return op
         if self.tracing is not None:
             op.span = self.tracing.start()
-        if op.mode == "enforce":
+        if op.mode is Mode.ENFORCE:
             self._refusals.deny_unparsed(op)  # even the cheapest request would be refused
         return op
 
@@ -548,7 +549,7 @@ class Gate:
                 yield from self._reject(op, document)
             return op
         header = op.header
-        if document is None or (op.mode == "off" and header is None):
+        if document is None or (op.mode is Mode.OFF and header is None):
             return op
         enter(op)
         op.schema, op.document, op.variables = schema, document, variables
@@ -559,7 +560,7 @@ class Gate:
             op.header = header = "report"
             op.outcome = Outcome.SHADOW_BLOCKED if op.violation else Outcome.ALLOWED
         subject = op.subject
-        if subject.rejected and op.mode != "off":
+        if subject.rejected and op.mode is not Mode.OFF:
             yield from self._refusals.reject_key(op)  # before any pricing: guessing keys is cheap
             if op.refused:
                 return op
@@ -573,7 +574,7 @@ class Gate:
         assert report is not None  # priced
         if header is not None:
             op.breakdown = report.by_coordinate
-        if op.mode == "off":
+        if op.mode is Mode.OFF:
             return op  # priced, not limited: nothing debited
         if header == "validate":
             yield from self._refusals.charge_minimum(op)  # priced, not run: it pays the minimum
@@ -587,12 +588,12 @@ class Gate:
         adaptive = self.adaptive
         if adaptive is not None:
             self._scaling.admit(op, adaptive, config, report.operation_type != "subscription")
-        if op.mode == "enforce" and self._refusals.deny_priced(op):
+        if op.mode is Mode.ENFORCE and self._refusals.deny_priced(op):
             return op  # no cheaper than what was refused, before its time
         subscription = report.operation_type == "subscription"
         if subscription:
             limit = config.limits.max_subscriptions
-            if not self._holdings.take_slot(op, limit if op.mode == "enforce" else None):
+            if not self._holdings.take_slot(op, limit if op.mode is Mode.ENFORCE else None):
                 op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
                 op.outcome = Outcome.TOO_MANY_SUBSCRIPTIONS
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
@@ -620,7 +621,7 @@ class Gate:
             if lease is not None:
                 op.lease = None
                 yield ReleaseLease(lease, op)
-            if decision.reason == "exceeds_capacity" and op.mode == "enforce":
+            if decision.reason == "exceeds_capacity" and op.mode is Mode.ENFORCE:
                 yield from self._refusals.charge_refusal(op)  # it can never run: as a static limit
         return op
 
@@ -638,7 +639,7 @@ class Gate:
             waits = op.waits
             if waits is not None and decision.reason == "rate_limited":
                 self._delays.refused(op, decision, waits)
-            if op.mode == "enforce":
+            if op.mode is Mode.ENFORCE:
                 if waits != names.DELAY_PROCESS_FULL:  # the next one may find a place
                     self._refusals.remember(op, decision)
                 error = self._refusals.rate_limited(op, decision)
@@ -664,7 +665,7 @@ class Gate:
 
     def _event(self, op: Operation) -> _Flow:
         op.events += 1
-        if op.events == 1 or op.mode == "off" or not op.quotas or op.error is not None:
+        if op.events == 1 or op.mode is Mode.OFF or not op.quotas or op.error is not None:
             return None  # the first event was paid when the subscription started
         adaptive = self.adaptive
         if adaptive is not None:
@@ -674,14 +675,14 @@ class Gate:
         decision: Decision = yield Acquire(op.subject.key, op.charge, op.quotas, op.costs)
         if self.metrics is not None:
             outcome = names.ALLOWED if decision.allowed else names.BLOCKED
-            if not decision.allowed and op.mode != "enforce":
+            if not decision.allowed and op.mode is not Mode.ENFORCE:
                 outcome = names.SHADOW_BLOCKED
             charged = op.charge if decision.allowed and decision.source != "fail_open" else 0.0
             self.metrics.event(outcome, op.tier.name, charged)
         if decision.allowed:
             op.decided(decision)  # what the subscriber has left now
             return None
-        if op.mode != "enforce":
+        if op.mode is not Mode.ENFORCE:
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))
             return None
         error = self._refusals.rate_limited(op, decision)

@@ -11,6 +11,7 @@ from quotaql._flow import Await
 from quotaql.gate import charges
 from quotaql.gate.slots import Slots
 from quotaql.instrumentation import names
+from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
@@ -51,7 +52,7 @@ class DelayLine:
         if not can_await and limits.delay_sync != "sleep":
             op.waits = names.DELAY_SYNC
             return
-        if op.mode != "enforce":
+        if op.mode is not Mode.ENFORCE:
             op.waits = False  # decided as enforce would, never waits
         elif self._waiting.take("", limits.max_delayed):
             op.waits = True

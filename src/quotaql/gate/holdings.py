@@ -24,6 +24,7 @@ from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.gate.slots import Slots
 from quotaql.instrumentation import names
 from quotaql.limiter.concurrency import Lease
+from quotaql.policy.modes import Mode
 from quotaql.policy.quota import Decision
 from quotaql.storage.leases import new_lease_id
 
@@ -114,7 +115,7 @@ class Holdings:
         if result is None:  # the storage failed: open runs without a lease, closed refuses
             op.lease = Lease(lease, key, names_, None, None, op.tier.name, 0, taken.stray)
             self.concurrency.watch(op, op.lease)
-            if self.concurrency.fail_mode != "closed" or op.mode != "enforce":
+            if self.concurrency.fail_mode != "closed" or op.mode is not Mode.ENFORCE:
                 return True
             # As the limiter's own fail-closed decision: its quotas' sizes, nothing debited.
             retry = max(self.concurrency.breaker.retry_after(), 1.0)
@@ -150,7 +151,7 @@ class Holdings:
         """A full lease set: refuse ``op`` (``TOO_MANY_CONCURRENT``, nothing debited, not
         remembered by the deny cache: a slot may free at any moment), or in shadow mode
         let it run without a lease; True when it runs."""
-        if op.mode != "enforce":
+        if op.mode is not Mode.ENFORCE:
             op.violated(TOO_MANY_CONCURRENT)
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, TOO_MANY_CONCURRENT)
             return True

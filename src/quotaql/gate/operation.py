@@ -18,6 +18,7 @@ from quotaql.contract import (
 from quotaql.cost_analysis.analyzer import select_operation
 from quotaql.errors import CostAnalysisError
 from quotaql.instrumentation import names
+from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -135,7 +136,7 @@ class Operation:
     )
 
     def __init__(
-        self, subject: Subject, tier: TierConfig, mode: str, header: CostHeader | None
+        self, subject: Subject, tier: TierConfig, mode: Mode, header: CostHeader | None
     ) -> None:
         self.subject = subject
         self.tier = tier
@@ -182,7 +183,7 @@ class Operation:
                 Outcome.FAIL_CLOSED
                 if decision.source == "fail_closed"
                 else Outcome.BLOCKED
-                if self.mode == "enforce"
+                if self.mode is Mode.ENFORCE
                 else Outcome.SHADOW_BLOCKED
             )
         elif decision.source == "fail_open":

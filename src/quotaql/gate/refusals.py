@@ -20,6 +20,7 @@ from quotaql.gate.operation import Outcome
 from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.instrumentation import names
 from quotaql.limiter.deny import DenyCache
+from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Sequence
@@ -98,7 +99,7 @@ class Refusals:
         a static-limit refusal, or a ``GraphQL-Cost: validate`` request. Out of budget, it
         is refused ``RATE_LIMITED`` (an invalid document keeps its errors) and pays
         nothing; charged once."""
-        if op.mode == "off" or op.decision is not None or op.denied:
+        if op.mode is Mode.OFF or op.decision is not None or op.denied:
             return
         paid = yield from self._pay_minimum(op)
         if paid is None:
@@ -111,7 +112,7 @@ class Refusals:
             op.decided(decision)
         if decision.allowed:
             return
-        if op.mode != "enforce":
+        if op.mode is not Mode.ENFORCE:
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))
             return
         self.remember(op, decision, op.quotas)
@@ -197,7 +198,7 @@ class Refusals:
         op.quotas, op.charge = (quota,), charge
         op.decided(decision)
         header = self.config.identity.api_key_header
-        if op.mode != "enforce":
+        if op.mode is not Mode.ENFORCE:
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, "UNKNOWN_API_KEY")
             return
         if not decision.allowed and decision.reason == "rate_limited":
