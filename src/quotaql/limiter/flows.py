@@ -23,6 +23,7 @@ from quotaql.errors import ConfigError, StorageError, StorageNotReached, Storage
 from quotaql.limiter.breaker import CircuitBreaker
 from quotaql.limiter.recorder import NullRecorder, Recorder
 from quotaql.limiter.refunds import DEFAULT_MAX_AGE, DEFAULT_MAX_ENTRIES, PendingRefund, RefundQueue
+from quotaql.policy.modes import BackendErrorMode
 from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
 from quotaql.storage.base import Debit, check_arguments, is_fallible
 from quotaql.storage.keys import tenant_part
@@ -30,7 +31,6 @@ from quotaql.storage.memory import MemoryStorage
 
 __all__ = ["DEFAULT_LOCAL_SHARE", "MAX_REPORTS", "BackendErrorMode"]
 
-BackendErrorMode = Literal["open", "closed", "local"]
 _MODES = ("open", "closed", "local")
 DEFAULT_LOCAL_SHARE = 0.1
 # Most (tenant, quota) reports the limiter keeps for the local fallback, least recently
