@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 from quotaql.errors import ConfigError, StorageError, StorageNotReached, StorageTimeout
 from quotaql.limiter.breaker import CircuitBreaker
@@ -441,6 +441,21 @@ def _merge(first: Decision, second: Decision, *, own_first: bool) -> Decision:
     )  # fmt: skip
 
 
+def refund_of(
+    key: str,
+    amount: float,
+    quotas: Sequence[Quota],
+    now: int | None,
+    amounts: Sequence[float] | None,
+    decision: Decision | None,
+) -> Debit:
+    """The refund of ``decision``'s debit (None: of a debit made in the storage now): when
+    that debit was made and the turn it reserved come with it."""
+    if decision is None:
+        return Debit(key, amount, quotas, now, amounts)
+    return Debit(key, amount, quotas, now, amounts, decision.at, reserved_turn(decision))
+
+
 def reserved_turn(decision: Decision) -> int | None:
     """The turn ``decision``'s debit reserved, ms in its storage's clock (``at`` plus its
     wait; None: it did not wait), which a refund of that debit names: the waiter's entry
@@ -594,25 +609,15 @@ class Operations:
             core.recorder.decision(decision, time.perf_counter() - started)
         return decision
 
-    def refund(
-        self,
-        key: str,
-        amount: float,
-        quotas: Sequence[Quota],
-        now: int | None,
-        amounts: Sequence[float] | None,
-        decision: Decision | None,
-    ) -> Any:
-        """None when there is nothing to do or it was done, :data:`QUEUED` when the refund
-        was queued (the entry point wakes its applier), else an awaitable."""
+    def refund(self, debit: Debit, decision: Decision | None) -> Any:
+        """Give back ``debit`` (:func:`refund_of` ``decision``'s debit): None when there is
+        nothing to do or it was done, :data:`QUEUED` when the refund was queued (the entry
+        point wakes its applier), else an awaitable."""
+        key, amount, quotas, now, amounts, _, _ = debit
         shared = _check_request(key, amount, quotas, amounts)
         if not (amount > 0 if amounts is None else any(amounts)):
             return None
         core = self.core
-        if decision is None:  # a debit made in the storage now
-            debit = Debit(key, amount, quotas, now, amounts)
-        else:
-            debit = Debit(key, amount, quotas, now, amounts, decision.at, reserved_turn(decision))
         if not core.refund_to_storage(debit, decision):
             return None
         if core.infallible and not shared:  # the embedded default: no flow, no breaker
@@ -620,7 +625,8 @@ class Operations:
             return None
         if core.refunds is not None:  # applied off the response path
             each = (amount,) * len(quotas) if amounts is None else amounts
-            core.refunds.add(key, quotas, each, debit.at, now, debit.turn)
+            tenant = cast("str", key)  # checked above: never the shared scope
+            core.refunds.add(tenant, quotas, each, debit.at, now, debit.turn)
             return QUEUED
         return self.execute(lambda: Core.refund_flow(debit), debit)
 

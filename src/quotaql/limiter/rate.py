@@ -24,6 +24,7 @@ from quotaql.limiter.flows import (
     Core,
     Operations,
     is_pending,
+    refund_of,
 )
 from quotaql.limiter.refunds import DEFAULT_MAX_AGE, DEFAULT_MAX_ENTRIES, RefundQueue
 from quotaql.policy.quota import Decision, Quota
@@ -173,7 +174,8 @@ class Limiter(_LimiterBase):
         a debit made in the storage now. On a storage that can fail (Redis), the refund is
         queued and applied by a thread of the limiter's (see :mod:`quotaql.limiter.refunds`).
         """
-        if self._ops.refund(key, amount, quotas, now, amounts, decision) is QUEUED:
+        debit = refund_of(key, amount, quotas, now, amounts, decision)
+        if self._ops.refund(debit, decision) is QUEUED:
             self._wake()
 
     def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
@@ -290,7 +292,7 @@ class AsyncLimiter(_LimiterBase):
     ) -> None:
         """:meth:`Limiter.refund`: queued, and applied by a task of the event loop with the
         storage's calls in flight."""
-        done = self._ops.refund(key, amount, quotas, now, amounts, decision)
+        done = self._ops.refund(refund_of(key, amount, quotas, now, amounts, decision), decision)
         if done is QUEUED:
             self._schedule()
         elif is_pending(done):

@@ -9,13 +9,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from quotaql.errors import ConfigError
-from quotaql.storage.base import (
-    LeaseResult,
-    check_count,
-    check_release,
-    check_renew,
-    check_take,
-)
+from quotaql.storage.base import LeaseResult, check_count, check_release, check_renew, check_take
 from quotaql.storage.keys import tenant_part
 
 if TYPE_CHECKING:

@@ -15,13 +15,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from quotaql.storage.base import (
-    LeaseResult,
-    check_count,
-    check_release,
-    check_renew,
-    check_take,
-)
+from quotaql.storage.base import LeaseResult, check_count, check_release, check_renew, check_take
 from quotaql.storage.keys import redis_key_base
 
 if TYPE_CHECKING:
