@@ -37,6 +37,10 @@ DEFAULT_LOCAL_SHARE = 0.1
 # reported first out; an entry is a key string and a (remaining, ms) pair: ~200 bytes.
 MAX_REPORTS = 100_000
 
+# tuple.__new__ builds a Debit without its Python-level __new__ (every field given): half
+# the time, on every request.
+_new = tuple.__new__
+
 # What became of a waiting refund the limiter tried: applied; not sent (the breaker was open,
 # the storage took nothing), to be tried again; or unknown (sent, then the call failed: it
 # may have been applied), dropped and counted lost rather than risk applying it twice.
@@ -452,8 +456,8 @@ def refund_of(
     """The refund of ``decision``'s debit (None: of a debit made in the storage now): when
     that debit was made and the turn it reserved come with it."""
     if decision is None:
-        return Debit(key, amount, quotas, now, amounts)
-    return Debit(key, amount, quotas, now, amounts, decision.at, reserved_turn(decision))
+        return _new(Debit, (key, amount, quotas, now, amounts, None, None))
+    return _new(Debit, (key, amount, quotas, now, amounts, decision.at, reserved_turn(decision)))
 
 
 def reserved_turn(decision: Decision) -> int | None:
@@ -592,7 +596,7 @@ class Operations:
         if core.infallible and not shared:  # the embedded default: no flow, no breaker
             decision = core.decide(key, cost, quotas, now, costs)  # checked above
         else:  # one path for one quota or many, shared or not
-            debit = Debit(key, cost, quotas, now, costs)
+            debit = _new(Debit, (key, cost, quotas, now, costs, None, None))
             decision = self.execute(
                 lambda: Core.acquire_flow(debit), debit, None if shared else ("acquire", debit)
             )

@@ -302,7 +302,7 @@ class MemoryStorage:
         self._write(table, _line_key(k), now, int(max(line, default=now)) - now + 1000, line)
 
     def refund(self, debit: Debit) -> None:
-        at, turn = debit.at, debit.turn
+        key, amount, quotas, now, amounts, at, turn = debit
 
         def give_back(table: _Table, k: str, quota: Quota, given: float, now: int) -> None:
             if turn is not None and turn > now and quota.max_queued:
@@ -313,7 +313,7 @@ class MemoryStorage:
             state, ttl = refund(_get(table, k, now), now, given, *quota.params, at)
             table[k] = _EMPTY if state is None or ttl <= 0 else (now + ttl, state)
 
-        self._each(debit, give_back)
+        self._each(key, amount, quotas, now, amounts, give_back)
 
     def charge(self, debit: Debit) -> None:
         """Debit every quota of ``debit.key`` its amount whether it fits or not: a bucket may
@@ -328,12 +328,20 @@ class MemoryStorage:
             else:
                 self._write(table, k, now, ttl, state)
 
-        self._each(debit, charge)
-
-    def _each(self, debit: Debit, change: Callable[[_Table, str, Quota, float, int], None]) -> None:
-        """``change`` each quota's state of ``debit.key`` that is given an amount above 0,
-        under the lock (a refund, a charge)."""
         key, amount, quotas, now, amounts, _, _ = debit
+        self._each(key, amount, quotas, now, amounts, charge)
+
+    def _each(
+        self,
+        key: str | None,
+        amount: float,
+        quotas: Sequence[Quota],
+        now: int | None,
+        amounts: Sequence[float] | None,
+        change: Callable[[_Table, str, Quota, float, int], None],
+    ) -> None:
+        """``change`` each quota's state of ``key`` that is given an amount above 0, under
+        the lock (a refund, a charge)."""
         check_arguments(amount, quotas, amounts)
         each = amounts if amounts is not None else [amount] * len(quotas)
         now = self.now() if now is None else now
