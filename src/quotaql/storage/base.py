@@ -1,7 +1,4 @@
-"""What a storage provides: every contract (rates and leases), what a storage says it can do,
-and the checks of their arguments. The limiter and the gate work with any object of these
-shapes; the implementations live in the modules named after their backend.
-"""
+"""What a storage provides: every contract (rates and leases), its capabilities, the checks."""
 
 from __future__ import annotations
 
