@@ -37,6 +37,7 @@ from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
+    from typing import Unpack
 
     from ariadne.asgi.handlers.graphql_transport_ws import ClientContext
     from ariadne.types import GraphQLResult
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from starlette.websockets import WebSocket
 
     from quotaql.config import Config
+    from quotaql.gate.options import GateOptions
 
 __all__ = [
     "CostLimitedHTTPHandler",
@@ -157,7 +159,7 @@ class CostLimiter(Adapter):
         *,
         quiet_logs: bool = True,
         gate: Gate | None = None,
-        **options: Any,
+        **options: Unpack[GateOptions],
     ) -> None:
         super().__init__(config, quiet_logs=quiet_logs, gate=gate, **options)
         # The subscriptions whose stream has been handed to Ariadne, by Ariadne's generator:

@@ -25,8 +25,10 @@ from quotaql.identity import ANONYMOUS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+    from typing import Unpack
 
     from quotaql.config import Config
+    from quotaql.gate.options import GateOptions
 
 
 __all__ = ["ANONYMOUS", "CostLimiter", "current_operation"]
@@ -69,7 +71,7 @@ class CostLimiter(Adapter):
         *,
         quiet_logs: bool = True,
         gate: Gate | None = None,
-        **options: Any,
+        **options: Unpack[GateOptions],
     ) -> None:
         super().__init__(config, quiet_logs=quiet_logs, gate=gate, **options)
         if quiet_logs:
