@@ -21,7 +21,7 @@ import weakref
 import wsgiref.headers
 from http import HTTPStatus
 from inspect import isawaitable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
@@ -37,12 +37,29 @@ from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
+    from datetime import timedelta
+    from logging import Logger, LoggerAdapter
     from typing import Unpack
 
     from ariadne.asgi.handlers.graphql_transport_ws import ClientContext
-    from ariadne.types import GraphQLResult
+    from ariadne.explorer import Explorer
+    from ariadne.types import (
+        ContextValue,
+        ErrorFormatter,
+        Extensions,
+        GraphQLResult,
+        Middlewares,
+        OnComplete,
+        OnConnect,
+        OnDisconnect,
+        OnOperation,
+        QueryParser,
+        QueryValidator,
+        RootValue,
+        ValidationRules,
+    )
     from ariadne.types import Operation as AriadneOperation
-    from graphql import DocumentNode, GraphQLSchema
+    from graphql import DocumentNode, GraphQLSchema, MiddlewareManager
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.websockets import WebSocket
@@ -60,6 +77,66 @@ __all__ = [
 ]
 
 WebsocketProtocol = Literal["graphql-transport-ws", "graphql-ws"]
+
+
+# Ariadne's own keyword options, typed as Ariadne types them, for the helpers that pass them on.
+
+
+class _HTTPOptions(TypedDict, total=False):
+    """``GraphQLHTTPHandler``'s (not ``subscription_handlers``: the limiter refuses them)."""
+
+    extensions: Extensions | None
+    middleware: Middlewares | None
+    middleware_manager_class: type[MiddlewareManager] | None
+
+
+class _WebsocketOptions(TypedDict, total=False):
+    """What both websocket handlers take."""
+
+    on_connect: OnConnect | None
+    on_disconnect: OnDisconnect | None
+    on_operation: OnOperation | None
+    on_complete: OnComplete | None
+
+
+class _TransportWSOptions(_WebsocketOptions, total=False):
+    """``GraphQLTransportWSHandler``'s."""
+
+    connection_init_wait_timeout: timedelta
+
+
+class _WSOptions(_WebsocketOptions, total=False):
+    """``GraphQLWSHandler``'s (graphql-ws)."""
+
+    keepalive: float | None
+
+
+class _AppOptions(TypedDict, total=False):
+    """What ``ariadne.asgi.GraphQL`` and ``ariadne.wsgi.GraphQL`` both take."""
+
+    context_value: ContextValue | None
+    root_value: RootValue | None
+    query_parser: QueryParser | None
+    query_validator: QueryValidator | None
+    validation_rules: ValidationRules | None
+    execute_get_queries: bool
+    debug: bool
+    introspection: bool
+    explorer: Explorer | None
+    error_formatter: ErrorFormatter
+    execution_context_class: type[Any] | None  # graphql-core's ExecutionContext (Executor in 3.3)
+
+
+class _ASGIOptions(_AppOptions, total=False):
+    """``ariadne.asgi.GraphQL``'s (not its two handlers: :meth:`CostLimiter.asgi` makes them)."""
+
+    logger: str | Logger | LoggerAdapter[Any] | None
+
+
+class _WSGIOptions(_AppOptions, _HTTPOptions, total=False):
+    """``ariadne.wsgi.GraphQL``'s."""
+
+    logger: str | None
 
 
 class _Scope:
@@ -169,10 +246,21 @@ class CostLimiter(Adapter):
 
     # -- what the application is given --------------------------------------------------
 
-    def http_handler(self, **options: Any) -> CostLimitedHTTPHandler:
+    def http_handler(self, **options: Unpack[_HTTPOptions]) -> CostLimitedHTTPHandler:
         """An ``ariadne.asgi.handlers.GraphQLHTTPHandler`` (same ``options``) that limits."""
         return CostLimitedHTTPHandler(self, **options)
 
+    @overload
+    def websocket_handler(
+        self,
+        *,
+        protocol: Literal["graphql-transport-ws"] = ...,
+        **options: Unpack[_TransportWSOptions],
+    ) -> CostLimitedTransportWSHandler: ...
+    @overload
+    def websocket_handler(
+        self, *, protocol: Literal["graphql-ws"], **options: Unpack[_WSOptions]
+    ) -> CostLimitedWSHandler: ...
     def websocket_handler(
         self, *, protocol: WebsocketProtocol = "graphql-transport-ws", **options: Any
     ) -> CostLimitedTransportWSHandler | CostLimitedWSHandler:
@@ -188,7 +276,7 @@ class CostLimiter(Adapter):
         schema: GraphQLSchema,
         *,
         websocket_protocol: WebsocketProtocol = "graphql-transport-ws",
-        **options: Any,
+        **options: Unpack[_ASGIOptions],
     ) -> ASGIGraphQL:
         """``ariadne.asgi.GraphQL(schema, **options)`` with this limiter's two handlers; it
         answers ASGI lifespan events too, and at shutdown applies the refunds and lease
@@ -201,7 +289,7 @@ class CostLimiter(Adapter):
             **options,
         )
 
-    def wsgi(self, schema: GraphQLSchema, **options: Any) -> CostLimitedWSGI:
+    def wsgi(self, schema: GraphQLSchema, **options: Unpack[_WSGIOptions]) -> CostLimitedWSGI:
         """``ariadne.wsgi.GraphQL(schema, **options)``, limited."""
         return CostLimitedWSGI(self, schema, **options)
 
@@ -510,6 +598,9 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
     handlers call its ``execute_graphql_query``); they get ``extensions.cost``, no headers.
     """
 
+    def __init__(self, limiter: CostLimiter, **options: Unpack[_HTTPOptions]) -> None:
+        super().__init__(limiter, **options)
+
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
             response = await super().handle_request(request)
@@ -562,6 +653,9 @@ class CostLimitedTransportWSHandler(_LimitedWebsocket, GraphQLTransportWSHandler
     the subscription with the ``RATE_LIMITED`` error as its last ``next`` payload.
     """
 
+    def __init__(self, limiter: CostLimiter, **options: Unpack[_TransportWSOptions]) -> None:
+        super().__init__(limiter, **options)
+
     async def handle_websocket_subscribe(
         self, websocket: WebSocket, data: Any, operation_id: str, client_context: ClientContext
     ) -> None:
@@ -599,6 +693,9 @@ class CostLimitedTransportWSHandler(_LimitedWebsocket, GraphQLTransportWSHandler
 class CostLimitedWSHandler(_LimitedWebsocket, GraphQLWSHandler):
     """Ariadne's (older) ``graphql-ws`` handler, limited by ``limiter``; as
     :class:`CostLimitedTransportWSHandler`, the refused event's error is the last ``data``."""
+
+    def __init__(self, limiter: CostLimiter, **options: Unpack[_WSOptions]) -> None:
+        super().__init__(limiter, **options)
 
     async def process_single_message(
         self,
@@ -652,7 +749,9 @@ class CostLimitedWSGI(WSGIGraphQL):
             cannot await it; use ``RedisStorage`` or the ASGI app.
     """
 
-    def __init__(self, limiter: CostLimiter, schema: GraphQLSchema, **options: Any) -> None:
+    def __init__(
+        self, limiter: CostLimiter, schema: GraphQLSchema, **options: Unpack[_WSGIOptions]
+    ) -> None:
         if limiter.gate.is_async:
             raise TypeError(
                 "quotaql: this CostLimiter's storage is async (AsyncRedisStorage), which a"

@@ -1,4 +1,5 @@
-"""The adapters' typed options: ``GateOptions`` is the gate's keywords, and mypy checks them."""
+"""The adapters' typed options: the gate's keywords (``GateOptions``) and Ariadne's own, each
+in step with the signature it stands for, and checked by mypy where an adapter is built."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import inspect
 import os
 import subprocess
 import sys
-import textwrap
 import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from ariadne.asgi import GraphQL as ASGIGraphQL
+from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
+from ariadne.wsgi import GraphQL as WSGIGraphQL
 
 import quotaql.gate.core
 import quotaql.gate.options
@@ -65,17 +68,65 @@ def test_every_adapter_takes_the_gates_config_and_typed_options(adapter: type) -
     assert parameters["options"].annotation == "Unpack[GateOptions]"
 
 
+def ariadne_keywords(cls: type) -> set[str]:
+    """The named parameters ``cls(...)`` takes, through the ``**kwargs`` its ``__init__``
+    passes on to its bases' (Ariadne's websocket handlers)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        names.update(p.name for p in parameters if p.kind not in {p.VAR_POSITIONAL, p.VAR_KEYWORD})
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return names - {"self"}
+    raise AssertionError(f"{cls} passes **kwargs on to object")
+
+
+@pytest.mark.parametrize(
+    ("options", "ariadne_class", "left_out"),
+    [
+        # The limiter refuses server-sent-event subscriptions (they escape its reach).
+        (ariadne._HTTPOptions, GraphQLHTTPHandler, {"subscription_handlers"}),
+        (ariadne._TransportWSOptions, GraphQLTransportWSHandler, set()),
+        (ariadne._WSOptions, GraphQLWSHandler, set()),
+        # CostLimiter.asgi makes the two handlers.
+        (ariadne._ASGIOptions, ASGIGraphQL, {"schema", "http_handler", "websocket_handler"}),
+        (ariadne._WSGIOptions, WSGIGraphQL, {"schema"}),
+    ],
+    ids=["http", "graphql-transport-ws", "graphql-ws", "asgi", "wsgi"],
+)
+def test_the_ariadne_helpers_take_ariadnes_own_keywords(
+    options: type, ariadne_class: type, left_out: set[str]
+) -> None:
+    assert set(options.__annotations__) == ariadne_keywords(ariadne_class) - left_out
+    assert not options.__required_keys__
+
+
 SNIPPET = """\
+from ariadne import make_executable_schema
+
+from quotaql.ariadne import CostLimitedHTTPHandler
 from quotaql.ariadne import CostLimiter as AriadneLimiter
 from quotaql.plugin import CostLimiter
 from quotaql.storage.memory import MemoryStorage
 
 CostLimiter(storage=MemoryStorage(), config_path="quotaql.toml", pressure=lambda: 0.5)
-AriadneLimiter(None, quiet_logs=False, storage=MemoryStorage(), tracer_provider=object())
+limiter = AriadneLimiter(None, quiet_logs=False, storage=MemoryStorage(), tracer_provider=1)
+schema = make_executable_schema("type Query { hello: String }")
+limiter.asgi(schema, debug=True, logger="ariadne", websocket_protocol="graphql-ws")
+limiter.wsgi(schema, debug=True, middleware=[])
+limiter.http_handler(extensions=[])
+CostLimitedHTTPHandler(limiter, middleware=[])
+limiter.websocket_handler(protocol="graphql-ws", keepalive=5.0)
 CostLimiter(storge=MemoryStorage())  # error: call-arg
 CostLimiter(pressure=0.5)  # error: arg-type
 AriadneLimiter(storge=MemoryStorage())  # error: call-arg
 AriadneLimiter(config_path=3)  # error: arg-type
+limiter.wsgi(schema, debgu=True)  # error: call-arg
+limiter.asgi(schema, http_handler=None)  # error: call-arg
+limiter.http_handler(subscription_handlers=[])  # error: call-arg
+limiter.websocket_handler(keepalive=5.0)  # error: call-overload
+CostLimitedHTTPHandler(limiter, extensions=3)  # error: arg-type
 """
 
 
@@ -94,7 +145,7 @@ def test_mypy_strict_checks_the_options_where_an_adapter_is_built(tmp_path: Path
     }
     expected = {
         (number, line.rpartition("# error: ")[2])
-        for number, line in enumerate(textwrap.dedent(SNIPPET).splitlines(), start=1)
+        for number, line in enumerate(SNIPPET.splitlines(), start=1)
         if "# error: " in line
     }
     assert found == expected, done.stdout + done.stderr
