@@ -32,6 +32,7 @@ from _harness import (
 
 try:
     from quotaql.cost_analysis import CostModel, CostReport, analyze
+    from quotaql.cost_analysis._cache import plan_cache
     from quotaql.cost_analysis._compile import CompiledSchema, compiled_schema
 except ImportError as exc:  # say what is missing, not just where the import failed
     raise RuntimeError(
@@ -166,7 +167,7 @@ def run_js(corpus: Path) -> dict[str, Any] | None:
 def _cold(
     compiled: CompiledSchema, schema: GraphQLSchema, doc: DocumentNode, variables: Any
 ) -> CostReport:
-    compiled.plans.clear()
+    plan_cache(compiled).clear()
     return analyze(schema, doc, variables=variables, operation_name=None)
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from strawberry.asgi import GraphQL
 from strawberry.extensions import QueryDepthLimiter
 
-import quotaql.gate.core as gate_module
+import quotaql.gate.pricing as gate_module
 from quotaql import MemoryStorage
 from quotaql.cost_analysis.analyzer import CostReport
 from quotaql.demo.shop import make_schema

@@ -36,7 +36,7 @@ from strawberry.asgi import GraphQL
 from strawberry.extensions import ParserCache, QueryDepthLimiter, SchemaExtension
 
 import _previous
-import quotaql.gate.core as gate_module
+import quotaql.gate.pricing as gate_module
 from _harness import (
     Measurement,
     Target,

@@ -163,7 +163,7 @@ def test_an_operation_that_ends_frees_its_slot_at_once(gate: Gate) -> None:
     assert live(gate) == 3 - 1
     again = admit(gate)  # the deny cache did not keep the refusal: no wait
     assert not again.refused
-    assert len(gate._denials) == 0
+    assert len(gate._refusals.denials) == 0
     gate.finish(running[0])  # finishing twice gives back nothing twice
     assert live(gate) == 3
     for op in (*running[1:], again):

@@ -215,14 +215,14 @@ def test_a_client_that_leaves_while_waiting_gets_its_whole_debit_back(
             for _ in range(10)
         ]
         await asyncio.sleep(0.02)  # each reserved its turn and waits
-        assert gate._waiting.total() == 10
+        assert gate._delays.waiting() == 10
         assert remaining(gate) == 0
         for waiter in waiters:
             waiter.cancel()
         for waiter in waiters:
             with pytest.raises(asyncio.CancelledError):
                 await waiter
-        assert gate._waiting.total() == 0
+        assert gate._delays.waiting() == 0
         await gate.aflush()
         # the ten reservations went back: the next ten run at once after the refill of
         # their few ms, not behind ten phantom turns
@@ -253,7 +253,7 @@ def test_waiters_that_leave_free_their_places_in_the_line(
             for _ in range(3)
         ]
         await asyncio.sleep(0.02)  # each reserved its turn and waits: the line is full
-        assert gate._waiting.total() == 3
+        assert gate._delays.waiting() == 3
         for waiter in waiters:
             waiter.cancel()
         await asyncio.gather(*waiters, return_exceptions=True)
@@ -319,7 +319,7 @@ def test_many_identities_park_at_most_max_delayed_operations(
         async def watch() -> None:
             nonlocal peak
             while True:
-                peak = max(peak, gate._waiting.total())
+                peak = max(peak, gate._delays.waiting())
                 await asyncio.sleep(0.005)
 
         watcher = asyncio.create_task(watch())
@@ -337,7 +337,7 @@ def test_many_identities_park_at_most_max_delayed_operations(
 
     ops = asyncio.run(main())
     assert 0 < peak <= 100
-    assert gate._waiting.total() == 0
+    assert gate._delays.waiting() == 0
     process_full = sample(registry, names.DELAY_REFUSED_TOTAL, tier="free", reason="process_full")
     assert process_full > 0
     assert sum(op.refused for op in ops) >= process_full
@@ -368,7 +368,7 @@ def test_delay_sync_sleep_parks_the_thread_until_its_turn(write: Callable[..., P
 
     assert not any(op.refused for op in ops)
     assert elapsed >= 4 / RATE - EARLY  # each of the four waited its turn
-    assert gate._waiting.total() == 0
+    assert gate._delays.waiting() == 0
 
 
 def test_shadow_mode_decides_as_enforce_would_and_never_waits(
@@ -432,7 +432,7 @@ def test_the_deny_cache_does_not_refuse_a_request_that_could_wait(gate: Gate) ->
         await asyncio.sleep(0)  # 18 turns taken: the last at 0.9 s
         three = await gate.admit_async(SCHEMA, THREE, request=scope("acme"))
         assert three.code == RATE_LIMITED  # its turn would be at 1.05 s: past max_delay
-        assert len(gate._denials) == 1
+        assert len(gate._refusals.denials) == 1
         cheap = await gate.admit_async(SCHEMA, HELLO, request=scope("acme"))
         assert not cheap.refused  # its turn, at 0.95 s, is within max_delay: it waited
         assert cheap.decision.delay > 0  # type: ignore[union-attr]

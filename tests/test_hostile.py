@@ -225,7 +225,7 @@ def test_the_deny_cache_is_bounded(config_path: Callable[[str], Path]) -> None:
         request = scope(peer=f"198.51.100.{number}")
         assert not admit(gate, "{ products(first: 100) { id } }", request).refused
         assert admit(gate, "{ hello }", request).code == "RATE_LIMITED"
-    assert len(gate._denials) == 3
+    assert len(gate._refusals.denials) == 3
 
 
 def test_retry_after_carries_jitter_never_below_the_exact_time(
@@ -244,7 +244,7 @@ def test_retry_after_carries_jitter_never_below_the_exact_time(
         assert exact <= wait <= exact * 1.5 + 1e-6
         assert int(op.headers["Retry-After"]) >= exact
         waits.append(wait)
-        gate._denials.clear()  # ask the storage each time
+        gate._refusals.denials.clear()  # ask the storage each time
     assert len(set(waits)) > 10  # spread, not one herd
 
 

@@ -194,7 +194,7 @@ def test_an_async_resolver_is_awaited_on_async_servers_and_refused_on_sync_ones(
         try:
             while True:
                 step = flow.send(value)
-                value = await step[1]
+                value = await step.awaitable
         except StopIteration as stop:
             found: Subject = stop.value
             return found

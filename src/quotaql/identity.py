@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, get_args
 
 from quotaql import web
+from quotaql._flow import Await
 from quotaql.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -307,8 +308,6 @@ def address_subject(address: str | _IP, config: IdentityConfig) -> str:
 
 # -- resolving ----------------------------------------------------------------------------
 
-# One storage call or awaitable a resolution asks its driver for (see quotaql.gate).
-_Await = tuple[Literal["await"], Any]
 # What a hook that failed answered (logged): going on as if it had answered None.
 _FAILED: Any = object()
 
@@ -432,7 +431,7 @@ class Identity:
         tenants: Mapping[str, object],
         *,
         can_await: bool,
-    ) -> Generator[_Await, Any, Subject]:
+    ) -> Generator[Await, Any, Subject]:
         """The subject of one request, as a flow that yields the awaitables it needs.
 
         ``can_await``: the caller's driver awaits what is yielded (async servers); else an
@@ -473,7 +472,7 @@ class Identity:
             source = "rejected_key" if rejected else "unknown_key"
         return Subject(address_subject(address, config), source, address=str(address))
 
-    def _resolved(self, key: str, context: Any, can_await: bool) -> Generator[_Await, Any, Any]:
+    def _resolved(self, key: str, context: Any, can_await: bool) -> Generator[Await, Any, Any]:
         """The ``key_resolver``'s tenant of ``key`` (cached), None, or ``_FAILED``."""
         if len(key) > _MAX_KEY_LENGTH or self.key_resolver is None:
             return None  # no real key is this long; a hostile one is not looked up
@@ -494,7 +493,7 @@ class Identity:
 
     def _principal(
         self, request: Any, context: Any, can_await: bool
-    ) -> Generator[_Await, Any, str | None]:
+    ) -> Generator[Await, Any, str | None]:
         if self.principal is not None:
             found = yield from self._call("principal", self.principal, (context,), can_await)
         elif web.has_authenticated_user(request):  # Django's request.user
@@ -507,7 +506,7 @@ class Identity:
 
     def _call(
         self, name: str, hook: Callable[..., Any], args: tuple[Any, ...], can_await: bool
-    ) -> Generator[_Await, Any, Any]:
+    ) -> Generator[Await, Any, Any]:
         """A hook's answer, or ``_FAILED`` for a hook that failed (logged)."""
         try:
             result = hook(*args)
@@ -518,7 +517,7 @@ class Identity:
                     raise TypeError(
                         "it returned an awaitable, but this server runs it synchronously"
                     )
-                result = yield ("await", result)
+                result = yield Await(result)
         except Exception as error:  # a bug in a hook must not fail the request
             self._failed(name, error)
             return _FAILED

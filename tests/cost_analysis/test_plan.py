@@ -6,9 +6,9 @@ import pytest
 from graphql import parse
 
 from quotaql.cost_analysis import CostModel, actual_cost, analyze
+from quotaql.cost_analysis._cache import plan_cache, plan_for
 from quotaql.cost_analysis._compile import compiled_schema
 from quotaql.cost_analysis.analyzer import parse_document
-from quotaql.cost_analysis.plan import plan_for
 from quotaql.errors import InvalidVariables, SlicingArgumentRequired
 from tests.cost_analysis.conftest import build
 
@@ -80,7 +80,7 @@ def test_pricing_and_the_actual_cost_share_the_plan():
 
 
 def test_a_flood_of_distinct_documents_keeps_the_caches_bounded():
-    cache = compiled().plans
+    cache = plan_cache(compiled())
     for i in range(2_000):
         analyze(SCHEMA, f"query Q{i} {{ users(first: {i % 7}) {{ id }} }}")
     assert len(cache) <= 512
@@ -90,7 +90,7 @@ def test_a_flood_of_variable_values_keeps_one_document_bounded():
     document = parse("query Q($n: Int) { users(first: $n) { id } }")
     for n in range(1_000):
         assert analyze(SCHEMA, document, {"n": n}).cost == n
-    entry = compiled().plans.get(document, None)
+    entry = plan_cache(compiled()).get(document, None)
     assert entry is not None
     assert len(entry.state[1]) <= 32
     assert len(entry.validated) <= 64

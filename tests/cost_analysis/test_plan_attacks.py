@@ -1,4 +1,4 @@
-"""Attacks on the plan-based pricing (plan.py, _compile.py, analyzer.py, the gate).
+"""Attacks on the plan-based pricing (the plan's modules, _compile.py, analyzer.py, the gate).
 
 Each test is one attack a hostile client can run. A failing test is a finding: the
 attack works (work for free, or a server hurt). A passing test is a regression guard:
@@ -21,9 +21,8 @@ import pytest
 from graphql import build_schema, parse, validate
 
 from quotaql.config import load_config
-from quotaql.cost_analysis import CostModel, analyze
+from quotaql.cost_analysis import CostModel, _builder, _cache, _walk, analyze
 from quotaql.cost_analysis import analyzer as analyzer_module
-from quotaql.cost_analysis import plan as plan_module
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
 from quotaql.errors import InvalidVariables
@@ -40,7 +39,7 @@ def _scope(peer: str = "203.0.113.77") -> dict[str, Any]:
 
 
 class _Counter:
-    """Counts the calls of one method of a plan.py class (patched for one test)."""
+    """Counts the calls of one method of a planner or walker class (patched for one test)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, cls: type, name: str) -> None:
         self.calls = 0
@@ -87,7 +86,7 @@ def test_nested_abstract_selections_plan_in_time_linear_in_the_document(
     query = _narrowing_chain(3, depth)
     document = parse(query)
     assert validate(schema, document) == []
-    planned = _Counter(monkeypatch, plan_module._Builder, "_field")
+    planned = _Counter(monkeypatch, _builder.Builder, "_field")
     report = analyze(schema, document)
     assert report.cost == depth + 1  # cheap: nothing refuses it
     written = depth * (1 + 3) + 2  # child + a0..a2 per level, node, the innermost id
@@ -110,7 +109,7 @@ def test_the_gate_with_its_default_limits_admits_the_exponential_plan(
     depth = 5
     parsed = gate.parse(schema, _narrowing_chain(6, depth))
     assert not isinstance(parsed, list), parsed  # parses, passes the screen, validates
-    planned = _Counter(monkeypatch, plan_module._Builder, "_field")
+    planned = _Counter(monkeypatch, _builder.Builder, "_field")
     op = gate.admit(schema, parsed, request=_scope())
     assert not op.refused
     assert op.cost == depth + 1
@@ -154,7 +153,7 @@ def test_the_actual_cost_walks_linear_data_in_linear_time(monkeypatch: pytest.Mo
     data: dict[str, Any] = {"id": "x"}
     for _ in range(depth):
         data = {"f": data}
-    walked = _Counter(monkeypatch, plan_module._Walker, "_field")
+    walked = _Counter(monkeypatch, _walk.Walker, "_field")
     assert report.actual({"node": data}) == depth + 1
     assert walked.calls <= 10 * depth, f"{walked.calls} field walks for {depth} objects of data"
 
@@ -296,8 +295,8 @@ def test_two_threads_cannot_leave_a_plan_under_a_key_that_ignores_what_it_read(
             assert a_resume.wait(10)
         return builtins.set(*args)
 
-    monkeypatch.setattr(plan_module, "sorted", paused_sorted, raising=False)
-    monkeypatch.setattr(plan_module, "set", paused_set, raising=False)
+    monkeypatch.setattr(_cache, "sorted", paused_sorted, raising=False)
+    monkeypatch.setattr(_cache, "set", paused_set, raising=False)
     costs: dict[str, float] = {}
 
     def price(name: str, variables: dict[str, Any]) -> None:

@@ -158,19 +158,17 @@ class CompiledType:
 
 
 class CompiledSchema:
-    """Lookup tables of one (schema, model) pair, and the plans made with them."""
+    """Lookup tables of one (schema, model) pair."""
 
-    __slots__ = ("directive_costs", "model", "plans", "schema", "types")
+    # Weakly referenced: the plans made with it are kept beside it (``_cache``), not in it.
+    __slots__ = ("__weakref__", "directive_costs", "model", "schema", "types")
 
     def __init__(self, schema: GraphQLSchema, model: CostModel) -> None:
-        from quotaql.cost_analysis.plan import PlanCache  # noqa: PLC0415 (a cycle)
-
         self.schema = schema
         self.model = model
         self.types: dict[str, CompiledType] = {}
         # The arguments of directives that cost something when used (IBM Example 13).
         self.directive_costs: dict[str, dict[str, InputCost]] = {}
-        self.plans = PlanCache()
 
 
 def graphql_schema(schema: Any) -> GraphQLSchema:

@@ -53,10 +53,11 @@ from typing import TYPE_CHECKING, Any
 
 from graphql import DocumentNode
 
+from quotaql.cost_analysis._cache import plan_for
 from quotaql.cost_analysis._compile import compiled_schema, graphql_schema
+from quotaql.cost_analysis._walk import error_paths
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.cost_analysis.model import CostModel
-from quotaql.cost_analysis.plan import error_paths, plan_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

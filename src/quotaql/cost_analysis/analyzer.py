@@ -15,19 +15,13 @@ from graphql import (
 )
 
 from quotaql._graphql_compat import GRAPHQL_CORE_VERSION, HAS_PARSER_LIMITS, PARSER_NESTING
+from quotaql.cost_analysis._builder import build_plan
+from quotaql.cost_analysis._cache import plan_for
 from quotaql.cost_analysis._compile import CompiledSchema, compiled_schema, graphql_schema
+from quotaql.cost_analysis._nodes import MAX_NESTING
 from quotaql.cost_analysis.model import CostLimits, CostModel
-from quotaql.cost_analysis.plan import (
-    MAX_NESTING,
-    CostReport,
-    Plan,
-    RootFieldCost,
-    build_plan,
-    deepest,
-    locations,
-    plan_for,
-    select_operation,
-)
+from quotaql.cost_analysis.operation import locations, select_operation
+from quotaql.cost_analysis.plan import CostReport, Plan, RootFieldCost, deepest
 from quotaql.errors import (
     CostAnalysisError,
     QuerySyntaxError,

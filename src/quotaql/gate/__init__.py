@@ -1,15 +1,10 @@
 """The request gate: the whole story of one GraphQL operation, for any server
 (:class:`Gate`, in :mod:`quotaql.gate.core`), and the rooms it asks for each part of it."""
 
-from quotaql.gate.core import (
-    Adapter,
-    CostHeader,
-    Gate,
-    Operation,
-    TierResolver,
-    current_operation,
-    operation_scope,
-)
+from quotaql.gate.adapter import Adapter
+from quotaql.gate.core import Gate
+from quotaql.gate.operation import CostHeader, Operation, current_operation, operation_scope
+from quotaql.gate.tiers import TierResolver
 
 __all__ = [
     "Adapter",

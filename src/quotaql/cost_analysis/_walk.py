@@ -1,0 +1,228 @@
+"""The walk of a plan against the ``data`` an execution returned: the actual cost.
+
+The walk reads the response by the plan's response keys, counts the items each list
+returned, and charges what an error erased (null or missing where an error's path goes)
+as the plan estimated it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from quotaql.cost_analysis._compile import NO_VALUE
+from quotaql.cost_analysis._nodes import MAX_NESTING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from quotaql.cost_analysis._nodes import Field, Selection
+
+__all__ = ["Walker", "error_paths"]
+
+_MISSING: Any = NO_VALUE  # a key the data does not have
+
+# The errors' paths as a tree: the keys and indexes that some error's path goes through.
+_Trie = dict[str | int, "_Trie"]
+
+
+def error_paths(errors: Sequence[Any]) -> _Trie | None:
+    """The paths of ``errors`` as a tree of keys and indexes; None when none has a path.
+
+    Built once, in time linear in the paths: each object of the data then looks up its
+    keys in the subtree it was handed, and an object no error's path goes through has
+    none (the walk below it is the walk without errors).
+    """
+    root: _Trie = {}
+    found = False
+    for error in errors:
+        path = error.get("path") if isinstance(error, Mapping) else getattr(error, "path", None)
+        if not isinstance(path, list | tuple):
+            continue  # a request error (nothing ran), or no path to read
+        found = True
+        node = root
+        for key in path:
+            if key.__class__ is not str and key.__class__ is not int:
+                break  # no key of the data: the path stops being followed here
+            node = node.setdefault(key, {})
+    return root if found else None
+
+
+class Walker:
+    """One walk of the data against the plan; ``tc`` accumulates the IBM type cost."""
+
+    __slots__ = ("seen", "sizes", "tc")
+
+    def __init__(self, sizes: list[tuple[str, float, int, bool]] | None) -> None:
+        self.tc = 0.0
+        self.sizes = sizes
+        # What an object costs under an interface's or a union's selection, when read
+        # without __typename: the same object may be read under it from several possible
+        # types of its parent (fragments on each), once is enough.
+        self.seen: dict[tuple[int, int], tuple[float, float]] = {}
+
+    def selection(
+        self,
+        selection: Selection,
+        obj: Mapping[str, Any],
+        errs: _Trie | None,
+        level: int,
+        memo: dict[int, tuple[float, float]] | None = None,
+    ) -> float:
+        """What ``obj`` costs under ``selection``. ``memo`` (one object read as several
+        possible types) keeps each field's cost, so that the fields the types share are
+        read once: nested interfaces without ``__typename`` stay linear."""
+        if selection.by_type is not None:
+            return self._abstract(selection, obj, errs, level)
+        if level > MAX_NESTING:  # data nested deeper than any plan: not this plan's data
+            return 0.0
+        total = 0.0
+        for planned in selection.fields:
+            if planned.weightless:
+                continue
+            if memo is not None:
+                known = memo.get(id(planned))
+                if known is not None:
+                    total += known[0]
+                    self.tc += known[1]
+                    continue
+                before = self.tc
+                cost = self._field(planned, obj, errs, level)
+                memo[id(planned)] = (cost, self.tc - before)
+                total += cost
+            else:
+                total += self._field(planned, obj, errs, level)
+        return total
+
+    def _field(
+        self, planned: Field, obj: Mapping[str, Any], errs: _Trie | None, level: int
+    ) -> float:
+        value = obj.get(planned.key, _MISSING)
+        if errs is not None:
+            below = errs.get(planned.key)
+            if below is not None:  # an error's path goes through this field
+                return self._erased(planned, value, below, level)
+        if value is _MISSING:
+            return 0.0
+        list_depth = planned.list_depth
+        items: Sequence[Any]
+        if list_depth == 0:
+            count = 1
+            items = (value,)
+        elif list_depth == 1 and value.__class__ is list:
+            items = value
+            count = len(value)
+        else:
+            items = _items(value, list_depth)
+            count = len(items)
+        if self.sizes is not None and list_depth:
+            self.sizes.append((planned.coordinate, planned.n, count, planned.sliced))
+        own = count * planned.a + planned.b
+        total = own if own > 0.0 else 0.0
+        if planned.t:
+            self.tc += count * planned.t
+        child = planned.child
+        if child is None or child.weightless:
+            return total
+        for item in items:
+            if item.__class__ is dict or (item is not None and isinstance(item, Mapping)):
+                total += self.selection(child, item, None, level + 1)
+        return total
+
+    def _abstract(
+        self, selection: Selection, obj: Mapping[str, Any], errs: _Trie | None, level: int
+    ) -> float:
+        by_type = cast("dict[str, Selection]", selection.by_type)
+        for key in selection.typename_keys:
+            name = obj.get(key)
+            if name.__class__ is str:
+                found = by_type.get(name)
+                if found is not None:
+                    return self.selection(found, obj, errs, level)
+        # No __typename to read: the most any possible type makes of the object.
+        seen = (id(selection), id(obj))
+        if errs is None:
+            known = self.seen.get(seen)
+            if known is not None:
+                self.tc += known[1]
+                return known[0]
+        best = best_tc = 0.0
+        start = self.tc
+        memo: dict[int, tuple[float, float]] = {}
+        for variant in selection.variants:
+            self.tc = start
+            best = max(best, self.selection(variant, obj, errs, level, memo))
+            best_tc = max(best_tc, self.tc - start)
+        self.tc = start + best_tc
+        if errs is None:
+            self.seen[seen] = (best, best_tc)
+        return best
+
+    def _erased(self, planned: Field, value: Any, errs: _Trie, level: int) -> float:
+        """A field some error's path goes through (``errs``: the paths below it).
+
+        Null or missing, the error erased it: its estimate (never less than a null
+        costs). Otherwise walked as usual, but a null item an error erased costs the
+        item's estimate, and a field with an erased inner list (``[[T]]``) its estimate.
+        """
+        if value is _MISSING or value is None:
+            self.tc += planned.tc
+            ran = planned.a + planned.b if value is None else 0.0
+            return max(planned.erased, ran)
+        list_depth = planned.list_depth
+        entries: list[tuple[Any, _Trie | None]]
+        erased_inner = False
+        if list_depth == 0 or not isinstance(value, list | tuple):
+            entries = [(value, errs)]
+        else:
+            entries = [(item, errs.get(index)) for index, item in enumerate(value)]
+            for _ in range(list_depth - 1):
+                flat: list[tuple[Any, _Trie | None]] = []
+                for item, below in entries:
+                    if isinstance(item, list | tuple):
+                        if below is None:
+                            flat.extend((inner, None) for inner in item)
+                        else:
+                            flat.extend((inner, below.get(i)) for i, inner in enumerate(item))
+                    else:
+                        # Not a list: one item. Null by an error, it held items nobody
+                        # can count: the field costs its estimate.
+                        erased_inner |= item is None and below is not None
+                        flat.append((item, None if item is None else below))
+                entries = flat
+        count = len(entries)
+        own = count * planned.a + planned.b
+        cost = own if own > 0.0 else 0.0
+        self.tc += count * planned.t
+        child = planned.child
+        for item, below in entries:
+            if child is not None and (
+                item.__class__ is dict or (item is not None and isinstance(item, Mapping))
+            ):
+                cost += self.selection(child, item, below, level + 1)
+            elif item is None and below is not None and child is not None:
+                cost += child.erased  # the item's own weight is in `own` already
+                self.tc += child.tc
+        if erased_inner and planned.erased > cost:
+            cost = planned.erased
+        return cost
+
+
+def _items(value: Any, depth: int) -> Sequence[Any]:
+    """The items of a list field's value, inner lists flattened down to ``depth`` lists.
+
+    A value that is not a list where one is expected (null included) is one item; lists
+    nested deeper than the type are items too (not objects: they cost ``own``).
+    """
+    if not isinstance(value, list | tuple):
+        return (value,)
+    items: Sequence[Any] = value
+    for _ in range(depth - 1):
+        flat: list[Any] = []
+        for item in items:
+            if isinstance(item, list | tuple):
+                flat.extend(item)
+            else:
+                flat.append(item)
+        items = flat
+    return items

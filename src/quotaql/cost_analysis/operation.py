@@ -1,0 +1,147 @@
+"""The operation of a document to run, as graphql-core's executor chooses it, and its values read.
+
+Also where a plan reads the document's values: literals and variables as JSON
+(:func:`literal_of`), the variables coerced as graphql-core coerces them, and the source
+locations its errors carry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from graphql import (
+    BooleanValueNode,
+    EnumValueNode,
+    FloatValueNode,
+    FragmentDefinitionNode,
+    IntValueNode,
+    ListValueNode,
+    ObjectValueNode,
+    OperationDefinitionNode,
+    StringValueNode,
+    VariableNode,
+)
+
+from quotaql._graphql_compat import get_variable_values
+from quotaql.cost_analysis._compile import NO_VALUE
+from quotaql.errors import InvalidVariables, OperationResolutionError
+
+if TYPE_CHECKING:
+    from graphql import DocumentNode, GraphQLSchema
+    from graphql.language import ValueNode
+
+__all__ = [
+    "check_variables",
+    "literal_of",
+    "locations",
+    "select_operation",
+    "variable_values",
+]
+
+_MISSING: Any = NO_VALUE  # a variable not sent
+
+
+def select_operation(
+    document: DocumentNode, operation_name: str | None
+) -> tuple[OperationDefinitionNode, dict[str, FragmentDefinitionNode]]:
+    """The operation to run (as graphql-core's executor chooses it) and the fragments by name."""
+    operations: list[OperationDefinitionNode] = []
+    fragments: dict[str, FragmentDefinitionNode] = {}
+    for definition in document.definitions:
+        if isinstance(definition, OperationDefinitionNode):
+            operations.append(definition)
+        elif isinstance(definition, FragmentDefinitionNode):
+            fragments[definition.name.value] = definition
+    if operation_name is None:
+        if len(operations) == 1:
+            return operations[0], fragments
+        if not operations:
+            raise OperationResolutionError("The document contains no operation to run.")
+        raise OperationResolutionError(
+            "The document contains several operations; an operation name is required."
+        )
+    for operation in operations:
+        if operation.name is not None and operation.name.value == operation_name:
+            return operation, fragments
+    raise OperationResolutionError(f"Unknown operation named '{operation_name}'.")
+
+
+def check_variables(
+    schema: GraphQLSchema, operation: OperationDefinitionNode, variables: Any
+) -> dict[str, Any]:
+    """Coerce ``variables`` as graphql-core does (errors raise); return them as sent,
+    with the operation's defaults for those not sent: what the plan reads."""
+    definitions = operation.variable_definitions
+    if not definitions:
+        return {}
+    if variables is None:
+        variables = {}
+    elif not isinstance(variables, Mapping):
+        raise InvalidVariables(
+            f"Variables must be a JSON object, got {type(variables).__name__}.",
+            locations=locations(operation),
+        )
+    result = get_variable_values(schema, definitions, dict(variables), max_errors=10)
+    if isinstance(result, list):
+        raise InvalidVariables(
+            " ".join(error.message for error in result),
+            locations=tuple(
+                (loc.line, loc.column) for error in result for loc in error.locations or ()
+            ),
+        )
+    return variable_values(operation, variables)
+
+
+def variable_values(
+    operation: OperationDefinitionNode, variables: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The variables as sent, and the operation's defaults for those not sent."""
+    values: dict[str, Any] = {}
+    for definition in operation.variable_definitions or ():
+        name = definition.variable.name.value
+        if name in variables:
+            values[name] = variables[name]
+        elif definition.default_value is not None:
+            values[name] = literal_of(definition.default_value, {}, None)
+    return values
+
+
+def locations(node: Any) -> tuple[tuple[int, int], ...]:
+    """Where ``node`` starts in its document, as an error's ``(line, column)``; () when
+    the node has no location."""
+    loc = getattr(node, "loc", None)
+    if loc is None:
+        return ()
+    token = loc.start_token
+    return ((token.line, token.column),)
+
+
+def literal_of(node: ValueNode, values: Mapping[str, Any], reads: set[str] | None) -> Any:
+    """A value of the document as JSON, variables read from ``values`` (``NO_VALUE``: not
+    sent); the name of each variable read is added to ``reads`` (when not None)."""
+    cls = node.__class__
+    if cls is IntValueNode:
+        return int(cast("IntValueNode", node).value)
+    if cls is VariableNode:
+        name = cast("VariableNode", node).name.value
+        if reads is not None:
+            reads.add(name)
+        return values.get(name, _MISSING)
+    if cls is StringValueNode or cls is EnumValueNode:
+        return cast("StringValueNode", node).value
+    if cls is BooleanValueNode:
+        return cast("BooleanValueNode", node).value
+    if cls is FloatValueNode:
+        return float(cast("FloatValueNode", node).value)
+    if cls is ListValueNode:
+        items = (literal_of(item, values, reads) for item in cast("ListValueNode", node).values)
+        return [None if item is _MISSING else item for item in items]
+    if cls is ObjectValueNode:
+        found: dict[str, Any] = {}
+        for entry in cast("ObjectValueNode", node).fields:
+            item = literal_of(entry.value, values, reads)
+            if item is not _MISSING:
+                found[entry.name.value] = item
+        return found
+    return None  # NullValueNode

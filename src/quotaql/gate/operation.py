@@ -1,0 +1,307 @@
+"""One operation as the gate works it out (:class:`Operation`), and the operation a
+resolver runs in (:func:`current_operation`)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+from graphql import DocumentNode, GraphQLError
+
+from quotaql.contract import (
+    TOO_MANY_CONCURRENT,
+    TOO_MANY_SUBSCRIPTIONS,
+    UNKNOWN_API_KEY,
+    rate_limit_headers,
+)
+from quotaql.cost_analysis.analyzer import select_operation
+from quotaql.errors import CostAnalysisError
+from quotaql.instrumentation import names
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    from quotaql.config import TierConfig
+    from quotaql.cost_analysis import CostReport
+    from quotaql.identity import Subject
+    from quotaql.limiter.concurrency import Lease
+    from quotaql.policy.quota import Decision, Quota
+
+__all__ = [
+    "CostHeader",
+    "Operation",
+    "concurrency_wait",
+    "current_operation",
+    "enter",
+    "operation_scope",
+    "operation_type",
+]
+
+#: What the ``GraphQL-Cost`` request header asks: price without running, or add a breakdown.
+CostHeader = Literal["validate", "report"]
+
+
+class Operation:
+    """One operation as the gate worked it out: who pays, the price, the decision, the answer.
+
+    Attributes:
+        subject: who pays (:class:`~quotaql.identity.Subject`).
+        tier: the subject's tier.
+        mode: ``enforce``, ``shadow`` or ``off`` for this tier.
+        header: what the ``GraphQL-Cost`` header asked (``validate``, ``report``), if anything.
+        report: the static price (None when the analysis refused the operation).
+        quotas: the quotas debited, and ``costs`` what each was debited when they differ.
+        decision: the limiter's answer (None when nothing was debited).
+        actual: the actual cost once executed.
+        sizes: the lists the response held, ``(coordinate, assumed, returned, sliced)``,
+            when this operation was sampled for tuning (``[cost] tuning_sample``).
+        refunded: what was given back after execution.
+        error: the refusal to answer instead of running the operation.
+        violation: the code of a static limit shadow mode let pass.
+        events: subscription events delivered so far.
+        charge: what was debited (the cost, or ``[limits] min_charge`` when more).
+        denied: refused from the deny cache, before parsing or before the storage.
+        failed: refused before it was priced (it did not parse, validate or pass the
+            static pass): it pays ``min_charge`` only.
+        multiplier: what adaptive limits divided this operation's debit by (1: nothing).
+        base: when ``multiplier`` is below 1, what each quota would have been debited
+            without it (``costs`` holds what was): its refund is scaled by the same factor.
+        started: the adaptive clock's time the operation was admitted (its latency sample).
+        lease: the concurrency lease it holds while it runs (tiers with ``max_in_flight``;
+            None otherwise), released when it ends.
+        waits: how it may wait for its turn (tiers with ``on_limit = "delay"``): ``True``
+            while it holds one of the process's ``max_delayed`` places, else why it may
+            not (``names.DELAY_PROCESS_FULL``, ``names.DELAY_SYNC``); None for a tier
+            that refuses, and for an operation that never waits (a subscription).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "actual",
+        "base",
+        "breakdown",
+        "charge",
+        "costs",
+        "decision",
+        "denied",
+        "document",
+        "error",
+        "events",
+        "failed",
+        "finished",
+        "header",
+        "lease",
+        "mode",
+        "more",
+        "multiplier",
+        "operation_name",
+        "paid_minimum",
+        "quotas",
+        "refunded",
+        "report",
+        "schema",
+        "screened",
+        "sizes",
+        "slot",
+        "span",
+        "started",
+        "status",
+        "subject",
+        "tier",
+        "variables",
+        "violation",
+        "waits",
+    )
+
+    def __init__(
+        self, subject: Subject, tier: TierConfig, mode: str, header: CostHeader | None
+    ) -> None:
+        self.subject = subject
+        self.tier = tier
+        self.mode = mode
+        self.header = header
+        self.report: CostReport | None = None
+        self.quotas: tuple[Quota, ...] = ()
+        self.costs: tuple[float, ...] | None = None
+        self.decision: Decision | None = None
+        self.actual: float | None = None
+        self.sizes: list[tuple[str, float, int, bool]] | None = None
+        self.refunded = 0.0
+        self.breakdown: dict[str, float] | None = None
+        self.error: GraphQLError | None = None
+        self.more: tuple[GraphQLError, ...] = ()
+        self.violation: str | None = None
+        self.span: Any = None
+        self.events = 0
+        self.slot = False  # holds one of the subject's subscription slots
+        self.status: int | None = None
+        self.schema: Any = None
+        self.document: Any = None
+        self.variables: Mapping[str, Any] | None = None
+        self.operation_name: str | None = None
+        self.charge = 0.0
+        self.paid_minimum = False  # refused, and charged min_charge for it
+        self.denied = False
+        self.failed = False
+        self.screened = False
+        self.finished = False
+        self.multiplier = 1.0
+        self.base: tuple[float, ...] | None = None
+        self.started: float | None = None
+        self.lease: Lease | None = None
+        self.waits: bool | str | None = None
+
+    def refuse(self, error: GraphQLError, status: int | None = None, *more: GraphQLError) -> None:
+        """Answer ``error`` (and ``more``; with HTTP ``status``, for a limiter's refusal)
+        instead of running the operation."""
+        self.error = error
+        self.status = status
+        self.more = more
+
+    @property
+    def tenant(self) -> str:
+        """The subject's key (``key:acme``, ``ip:203.0.113.9``): whose budgets pay."""
+        return self.subject.key
+
+    @property
+    def cost(self) -> float:
+        """The requested (estimated) cost."""
+        return self.report.cost if self.report is not None else 0.0
+
+    @property
+    def operation_type(self) -> str | None:
+        """``query``, ``mutation`` or ``subscription`` (None: the document has no such
+        operation)."""
+        if self.report is not None:
+            return self.report.operation_type
+        return operation_type(self.document, self.operation_name)
+
+    @property
+    def refused(self) -> bool:
+        """The operation must not run: answer :attr:`errors` instead."""
+        return self.error is not None
+
+    @property
+    def runs(self) -> bool:
+        """The operation may run: neither refused nor only priced (``GraphQL-Cost:
+        validate``). The one test an adapter needs before executing."""
+        return self.error is None and self.header != "validate"
+
+    @property
+    def unpaid(self) -> bool:
+        """Neither priced nor decided (charged, refused or denied): a request an adapter saw
+        end without the gate taking anything for it yet."""
+        return self.report is None and self.decision is None
+
+    @property
+    def validate_only(self) -> bool:
+        """``GraphQL-Cost: validate``: priced, not run; it pays ``min_charge`` only."""
+        return self.header == "validate" and self.error is None
+
+    @property
+    def errors(self) -> list[GraphQLError]:
+        """The GraphQL errors to answer with (empty when the operation runs)."""
+        return [] if self.error is None else [self.error, *self.more]
+
+    @property
+    def debited(self) -> bool:
+        """The cost was taken from the budget (a fail-open decision takes nothing)."""
+        decision = self.decision
+        return decision is not None and decision.allowed and decision.source != "fail_open"
+
+    @property
+    def code(self) -> str | None:
+        """The ``extensions.code`` of the refusal, if any."""
+        if self.error is None or not self.error.extensions:
+            return None
+        code = self.error.extensions.get("code")
+        return code if isinstance(code, str) else None
+
+    @property
+    def outcome(self) -> str:
+        """The ``decision`` label of this operation's metrics (``names.DECISIONS``)."""
+        decision = self.decision
+        code = self.code
+        if code is not None:
+            if code == UNKNOWN_API_KEY:
+                return names.UNKNOWN_KEY
+            if code == TOO_MANY_SUBSCRIPTIONS:
+                return names.TOO_MANY_SUBSCRIPTIONS
+            if code == TOO_MANY_CONCURRENT:
+                return names.TOO_MANY_CONCURRENT
+        if self.denied:
+            return names.DENIED
+        if decision is not None and not decision.allowed:
+            if decision.source == "fail_closed":
+                return names.FAIL_CLOSED
+            return names.BLOCKED if self.mode == "enforce" else names.SHADOW_BLOCKED
+        if self.failed or (self.report is None and self.error is not None):
+            return names.REJECTED  # did not parse, validate or pass the static limits
+        if decision is not None and decision.source == "fail_open":
+            return names.FAIL_OPEN
+        if self.header == "validate":
+            return names.VALIDATED
+        return names.SHADOW_BLOCKED if self.violation else names.ALLOWED
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """``RateLimit``, ``RateLimit-Policy``, ``X-RateLimit-*`` and ``Retry-After``."""
+        decision = self.decision
+        if decision is None:  # nothing debited, or refused before (TOO_MANY_CONCURRENT)
+            retry = concurrency_wait(self)
+            return {} if retry is None else {"Retry-After": str(max(1, math.ceil(retry)))}
+        if not decision.allowed and self.error is None:
+            return {}  # a shadow refusal: no refusal headers
+        return rate_limit_headers(decision, self.quotas)
+
+
+_current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(
+    "quotaql_operation", default=None
+)
+
+
+def current_operation() -> Operation | None:
+    """The operation the gate is working on (for resolvers such as ``rateLimit``)."""
+    return _current.get()
+
+
+def enter(op: Operation) -> None:
+    """``op`` is the operation :func:`current_operation` answers from now on (in this
+    context)."""
+    _current.set(op)
+
+
+@contextlib.contextmanager
+def operation_scope() -> Iterator[None]:
+    """Where one operation runs: :func:`current_operation` starts empty inside and is
+    what it was again after (an adapter wraps each operation in it)."""
+    token = _current.set(None)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def concurrency_wait(op: Operation) -> float | None:
+    """The ``retryAfter`` of ``op``'s ``TOO_MANY_CONCURRENT`` refusal (None: not one)."""
+    error = op.error
+    if error is None or not error.extensions:
+        return None
+    extensions = error.extensions
+    if extensions.get("code") != TOO_MANY_CONCURRENT:
+        return None
+    retry = extensions.get("retryAfter")
+    return float(retry) if isinstance(retry, int | float) else None
+
+
+def operation_type(document: Any, operation_name: str | None) -> str | None:
+    """The type of the operation that runs, before (or without) pricing it."""
+    if not isinstance(document, DocumentNode):
+        return None
+    try:
+        operation, _ = select_operation(document, operation_name)
+    except CostAnalysisError:
+        return None
+    return operation.operation.value

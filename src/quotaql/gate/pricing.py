@@ -1,0 +1,48 @@
+"""Pricing one operation: the static analysis of its document against the cost model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from quotaql.contract import graphql_error
+from quotaql.cost_analysis import analyze
+from quotaql.errors import CostAnalysisError, LimitExceeded
+from quotaql.gate.record import SHADOW_MESSAGE
+from quotaql.instrumentation import names
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from quotaql.config import CostConfig
+    from quotaql.gate.operation import Operation
+
+__all__ = ["price"]
+
+
+def price(
+    op: Operation,
+    schema: Any,
+    document: Any,
+    variables: Mapping[str, Any] | None,
+    operation_name: str | None,
+    cost: CostConfig,
+    log: Callable[..., None],
+) -> bool:
+    """Price ``op`` (``log``: the gate's log of an operation); False (with its error set)
+    when the analysis refuses it."""
+    try:
+        try:
+            op.report = analyze(
+                schema, document, variables, operation_name, cost.model, cost.limits
+            )
+        except LimitExceeded as exceeded:
+            if op.mode != "shadow":
+                raise
+            op.violation = exceeded.code
+            log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
+            op.report = analyze(schema, document, variables, operation_name, cost.model)
+    except CostAnalysisError as error:
+        op.refuse(graphql_error(error))
+        log(op, names.REJECTED, "quotaql: rejected %s: %s", error.code, error)
+        return False
+    return True
