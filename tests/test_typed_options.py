@@ -20,7 +20,8 @@ import quotaql.gate.core
 import quotaql.gate.options
 from quotaql import ariadne, plugin
 from quotaql.gate import Gate
-from quotaql.gate.options import GateOptions
+from quotaql.gate.adapter import Adapter
+from quotaql.gate.options import FromConfigOptions, GateOptions
 from quotaql.instrumentation.metrics import PrometheusMetrics
 from quotaql.limiter import Recorder
 from quotaql.storage.leases import AsyncLeases, Leases
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
-ADAPTERS = [plugin.CostLimiter, ariadne.CostLimiter]
+ADAPTERS = [Adapter, plugin.CostLimiter, ariadne.CostLimiter]
 
 # What the two modules import for their annotations only.
 TYPE_ONLY = {
@@ -52,20 +53,24 @@ def type_hints(obj: Callable[..., Any] | type, module: Any) -> dict[str, Any]:
 def test_gate_options_are_the_gates_keyword_parameters_with_their_types() -> None:
     parameters = inspect.signature(Gate.__init__).parameters.values()
     keywords = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    assert list(GateOptions.__annotations__) == keywords
     assert GateOptions.__optional_keys__ == frozenset(keywords)
+    assert not GateOptions.__required_keys__
     gate = type_hints(Gate.__init__, quotaql.gate.core)
     options = type_hints(GateOptions, quotaql.gate.options)
     assert options == {name: gate[name] for name in keywords}
+    # from_config sets config_path itself.
+    assert FromConfigOptions.__optional_keys__ == frozenset(keywords) - {"config_path"}
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.__module__)
-def test_every_adapter_takes_the_gates_config_and_typed_options(adapter: type) -> None:
+def test_every_adapter_takes_the_gates_config_and_typed_options(adapter: type[Adapter]) -> None:
     gate = inspect.signature(Gate.__init__).parameters
     parameters = inspect.signature(adapter.__init__).parameters
     assert parameters["config"].annotation == gate["config"].annotation
     assert parameters["options"].kind is inspect.Parameter.VAR_KEYWORD
     assert parameters["options"].annotation == "Unpack[GateOptions]"
+    from_config = inspect.signature(adapter.from_config).parameters
+    assert from_config["options"].annotation == "Unpack[FromConfigOptions]"
 
 
 def ariadne_keywords(cls: type) -> set[str]:
@@ -118,6 +123,8 @@ limiter.wsgi(schema, debug=True, middleware=[])
 limiter.http_handler(extensions=[])
 CostLimitedHTTPHandler(limiter, middleware=[])
 limiter.websocket_handler(protocol="graphql-ws", keepalive=5.0)
+CostLimiter.from_config("quotaql.toml", storage=MemoryStorage(), quiet_logs=False)
+AriadneLimiter.from_config("quotaql.toml").wsgi(schema)
 CostLimiter(storge=MemoryStorage())  # error: call-arg
 CostLimiter(pressure=0.5)  # error: arg-type
 AriadneLimiter(storge=MemoryStorage())  # error: call-arg
@@ -127,6 +134,8 @@ limiter.asgi(schema, http_handler=None)  # error: call-arg
 limiter.http_handler(subscription_handlers=[])  # error: call-arg
 limiter.websocket_handler(keepalive=5.0)  # error: call-overload
 CostLimitedHTTPHandler(limiter, extensions=3)  # error: arg-type
+CostLimiter.from_config("quotaql.toml", storge=MemoryStorage())  # error: call-arg
+AriadneLimiter.from_config("quotaql.toml", config_path="other.toml")  # error: call-arg
 """
 
 
