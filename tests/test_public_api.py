@@ -75,7 +75,7 @@ def test_the_docs_show_imports_to_check() -> None:
     assert len(NAMES) > 5
 
 
-@pytest.mark.parametrize(("module", "name"), IMPORTS, ids=lambda value: str(value))
+@pytest.mark.parametrize(("module", "name"), IMPORTS, ids=str)
 def test_a_documented_import_works(module: str, name: str | None) -> None:
     imported = importlib.import_module(module)
     if name is not None and name != "*":
