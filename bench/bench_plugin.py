@@ -56,6 +56,7 @@ from quotaql.config import load_config
 from quotaql.cost_analysis import analyze
 from quotaql.cost_analysis.analyzer import CostReport
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
+from quotaql.gate.charges import quotas_for
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
 
@@ -602,7 +603,7 @@ def bench_breakdown(
     """Where the extension's added time goes: its pieces alone, and timed inside execute."""
     model, limits = config.cost.model, config.cost.limits
     limiter = Limiter(MemoryStorage())
-    quotas = config.quotas_for(f"id:{TENANT}", None)
+    quotas = quotas_for(config, f"id:{TENANT}", None)
     alone: dict[str, dict[str, Measurement]] = {}
     for query in TIMED_QUERIES:
         case = cases[query]

@@ -31,6 +31,7 @@ from quotaql.adaptive import (
 )
 from quotaql.config import load_config
 from quotaql.errors import ConfigError
+from quotaql.gate.charges import scaled
 from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import StructuredLog
 from quotaql.policy.quota import Quota
@@ -543,13 +544,13 @@ def test_scale_divides_clamps_and_leaves_the_global_quota() -> None:
     platform = Quota("global", capacity=10_000, refill_per_second=100, shared=True)
     quotas = (tenant, field, platform)
 
-    assert AdaptiveConfig().scale(quotas, (10.0, 5.0, 10.0), 10.0, 0.5) == (20.0, 10.0, 10.0)
+    assert scaled(AdaptiveConfig(), quotas, (10.0, 5.0, 10.0), 10.0, 0.5) == (20.0, 10.0, 10.0)
     # 80 / 0.25 = 320 > 100: clamped to the capacity, never COST_EXCEEDS_CAPACITY because of
     # pressure; an amount above the capacity on its own stays what it is.
-    assert AdaptiveConfig().scale(quotas, (80.0, 40.0, 80.0), 80.0, 0.25) == (100.0, 40.0, 80.0)
-    scaled = AdaptiveConfig(scale_global=True).scale(quotas, None, 10.0, 0.5)
-    assert scaled == (20.0, 20.0, 20.0)
-    assert AdaptiveConfig().scale(quotas, None, 10.0, 1.0) == (10.0, 10.0, 10.0)
+    assert scaled(AdaptiveConfig(), quotas, (80.0, 40.0, 80.0), 80.0, 0.25) == (100.0, 40.0, 80.0)
+    debits = scaled(AdaptiveConfig(scale_global=True), quotas, None, 10.0, 0.5)
+    assert debits == (20.0, 20.0, 20.0)
+    assert scaled(AdaptiveConfig(), quotas, None, 10.0, 1.0) == (10.0, 10.0, 10.0)
 
 
 def test_the_source_names_are_the_metric_label_values() -> None:

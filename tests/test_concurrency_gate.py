@@ -25,6 +25,7 @@ from quotaql.config import load_config
 from quotaql.contract import TOO_MANY_CONCURRENT
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
 from quotaql.gate import Gate, Operation
+from quotaql.gate.charges import in_flight
 from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics
 from quotaql.storage.leases import LeaseSpec, MemoryLeases
@@ -362,11 +363,11 @@ def test_a_reload_that_adds_a_limit_applies_it(write: Callable[..., Path]) -> No
 
 def test_lease_specs_are_built_once_per_tier(gate: Gate) -> None:
     tier = gate.config.tiers["free"]
-    assert tier.in_flight is not None
-    assert tier.in_flight.operations == (LeaseSpec("tier", 3),)
-    assert tier.in_flight.subscriptions == (LeaseSpec("subscriptions", 2),)
-    assert gate.config.tiers["unlimited"].in_flight is None
-    assert gate.config.tiers["nosubs"].in_flight.subscriptions is None  # type: ignore[union-attr]
+    assert in_flight(tier) is not None
+    assert in_flight(tier).operations == (LeaseSpec("tier", 3),)  # type: ignore[union-attr]
+    assert in_flight(tier).subscriptions == (LeaseSpec("subscriptions", 2),)  # type: ignore[union-attr]
+    assert in_flight(gate.config.tiers["unlimited"]) is None
+    assert in_flight(gate.config.tiers["nosubs"]).subscriptions is None  # type: ignore[union-attr]
 
 
 # -- observability ---------------------------------------------------------------------------

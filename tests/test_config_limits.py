@@ -19,6 +19,7 @@ from quotaql.config import (
     load_cost_config,
 )
 from quotaql.errors import ConfigError
+from quotaql.gate.charges import check_fields, in_flight, quotas_for
 from quotaql.policy.quota import Quota
 
 FULL = """\
@@ -395,12 +396,12 @@ def test_quotas_for_orders_tenant_then_operation_then_global(write):
     cfg = load_config(write(FULL))
     pro = cfg.tiers["pro"]
 
-    assert cfg.quotas_for("acme", "ExportOrders") == (
+    assert quotas_for(cfg, "acme", "ExportOrders") == (
         pro.quota,
         pro.operations["ExportOrders"],
         cfg.global_quota,
     )
-    assert [q.name for q in cfg.quotas_for("acme", "ExportOrders")] == [
+    assert [q.name for q in quotas_for(cfg, "acme", "ExportOrders")] == [
         "tenant",
         "op:ExportOrders",
         "global",
@@ -411,14 +412,14 @@ def test_quotas_for_an_operation_without_a_quota_skips_it(write):
     cfg = load_config(write(FULL))
     pro = cfg.tiers["pro"]
 
-    assert cfg.quotas_for("acme", "ListOrders") == (pro.quota, cfg.global_quota)
-    assert cfg.quotas_for("acme", None) == (pro.quota, cfg.global_quota)
+    assert quotas_for(cfg, "acme", "ListOrders") == (pro.quota, cfg.global_quota)
+    assert quotas_for(cfg, "acme", None) == (pro.quota, cfg.global_quota)
 
 
 def test_quotas_for_uses_the_tenant_override_instead_of_the_tier_quota(write):
     cfg = load_config(write(FULL))
 
-    quotas = cfg.quotas_for("big-co", "ExportOrders")
+    quotas = quotas_for(cfg, "big-co", "ExportOrders")
 
     assert quotas == (cfg.tenants["big-co"].quota, cfg.global_quota)
     assert quotas[0] != cfg.tiers["enterprise"].quota
@@ -429,8 +430,8 @@ def test_quotas_for_an_unknown_or_anonymous_tenant_uses_the_default_tier(write):
     free = cfg.tiers["free"].quota
 
     # ExportOrders has a quota on pro only: a stranger on free does not get it
-    assert cfg.quotas_for("stranger", "ExportOrders") == (free, cfg.global_quota)
-    assert cfg.quotas_for(None, None) == (free, cfg.global_quota)
+    assert quotas_for(cfg, "stranger", "ExportOrders") == (free, cfg.global_quota)
+    assert quotas_for(cfg, None, None) == (free, cfg.global_quota)
 
 
 def test_quotas_for_without_global_returns_no_global_quota(write):
@@ -438,9 +439,9 @@ def test_quotas_for_without_global_returns_no_global_quota(write):
     pro = cfg.tiers["pro"]
 
     assert cfg.global_quota is None
-    assert cfg.quotas_for("acme", "Export") == (pro.quota, pro.operations["Export"])
-    assert cfg.quotas_for("acme", "Other") == (pro.quota,)
-    assert cfg.quotas_for("someone", "Export") == (cfg.tiers["free"].quota,)
+    assert quotas_for(cfg, "acme", "Export") == (pro.quota, pro.operations["Export"])
+    assert quotas_for(cfg, "acme", "Other") == (pro.quota,)
+    assert quotas_for(cfg, "someone", "Export") == (cfg.tiers["free"].quota,)
 
 
 # --- errors --------------------------------------------------------------------------------
@@ -823,14 +824,14 @@ def test_concurrency_limits_are_read_per_tier_and_per_field(write):
     assert streams.subscriptions_in_flight == 20
     assert config.tiers["nostreams"].subscriptions_in_flight == 0
     assert config.tiers["nostreams"].max_in_flight is None
-    assert config.tiers["plain"].in_flight is None  # no limit: nothing for the gate to do
+    assert in_flight(config.tiers["plain"]) is None  # no limit: nothing for the gate to do
     assert LimitsConfig().lease_ttl == 30.0
     assert LimitsConfig().concurrency_retry_after == 1.0
 
 
 def test_the_lease_sets_an_operation_takes(write):
     config = load_config(write(IN_FLIGHT))
-    free = config.tiers["free"].in_flight
+    free = in_flight(config.tiers["free"])
     assert free is not None
     names = lambda specs: [(spec.name, spec.maximum) for spec in specs]  # noqa: E731
     assert names(free.specs("query", {"Query.products": 1})) == [("tier", 4)]
@@ -839,7 +840,7 @@ def test_the_lease_sets_an_operation_takes(write):
         ("field:Mutation.export", 1),
     ]
     assert names(free.specs("subscription", {})) == [("subscriptions", 4)]
-    nostreams = config.tiers["nostreams"].in_flight
+    nostreams = in_flight(config.tiers["nostreams"])
     assert nostreams is not None
     assert nostreams.specs("subscription", {}) is None  # refused outright
     assert nostreams.specs("query", {}) == ()  # queries are not limited
@@ -923,13 +924,13 @@ def test_a_field_limit_on_a_field_the_schema_lacks_is_located(write):
         "type Query { search: String products: [String] } type Mutation { exportOrders: Int }"
     )
     with pytest.raises(ConfigError) as info:
-        config.check_fields(schema)
+        check_fields(config, schema)
     assert_located(info.value, 'tiers.free.fields."Mutation.export"', 10)
     assert "did you mean 'Mutation.exportOrders'?" in info.value.reason
     schema = build_schema(
         "type Query { search: String products: [String] } type Mutation { export: Int }"
     )
-    config.check_fields(schema)  # every coordinate, with or without a rate quota, exists
+    check_fields(config, schema)  # every coordinate, with or without a rate quota, exists
 
 
 @pytest.mark.parametrize(

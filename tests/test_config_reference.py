@@ -7,14 +7,15 @@ in backticks (``"enforce"``, ``429``, ``2.0``, ``true``) or ``—`` when the key
 code's default is ``None``: off, required or inherited).
 
 The keys the parser accepts come from the code: the key tuples of ``quotaql.config.reader``
-(and, for ``[alerts]``, of ``quotaql.observability.thresholds``) that its ``check_keys`` calls
-use, which must agree with the dataclass fields they fill; the defaults come from the
+(and, for ``[identity]`` and ``[adaptive]``, of ``quotaql.config.features``; for ``[alerts]``,
+of ``quotaql.observability.thresholds``) that its ``check_keys`` calls use, which must agree with the dataclass fields they fill; the defaults come from the
 dataclasses.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 import tomllib
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from quotaql.config import (
     LimitsConfig,
     TenantConfig,
     TierConfig,
+    features,
     load_config,
     reader,
 )
@@ -145,8 +147,10 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         *_field_names(TierConfig, "name", "quota", "field_lines", "fields_in_flight", "in_flight"),
     }
     assert set(reader._FIELD_KEYS) == {*reader._QUOTA_KEYS, "max_in_flight"}
-    assert set(reader._IDENTITY_KEYS) == set(_field_names(IdentityConfig, "networks"))
-    adaptive_fields = {reader.ADAPTIVE_FIELDS.get(key, key): key for key in reader._ADAPTIVE_KEYS}
+    assert set(features.IDENTITY_KEYS) == set(_field_names(IdentityConfig, "networks"))
+    adaptive_fields = {
+        features.ADAPTIVE_FIELDS.get(key, key): key for key in features.ADAPTIVE_KEYS
+    }
     assert set(adaptive_fields) == set(_field_names(AdaptiveConfig))
     assert set(reader._TENANT_KEYS) == {
         *reader._QUOTA_KEYS,
@@ -196,8 +200,8 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
             {**quota_defaults, "max_in_flight": None},
         ),
         "[identity]": (
-            reader._IDENTITY_KEYS,
-            _instance_defaults(IdentityConfig(), reader._IDENTITY_KEYS),
+            features.IDENTITY_KEYS,
+            _instance_defaults(IdentityConfig(), features.IDENTITY_KEYS),
         ),
         "[tenants.<name>]": (
             reader._TENANT_KEYS,
@@ -209,7 +213,7 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
             _instance_defaults(AlertsConfig(), tuple(thresholds.ALERT_KINDS)),
         ),
         "[adaptive]": (
-            reader._ADAPTIVE_KEYS,
+            features.ADAPTIVE_KEYS,
             {key: getattr(AdaptiveConfig(), field) for field, key in adaptive_fields.items()},
         ),
     }
@@ -225,7 +229,10 @@ def documented_default(cell: str) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as TOML would give it back: tuples as lists, mappings as dicts."""
+    """``value`` as TOML would give it back: tuples as lists, mappings as dicts, a mode
+    (an enum) as its string."""
+    if isinstance(value, enum.Enum):
+        return value.value
     if isinstance(value, Mapping):
         return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, tuple | list):

@@ -28,7 +28,7 @@ from quotaql.config import load_config
 from quotaql.contract import COST_EXCEEDS_CAPACITY, RATE_LIMITED
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
 from quotaql.errors import ConfigError
-from quotaql.gate import Gate, Operation
+from quotaql.gate import Gate, Operation, charges
 from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics
 
@@ -531,7 +531,7 @@ def test_delay_defaults(write: Callable[..., Path]) -> None:
     tier = config.tiers["free"]
     assert (tier.max_delay, tier.max_queued) == (1.0, 10)
     assert (config.limits.max_delayed, config.limits.delay_sync) == (1000, "refuse")
-    waiting = tier.delayed((tier.quota,))[0]
+    waiting = charges.delayed(tier, (tier.quota,))[0]
     assert (waiting.max_delay, waiting.max_queued) == (1.0, 10)
     assert waiting.state_name == tier.quota.state_name  # one state: only refusals change
 

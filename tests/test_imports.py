@@ -1,11 +1,17 @@
-"""What imports what: the framework-neutral core never needs Strawberry."""
+"""What imports what: the framework-neutral core never needs Strawberry, the configuration
+imports nothing above the values it holds, and no module imports one that imports it back."""
 
 from __future__ import annotations
 
+import ast
+import graphlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+import quotaql
 
 NEUTRAL = (
     "quotaql",
@@ -72,3 +78,62 @@ GRAPHQL_FREE = (
 def test_the_limiter_layer_imports_no_graphql_core() -> None:
     body = "".join(f"import {module}\n" for module in GRAPHQL_FREE)
     assert run_without("graphql", body) == "[]"
+
+
+SOURCE = Path(quotaql.__file__).parent.parent
+
+
+def import_graph() -> dict[str, set[str]]:
+    """The quotaql modules each quotaql module imports, wherever the import is written (at
+    module level, in a function, under ``TYPE_CHECKING``); ``from a import b`` imports
+    ``a.b`` when that is a module, else ``a``."""
+    paths = {}
+    for path in (SOURCE / "quotaql").rglob("*.py"):
+        parts = path.relative_to(SOURCE).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from this package, or one above it
+                    anchor = package.rsplit(".", node.level - 1)[0]
+                    base = f"{anchor}.{base}" if base else anchor
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    targets.add(full if full in paths else base)
+        graph[name] = (targets & paths.keys()) - {name}
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    try:
+        graphlib.TopologicalSorter(import_graph()).prepare()
+    except graphlib.CycleError as error:
+        raise AssertionError(f"an import cycle: {' -> '.join(error.args[1])}") from None
+
+
+def test_the_configuration_imports_nothing_above_the_values_it_holds() -> None:
+    """``quotaql.config`` reads and holds values: through every import of its modules, and
+    of theirs, it reaches only itself, ``policy``, the cost model (and what that imports)
+    and the errors; what an operation pays under it is the gate's."""
+    graph = import_graph()
+
+    def below(module: str) -> bool:
+        return module.split(".")[:2] in (["quotaql", "config"], ["quotaql", "policy"]) or (
+            module in ("quotaql.cost_analysis.model", "quotaql._graphql_compat", "quotaql.errors")
+        )
+
+    assert graph["quotaql.cost_analysis.model"] <= {"quotaql._graphql_compat", "quotaql.errors"}
+    reached = {name: name for name in graph if name.split(".")[:2] == ["quotaql", "config"]}
+    todo = list(reached)
+    while todo:
+        module = todo.pop()
+        for target in graph[module] - reached.keys():
+            reached[target] = f"{reached[module]} -> {target}"
+            todo.append(target)
+    assert [path for module, path in sorted(reached.items()) if not below(module)] == []

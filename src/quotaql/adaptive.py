@@ -61,19 +61,25 @@ import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Final
 
 from graphql import GraphQLError
 
+from quotaql.config.adaptive import (
+    ADAPTIVE_MODES,
+    PRESSURE_SOURCES,
+    AdaptiveConfig,
+    AdaptiveMode,
+    PressureSource,
+)
 from quotaql.errors import ConfigError
 from quotaql.instrumentation import names
+from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Iterable, Mapping
 
     from quotaql.instrumentation.logs import StructuredLog
-    from quotaql.policy.quota import Quota
 
 __all__ = [
     "ADAPTIVE_MODES",
@@ -88,15 +94,6 @@ __all__ = [
     "unexpected_error",
 ]
 
-#: ``off``: nothing measured; ``shadow``: pressure and ``m`` computed, exported and logged,
-#: nothing applied; ``enforce``: adaptive tiers are debited ``cost / m``.
-AdaptiveMode = Literal["off", "shadow", "enforce"]
-#: Where pressure comes from (the ``source`` label of ``quotaql_pressure``).
-PressureSource = Literal["latency", "errors", "callable"]
-
-ADAPTIVE_MODES: Final = cast("tuple[AdaptiveMode, ...]", get_args(AdaptiveMode))
-PRESSURE_SOURCES: Final = cast("tuple[PressureSource, ...]", get_args(PressureSource))
-
 QUANTUM: Final = 0.05
 """The multiplier's grid: ``m`` is a multiple of it (or the floor), so the set of debits an
 operation can be charged stays small (a deny cache entry, a Redis script argument)."""
@@ -110,189 +107,6 @@ SAMPLES_PER_SECOND: Final = 512
 settled in it): memory and the once-a-second update stay bounded whatever the traffic."""
 FAILURE_LOG_INTERVAL: Final = 60.0
 """Seconds between two ``pressure_failed`` records while the callable keeps failing."""
-
-
-@dataclass(frozen=True, slots=True)
-class AdaptiveConfig:
-    """The ``[adaptive]`` table of ``quotaql.toml``.
-
-    Attributes:
-        mode: ``off`` (default), ``shadow`` or ``enforce`` (see :data:`AdaptiveMode`).
-        sources: where pressure comes from; pressure is the largest of them.
-        tiers: the tiers whose quotas are scaled; None: every tier that is not
-            ``essential``. An essential tier may not be listed.
-        floor: the smallest multiplier (above 0, at most 1): a tier keeps at least this
-            share of its refill rate however high the pressure.
-        latency_target: seconds; the latency percentile at or below it is no pressure.
-        latency_saturate: seconds; at or above it, full pressure (above the target).
-        latency_percentile: which percentile of the execution times (above 0, below 1).
-        error_target: the share of unexpected errors that is no pressure (0 to 1).
-        error_saturate: the share that is full pressure (above the target, at most 1).
-        window: seconds of samples the measured sources look at (at least 1).
-        min_samples: below this many samples in the window, the measured sources report
-            no pressure (too little traffic to tell).
-        max_tenant_share: the most weight one tenant's samples may have in the window
-            (above 0, at most 1). Keep it below ``1 - latency_percentile`` and below the
-            error share that reaches ``engage_at``, or one tenant alone can engage.
-        engage_at: pressure at or above it, for ``engage_for`` seconds, engages.
-        release_at: pressure at or below it, for ``release_for`` seconds, releases (below
-            ``engage_at``: the hysteresis).
-        engage_for: seconds.
-        release_for: seconds.
-        step: the most ``m`` moves per second (above 0, at most 1).
-        scale_global: the ``[global]`` quota is scaled too, for the operations of adaptive
-            tiers (TOML key ``global``); by default the platform quota is left alone.
-    """
-
-    mode: AdaptiveMode = "off"
-    sources: tuple[PressureSource, ...] = ("latency",)
-    tiers: tuple[str, ...] | None = None
-    floor: float = 0.25
-    latency_target: float = 0.25
-    latency_saturate: float = 1.0
-    latency_percentile: float = 0.9
-    error_target: float = 0.01
-    error_saturate: float = 0.1
-    window: float = 10.0
-    min_samples: int = 50
-    max_tenant_share: float = 0.05
-    engage_at: float = 0.5
-    release_at: float = 0.2
-    engage_for: float = 5.0
-    release_for: float = 30.0
-    step: float = 0.1
-    scale_global: bool = False
-
-    def __post_init__(self) -> None:
-        if self.mode not in ADAPTIVE_MODES:
-            raise ConfigError(f"mode must be one of {', '.join(ADAPTIVE_MODES)}, got {self.mode!r}")
-        sources: object = self.sources
-        if isinstance(sources, str) or not isinstance(sources, tuple | list):
-            raise ConfigError(f"sources must be a list of source names, got {sources!r}")
-        object.__setattr__(self, "sources", tuple(sources))
-        for source in self.sources:
-            if source not in PRESSURE_SOURCES:
-                raise ConfigError(
-                    f"sources: unknown source {source!r} (expected {', '.join(PRESSURE_SOURCES)})"
-                )
-        if not self.sources:
-            raise ConfigError("sources must name at least one source")
-        if len(set(self.sources)) < len(self.sources):
-            raise ConfigError(f"sources names a source twice: {list(self.sources)}")
-        tiers: object = self.tiers
-        if tiers is not None:
-            if isinstance(tiers, str) or not isinstance(tiers, tuple | list):
-                raise ConfigError(f"tiers must be a list of tier names, got {tiers!r}")
-            object.__setattr__(self, "tiers", tuple(tiers))
-            if not tiers:
-                raise ConfigError("tiers must name at least one tier (or be left out)")
-            if not all(isinstance(name, str) and name for name in tiers):
-                raise ConfigError(f"tiers must be tier names, got {list(tiers)!r}")
-            if len(set(tiers)) < len(tiers):
-                raise ConfigError(f"tiers names a tier twice: {list(tiers)}")
-        for name, bounds in _RANGES.items():
-            value = getattr(self, name)
-            if not _within(value, bounds):
-                raise ConfigError(f"{name} must be {describe_range(bounds)}, got {value!r}")
-        size = self.min_samples
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ConfigError(f"min_samples must be an integer >= 1, got {size!r}")
-        if not isinstance(self.scale_global, bool):
-            raise ConfigError(f"global must be true or false, got {self.scale_global!r}")
-        for low, high in _ORDERED:
-            if getattr(self, high) <= getattr(self, low):
-                raise ConfigError(ordering_error(low, high, getattr(self, low)))
-
-    @property
-    def enabled(self) -> bool:
-        """Anything to measure (``shadow`` or ``enforce``)."""
-        return self.mode != "off"
-
-    @property
-    def measures(self) -> bool:
-        """A source that needs the operations' samples (``latency``, ``errors``)."""
-        return "latency" in self.sources or "errors" in self.sources
-
-    def scale(
-        self,
-        quotas: Sequence[Quota],
-        costs: Sequence[float] | None,
-        cost: float,
-        multiplier: float,
-    ) -> tuple[float, ...]:
-        """What each of ``quotas`` is debited under ``multiplier``: its amount (its own of
-        ``costs``, else ``cost``) divided by the multiplier, but never more than the quota's
-        maximum unless the amount itself is (an operation that pressure alone would push
-        over a quota's capacity is clamped to it: waiting still lets it through). The shared
-        ``[global]`` quota keeps its amount unless :attr:`scale_global`."""
-        amounts = costs if costs is not None else (cost,) * len(quotas)
-        debits = []
-        for quota, amount in zip(quotas, amounts, strict=True):
-            if multiplier >= 1.0 or (quota.shared and not self.scale_global):
-                debits.append(amount)
-                continue
-            scaled = amount / multiplier
-            limit = quota.maximum
-            debits.append(scaled if scaled <= limit else max(amount, limit))
-        return tuple(debits)
-
-
-# Each number's range: (low, high, low included, high included).
-_Bounds = tuple[float, float, bool, bool]
-_RANGES: Final[Mapping[str, _Bounds]] = {
-    "floor": (0.0, 1.0, False, True),
-    "latency_target": (0.0, math.inf, False, False),
-    "latency_saturate": (0.0, math.inf, False, False),
-    "latency_percentile": (0.0, 1.0, False, False),
-    "error_target": (0.0, 1.0, True, False),
-    "error_saturate": (0.0, 1.0, False, True),
-    "window": (1.0, math.inf, True, False),
-    "max_tenant_share": (0.0, 1.0, False, True),
-    "engage_at": (0.0, 1.0, False, True),
-    "release_at": (0.0, 1.0, True, False),
-    "engage_for": (0.0, math.inf, True, False),
-    "release_for": (0.0, math.inf, True, False),
-    "step": (0.0, 1.0, False, True),
-}
-# (a, b): b must be above a.
-_ORDERED: Final = (
-    ("latency_target", "latency_saturate"),
-    ("error_target", "error_saturate"),
-    ("release_at", "engage_at"),
-)
-
-
-def _within(value: object, bounds: _Bounds) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        return False
-    low, high, low_in, high_in = bounds
-    if math.isinf(value):
-        return False
-    above = value >= low if low_in else value > low
-    below = value <= high if high_in else value < high
-    return above and below
-
-
-def describe_range(bounds: _Bounds) -> str:
-    """``bounds`` in words: ``a number above 0 and at most 1``."""
-    low, high, low_in, high_in = bounds
-    first = f"{'at least' if low_in else 'above'} {low:g}"
-    if high == math.inf:
-        return f"a finite number {first}"
-    return f"a number {first} and {'at most' if high_in else 'below'} {high:g}"
-
-
-def range_of(name: str) -> _Bounds | None:
-    """The range of the ``[adaptive]`` number ``name`` (for the config reader)."""
-    return _RANGES.get(name)
-
-
-def ordering_error(low: str, high: str, low_value: float) -> str:
-    """The message when ``high`` is not above ``low`` (for the config reader too)."""
-    return f"{high} must be above {low} ({low_value:g})"
-
-
-ORDERED: Final = _ORDERED
 
 
 def quantize(m: float, floor: float) -> float:
@@ -499,7 +313,7 @@ class Adaptive:
             self._m = 1.0
         self._m = min(1.0, max(config.floor, self._m))
         self.computed = quantize(self._m, config.floor) if self._m < 1.0 else 1.0
-        self.multiplier = self.computed if config.mode == "enforce" else 1.0
+        self.multiplier = self.computed if config.mode is Mode.ENFORCE else 1.0
 
     # -- the hot path ----------------------------------------------------------------------
 
@@ -592,7 +406,7 @@ class Adaptive:
         m = self._m + max(-limit, min(limit, target - self._m))
         self._m = m = min(1.0, max(config.floor, m))
         self.computed = quantize(m, config.floor)
-        self.multiplier = self.computed if config.mode == "enforce" else 1.0
+        self.multiplier = self.computed if config.mode is Mode.ENFORCE else 1.0
         if self.on_update is not None:
             self.on_update(self)
 
@@ -675,7 +489,7 @@ class Adaptive:
         to = names.ENGAGED if engaged else names.RELEASED
         if self.log is not None:
             sources = ", ".join(f"{source} {value:.2f}" for source, value in self.pressures.items())
-            shadow = " (shadow mode: nothing is applied)" if config.mode == "shadow" else ""
+            shadow = " (shadow mode: nothing is applied)" if config.mode is Mode.SHADOW else ""
             tiers = ", ".join(self.tiers) or "none"
             if engaged:
                 self.log.log(

@@ -193,3 +193,22 @@ def test_multiprocess_mode_sums_two_worker_processes(tmp_path: Path) -> None:
     assert registry.get_sample_value(names.REQUESTS_TOTAL, labels) == 7
     assert registry.get_sample_value(names.COST_TOTAL, {"tier": "free", "outcome": "charged"}) == 35
     assert registry.get_sample_value(names.CIRCUIT_OPEN, {"backend": "redis"}) == 1  # max
+
+
+def test_the_instrument_table_builds_every_metric_as_the_attribute_declared() -> None:
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    kinds = {"Counter", "Gauge", "Histogram"}
+    declared = {
+        attribute: kind
+        for attribute, kind in PrometheusMetrics.__annotations__.items()
+        if kind in kinds
+    }
+    rows = names.INSTRUMENTS
+
+    assert declared == {row.attribute: row.kind.capitalize() for row in rows}
+    assert len({row.name for row in rows}) == len(rows)
+    for row in rows:
+        assert type(getattr(metrics, row.attribute)).__name__ == row.kind.capitalize()
+    exported = {family.name for family in registry.collect()}
+    assert exported == {row.name.removesuffix("_total") for row in rows}

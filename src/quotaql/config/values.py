@@ -3,35 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import functools
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal, cast, get_args
+from typing import TYPE_CHECKING, Final, Literal, cast, get_args
 
-from quotaql.adaptive import AdaptiveConfig
-from quotaql.config.locator import render_key
-from quotaql.cost_analysis._compile import graphql_schema
+from quotaql.config.adaptive import AdaptiveConfig
+from quotaql.config.alerts import AlertsConfig
+from quotaql.config.identity import IdentityConfig
 from quotaql.cost_analysis.model import SAFE_LIMITS, CostLimits, CostModel
 from quotaql.errors import ConfigError
-from quotaql.identity import IdentityConfig
-from quotaql.limiter import BackendErrorMode
-from quotaql.observability.thresholds import AlertsConfig
+from quotaql.policy.modes import BackendErrorMode, Mode
 from quotaql.policy.quota import MAX_DELAY_SECONDS, Algorithm, Quota
-from quotaql.storage.leases import LeaseSpec
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    from quotaql.cost_analysis import CostReport
-    from quotaql.identity import Subject
 
 __all__ = [
     "Config",
     "CostConfig",
     "DelaySync",
-    "InFlight",
     "LimitsConfig",
     "Mode",
     "OnLimit",
@@ -39,11 +30,8 @@ __all__ = [
     "TierConfig",
 ]
 
-#: What the limiter does with a request over its quota: refuse it (``enforce``), let it
-#: through and only report it (``shadow``), or not check at all (``off``).
-Mode = Literal["enforce", "shadow", "off"]
-
-MODES: Final = cast("tuple[Mode, ...]", get_args(Mode))
+#: The modes in the order an error lists them (``enforce``, ``shadow``, ``off``).
+MODES: Final = tuple(Mode)
 ALGORITHMS: Final = cast("tuple[Algorithm, ...]", get_args(Algorithm))
 BACKEND_ERROR_MODES: Final = cast("tuple[BackendErrorMode, ...]", get_args(BackendErrorMode))
 DEFAULT_TIER: Final = "free"
@@ -63,10 +51,6 @@ DELAY_SYNC: Final = cast("tuple[DelaySync, ...]", get_args(DelaySync))
 #: ``[tiers.<t>] max_delay`` (seconds) and ``max_queued`` when ``on_limit = "delay"``.
 DEFAULT_MAX_DELAY: Final = 1.0
 DEFAULT_MAX_QUEUED: Final = 10
-#: The names of the lease sets of a tenant (``quotaql.storage.leases``).
-TIER_LEASES: Final = "tier"
-SUBSCRIPTION_LEASES: Final = "subscriptions"
-FIELD_LEASES: Final = "field:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +117,7 @@ class LimitsConfig:
             ``max_delayed``: keep that well below the server's threads).
     """
 
-    mode: Mode = "enforce"
+    mode: Mode = Mode.ENFORCE
     algorithm: Algorithm = "token_bucket"
     on_backend_error: BackendErrorMode = "local"
     default_tier: str = DEFAULT_TIER
@@ -163,6 +147,7 @@ class LimitsConfig:
                 raise ConfigError(
                     f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
                 )
+        object.__setattr__(self, "mode", Mode(self.mode))
         status = self.http_status
         if (
             isinstance(status, bool)
@@ -254,8 +239,6 @@ class TierConfig:
         fields_in_flight: the most operations selecting a root field one tenant runs at
             once, by coordinate (``[tiers.<t>.fields] "Query.search" = { max_in_flight =
             2 }``), on top of the tier's limits.
-        in_flight: the tier's concurrency limits as lease specs (:class:`InFlight`),
-            None when it has none: the one attribute the gate reads for a tier without.
         on_limit: what a query or mutation that does not fit now gets: ``refuse``
             (``RATE_LIMITED``) or ``delay``: its cost is reserved, it waits for its turn
             (at most ``max_delay`` seconds, behind at most ``max_queued`` others of its
@@ -277,7 +260,6 @@ class TierConfig:
     max_in_flight: int | None = None
     max_subscriptions_in_flight: int | None = None
     fields_in_flight: Mapping[str, int] = field(default_factory=dict)
-    in_flight: InFlight | None = field(init=False, repr=False, compare=False)
     on_limit: OnLimit = "refuse"
     max_delay: float | None = None
     max_queued: int | None = None
@@ -287,8 +269,10 @@ class TierConfig:
         object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
         object.__setattr__(self, "field_lines", MappingProxyType(dict(self.field_lines)))
         object.__setattr__(self, "fields_in_flight", MappingProxyType(dict(self.fields_in_flight)))
-        if self.mode is not None and self.mode not in MODES:
-            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.mode is not None:
+            if self.mode not in MODES:
+                raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+            object.__setattr__(self, "mode", Mode(self.mode))
         for name, value, low in (
             ("max_in_flight", self.max_in_flight, 1),
             ("max_subscriptions_in_flight", self.max_subscriptions_in_flight, 0),
@@ -299,23 +283,12 @@ class TierConfig:
                 isinstance(value, bool) or not isinstance(value, int) or value < low
             ):
                 raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-        object.__setattr__(self, "in_flight", InFlight.of(self))
         self._check_delay()
 
     @property
     def delays(self) -> bool:
         """Its operations wait for their turn rather than being refused."""
         return self.on_limit == "delay"
-
-    def delayed(self, quotas: tuple[Quota, ...]) -> tuple[Quota, ...]:
-        """``quotas`` (what :meth:`Config.charges_for` gave for this tier) as they are when
-        the operation may wait: each of the subject's own with ``max_delay`` and
-        ``max_queued``; the shared ones (``[global]``) as they are."""
-        delay, queued = self.max_delay, self.max_queued
-        assert delay is not None  # a delay tier: both set
-        assert queued is not None
-        return tuple(quota if quota.shared else _delaying(quota, delay, queued)
-                     for quota in quotas)  # fmt: skip
 
     def _check_delay(self) -> None:
         if self.on_limit not in ON_LIMIT:
@@ -348,7 +321,7 @@ class TierConfig:
             quotas.append(self.per_user)
         for quota in quotas:
             check_delayable(quota)
-            _delaying(quota, delay, queued)
+            dataclasses.replace(quota, max_delay=delay, max_queued=queued)  # checks the wait
 
     @property
     def subscriptions_in_flight(self) -> int | None:
@@ -366,68 +339,6 @@ def check_delayable(quota: Quota) -> None:
             f'on_limit = "delay" needs token_bucket or gcra quotas; {quota.name!r} is'
             f" {quota.algorithm} (a window has no turns to wait for)"
         )
-
-
-@functools.lru_cache(maxsize=4096)
-def _delaying(quota: Quota, max_delay: float, max_queued: int) -> Quota:
-    """``quota`` with a wait (its state is the same: only the refusal changes)."""
-    return dataclasses.replace(quota, max_delay=max_delay, max_queued=max_queued)
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """A tier's concurrency limits, as the lease sets an operation takes a lease in.
-
-    Each tenant has a set per limit: ``tier`` (queries and mutations, ``max_in_flight``),
-    ``subscriptions`` (``max_subscriptions_in_flight``), and ``field:<coordinate>`` per root
-    field with a ``max_in_flight``. A query or a mutation takes a lease in ``tier`` and in
-    the set of each limited root field it selects; a subscription in ``subscriptions`` and
-    its field's; all or none.
-
-    Attributes:
-        operations: the ``tier`` spec, or nothing (the tier limits only root fields).
-        subscriptions: the ``subscriptions`` spec or nothing; None when the tier allows no
-            subscription at all (``max_subscriptions_in_flight = 0``).
-        fields: the spec of each limited root field, by coordinate.
-    """
-
-    operations: tuple[LeaseSpec, ...]
-    subscriptions: tuple[LeaseSpec, ...] | None
-    fields: Mapping[str, LeaseSpec]
-
-    @staticmethod
-    def of(tier: TierConfig) -> InFlight | None:
-        """The limits of ``tier``, None when it has none."""
-        fields = {
-            coordinate: LeaseSpec(f"{FIELD_LEASES}{coordinate}", maximum)
-            for coordinate, maximum in tier.fields_in_flight.items()
-        }
-        subscriptions = tier.subscriptions_in_flight
-        if tier.max_in_flight is None and subscriptions is None and not fields:
-            return None
-        return InFlight(
-            (LeaseSpec(TIER_LEASES, tier.max_in_flight),) if tier.max_in_flight else (),
-            None
-            if subscriptions == 0
-            else (LeaseSpec(SUBSCRIPTION_LEASES, subscriptions),)
-            if subscriptions
-            else (),
-            MappingProxyType(fields),
-        )
-
-    def specs(
-        self, operation_type: str | None, root_fields: Mapping[str, object]
-    ) -> tuple[LeaseSpec, ...] | None:
-        """The sets an operation of ``operation_type`` selecting ``root_fields`` (its
-        coordinates) takes a lease in, in order (empty: none; None: refused outright, a
-        subscription where the tier allows none)."""
-        base = self.subscriptions if operation_type == "subscription" else self.operations
-        if base is None:
-            return None
-        fields = self.fields
-        if not fields:
-            return base
-        return (*base, *(fields[name] for name in root_fields if name in fields))
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,10 +364,12 @@ class Config:
     Example:
         >>> from quotaql.config import default_config
         >>> config = default_config()
-        >>> [quota.name for quota in config.quotas_for("acme", "ExportOrders")]
-        ['tenant']
+        >>> config.tier_of("acme").name
+        'free'
         >>> config.tier_of("acme").quota.capacity
         1000.0
+
+    Which quotas an operation pays is the gate's policy (:mod:`quotaql.gate.charges`).
 
     Attributes:
         cost: the ``[cost]`` table.
@@ -526,131 +439,3 @@ class Config:
         """The tier of ``tenant``: its own if ``[tenants]`` names it, else the default tier."""
         known = self.tenants.get(tenant) if tenant is not None else None
         return self.tiers[known.tier if known is not None else self.limits.default_tier]
-
-    def quotas_for(
-        self, tenant: str | None, operation_name: str | None, tier: TierConfig | None = None
-    ) -> tuple[Quota, ...]:
-        """The quotas that a request of ``tenant`` running ``operation_name`` spends from.
-
-        In order: the tenant quota (the tenant's own, else its tier's), the tier's quota
-        for ``operation_name`` if it has one, and the global quota if there is one.
-        ``tier``, when given (a tier resolver chose it), replaces the ``[tenants]`` table.
-        Not the ``per_user`` and root-field quotas, which depend on who asks and on what
-        the operation selects: :meth:`charges_for` has every quota an operation pays.
-        """
-        tier, own = self._tier_quota(tenant, tier)
-        quotas = [own]
-        if operation_name is not None:
-            operation = tier.operations.get(operation_name)
-            if operation is not None:
-                quotas.append(operation)
-        if self.global_quota is not None:
-            quotas.append(self.global_quota)
-        return tuple(quotas)
-
-    def charges_for(
-        self,
-        subject: Subject,
-        report: CostReport | None,
-        tier: TierConfig | None = None,
-        charge: float | None = None,
-        multiplier: float = 1.0,
-    ) -> tuple[tuple[Quota, ...], tuple[float, ...] | None]:
-        """The quotas one operation of ``subject`` pays into, and what each is debited.
-
-        In order: the subject's quota (its tenant's own, else its tier's); the tier's
-        ``per_user`` quota of the user inside the tenant, if there is one; the tier's
-        quota for the operation's name; a quota per root field the operation selects
-        (``[tiers.<t>.fields]``: debited that field's cost, at least 1 a selection, so that
-        a field the cost model prices at 0 still counts its calls); the global quota.
-        All in one atomic call of the storage.
-
-        ``charge`` is what the subject's, the user's, the operation's and the global quota
-        pay (default: the report's cost); without a report (a request refused before it
-        was priced pays ``charge``) no operation or root-field quota applies.
-
-        ``multiplier`` (adaptive limits, below 1 while the service is overloaded) divides
-        what the quotas of an adaptive tier (:attr:`adaptive_tiers`) are debited, each at
-        most its maximum (:meth:`AdaptiveConfig.scale`); other tiers ignore it.
-
-        Returns:
-            The quotas, and their amounts when they differ from the operation's cost
-            (None: every quota pays :attr:`CostReport.cost`).
-        """
-        if multiplier < 1.0:
-            paid, amounts = self.charges_for(subject, report, tier, charge)
-            if self._tier_quota(subject.tenant, tier)[0].name not in self.adaptive_tiers:
-                return paid, amounts
-            base = charge if charge is not None else report.cost if report is not None else 0.0
-            return paid, self.adaptive.scale(paid, amounts, base, multiplier)
-        tier, own = self._tier_quota(subject.tenant, tier)
-        if not (tier.per_user or tier.operations or tier.fields or self.global_quota):
-            return (own,), None  # the common case: one quota
-        cost = charge if charge is not None else report.cost if report is not None else 0.0
-        quotas, costs = [own], [cost]
-        if subject.user is not None and tier.per_user is not None:
-            quotas.append(_per_user(tier.per_user, subject.user))
-            costs.append(cost)
-        name = report.operation_name if report is not None else None
-        operation = tier.operations.get(name) if name is not None else None
-        if operation is not None:
-            quotas.append(operation)
-            costs.append(cost)
-        fields = tier.fields
-        if fields and report is not None:
-            for coordinate, root in report.root_field_costs.items():
-                quota = fields.get(coordinate)
-                if quota is not None:
-                    quotas.append(quota)
-                    costs.append(max(root.cost, float(root.selections)))
-        if self.global_quota is not None:
-            quotas.append(self.global_quota)
-            costs.append(cost)
-        differs = any(each != cost for each in costs)
-        return tuple(quotas), tuple(costs) if differs else None
-
-    def check_fields(self, schema: Any) -> None:
-        """Check that every ``[tiers.<t>.fields]`` coordinate is a root field of ``schema``.
-
-        Raises:
-            ConfigError: a coordinate that is not a field of the query, mutation or
-                subscription type (naming the file, the key, its line and the closest
-                root fields).
-        """
-        if not any(tier.fields or tier.fields_in_flight for tier in self.tiers.values()):
-            return
-        graphql = graphql_schema(schema)
-        roots = [graphql.query_type, graphql.mutation_type, graphql.subscription_type]
-        fields = {
-            f"{root.name}.{name}" for root in roots if root is not None for name in root.fields
-        }
-        for tier in self.tiers.values():
-            for coordinate in {**tier.fields, **tier.fields_in_flight}:
-                if coordinate in fields:
-                    continue
-                close = difflib.get_close_matches(coordinate, fields, n=3)
-                hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-                raise ConfigError(
-                    f"{coordinate!r} is not a root field of the schema (a field of its query,"
-                    f" mutation or subscription type){hint}",
-                    file=self.source,
-                    key=render_key(("tiers", tier.name, "fields", coordinate)),
-                    line=tier.field_lines.get(coordinate),
-                )
-
-    def _tier_quota(self, tenant: str | None, tier: TierConfig | None) -> tuple[TierConfig, Quota]:
-        """The tier and the own quota of ``tenant`` (``tier``: what a tier resolver chose)."""
-        if tier is not None:
-            return tier, tier.quota
-        known = self.tenants.get(tenant) if tenant is not None else None
-        if known is None:
-            tier = self.tiers[self.limits.default_tier]
-            return tier, tier.quota
-        tier = self.tiers[known.tier]
-        return tier, tier.quota if known.quota is None else known.quota
-
-
-@functools.lru_cache(maxsize=4096)
-def _per_user(quota: Quota, user: str) -> Quota:
-    """The ``per_user`` quota of one user: built once per user while it is busy."""
-    return quota.scoped(user)

@@ -59,12 +59,14 @@ from quotaql.errors import (
     CostAnalysisError,
     LimitExceeded,
 )
+from quotaql.gate import charges
 from quotaql.gate.answer import BatchAnswers
 from quotaql.gate.delay import DelayLine
 from quotaql.gate.holdings import Holdings
 from quotaql.gate.operation import (
     CostHeader,
     Operation,
+    Outcome,
     enter,
     operation_type,
 )
@@ -81,6 +83,7 @@ from quotaql.instrumentation.logs import LogRecorder, StructuredLog
 from quotaql.instrumentation.tracing import Tracing
 from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
 from quotaql.limiter.concurrency import ConcurrencyLimiter
+from quotaql.policy.modes import Mode
 from quotaql.storage.memory import MemoryStorage
 from quotaql.storage.redis import AsyncRedisStorage
 
@@ -310,9 +313,9 @@ class Gate:
         try:
             screen(document, limits)
         except LimitExceeded as exceeded:
-            if op is not None and op.mode != "enforce":
-                if op.mode == "shadow":
-                    op.violation = exceeded.code
+            if op is not None and op.mode is not Mode.ENFORCE:
+                if op.mode is Mode.SHADOW:
+                    op.violated(exceeded.code)
                     self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
                 return None
             error = graphql_error(exceeded)
@@ -514,11 +517,11 @@ class Gate:
         tier = resolve_tier(config, self.tier_resolver, subject, context, self.log)
         header = _cost_header(request)
         op = Operation(subject, tier, tier.mode or config.limits.mode, header)
-        if op.mode == "off" and header is None:
+        if op.mode is Mode.OFF and header is None:
             return op
         if self.tracing is not None:
             op.span = self.tracing.start()
-        if op.mode == "enforce":
+        if op.mode is Mode.ENFORCE:
             self._refusals.deny_unparsed(op)  # even the cheapest request would be refused
         return op
 
@@ -546,7 +549,7 @@ class Gate:
                 yield from self._reject(op, document)
             return op
         header = op.header
-        if document is None or (op.mode == "off" and header is None):
+        if document is None or (op.mode is Mode.OFF and header is None):
             return op
         enter(op)
         op.schema, op.document, op.variables = schema, document, variables
@@ -555,8 +558,9 @@ class Gate:
             # A subscription always runs (its stream is not a result a header can replace):
             # priced and debited like any other, with the breakdown "validate" asked for.
             op.header = header = "report"
+            op.outcome = Outcome.SHADOW_BLOCKED if op.violation else Outcome.ALLOWED
         subject = op.subject
-        if subject.rejected and op.mode != "off":
+        if subject.rejected and op.mode is not Mode.OFF:
             yield from self._refusals.reject_key(op)  # before any pricing: guessing keys is cheap
             if op.refused:
                 return op
@@ -570,30 +574,31 @@ class Gate:
         assert report is not None  # priced
         if header is not None:
             op.breakdown = report.by_coordinate
-        if op.mode == "off":
+        if op.mode is Mode.OFF:
             return op  # priced, not limited: nothing debited
         if header == "validate":
             yield from self._refusals.charge_minimum(op)  # priced, not run: it pays the minimum
             return op
         minimum = config.limits.min_charge
         op.charge = charge = max(report.cost, minimum)
-        op.quotas, op.costs = config.charges_for(
-            subject, report, op.tier if self.tier_resolver is not None else None,
+        op.quotas, op.costs = charges.charges_for(
+            config, subject, report, op.tier if self.tier_resolver is not None else None,
             charge if charge != report.cost else None,
         )  # fmt: skip
         adaptive = self.adaptive
         if adaptive is not None:
             self._scaling.admit(op, adaptive, config, report.operation_type != "subscription")
-        if op.mode == "enforce" and self._refusals.deny_priced(op):
+        if op.mode is Mode.ENFORCE and self._refusals.deny_priced(op):
             return op  # no cheaper than what was refused, before its time
         subscription = report.operation_type == "subscription"
         if subscription:
             limit = config.limits.max_subscriptions
-            if not self._holdings.take_slot(op, limit if op.mode == "enforce" else None):
+            if not self._holdings.take_slot(op, limit if op.mode is Mode.ENFORCE else None):
                 op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
+                op.outcome = Outcome.TOO_MANY_SUBSCRIPTIONS
                 self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
                 return op
-        if op.tier.in_flight is not None and not (
+        if charges.in_flight(op.tier) is not None and not (
             yield from self._holdings.lease_first(op, report)
         ):
             return op  # a concurrency limit: the lease first, so that a refusal debits nothing
@@ -616,7 +621,7 @@ class Gate:
             if lease is not None:
                 op.lease = None
                 yield ReleaseLease(lease, op)
-            if decision.reason == "exceeds_capacity" and op.mode == "enforce":
+            if decision.reason == "exceeds_capacity" and op.mode is Mode.ENFORCE:
                 yield from self._refusals.charge_refusal(op)  # it can never run: as a static limit
         return op
 
@@ -628,13 +633,13 @@ class Gate:
             yield from self._refusals.charge_minimum(op)
 
     def _decided(self, op: Operation, decision: Decision) -> None:
-        op.decision = decision
+        op.decided(decision)
         if not decision.allowed:
             code = error_code(decision)
             waits = op.waits
             if waits is not None and decision.reason == "rate_limited":
                 self._delays.refused(op, decision, waits)
-            if op.mode == "enforce":
+            if op.mode is Mode.ENFORCE:
                 if waits != names.DELAY_PROCESS_FULL:  # the next one may find a place
                     self._refusals.remember(op, decision)
                 error = self._refusals.rate_limited(op, decision)
@@ -660,7 +665,7 @@ class Gate:
 
     def _event(self, op: Operation) -> _Flow:
         op.events += 1
-        if op.events == 1 or op.mode == "off" or not op.quotas or op.error is not None:
+        if op.events == 1 or op.mode is Mode.OFF or not op.quotas or op.error is not None:
             return None  # the first event was paid when the subscription started
         adaptive = self.adaptive
         if adaptive is not None:
@@ -670,14 +675,14 @@ class Gate:
         decision: Decision = yield Acquire(op.subject.key, op.charge, op.quotas, op.costs)
         if self.metrics is not None:
             outcome = names.ALLOWED if decision.allowed else names.BLOCKED
-            if not decision.allowed and op.mode != "enforce":
+            if not decision.allowed and op.mode is not Mode.ENFORCE:
                 outcome = names.SHADOW_BLOCKED
             charged = op.charge if decision.allowed and decision.source != "fail_open" else 0.0
             self.metrics.event(outcome, op.tier.name, charged)
         if decision.allowed:
-            op.decision = decision  # what the subscriber has left now
+            op.decided(decision)  # what the subscriber has left now
             return None
-        if op.mode != "enforce":
+        if op.mode is not Mode.ENFORCE:
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))
             return None
         error = self._refusals.rate_limited(op, decision)
@@ -795,7 +800,7 @@ class Gate:
         self._scaling.configure(config)
         self._refusals.configure(config)
         self._holdings.configure(config.limits)
-        limited = any(tier.in_flight is not None for tier in config.tiers.values())
+        limited = any(charges.in_flight(tier) is not None for tier in config.tiers.values())
         if not self._concurrency.configure(config.limits.lease_ttl, limited, self.storage):
             self._record.say_once(
                 "leases_in_memory",

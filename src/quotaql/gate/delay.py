@@ -8,8 +8,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from quotaql._flow import Await
+from quotaql.gate import charges
 from quotaql.gate.slots import Slots
 from quotaql.instrumentation import names
+from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
@@ -50,14 +52,14 @@ class DelayLine:
         if not can_await and limits.delay_sync != "sleep":
             op.waits = names.DELAY_SYNC
             return
-        if op.mode != "enforce":
+        if op.mode is not Mode.ENFORCE:
             op.waits = False  # decided as enforce would, never waits
         elif self._waiting.take("", limits.max_delayed):
             op.waits = True
         else:
             op.waits = names.DELAY_PROCESS_FULL
             return
-        op.quotas = op.tier.delayed(op.quotas)
+        op.quotas = charges.delayed(op.tier, op.quotas)
 
     def wait(
         self, op: Operation, delay: float, can_await: bool, adaptive: Adaptive | None

@@ -9,7 +9,6 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from quotaql._flow import TakeLease
-from quotaql.config.values import SUBSCRIPTION_LEASES, TIER_LEASES
 from quotaql.contract import (
     IN_FLIGHT,
     IN_FLIGHT_SUBSCRIPTIONS,
@@ -18,10 +17,14 @@ from quotaql.contract import (
     rate_limit_error,
     too_many_concurrent_error,
 )
+from quotaql.gate import charges
+from quotaql.gate.charges import SUBSCRIPTION_LEASES, TIER_LEASES
+from quotaql.gate.operation import Outcome
 from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.gate.slots import Slots
 from quotaql.instrumentation import names
 from quotaql.limiter.concurrency import Lease
+from quotaql.policy.modes import Mode
 from quotaql.policy.quota import Decision
 from quotaql.storage.leases import new_lease_id
 
@@ -73,7 +76,7 @@ class Holdings:
     def lease_first(self, op: Operation, report: CostReport) -> Generator[Any, Any, bool]:
         """The lease of an operation of a tier with a concurrency limit, before its debit:
         True when it may run; refused, its subscription slot is given back."""
-        in_flight = op.tier.in_flight
+        in_flight = charges.in_flight(op.tier)
         assert in_flight is not None  # the caller looked
         specs = in_flight.specs(report.operation_type, report.root_field_costs)
         if specs is not None and not specs:
@@ -112,16 +115,17 @@ class Holdings:
         if result is None:  # the storage failed: open runs without a lease, closed refuses
             op.lease = Lease(lease, key, names_, None, None, op.tier.name, 0, taken.stray)
             self.concurrency.watch(op, op.lease)
-            if self.concurrency.fail_mode != "closed" or op.mode != "enforce":
+            if self.concurrency.fail_mode != "closed" or op.mode is not Mode.ENFORCE:
                 return True
             # As the limiter's own fail-closed decision: its quotas' sizes, nothing debited.
             retry = max(self.concurrency.breaker.retry_after(), 1.0)
             limit = min((quota.maximum for quota in op.quotas), default=math.inf)
-            op.decision = Decision(
+            decision = Decision(
                 False, op.charge, 0.0, limit, retry, 0.0, None, "fail_closed",
                 "backend_unavailable",
             )  # fmt: skip
-            error = self._refuse(op, rate_limit_error(op.decision))
+            op.decided(decision)
+            error = self._refuse(op, rate_limit_error(decision))
             self._log(op, names.FAIL_CLOSED, "quotaql: refused %s: %s", RATE_LIMITER_UNAVAILABLE,
                       error.message)  # fmt: skip
             return False
@@ -147,12 +151,13 @@ class Holdings:
         """A full lease set: refuse ``op`` (``TOO_MANY_CONCURRENT``, nothing debited, not
         remembered by the deny cache: a slot may free at any moment), or in shadow mode
         let it run without a lease; True when it runs."""
-        if op.mode != "enforce":
-            op.violation = op.violation or TOO_MANY_CONCURRENT
+        if op.mode is not Mode.ENFORCE:
+            op.violated(TOO_MANY_CONCURRENT)
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, TOO_MANY_CONCURRENT)
             return True
         error = too_many_concurrent_error(limited_by, maximum, self._in_flight_wait(next_free_ms))
         self._refuse(op, error)
+        op.outcome = Outcome.TOO_MANY_CONCURRENT
         self._log(op, names.TOO_MANY_CONCURRENT, "quotaql: refused %s: %s", TOO_MANY_CONCURRENT,
                   error.message)  # fmt: skip
         return False

@@ -6,19 +6,19 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from graphql import DocumentNode, GraphQLError
 
 from quotaql.contract import (
     TOO_MANY_CONCURRENT,
-    TOO_MANY_SUBSCRIPTIONS,
-    UNKNOWN_API_KEY,
     rate_limit_headers,
 )
 from quotaql.cost_analysis.analyzer import select_operation
 from quotaql.errors import CostAnalysisError
 from quotaql.instrumentation import names
+from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CostHeader",
     "Operation",
+    "Outcome",
     "concurrency_wait",
     "current_operation",
     "enter",
@@ -41,6 +42,22 @@ __all__ = [
 
 #: What the ``GraphQL-Cost`` request header asks: price without running, or add a breakdown.
 CostHeader = Literal["validate", "report"]
+
+
+class Outcome(StrEnum):
+    """What became of an operation: the ``decision`` label of its metrics and span."""
+
+    ALLOWED = names.ALLOWED
+    BLOCKED = names.BLOCKED
+    SHADOW_BLOCKED = names.SHADOW_BLOCKED
+    REJECTED = names.REJECTED  # did not parse, validate or pass the static limits
+    DENIED = names.DENIED  # refused from the deny cache
+    FAIL_OPEN = names.FAIL_OPEN
+    FAIL_CLOSED = names.FAIL_CLOSED
+    VALIDATED = names.VALIDATED  # priced, not run (GraphQL-Cost: validate)
+    UNKNOWN_KEY = names.UNKNOWN_KEY
+    TOO_MANY_SUBSCRIPTIONS = names.TOO_MANY_SUBSCRIPTIONS
+    TOO_MANY_CONCURRENT = names.TOO_MANY_CONCURRENT
 
 
 class Operation:
@@ -54,6 +71,8 @@ class Operation:
         report: the static price (None when the analysis refused the operation).
         quotas: the quotas debited, and ``costs`` what each was debited when they differ.
         decision: the limiter's answer (None when nothing was debited).
+        outcome: what became of it (:class:`Outcome`: the ``decision`` label of its
+            metrics), set where it is decided.
         actual: the actual cost once executed.
         sizes: the lists the response held, ``(coordinate, assumed, returned, sliced)``,
             when this operation was sampled for tuning (``[cost] tuning_sample``).
@@ -97,6 +116,7 @@ class Operation:
         "more",
         "multiplier",
         "operation_name",
+        "outcome",
         "paid_minimum",
         "quotas",
         "refunded",
@@ -116,7 +136,7 @@ class Operation:
     )
 
     def __init__(
-        self, subject: Subject, tier: TierConfig, mode: str, header: CostHeader | None
+        self, subject: Subject, tier: TierConfig, mode: Mode, header: CostHeader | None
     ) -> None:
         self.subject = subject
         self.tier = tier
@@ -152,6 +172,39 @@ class Operation:
         self.started: float | None = None
         self.lease: Lease | None = None
         self.waits: bool | str | None = None
+        self.outcome = Outcome.VALIDATED if header == "validate" else Outcome.ALLOWED
+
+    def decided(self, decision: Decision) -> None:
+        """The limiter decided ``op``'s debit: refused (or, in shadow mode, would have
+        been), or allowed (failing open, or in shadow mode past a limit it crossed)."""
+        self.decision = decision
+        if not decision.allowed:
+            self.outcome = (
+                Outcome.FAIL_CLOSED
+                if decision.source == "fail_closed"
+                else Outcome.BLOCKED
+                if self.mode is Mode.ENFORCE
+                else Outcome.SHADOW_BLOCKED
+            )
+        elif decision.source == "fail_open":
+            self.outcome = Outcome.FAIL_OPEN
+        elif self.header == "validate" and self.error is None:
+            self.outcome = Outcome.VALIDATED
+        else:
+            self.outcome = Outcome.SHADOW_BLOCKED if self.violation else Outcome.ALLOWED
+
+    def rejected(self) -> None:
+        """``op`` did not parse, validate or pass the static limits (unless the limiter
+        refused it already)."""
+        if self.decision is None or self.decision.allowed:
+            self.outcome = Outcome.REJECTED
+
+    def violated(self, code: str) -> None:
+        """Shadow mode let ``op`` past a limit (``code``) that would have refused it."""
+        if self.violation is None:
+            self.violation = code
+        if self.outcome is Outcome.ALLOWED:
+            self.outcome = Outcome.SHADOW_BLOCKED
 
     def refuse(self, error: GraphQLError, status: int | None = None, *more: GraphQLError) -> None:
         """Answer ``error`` (and ``more``; with HTTP ``status``, for a limiter's refusal)
@@ -218,32 +271,6 @@ class Operation:
             return None
         code = self.error.extensions.get("code")
         return code if isinstance(code, str) else None
-
-    @property
-    def outcome(self) -> str:
-        """The ``decision`` label of this operation's metrics (``names.DECISIONS``)."""
-        decision = self.decision
-        code = self.code
-        if code is not None:
-            if code == UNKNOWN_API_KEY:
-                return names.UNKNOWN_KEY
-            if code == TOO_MANY_SUBSCRIPTIONS:
-                return names.TOO_MANY_SUBSCRIPTIONS
-            if code == TOO_MANY_CONCURRENT:
-                return names.TOO_MANY_CONCURRENT
-        if self.denied:
-            return names.DENIED
-        if decision is not None and not decision.allowed:
-            if decision.source == "fail_closed":
-                return names.FAIL_CLOSED
-            return names.BLOCKED if self.mode == "enforce" else names.SHADOW_BLOCKED
-        if self.failed or (self.report is None and self.error is not None):
-            return names.REJECTED  # did not parse, validate or pass the static limits
-        if decision is not None and decision.source == "fail_open":
-            return names.FAIL_OPEN
-        if self.header == "validate":
-            return names.VALIDATED
-        return names.SHADOW_BLOCKED if self.violation else names.ALLOWED
 
     @property
     def headers(self) -> dict[str, str]:

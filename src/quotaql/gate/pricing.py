@@ -9,6 +9,7 @@ from quotaql.cost_analysis import analyze
 from quotaql.errors import CostAnalysisError, LimitExceeded
 from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.instrumentation import names
+from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -36,13 +37,14 @@ def price(
                 schema, document, variables, operation_name, cost.model, cost.limits
             )
         except LimitExceeded as exceeded:
-            if op.mode != "shadow":
+            if op.mode is not Mode.SHADOW:
                 raise
-            op.violation = exceeded.code
+            op.violated(exceeded.code)
             log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
             op.report = analyze(schema, document, variables, operation_name, cost.model)
     except CostAnalysisError as error:
         op.refuse(graphql_error(error))
+        op.rejected()
         log(op, names.REJECTED, "quotaql: rejected %s: %s", error.code, error)
         return False
     return True

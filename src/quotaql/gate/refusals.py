@@ -15,9 +15,12 @@ from quotaql.contract import (
     status_for,
     unknown_key_error,
 )
+from quotaql.gate import charges
+from quotaql.gate.operation import Outcome
 from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.instrumentation import names
 from quotaql.limiter.deny import DenyCache
+from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Sequence
@@ -87,6 +90,7 @@ class Refusals:
     def failed(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
         op.refuse(errors[0], None, *errors[1:])
         op.failed = True
+        op.rejected()
         code = op.code or "GRAPHQL_VALIDATION_FAILED"
         self._log(op, names.REJECTED, "quotaql: rejected %s: %s", code, errors[0].message)
 
@@ -95,16 +99,20 @@ class Refusals:
         a static-limit refusal, or a ``GraphQL-Cost: validate`` request. Out of budget, it
         is refused ``RATE_LIMITED`` (an invalid document keeps its errors) and pays
         nothing; charged once."""
-        if op.mode == "off" or op.decision is not None or op.denied:
+        if op.mode is Mode.OFF or op.decision is not None or op.denied:
             return
         paid = yield from self._pay_minimum(op)
         if paid is None:
             return
         decision, op.quotas, op.costs = paid
-        op.decision, op.charge = decision, self.config.limits.min_charge
+        op.charge = self.config.limits.min_charge
+        if decision.allowed and op.error is not None:
+            op.decision = decision  # a refused document stays rejected
+        else:
+            op.decided(decision)
         if decision.allowed:
             return
-        if op.mode != "enforce":
+        if op.mode is not Mode.ENFORCE:
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))
             return
         self.remember(op, decision, op.quotas)
@@ -136,7 +144,7 @@ class Refusals:
             return None
         tier = op.tier if self.by_resolver else None
         multiplier = self._scaling.multiplier
-        quotas, costs = config.charges_for(op.subject, None, tier, minimum, multiplier)
+        quotas, costs = charges.charges_for(config, op.subject, None, tier, minimum, multiplier)
         decision: Decision = yield Acquire(op.subject.key, minimum, quotas, costs)
         return decision, quotas, costs
 
@@ -147,6 +155,7 @@ class Refusals:
         op.denied = True
         op.quotas = quotas
         error = self.rate_limited(op, decision, unpriced=unpriced)
+        op.outcome = Outcome.DENIED
         self._log(op, names.DENIED, "quotaql: denied %s (deny cache): %s", RATE_LIMITED,
                   error.message)  # fmt: skip
 
@@ -155,7 +164,8 @@ class Refusals:
     ) -> GraphQLError:
         """Refuse ``op`` for the storage's (or the deny cache's) refusal ``decision``: its
         retry time jittered, in the error and in the headers alike."""
-        op.decision = decision = self._jittered(decision)
+        decision = self._jittered(decision)
+        op.decided(decision)
         return self.refuse(op, rate_limit_error(decision, unpriced=unpriced))
 
     def remember(
@@ -183,11 +193,12 @@ class Refusals:
         costs = None
         multiplier = self._scaling.multiplier
         if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
-            costs = config.adaptive.scale((quota,), None, charge, multiplier)
+            costs = charges.scaled(config.adaptive, (quota,), None, charge, multiplier)
         decision: Decision = yield Acquire(op.subject.key, charge, (quota,), costs)
-        op.quotas, op.decision, op.charge = (quota,), decision, charge
+        op.quotas, op.charge = (quota,), charge
+        op.decided(decision)
         header = self.config.identity.api_key_header
-        if op.mode != "enforce":
+        if op.mode is not Mode.ENFORCE:
             self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, "UNKNOWN_API_KEY")
             return
         if not decision.allowed and decision.reason == "rate_limited":
@@ -196,6 +207,7 @@ class Refusals:
         else:
             self.refuse(op, unknown_key_error(header))
             op.decision = None  # no budget headers on a 401
+            op.outcome = Outcome.UNKNOWN_KEY
         self._log(op, names.UNKNOWN_KEY, "quotaql: refused %s", op.code)
 
     def refuse(self, op: Operation, error: GraphQLError) -> GraphQLError:

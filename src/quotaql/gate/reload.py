@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from quotaql.config import load_config
 from quotaql.cost_analysis import check_model
 from quotaql.errors import ConfigError
+from quotaql.gate import charges
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,4 +111,4 @@ class Reloader:
 def check_config(config: Config, schema: Any) -> None:
     """``config`` against ``schema``: its weights' and its root-field quotas' coordinates."""
     check_model(schema, config.cost.model)
-    config.check_fields(schema)
+    charges.check_fields(config, schema)

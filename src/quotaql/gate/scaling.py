@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from quotaql.adaptive import Adaptive, unexpected_error
 from quotaql.errors import ConfigError
+from quotaql.gate import charges
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -66,7 +67,7 @@ class Scaling:
         multiplier = adaptive.multiplier
         if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
             op.base = op.costs if op.costs is not None else (op.charge,) * len(op.quotas)
-            op.costs = config.adaptive.scale(op.quotas, op.costs, op.charge, multiplier)
+            op.costs = charges.scaled(config.adaptive, op.quotas, op.costs, op.charge, multiplier)
             op.multiplier = multiplier
 
     def rescale(self, op: Operation, config: Config, multiplier: float) -> None:
@@ -76,7 +77,7 @@ class Scaling:
         base = op.base if op.base is not None else op.costs
         if multiplier < 1.0:
             op.base = base if base is not None else (op.charge,) * len(op.quotas)
-            op.costs = config.adaptive.scale(op.quotas, base, op.charge, multiplier)
+            op.costs = charges.scaled(config.adaptive, op.quotas, base, op.charge, multiplier)
         else:  # back to what it paid at the start: None when every quota paid the charge
             same = base is None or all(amount == op.charge for amount in base)
             op.base, op.costs = None, None if same else base

@@ -36,21 +36,32 @@ from quotaql.instrumentation import names
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-    from prometheus_client import CollectorRegistry
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
     from quotaql.policy.quota import Decision
 
 __all__ = ["DELAY_BUCKETS", "PrometheusMetrics", "TenantLabels", "metrics_app"]
 
-DELAY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-"""The buckets of ``quotaql_delay_seconds``: from a few milliseconds (a turn a refill away)
-to a minute (``max_delay`` is rarely longer). 1.0, the default threshold of the
-``QuotaqlDelaysLong`` alert (``[alerts] delay_p99_seconds``), is an edge, so it is exact."""
+DELAY_BUCKETS: Final = names.DELAY_BUCKETS
+"""The buckets of ``quotaql_delay_seconds``, as ``names.DELAY_BUCKETS`` gives them."""
 
 
 def _base(counter_name: str) -> str:
     """prometheus-client adds ``_total`` to a counter's name itself."""
     return counter_name.removesuffix("_total")
+
+
+def _instrument(row: names.Instrument) -> Counter | Gauge | Histogram:
+    """The instrument of one row of ``names.INSTRUMENTS``, on no registry yet."""
+    from prometheus_client import Counter, Gauge, Histogram  # noqa: PLC0415
+
+    if row.kind == "counter":
+        return Counter(_base(row.name), row.help, row.labels, registry=None)
+    if row.kind == "gauge":
+        return Gauge(
+            row.name, row.help, row.labels, registry=None, multiprocess_mode=row.multiprocess_mode
+        )
+    return Histogram(row.name, row.help, row.labels, buckets=row.buckets, registry=None)
 
 
 def _quotaql_version() -> str:
@@ -131,6 +142,41 @@ class PrometheusMetrics:
         top_tenants: how many more tenants (the busiest, hashed) get their own label.
     """
 
+    # The instruments: one attribute per row of names.INSTRUMENTS (set by one loop).
+    requests: Counter
+    query_cost: Histogram
+    actual_cost: Histogram
+    depth: Histogram
+    cost_points: Counter
+    check_duration: Histogram
+    backend_errors: Counter
+    circuit_open: Gauge
+    tenant_requests: Counter
+    identity: Counter
+    subscription_events: Counter
+    subscriptions_open: Gauge
+    pressure: Gauge
+    adaptive_multiplier: Gauge
+    adaptive_engaged: Gauge
+    adaptive_transitions_total: Counter
+    in_flight_gauge: Gauge
+    delay_seconds: Histogram
+    delayed_waiting: Gauge
+    delay_refused_total: Counter
+    delay_cancelled_total: Counter
+    leases_total: Counter
+    refunds_total: Counter
+    refund_queue: Gauge
+    pipeline_commands: Counter
+    pipeline_batches: Counter
+    build_info: Gauge
+    estimate_ratio: Histogram
+    list_returned: Histogram
+    list_operation_max: Histogram
+    list_assumed: Gauge
+    list_max_returned: Gauge
+    list_sliced_ratio: Histogram
+
     def __init__(
         self,
         registry: CollectorRegistry | None = None,
@@ -138,193 +184,16 @@ class PrometheusMetrics:
         tenant_allowlist: Iterable[str] = (),
         top_tenants: int = 0,
     ) -> None:
-        from prometheus_client import REGISTRY, Counter, Gauge, Histogram  # noqa: PLC0415
+        from prometheus_client import REGISTRY  # noqa: PLC0415
 
         registry = REGISTRY if registry is None else registry
         self.registry = registry
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._operations: dict[tuple[str, str, str, str | None], tuple[Any, ...]] = {}
         self.tenants = TenantLabels(tenant_allowlist, top_tenants)
-        operation_labels = (names.LABEL_DECISION, names.LABEL_OPERATION_TYPE, names.LABEL_TIER)
-        cost_labels = (names.LABEL_OPERATION_TYPE, names.LABEL_TIER)
-        self.requests = Counter(
-            _base(names.REQUESTS_TOTAL),
-            "GraphQL operations seen by quotaql, by decision.",
-            operation_labels,
-            registry=registry,
-        )
-        self.query_cost = Histogram(
-            names.QUERY_COST,
-            "Estimated (requested) cost of each operation, before it runs.",
-            cost_labels,
-            buckets=names.COST_BUCKETS,
-            registry=registry,
-        )
-        self.actual_cost = Histogram(
-            names.QUERY_ACTUAL_COST,
-            "Actual cost of each executed operation, from the data it returned.",
-            cost_labels,
-            buckets=names.COST_BUCKETS,
-            registry=registry,
-        )
-        self.depth = Histogram(
-            names.QUERY_DEPTH,
-            "Field nesting depth of each operation.",
-            (names.LABEL_OPERATION_TYPE,),
-            buckets=names.DEPTH_BUCKETS,
-            registry=registry,
-        )
-        self.cost_points = Counter(
-            _base(names.COST_TOTAL),
-            "Cost points charged to budgets, and refunded after execution.",
-            (names.LABEL_TIER, names.LABEL_OUTCOME),
-            registry=registry,
-        )
-        self.check_duration = Histogram(
-            names.CHECK_DURATION,
-            "Time of one limiter decision, storage round trips included.",
-            (names.LABEL_BACKEND,),
-            buckets=names.CHECK_DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.backend_errors = Counter(
-            _base(names.BACKEND_ERRORS_TOTAL),
-            "Failed calls to the limiter's storage.",
-            (names.LABEL_BACKEND, names.LABEL_ERROR_TYPE),
-            registry=registry,
-        )
-        self.circuit_open = Gauge(
-            names.CIRCUIT_OPEN,
-            "1 while the circuit breaker in front of the storage is open.",
-            (names.LABEL_BACKEND,),
-            registry=registry,
-            multiprocess_mode="livemax",  # a dead worker's open breaker is forgotten
-        )
-        self.tenant_requests = Counter(
-            _base(names.TENANT_REQUESTS_TOTAL),
-            "Operations per tenant (allowlisted or top-N; every other tenant is 'other').",
-            (names.LABEL_TENANT, names.LABEL_DECISION),
-            registry=registry,
-        )
-        self.identity = Counter(
-            _base(names.IDENTITY_TOTAL),
-            "Operations by how their subject (who pays) was identified.",
-            (names.LABEL_SOURCE,),
-            registry=registry,
-        )
-        self.subscription_events = Counter(
-            _base(names.SUBSCRIPTION_EVENTS_TOTAL),
-            "Subscription events after the first: charged (allowed) or refused (blocked).",
-            (names.LABEL_DECISION, names.LABEL_TIER),
-            registry=registry,
-        )
-        self.subscriptions_open = Gauge(
-            names.SUBSCRIPTIONS_OPEN,
-            "Subscriptions open now.",
-            registry=registry,
-            multiprocess_mode="livesum",  # every live worker's, summed
-        )
-        self.pressure = Gauge(
-            names.PRESSURE,
-            "The adaptive limits' pressure signal of each source, 0 (none) to 1 (saturated).",
-            (names.LABEL_SOURCE,),
-            registry=registry,
-            multiprocess_mode="livemax",
-        )
-        self.adaptive_multiplier = Gauge(
-            names.ADAPTIVE_MULTIPLIER,
-            "What each tier's charges are divided by (1: not scaled); in shadow mode, what"
-            " would be.",
-            (names.LABEL_TIER,),
-            registry=registry,
-            multiprocess_mode="livemin",
-        )
-        self.adaptive_engaged = Gauge(
-            names.ADAPTIVE_ENGAGED,
-            "1 while adaptive limits are engaged (in shadow mode: would be).",
-            registry=registry,
-            multiprocess_mode="livemax",
-        )
-        self.adaptive_transitions_total = Counter(
-            _base(names.ADAPTIVE_TRANSITIONS_TOTAL),
-            "Adaptive limits engaging and releasing.",
-            (names.LABEL_TO,),
-            registry=registry,
-        )
-        self.in_flight_gauge = Gauge(
-            names.IN_FLIGHT,
-            "Leases this process holds: operations (and subscriptions) of tiers with a"
-            " concurrency limit running now.",
-            (names.LABEL_TIER,),
-            registry=registry,
-            multiprocess_mode="livesum",  # every live worker's, summed
-        )
-        # Delays (on_limit = "delay"): what waited, how long, and what was refused or left.
-        self.delay_seconds = Histogram(
-            names.DELAY_SECONDS,
-            "How long operations of delay tiers waited for their turn (only those that"
-            " waited: its count is the operations delayed).",
-            (names.LABEL_TIER,),
-            buckets=DELAY_BUCKETS,
-            registry=registry,
-        )
-        self.delayed_waiting = Gauge(
-            names.DELAYED_WAITING,
-            "Operations this process has waiting for their turn now (at most [limits]"
-            " max_delayed).",
-            registry=registry,
-            multiprocess_mode="livesum",  # every live worker's, summed
-        )
-        self.delay_refused_total = Counter(
-            _base(names.DELAY_REFUSED_TOTAL),
-            "Operations of delay tiers refused RATE_LIMITED, by reason: queue (past max_delay"
-            " or max_queued), process_full (max_delayed waiting already), sync (a sync server"
-            " never waits).",
-            (names.LABEL_TIER, names.LABEL_REASON),
-            registry=registry,
-        )
-        self.delay_cancelled_total = Counter(
-            _base(names.DELAY_CANCELLED_TOTAL),
-            "Operations that left while waiting for their turn (the client went away); each"
-            " was refunded its whole charge.",
-            (names.LABEL_TIER,),
-            registry=registry,
-        )
+        for row in names.INSTRUMENTS:
+            setattr(self, row.attribute, _instrument(row))
         self._delay_tiers: set[str] = set()
-        # The series below are collected through _BackendCollector, which first adds what
-        # the watched refund queues, pipelines and lease keepers counted since (see sync).
-        self.leases_total = Counter(
-            _base(names.LEASES_TOTAL),
-            "What became of concurrency leases: taken, refused, released, expired (before"
-            " their release), release_failed, renewed, renew_failed, take_failed.",
-            (names.LABEL_OUTCOME,),
-            registry=None,
-        )
-        self.refunds_total = Counter(
-            _base(names.REFUNDS_TOTAL),
-            "Deferred refunds: queued, coalesced (into one already waiting), applied, lost"
-            " (never applied) or unknown (sent, then the call failed: perhaps applied).",
-            (names.LABEL_OUTCOME,),
-            registry=None,
-        )
-        self.refund_queue = Gauge(
-            names.REFUND_QUEUE,
-            "Refunds waiting to be applied (coalesced ones count once).",
-            registry=None,
-            multiprocess_mode="livesum",
-        )
-        self.pipeline_commands = Counter(
-            _base(names.PIPELINE_COMMANDS_TOTAL),
-            "Commands the async Redis pipeline sent (a NOSCRIPT retry counts again).",
-            (names.LABEL_BACKEND,),
-            registry=None,
-        )
-        self.pipeline_batches = Counter(
-            _base(names.PIPELINE_BATCHES_TOTAL),
-            "Writes the async Redis pipeline made (commands / batches: the mean batch size).",
-            (names.LABEL_BACKEND,),
-            registry=None,
-        )
         for outcome in names.LEASE_OUTCOMES:  # every series from 0: increase() sees the first
             self._child(self.leases_total, outcome)
         for outcome in names.REFUND_OUTCOMES:
@@ -340,65 +209,9 @@ class PrometheusMetrics:
         self._keepers: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
         self._sync_at = 0.0
         self._multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-        registry.register(_BackendCollector(self))
         self._pressure_sources: set[str] = set()
         self._adaptive_tiers: set[str] = set()
-        build_info = Gauge(
-            names.BUILD_INFO,
-            "The running quotaql version (always 1).",
-            (names.LABEL_VERSION,),
-            registry=registry,
-            multiprocess_mode="max",
-        )
-        build_info.labels(_quotaql_version()).set(1)
-        self.estimate_ratio = Histogram(
-            names.COST_ESTIMATE_RATIO,
-            "Actual cost / estimated cost of each priced operation that ran.",
-            cost_labels,
-            buckets=names.RATIO_BUCKETS,
-            registry=registry,
-        )
-        # The list metrics are collected through _TuningCollector, which first adds the
-        # tallies waiting in this process (see list_sizes) to them.
-        coordinate = (names.LABEL_COORDINATE,)
-        self.list_returned = Histogram(
-            names.LIST_RETURNED_ITEMS,
-            "Items returned by each list whose size the pricing assumed (assumed_size,"
-            " @listSize(assumedSize:), default_list_size), per schema coordinate.",
-            coordinate,
-            buckets=names.LIST_SIZE_BUCKETS,
-            registry=None,
-        )
-        self.list_operation_max = Histogram(
-            names.LIST_OPERATION_MAX_ITEMS,
-            "Per operation, the items of its longest list of the coordinate whose size the"
-            " pricing assumed.",
-            coordinate,
-            buckets=names.LIST_SIZE_BUCKETS,
-            registry=None,
-        )
-        self.list_assumed = Gauge(
-            names.LIST_ASSUMED_ITEMS,
-            "The size the pricing assumed for the latest such list of the coordinate.",
-            coordinate,
-            registry=None,
-            multiprocess_mode="mostrecent",
-        )
-        self.list_max_returned = Gauge(
-            names.LIST_MAX_RETURNED_ITEMS,
-            "The most items one such list of the coordinate returned since the process started.",
-            coordinate,
-            registry=None,
-            multiprocess_mode="max",
-        )
-        self.list_sliced_ratio = Histogram(
-            names.LIST_SLICED_RATIO,
-            "Items returned / items asked for, per list sized by a slicing argument the"
-            " client wrote (first: 5), per schema coordinate.",
-            coordinate,
-            buckets=names.RATIO_BUCKETS,
-            registry=None,
-        )
+        self.build_info.labels(_quotaql_version()).set(1)
         self._lists: dict[str, _ListSeries] = {}
         self._sliced: dict[str, _Pending] = {}
         self._waiting: dict[_Pending, None] = {}  # tallies not yet added to their histogram
@@ -407,7 +220,20 @@ class PrometheusMetrics:
         # Tally, then add to the histograms' bucket values directly (prometheus-client's
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
-        registry.register(_TuningCollector(self))
+        self._register(registry)
+
+    def _register(self, registry: CollectorRegistry) -> None:
+        """Register the instruments in the table's order: each one the registry collects
+        itself, and the collector of each group of the others where its first one is."""
+        groups: dict[str, list[Any]] = {}
+        for row in names.INSTRUMENTS:
+            if row.collected != "registry":
+                groups.setdefault(row.collected, []).append(getattr(self, row.attribute))
+        for row in names.INSTRUMENTS:
+            if row.collected == "registry":
+                registry.register(getattr(self, row.attribute))
+            elif row.collected in groups:
+                registry.register(_Collector(self, row.collected, groups.pop(row.collected)))
 
     # -- the limiter's recorder ----------------------------------------------------------
     # Every label set is bounded (decisions, operation types, tiers from the config, backends,
@@ -520,12 +346,8 @@ class PrometheusMetrics:
             waiting = 0
             for queue, (queued, coalesced) in list(self._refund_queues.items()):
                 now_queued, now_coalesced = queue.queued, queue.coalesced
-                if now_queued > queued:
-                    self._child(self.refunds_total, names.REFUND_QUEUED).inc(now_queued - queued)
-                if now_coalesced > coalesced:
-                    self._child(self.refunds_total, names.REFUND_COALESCED).inc(
-                        now_coalesced - coalesced
-                    )
+                self._add(self.refunds_total, names.REFUND_QUEUED, now_queued - queued)
+                self._add(self.refunds_total, names.REFUND_COALESCED, now_coalesced - coalesced)
                 self._refund_queues[queue] = (now_queued, now_coalesced)
                 waiting += len(queue)
             self.refund_queue.set(waiting)
@@ -536,20 +358,19 @@ class PrometheusMetrics:
                 batches, commands = (seen_batches, seen_commands) if pipeline is seen else (0, 0)
                 backend = getattr(storage, "name", "redis")
                 now_batches, now_commands = pipeline.batches, pipeline.commands
-                if now_batches > batches:
-                    self._child(self.pipeline_batches, backend).inc(now_batches - batches)
-                if now_commands > commands:
-                    self._child(self.pipeline_commands, backend).inc(now_commands - commands)
+                self._add(self.pipeline_batches, backend, now_batches - batches)
+                self._add(self.pipeline_commands, backend, now_commands - commands)
                 self._pipelines[storage] = (pipeline, now_batches, now_commands)
             for keeper, (renewed, failed) in list(self._keepers.items()):
                 now_renewed, now_failed = keeper.renewed, keeper.renew_failed
-                if now_renewed > renewed:
-                    self._child(self.leases_total, names.LEASE_RENEWED).inc(now_renewed - renewed)
-                if now_failed > failed:
-                    self._child(self.leases_total, names.LEASE_RENEW_FAILED).inc(
-                        now_failed - failed
-                    )
+                self._add(self.leases_total, names.LEASE_RENEWED, now_renewed - renewed)
+                self._add(self.leases_total, names.LEASE_RENEW_FAILED, now_failed - failed)
                 self._keepers[keeper] = (now_renewed, now_failed)
+
+    def _add(self, counter: Counter, label: str, count: int) -> None:
+        """Add what a watched object counted since it was last read, if anything."""
+        if count > 0:
+            self._child(counter, label).inc(count)
 
     # -- the extension's hook ------------------------------------------------------------
 
@@ -889,48 +710,22 @@ class _ListSeries:
         self.max_returned = -1
 
 
-class _TuningCollector:
-    """Collects the list metrics, after adding what :meth:`PrometheusMetrics.list_sizes`
-    tallied to them (so that every collection, a scrape, sees every call made before it)."""
+class _Collector:
+    """Collects a group of instruments after bringing them up to date, so that every
+    collection (a scrape) sees every call made before it: ``backend`` (the lease, refund and
+    pipeline series) after :meth:`PrometheusMetrics.sync` added what the watched objects
+    counted since; ``tuning`` (the list metrics) after :meth:`PrometheusMetrics.flush` added
+    what :meth:`PrometheusMetrics.list_sizes` tallied."""
 
-    def __init__(self, metrics: PrometheusMetrics) -> None:
-        self._metrics = metrics
-        self._collected = (
-            metrics.list_returned,
-            metrics.list_operation_max,
-            metrics.list_assumed,
-            metrics.list_max_returned,
-            metrics.list_sliced_ratio,
-        )
+    def __init__(self, metrics: PrometheusMetrics, group: str, collected: Sequence[Any]) -> None:
+        self._update = metrics.sync if group == "backend" else metrics.flush
+        self._collected = tuple(collected)
 
     def describe(self) -> list[Any]:
         return [family for metric in self._collected for family in metric.describe()]
 
     def collect(self) -> Iterator[Any]:
-        self._metrics.flush()
-        for metric in self._collected:
-            yield from metric.collect()
-
-
-class _BackendCollector:
-    """Collects the lease, refund and pipeline series, after adding what the watched
-    objects counted since (:meth:`PrometheusMetrics.sync`), so that a scrape sees them."""
-
-    def __init__(self, metrics: PrometheusMetrics) -> None:
-        self._metrics = metrics
-        self._collected = (
-            metrics.leases_total,
-            metrics.refunds_total,
-            metrics.refund_queue,
-            metrics.pipeline_commands,
-            metrics.pipeline_batches,
-        )
-
-    def describe(self) -> list[Any]:
-        return [family for metric in self._collected for family in metric.describe()]
-
-    def collect(self) -> Iterator[Any]:
-        self._metrics.sync()
+        self._update()
         for metric in self._collected:
             yield from metric.collect()
 

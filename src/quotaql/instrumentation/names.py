@@ -7,7 +7,7 @@ without their ``_bucket`` / ``_sum`` / ``_count`` series suffixes).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal, NamedTuple
 
 # -- metrics ---------------------------------------------------------------------------------
 
@@ -269,6 +269,245 @@ assumed" is exact."""
 RATIO_CAP: Final = 1_000.0
 """A ratio above this (an estimate of 0 with an actual cost above 0) is recorded as this, so
 that the histograms' ``_sum`` stays finite; it is in the ``+Inf`` bucket either way."""
+
+DELAY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""The buckets of ``quotaql_delay_seconds``: from a few milliseconds (a turn a refill away)
+to a minute (``max_delay`` is rarely longer). 1.0, the default threshold of the
+``QuotaqlDelaysLong`` alert (``[alerts] delay_p99_seconds``), is an edge, so it is exact."""
+
+# -- the instruments -------------------------------------------------------------------------
+
+MultiprocessMode = Literal[
+    "all", "liveall", "min", "livemin", "max", "livemax", "sum", "livesum", "mostrecent",
+    "livemostrecent",
+]  # fmt: skip
+"""How prometheus-client's multiprocess mode merges a gauge's value over the workers."""
+
+
+class Instrument(NamedTuple):
+    """One metric as :class:`~quotaql.instrumentation.metrics.PrometheusMetrics` builds it."""
+
+    attribute: str
+    """The ``PrometheusMetrics`` attribute that holds it."""
+    kind: Literal["counter", "gauge", "histogram"]
+    name: str
+    """The name Prometheus stores (a counter's with its ``_total``)."""
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+    """A histogram's upper bounds (``+Inf`` added)."""
+    multiprocess_mode: MultiprocessMode = "all"
+    """A gauge's, under prometheus-client's multiprocess mode (see the metrics module)."""
+    collected: Literal["registry", "backend", "tuning"] = "registry"
+    """Who collects it: the registry directly; ``backend``: after the watched refund queues,
+    pipelines and lease keepers were read (``PrometheusMetrics.sync``); ``tuning``: after the
+    list tallies waiting in the process were added (``PrometheusMetrics.flush``)."""
+
+
+_OPERATION: Final = (LABEL_DECISION, LABEL_OPERATION_TYPE, LABEL_TIER)
+_PRICED: Final = (LABEL_OPERATION_TYPE, LABEL_TIER)
+
+INSTRUMENTS: Final = (
+    Instrument(
+        "requests", "counter", REQUESTS_TOTAL,
+        "GraphQL operations seen by quotaql, by decision.",
+        _OPERATION,
+    ),
+    Instrument(
+        "query_cost", "histogram", QUERY_COST,
+        "Estimated (requested) cost of each operation, before it runs.",
+        _PRICED, COST_BUCKETS,
+    ),
+    Instrument(
+        "actual_cost", "histogram", QUERY_ACTUAL_COST,
+        "Actual cost of each executed operation, from the data it returned.",
+        _PRICED, COST_BUCKETS,
+    ),
+    Instrument(
+        "depth", "histogram", QUERY_DEPTH,
+        "Field nesting depth of each operation.",
+        (LABEL_OPERATION_TYPE,), DEPTH_BUCKETS,
+    ),
+    Instrument(
+        "cost_points", "counter", COST_TOTAL,
+        "Cost points charged to budgets, and refunded after execution.",
+        (LABEL_TIER, LABEL_OUTCOME),
+    ),
+    Instrument(
+        "check_duration", "histogram", CHECK_DURATION,
+        "Time of one limiter decision, storage round trips included.",
+        (LABEL_BACKEND,), CHECK_DURATION_BUCKETS,
+    ),
+    Instrument(
+        "backend_errors", "counter", BACKEND_ERRORS_TOTAL,
+        "Failed calls to the limiter's storage.",
+        (LABEL_BACKEND, LABEL_ERROR_TYPE),
+    ),
+    Instrument(
+        "circuit_open", "gauge", CIRCUIT_OPEN,
+        "1 while the circuit breaker in front of the storage is open.",
+        (LABEL_BACKEND,),
+        multiprocess_mode="livemax",  # a dead worker's open breaker is forgotten
+    ),
+    Instrument(
+        "tenant_requests", "counter", TENANT_REQUESTS_TOTAL,
+        "Operations per tenant (allowlisted or top-N; every other tenant is 'other').",
+        (LABEL_TENANT, LABEL_DECISION),
+    ),
+    Instrument(
+        "identity", "counter", IDENTITY_TOTAL,
+        "Operations by how their subject (who pays) was identified.",
+        (LABEL_SOURCE,),
+    ),
+    Instrument(
+        "subscription_events", "counter", SUBSCRIPTION_EVENTS_TOTAL,
+        "Subscription events after the first: charged (allowed) or refused (blocked).",
+        (LABEL_DECISION, LABEL_TIER),
+    ),
+    Instrument(
+        "subscriptions_open", "gauge", SUBSCRIPTIONS_OPEN,
+        "Subscriptions open now.",
+        multiprocess_mode="livesum",  # every live worker's, summed
+    ),
+    # Adaptive limits: per worker, the most pressured and the tightest one.
+    Instrument(
+        "pressure", "gauge", PRESSURE,
+        "The adaptive limits' pressure signal of each source, 0 (none) to 1 (saturated).",
+        (LABEL_SOURCE,),
+        multiprocess_mode="livemax",
+    ),
+    Instrument(
+        "adaptive_multiplier", "gauge", ADAPTIVE_MULTIPLIER,
+        "What each tier's charges are divided by (1: not scaled); in shadow mode, what would be.",
+        (LABEL_TIER,),
+        multiprocess_mode="livemin",
+    ),
+    Instrument(
+        "adaptive_engaged", "gauge", ADAPTIVE_ENGAGED,
+        "1 while adaptive limits are engaged (in shadow mode: would be).",
+        multiprocess_mode="livemax",
+    ),
+    Instrument(
+        "adaptive_transitions_total", "counter", ADAPTIVE_TRANSITIONS_TOTAL,
+        "Adaptive limits engaging and releasing.",
+        (LABEL_TO,),
+    ),
+    Instrument(
+        "in_flight_gauge", "gauge", IN_FLIGHT,
+        "Leases this process holds: operations (and subscriptions) of tiers with a"
+        " concurrency limit running now.",
+        (LABEL_TIER,),
+        multiprocess_mode="livesum",  # every live worker's, summed
+    ),
+    # Delays (on_limit = "delay"): what waited, how long, and what was refused or left.
+    Instrument(
+        "delay_seconds", "histogram", DELAY_SECONDS,
+        "How long operations of delay tiers waited for their turn (only those that"
+        " waited: its count is the operations delayed).",
+        (LABEL_TIER,), DELAY_BUCKETS,
+    ),
+    Instrument(
+        "delayed_waiting", "gauge", DELAYED_WAITING,
+        "Operations this process has waiting for their turn now (at most [limits]"
+        " max_delayed).",
+        multiprocess_mode="livesum",  # every live worker's, summed
+    ),
+    Instrument(
+        "delay_refused_total", "counter", DELAY_REFUSED_TOTAL,
+        "Operations of delay tiers refused RATE_LIMITED, by reason: queue (past max_delay"
+        " or max_queued), process_full (max_delayed waiting already), sync (a sync server"
+        " never waits).",
+        (LABEL_TIER, LABEL_REASON),
+    ),
+    Instrument(
+        "delay_cancelled_total", "counter", DELAY_CANCELLED_TOTAL,
+        "Operations that left while waiting for their turn (the client went away); each"
+        " was refunded its whole charge.",
+        (LABEL_TIER,),
+    ),
+    # Leases, deferred refunds and the Redis pipeline: counted by the objects watched.
+    Instrument(
+        "leases_total", "counter", LEASES_TOTAL,
+        "What became of concurrency leases: taken, refused, released, expired (before"
+        " their release), release_failed, renewed, renew_failed, take_failed.",
+        (LABEL_OUTCOME,),
+        collected="backend",
+    ),
+    Instrument(
+        "refunds_total", "counter", REFUNDS_TOTAL,
+        "Deferred refunds: queued, coalesced (into one already waiting), applied, lost"
+        " (never applied) or unknown (sent, then the call failed: perhaps applied).",
+        (LABEL_OUTCOME,),
+        collected="backend",
+    ),
+    Instrument(
+        "refund_queue", "gauge", REFUND_QUEUE,
+        "Refunds waiting to be applied (coalesced ones count once).",
+        multiprocess_mode="livesum",
+        collected="backend",
+    ),
+    Instrument(
+        "pipeline_commands", "counter", PIPELINE_COMMANDS_TOTAL,
+        "Commands the async Redis pipeline sent (a NOSCRIPT retry counts again).",
+        (LABEL_BACKEND,),
+        collected="backend",
+    ),
+    Instrument(
+        "pipeline_batches", "counter", PIPELINE_BATCHES_TOTAL,
+        "Writes the async Redis pipeline made (commands / batches: the mean batch size).",
+        (LABEL_BACKEND,),
+        collected="backend",
+    ),
+    Instrument(
+        "build_info", "gauge", BUILD_INFO,
+        "The running quotaql version (always 1).",
+        (LABEL_VERSION,),
+        multiprocess_mode="max",
+    ),
+    Instrument(
+        "estimate_ratio", "histogram", COST_ESTIMATE_RATIO,
+        "Actual cost / estimated cost of each priced operation that ran.",
+        _PRICED, RATIO_BUCKETS,
+    ),
+    # The tuning metrics: tallied per process, added to the histograms before collection.
+    Instrument(
+        "list_returned", "histogram", LIST_RETURNED_ITEMS,
+        "Items returned by each list whose size the pricing assumed (assumed_size,"
+        " @listSize(assumedSize:), default_list_size), per schema coordinate.",
+        (LABEL_COORDINATE,), LIST_SIZE_BUCKETS,
+        collected="tuning",
+    ),
+    Instrument(
+        "list_operation_max", "histogram", LIST_OPERATION_MAX_ITEMS,
+        "Per operation, the items of its longest list of the coordinate whose size the"
+        " pricing assumed.",
+        (LABEL_COORDINATE,), LIST_SIZE_BUCKETS,
+        collected="tuning",
+    ),
+    Instrument(
+        "list_assumed", "gauge", LIST_ASSUMED_ITEMS,
+        "The size the pricing assumed for the latest such list of the coordinate.",
+        (LABEL_COORDINATE,),
+        multiprocess_mode="mostrecent",
+        collected="tuning",
+    ),
+    Instrument(
+        "list_max_returned", "gauge", LIST_MAX_RETURNED_ITEMS,
+        "The most items one such list of the coordinate returned since the process started.",
+        (LABEL_COORDINATE,),
+        multiprocess_mode="max",
+        collected="tuning",
+    ),
+    Instrument(
+        "list_sliced_ratio", "histogram", LIST_SLICED_RATIO,
+        "Items returned / items asked for, per list sized by a slicing argument the"
+        " client wrote (first: 5), per schema coordinate.",
+        (LABEL_COORDINATE,), RATIO_BUCKETS,
+        collected="tuning",
+    ),
+)  # fmt: skip
+"""Every metric quotaql exports, in the order a scrape lists them: one row each, built by one
+loop of :class:`~quotaql.instrumentation.metrics.PrometheusMetrics`."""
 
 # -- traces ----------------------------------------------------------------------------------
 

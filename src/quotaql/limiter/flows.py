@@ -23,13 +23,13 @@ from quotaql.errors import ConfigError, StorageError, StorageNotReached, Storage
 from quotaql.limiter.breaker import CircuitBreaker
 from quotaql.limiter.recorder import NullRecorder, Recorder
 from quotaql.limiter.refunds import DEFAULT_MAX_AGE, DEFAULT_MAX_ENTRIES, PendingRefund, RefundQueue
+from quotaql.policy.modes import BackendErrorMode
 from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
 from quotaql.storage.base import check_arguments
 from quotaql.storage.memory import MemoryStorage, tenant_part
 
 __all__ = ["DEFAULT_LOCAL_SHARE", "MAX_REPORTS", "BackendErrorMode"]
 
-BackendErrorMode = Literal["open", "closed", "local"]
 _MODES = ("open", "closed", "local")
 DEFAULT_LOCAL_SHARE = 0.1
 # Most (tenant, quota) reports the limiter keeps for the local fallback, least recently

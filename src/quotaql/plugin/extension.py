@@ -22,6 +22,7 @@ from quotaql import web
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
 from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
 from quotaql.identity import ANONYMOUS
+from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -189,7 +190,7 @@ class _Extension(SchemaExtension):
         unreached = self._unreached(op)
         if unreached is not None:
             self._gate.fail(op, unreached)
-        if op.failed and op.unpaid and op.mode != "off":
+        if op.failed and op.unpaid and op.mode is not Mode.OFF:
             _charging.add(asyncio.get_running_loop().create_task(_charge(self._gate, op)))
         else:
             self._gate.finish(op)
@@ -242,7 +243,7 @@ class _Extension(SchemaExtension):
         if (
             not op.unpaid
             or op.error is not None
-            or op.mode == "off"
+            or op.mode is Mode.OFF
             or self.execution_context.graphql_document is None
         ):
             return None

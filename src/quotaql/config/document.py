@@ -1,0 +1,152 @@
+"""A ``quotaql.toml`` as read: its tables, the line of each key, and errors that blame them."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import tomllib
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from typing import TYPE_CHECKING, Final, TypeVar
+
+from quotaql.config.locator import KeyPath, locate, render_key
+from quotaql.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterator, Mapping
+
+__all__ = ["Document", "Table", "describe_value", "read_document"]
+
+T = TypeVar("T")
+
+_DECODE_ERROR: Final = re.compile(
+    r"(?P<reason>.*) \(at (?:line (?P<line>\d+), column \d+|end of document)\)", re.DOTALL
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A parsed file with the line of each key, so that any value can be blamed precisely."""
+
+    file: str
+    data: Mapping[str, object]
+    lines: Mapping[KeyPath, int]
+
+    def line(self, path: KeyPath) -> int | None:
+        """The line that defines ``path``, else that of its closest located parent."""
+        for end in range(len(path), 0, -1):
+            line = self.lines.get(path[:end])
+            if line is not None:
+                return line
+        return None
+
+    def error(self, path: KeyPath, reason: str) -> ConfigError:
+        return ConfigError(
+            reason, file=self.file, key=render_key(path) if path else None, line=self.line(path)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """One table of the document and where it is."""
+
+    doc: Document
+    path: KeyPath
+    data: Mapping[str, object]
+
+    def get(self, key: str, check: Callable[[Document, KeyPath, object], T]) -> T | None:
+        """``check`` the value of ``key``; ``None`` when the key is absent."""
+        if key not in self.data:
+            return None
+        return check(self.doc, (*self.path, key), self.data[key])
+
+    def table(self, key: str) -> Table:
+        """The subtable ``key``; an empty one when the key is absent."""
+        return _table(self.doc, (*self.path, key), self.data.get(key, {}))
+
+    def check_keys(self, known: Collection[str], what: str = "key") -> None:
+        """Reject the first key not in ``known``, suggesting the closest known one."""
+        for key in self.data:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = (
+                    f"did you mean {close[0]!r}?"
+                    if close
+                    else "expected one of: " + ", ".join(repr(k) for k in known)
+                )
+                raise self.doc.error((*self.path, key), f"unknown {what}; {hint}")
+
+    @contextmanager
+    def blame(self) -> Iterator[None]:
+        """Give a location to a ``ConfigError`` that a value class raises on its own.
+
+        Every value is checked here before it is constructed, so this only matters if the
+        value classes grow a check that this module does not know about yet.
+        """
+        try:
+            yield
+        except ConfigError as exc:
+            if exc.file is not None:
+                raise
+            raise self.doc.error(self.path, exc.reason) from exc
+
+
+def read_document(file: str) -> Document:
+    """Read and parse ``file``, locating each of its keys."""
+    try:
+        with open(file, "rb") as stream:
+            raw = stream.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the file ({exc.strerror or exc})", file=file) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})",
+            file=file,
+            line=line,
+        ) from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = _DECODE_ERROR.fullmatch(str(exc))
+        reason = match["reason"] if match else str(exc)
+        lineno = getattr(exc, "lineno", None)  # Python 3.14+
+        if not isinstance(lineno, int):
+            # "(at line N, column M)", or "(at end of document)": the last line
+            lineno = int(match["line"]) if match and match["line"] else text.count("\n") + 1
+        raise ConfigError(f"invalid TOML: {reason}", file=file, line=lineno) from exc
+    return Document(file, data, locate(text))
+
+
+def _table(doc: Document, path: KeyPath, value: object) -> Table:
+    """The table at ``path``, or an error if the value there is not one."""
+    if not isinstance(value, dict):
+        raise doc.error(path, f"expected a table, got {describe_value(value)}")
+    return Table(doc, path, value)
+
+
+def describe_value(value: object) -> str:
+    """Name a TOML value's type and show it as TOML would (``a string ("10")``)."""
+    if isinstance(value, bool):
+        return f"a boolean ({'true' if value else 'false'})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a float ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({json.dumps(value, ensure_ascii=False)})"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, datetime):
+        return f"a date-time ({value.isoformat()})"
+    if isinstance(value, date):
+        return f"a date ({value.isoformat()})"
+    if isinstance(value, time):
+        return f"a time ({value.isoformat()})"
+    return type(value).__name__

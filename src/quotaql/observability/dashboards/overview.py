@@ -1,0 +1,433 @@
+"""The overview dashboard, row by row: each row a table of its panels."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from quotaql.instrumentation import names
+from quotaql.observability.dashboards import shared
+from quotaql.observability.dashboards.board import (
+    OVERVIEW_UID,
+    TENANT_UID,
+    assemble,
+    datasource_variable,
+    job_variable,
+    tier_variable,
+)
+from quotaql.observability.dashboards.panels import Bars, Graph, Heatmap, Row, Stat, State
+from quotaql.observability.dashboards.promql import (
+    BLOCKED_BY_TIER,
+    BUDGET_REFUSED,
+    COST_MATCHERS,
+    DECISION,
+    INSTANCE,
+    JOB_MATCH,
+    LE,
+    REQUESTS_BY_TIER,
+    TIER,
+    TIER_MATCH,
+    blocked_ratio_by_tier,
+    bucket_rates,
+    eq,
+    increase_over_range,
+    labels,
+    over_range,
+    quantiles,
+    rate,
+    rates_by,
+    ratio,
+    sel,
+    share,
+    sum_by,
+    sums_by,
+    topk,
+)
+
+BACKEND: Final = names.LABEL_BACKEND
+OUTCOME: Final = names.LABEL_OUTCOME
+SOURCE: Final = names.LABEL_SOURCE
+
+# -- overview ----------------------------------------------------------------------------------
+
+_FAIL_MODES: Final = f'{DECISION}=~"{names.FAIL_OPEN}|{names.FAIL_CLOSED}"'
+
+OVERVIEW: Final = Row("Overview", (
+    Graph("Decisions per second", "reqps", 8,
+          (rates_by(REQUESTS_BY_TIER, DECISION),),
+          "Operations per second by limiter decision: allowed, blocked (over budget), "
+          "shadow_blocked (would have been blocked; shadow mode let it run), rejected "
+          "(static limits), fail_open / fail_closed (storage unavailable), unknown_key "
+          "(an API key no tenant has, refused), too_many_subscriptions (the subject's "
+          "subscription cap), too_many_concurrent (max_in_flight)."),
+    Graph("Blocked ratio", "percentunit", 8,
+          ((share(BLOCKED_BY_TIER, REQUESTS_BY_TIER), "selected tiers"),
+           (blocked_ratio_by_tier(), labels(TIER))),
+          "Share of operations refused by the budget (decision blocked) among all "
+          "decisions, over the selected tiers and per tier.", max_value=1),
+    Graph("Fail-open / fail-closed decisions", "reqps", 8,
+          (rates_by(sel(names.REQUESTS_TOTAL, JOB_MATCH, TIER_MATCH, _FAIL_MODES), DECISION),),
+          "Operations decided without the storage backend: let through (fail_open) or "
+          "refused (fail_closed). Anything above zero means the limiter is not limiting "
+          "as configured."),
+))  # fmt: skip
+
+# -- adaptive limits ----------------------------------------------------------------------------
+
+_ADAPTIVE_HELP: Final = (
+    "Adaptive limits ([adaptive], docs/adaptive.md) are per process: each instance measures "
+    "what it runs and throttles what it admits. "
+)
+
+_TIGHTEST_MULTIPLIER: Final = (
+    f"min by ({TIER}) ({sel(names.ADAPTIVE_MULTIPLIER, JOB_MATCH, TIER_MATCH)})"
+)
+
+ADAPTIVE: Final = Row("Adaptive", (
+    Graph("Pressure by source", "percentunit", 8,
+          ((f"max by ({SOURCE}) ({sel(names.PRESSURE, JOB_MATCH)})", labels(SOURCE)),),
+          _ADAPTIVE_HELP + "The pressure signal of each configured source, on its most "
+          "pressured instance: latency (the execution-time percentile against "
+          "latency_target, 1 at latency_saturate), errors (the share of unexpected errors "
+          "against error_target), callable (what the application's pressure function "
+          "returns). Adaptation engages when the largest stays at or above engage_at for "
+          "engage_for.", max_value=1),
+    Graph("Adaptive multiplier by tier", "short", 8,
+          ((_TIGHTEST_MULTIPLIER, labels(TIER)),),
+          _ADAPTIVE_HELP + "What each tier's charges are divided by, on its tightest "
+          "instance: 1 is no scaling (an essential tier, or no pressure), 0.5 admits half "
+          "the tier's refill rate. In shadow mode, the multiplier that would apply.", max_value=1),
+    State("Adaptive limits", 4, f"max({sel(names.ADAPTIVE_ENGAGED, JOB_MATCH)})",
+          "state",
+          (("released", "green"), ("engaged", "orange")),
+          _ADAPTIVE_HELP + "engaged while any instance of the selected jobs has adaptation "
+          "engaged (in shadow mode: would have); the QuotaqlAdaptiveEngaged alert fires when "
+          "it lasts."),
+    Stat("Adaptive transitions in range", "short", 4,
+         over_range(names.ADAPTIVE_TRANSITIONS_TOTAL, names.LABEL_TO),
+         labels(names.LABEL_TO),
+         _ADAPTIVE_HELP + "How many times adaptation engaged and released over the "
+         "dashboard's time range, over the selected jobs' instances. Many in a row: the "
+         "hysteresis (engage_at / release_at, engage_for / release_for) is too narrow.",
+         instant=True, with_names=True),
+))  # fmt: skip
+
+# -- identity ----------------------------------------------------------------------------------
+
+_IDENTITY: Final = sel(names.IDENTITY_TOTAL, JOB_MATCH)
+_SUSPECT_MATCH: Final = f'{SOURCE}=~"{"|".join(names.SUSPECT_SOURCES)}"'
+_SUSPECT_IDENTITY: Final = sel(names.IDENTITY_TOTAL, JOB_MATCH, _SUSPECT_MATCH)
+#: The identity sources that say something is wrong, in colours that say how much.
+_SUSPECT_COLOURS: Final = {
+    names.SOURCE_ANONYMOUS: "red",
+    names.SOURCE_REJECTED_KEY: "orange",
+    names.SOURCE_UNKNOWN_KEY: "yellow",
+    names.SOURCE_UNVERIFIED_KEY: "purple",
+}
+#: Refused because of who asks, not what the operation costs.
+_IDENTITY_REFUSALS: Final = sel(
+    names.REQUESTS_TOTAL,
+    JOB_MATCH,
+    TIER_MATCH,
+    f'{DECISION}=~"{names.UNKNOWN_KEY}|{names.TOO_MANY_SUBSCRIPTIONS}"',
+)
+_ALL_IDENTIFIED: Final = sum_by(rate(_IDENTITY))
+_SUSPECT_SHARE_BY_SOURCE: Final = (
+    f"{sum_by(rate(_SUSPECT_IDENTITY), SOURCE)}"
+    f" / ignoring ({SOURCE}) group_left () {_ALL_IDENTIFIED}"
+)
+
+IDENTITY: Final = Row("Identity", (
+    Graph("Operations by identity source", "reqps", 12,
+          (rates_by(_IDENTITY, SOURCE),),
+          "How the subject (who pays) of each operation was identified: key (a known API "
+          "key), user (an authenticated principal), custom (identify()), address (no key: "
+          "the client's address); and, in fixed colours, the ones to watch: anonymous (red: "
+          "no key, no principal and no client address, so all these clients share one "
+          "budget; a proxy or a server setup that loses the client's address), rejected_key "
+          "(orange: an unknown key refused with UNKNOWN_API_KEY), unknown_key (yellow: an "
+          "unknown key, charged to its client's address), unverified_key (purple: an unknown "
+          'key taken as a tenant of its own, [identity] unknown_keys = "tenant"). The '
+          "identity metric has no tier label: all tiers.", colours=_SUSPECT_COLOURS),
+    Graph("Anonymous and unknown-key share", "percentunit", 6,
+          ((share(_SUSPECT_IDENTITY, _IDENTITY), "anonymous + unknown keys"),
+           (_SUSPECT_SHARE_BY_SOURCE, labels(SOURCE))),
+          "Share of all operations whose subject is anonymous (one budget shared by every "
+          "client without a key or an address), an unknown or refused API key, or an "
+          "unverified key taken as a tenant: in all (0 when there are none) and per source. "
+          "Anything lasting above zero is worth a look: QuotaqlAnonymousRequests, "
+          "QuotaqlUnknownApiKeys and QuotaqlUnverifiedApiKeys alert on it.",
+          max_value=1, colours=_SUSPECT_COLOURS),
+    shared.decisions("Unknown-key and subscription-cap refusals", "reqps", 6, _IDENTITY_REFUSALS,
+                     "Operations refused for who sends them rather than for their cost: "
+                     "unknown_key (an API key no tenant has, refused with UNKNOWN_API_KEY, HTTP "
+                     '401, under [identity] unknown_keys = "reject"; its address pays one point a '
+                     "try, and an address that runs dry gets RATE_LIMITED, counted as blocked) and "
+                     "too_many_subscriptions (the subject already holds [limits] max_subscriptions "
+                     "open subscriptions)."),
+))  # fmt: skip
+
+# -- cost --------------------------------------------------------------------------------------
+
+COST: Final = Row("Cost", (
+    shared.cost_points("Cost charged / refunded per second",
+                       "Cost points debited from budgets (charged) and given back after execution "
+                       "when the actual cost was lower (refunded), per tier."),
+    shared.cost_heatmap("Estimated cost heatmap"),
+    shared.actual_vs_estimated("Actual vs estimated cost"),
+))  # fmt: skip
+
+# -- tuning: how far the estimates are from what came back -------------------------------------
+
+_COORDINATE: Final = names.LABEL_COORDINATE
+#: The ratio histograms' edge at 1.0 as prometheus-client writes it: "more than assumed" is
+#: the count above it.
+_LE_ONE: Final = eq(LE, "1.0")
+#: Items per assumed list over the range, per coordinate.
+_MEAN_RETURNED: Final = (
+    f"{over_range(f'{names.LIST_RETURNED_ITEMS}_sum', _COORDINATE)}"
+    f" / {over_range(f'{names.LIST_RETURNED_ITEMS}_count', _COORDINATE)}"
+)
+_ASSUMED: Final = f"max by ({_COORDINATE}) ({sel(names.LIST_ASSUMED_ITEMS, JOB_MATCH)})"
+_ASSUMED_TOO_HIGH: Final = topk(f"({_ASSUMED} / ({_MEAN_RETURNED})) > 1")
+_ASSUMED_TOO_LOW: Final = topk(f"(({_MEAN_RETURNED}) / {_ASSUMED}) > 1")
+_SLICED: Final = over_range(f"{names.LIST_SLICED_RATIO}_count", _COORDINATE)
+_SLICED_WITHIN: Final = over_range(
+    f"{names.LIST_SLICED_RATIO}_bucket", _COORDINATE, matchers=(JOB_MATCH, _LE_ONE)
+)
+_ESTIMATED: Final = sum_by(rate(sel(f"{names.COST_ESTIMATE_RATIO}_count", *COST_MATCHERS)), TIER)
+_ESTIMATED_WITHIN: Final = sum_by(
+    rate(sel(f"{names.COST_ESTIMATE_RATIO}_bucket", *COST_MATCHERS, _LE_ONE)), TIER
+)
+
+TUNING: Final = Row("Tuning", (
+    Bars("Fields whose estimates are furthest off", "short", 6,
+         ((_ASSUMED_TOO_HIGH, f"{labels(_COORDINATE)} (assumed too high)"),
+          (_ASSUMED_TOO_LOW, f"{labels(_COORDINATE)} (assumed too low)")),
+         "List fields whose size the pricing assumed (assumed_size, @listSize(assumedSize:), "
+         "default_list_size), over the dashboard's time range: how many times larger the "
+         "assumed size is than the mean number of items their lists returned (assumed too "
+         "high: estimates pessimistic, operations refused that would have fitted), or how "
+         "many times smaller (assumed too low: estimates below the actual cost). +Inf: the "
+         "lists came back empty. From the operations the servers sample for tuning; "
+         "`quotaql tune` turns the same metrics into a diff of quotaql.toml.",
+         thresholds=((None, "green"), (2, "orange"), (10, "red")), gradient=False),
+    Bars("Lists longer than their slicing argument", "percentunit", 6,
+         ((topk(f"(({_SLICED} - {_SLICED_WITHIN}) / {_SLICED}) > 0"), labels(_COORDINATE)),),
+         "Share of the lists sized by a slicing argument the client wrote (first: 5) that "
+         "returned more items than it asked for, over the dashboard's time range, per "
+         "field. Anything here is a resolver that does not enforce the argument (or an "
+         "argument in slicing_arguments that is not a limit): quotaql under-estimates "
+         "those operations."),
+    Graph("Actual ÷ estimated cost p50 / p95", "short", 6,
+          quantiles(names.COST_ESTIMATE_RATIO, COST_MATCHERS, TIER, (0.5, 0.95)),
+          "Per operation that was priced and ran, its actual cost divided by its estimate, "
+          "per tier: 1 is an exact estimate, 0.2 an estimate five times too high (the "
+          "refund gives the difference back, but the whole estimate had to fit in the "
+          "budget), above 1 an estimate below the actual cost (lists longer than assumed). "
+          "From the sampled operations."),
+    Graph("Operations costing more than estimated", "percentunit", 6,
+          ((ratio(f"({_ESTIMATED} - {_ESTIMATED_WITHIN})", _ESTIMATED, TIER), labels(TIER)),),
+          "Share of the sampled operations whose actual cost was above their estimate, per "
+          "tier: their lists were longer than the pricing assumed, so the budget was "
+          "charged less than they cost (0 when none).", max_value=1),
+))  # fmt: skip
+
+# -- subscriptions -----------------------------------------------------------------------------
+
+SUBSCRIPTIONS: Final = Row("Subscriptions", (
+    Graph("Subscriptions open", "short", 6,
+          ((sum_by(sel(names.SUBSCRIPTIONS_OPEN, JOB_MATCH)), "open"),),
+          "Subscriptions open now, summed over the selected jobs' instances (and, in "
+          "multiprocess mode, over each server's live workers). The [limits] "
+          "max_subscriptions cap is per subject and per process."),
+    shared.subscription_events(),
+    shared.subscription_decisions(),
+))  # fmt: skip
+
+# -- concurrency limits ------------------------------------------------------------------------
+
+_CONCURRENCY_HELP: Final = (
+    "Concurrency limits (max_in_flight, docs/concurrency.md): each running operation of a "
+    "limited tier holds a lease in its tenant's lease set. "
+)
+#: Lease outcomes that mean something went wrong, in colours that say how much.
+_LEASE_COLOURS: Final = {
+    names.LEASE_EXPIRED: "red",
+    names.LEASE_RELEASE_FAILED: "orange",
+    names.LEASE_TAKE_FAILED: "orange",
+    names.LEASE_RENEW_FAILED: "yellow",
+    names.LEASE_REFUSED: "purple",
+}
+_TOO_MANY_CONCURRENT: Final = sel(
+    names.REQUESTS_TOTAL, JOB_MATCH, TIER_MATCH, eq(DECISION, names.TOO_MANY_CONCURRENT)
+)
+
+CONCURRENCY: Final = Row("Concurrency", (
+    Graph("Operations in flight by tier", "short", 8,
+          (sums_by(sel(names.IN_FLIGHT, JOB_MATCH, TIER_MATCH), TIER),),
+          _CONCURRENCY_HELP + "The leases the selected jobs' processes hold now, per tier: "
+          "operations and open subscriptions running. Each tenant of a tier may hold at "
+          "most its max_in_flight (and max_subscriptions_in_flight) of them, over every "
+          "process."),
+    Graph("Concurrency refusals per second", "reqps", 8,
+          (rates_by(_TOO_MANY_CONCURRENT, TIER),),
+          _CONCURRENCY_HELP + "Operations refused TOO_MANY_CONCURRENT per second, per tier: "
+          "their tenant ran its max_in_flight already. Nothing was debited; clients retry "
+          "after concurrency_retry_after."),
+    Graph("Lease outcomes per second", "ops", 8,
+          (rates_by(sel(names.LEASES_TOTAL, JOB_MATCH), OUTCOME),),
+          _CONCURRENCY_HELP + "taken, refused, released; expired (released after its "
+          "expiry: a stall or an outage longer than lease_ttl, QuotaqlLeasesExpired), "
+          "release_failed and take_failed (the storage failed: the fail mode answered), "
+          "renewed and renew_failed (the keeper, for long operations and open "
+          "subscriptions).", colours=_LEASE_COLOURS),
+))  # fmt: skip
+
+# -- delays (on_limit = "delay") ---------------------------------------------------------------
+
+_DELAY_HELP: Final = (
+    'Delay tiers (on_limit = "delay", docs/limiter.md): an operation that does not fit now '
+    "has its cost reserved, waits for its turn (at most max_delay, behind at most max_queued "
+    "others of its tenant), then runs. "
+)
+#: Why delayed operations were refused, in colours that say how much it matters.
+_DELAY_REFUSAL_COLOURS: Final = {
+    names.DELAY_PROCESS_FULL: "red",
+    names.DELAY_SYNC: "orange",
+    names.DELAY_QUEUE: "purple",
+}
+
+DELAY: Final = Row("Delay", (
+    Graph("Delay p50 / p99 by tier", "s", 8,
+          quantiles(names.DELAY_SECONDS, (JOB_MATCH, TIER_MATCH), TIER, (0.5, 0.99)),
+          _DELAY_HELP + "How long the operations that waited waited for their turn, per "
+          "tier (those that fitted at once are not counted). QuotaqlDelaysLong fires when "
+          "the p99 over every tier stays above [alerts] delay_p99_seconds."),
+    Graph("Delayed operations per second by tier", "ops", 8,
+          (rates_by(sel(f"{names.DELAY_SECONDS}_count", JOB_MATCH, TIER_MATCH), TIER),),
+          _DELAY_HELP + "Operations per second that waited for their turn before they ran, "
+          "per tier: their tenants asked more than the refill rate, and the bucket queued "
+          "them."),
+    Graph("Delay refusals per second by reason", "reqps", 8,
+          (rates_by(sel(names.DELAY_REFUSED_TOTAL, JOB_MATCH, TIER_MATCH), names.LABEL_REASON),),
+          _DELAY_HELP + "Operations of delay tiers refused RATE_LIMITED per second, by "
+          "reason: queue (their turn was further than max_delay, or max_queued of their "
+          "tenant were waiting), process_full (their process had [limits] max_delayed "
+          "waiting: QuotaqlDelayProcessFull), sync (a sync server never waits: "
+          'delay_sync = "refuse").', colours=_DELAY_REFUSAL_COLOURS),
+    Graph("Operations waiting now", "short", 12,
+          ((sum_by(sel(names.DELAYED_WAITING, JOB_MATCH)), "waiting"),),
+          _DELAY_HELP + "Operations waiting for their turn now, summed over the selected "
+          "jobs' instances (and their live workers). Each process holds at most [limits] "
+          "max_delayed; each waiting operation keeps its request and connection open."),
+    Graph("Delays cancelled per second", "ops", 12,
+          (rates_by(sel(names.DELAY_CANCELLED_TOTAL, JOB_MATCH, TIER_MATCH), TIER),),
+          _DELAY_HELP + "Operations that left while waiting (their client went away, often "
+          "its timeout shorter than max_delay), per tier: each was refunded its whole "
+          "charge, since it never ran."),
+))  # fmt: skip
+
+# -- latency -----------------------------------------------------------------------------------
+
+LATENCY: Final = Row("Latency", (
+    Graph("Check latency p50 / p95 / p99", "s", 12,
+          quantiles(names.CHECK_DURATION, (JOB_MATCH,), BACKEND, (0.5, 0.95, 0.99)),
+          "Time of one limiter decision, storage round trips included, per backend."),
+    Heatmap("Check latency heatmap", "s", 12,
+            bucket_rates(names.CHECK_DURATION, JOB_MATCH),
+            "Distribution of the time of one limiter decision, all backends."),
+))  # fmt: skip
+
+# -- the backend: errors, the breaker, deferred refunds and the pipeline -----------------------
+
+_REFUND_COLOURS: Final = {
+    names.REFUND_LOST_OUTCOME: "red",
+    names.REFUND_UNKNOWN: "orange",
+    names.REFUND_APPLIED: "green",
+}
+_COMMANDS: Final = sum_by(rate(sel(names.PIPELINE_COMMANDS_TOTAL, JOB_MATCH)), BACKEND)
+_BATCHES: Final = sum_by(rate(sel(names.PIPELINE_BATCHES_TOTAL, JOB_MATCH)), BACKEND)
+
+BACKEND_ROW: Final = Row("Backend", (
+    Graph("Backend errors per second", "ops", 16,
+          (rates_by(sel(names.BACKEND_ERRORS_TOTAL, JOB_MATCH), BACKEND, names.LABEL_ERROR_TYPE),),
+          "Failed storage calls per second by backend and error type."),
+    State("Circuit breaker state", 8, f"max by ({BACKEND}) ({sel(names.CIRCUIT_OPEN, JOB_MATCH)})",
+          labels(BACKEND),
+          (("closed", "green"), ("open", "red")),
+          "open while the circuit breaker in front of the backend is open on any "
+          "instance: decisions then follow the fail mode without calling the storage.",
+          with_names=True),
+    Graph("Deferred refunds per second", "ops", 8,
+          (rates_by(sel(names.REFUNDS_TOTAL, JOB_MATCH), OUTCOME),),
+          "Refunds applied off the response path, per outcome: queued, coalesced (into one "
+          "already waiting), applied, lost (never applied: Redis out longer than "
+          "refund_max_age, or the queue full) and unknown (sent, then the call failed: "
+          "perhaps applied, never sent twice). Lost and unknown refunds over-charged their "
+          "tenants (QuotaqlRefundsLost).", colours=_REFUND_COLOURS),
+    Graph("Refund queue", "short", 8,
+          (sums_by(sel(names.REFUND_QUEUE, JOB_MATCH), INSTANCE),),
+          "Refunds waiting to be applied, per instance (coalesced ones count once). It "
+          "grows while Redis is out; past refund_queue_size, or refund_max_age, refunds "
+          "are lost."),
+    Graph("Redis pipeline: commands per write", "short", 8,
+          ((f"{_COMMANDS}\n  / {_BATCHES}", "commands per write " + labels(BACKEND)),
+           (_BATCHES, "writes/s " + labels(BACKEND))),
+          "The async Redis storage pipelines the calls an event loop makes at once: the "
+          "mean number of commands each write carried (1: no batching, the load is light; "
+          "it grows with the load, not the latency), and the writes per second."),
+))  # fmt: skip
+
+# -- top tenants (opt-in per-tenant metric) ----------------------------------------------------
+
+_TENANT: Final = names.LABEL_TENANT
+_TENANT_REQUESTS: Final = sel(names.TENANT_REQUESTS_TOTAL, JOB_MATCH)
+_TENANT_BLOCKED: Final = sel(names.TENANT_REQUESTS_TOTAL, JOB_MATCH, BUDGET_REFUSED)
+_COST_CHARGED: Final = sel(names.COST_TOTAL, *COST_MATCHERS, eq(OUTCOME, names.CHARGED))
+
+TENANTS: Final = Row("Tenants", (
+    Bars("Top blocked tenants", "short", 8,
+         ((topk(f"{sum_by(increase_over_range(_TENANT_BLOCKED), _TENANT)} > 0"), labels(_TENANT)),),
+         "Operations refused by the budget over the dashboard's time range, per "
+         "tenant. Needs the opt-in per-tenant metric (allowlisted or top-N tenants; "
+         f"the rest are counted as {names.OTHER_TENANT!r}). Click a bar to drill down.",
+         drill_down=TENANT_UID),
+    Bars("Top tenants by requests", "short", 8,
+         ((topk(sum_by(increase_over_range(_TENANT_REQUESTS), _TENANT)), labels(_TENANT)),),
+         "Operations over the dashboard's time range, per tenant (opt-in per-tenant "
+         "metric). Click a bar to drill down.", drill_down=TENANT_UID),
+    Bars("Top cost by tier", "short", 8,
+         ((topk(sum_by(increase_over_range(_COST_CHARGED), TIER)), labels(TIER)),),
+         "Cost points charged over the dashboard's time range, per tier (cost is "
+         "recorded per tier, not per tenant)."),
+), collapsed=True)  # fmt: skip
+
+ROWS: Final = (
+    OVERVIEW,
+    ADAPTIVE,
+    IDENTITY,
+    COST,
+    TUNING,
+    SUBSCRIPTIONS,
+    CONCURRENCY,
+    DELAY,
+    LATENCY,
+    BACKEND_ROW,
+    TENANTS,
+)
+
+
+def overview_dashboard() -> dict[str, Any]:
+    """The quotaql overview: decisions, adaptive limits, identity, cost, tuning,
+    subscriptions, concurrency limits, delays, check latency, storage backend and top
+    tenants."""
+    return assemble(
+        OVERVIEW_UID,
+        "quotaql / Overview",
+        "Cost-based rate limiting: decisions, adaptive limits, identity, cost, tuning "
+        "(estimates against actual list sizes), subscriptions, concurrency limits, delays, "
+        "check latency, storage backend (errors, breaker, deferred refunds, pipeline), "
+        "tenants.",
+        [datasource_variable(), job_variable(), tier_variable()],
+        ROWS,
+    )
