@@ -1,5 +1,6 @@
-"""The adapters' typed options: the gate's keywords (``GateOptions``) and Ariadne's own, each
-in step with the signature it stands for, and checked by mypy where an adapter is built."""
+"""The adapters' typed options: the gate's keywords (``GateOptions``), and Ariadne's and
+Strawberry's own that the helpers pass on, each in step with the signature it stands for and
+checked by mypy where an adapter is built."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import strawberry
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
 from ariadne.wsgi import GraphQL as WSGIGraphQL
@@ -24,6 +26,7 @@ from quotaql.gate.adapter import Adapter
 from quotaql.gate.options import FromConfigOptions, GateOptions
 from quotaql.instrumentation.metrics import PrometheusMetrics
 from quotaql.limiter import Recorder
+from quotaql.plugin import schema
 from quotaql.storage.leases import AsyncLeases, Leases
 
 if TYPE_CHECKING:
@@ -107,12 +110,24 @@ def test_the_ariadne_helpers_take_ariadnes_own_keywords(
     assert not options.__required_keys__
 
 
+def test_the_websocket_helper_takes_either_handlers_keywords() -> None:
+    either = ariadne_keywords(GraphQLTransportWSHandler) | ariadne_keywords(GraphQLWSHandler)
+    assert set(ariadne._EitherWebsocketOptions.__annotations__) == either
+
+
+def test_the_rate_limit_field_takes_strawberrys_field_keywords() -> None:
+    parameters = inspect.signature(strawberry.field).parameters
+    assert set(schema._FieldOptions.__annotations__) == set(parameters) - {"resolver"}
+    assert not schema._FieldOptions.__required_keys__
+
+
 SNIPPET = """\
 from ariadne import make_executable_schema
 
 from quotaql.ariadne import CostLimitedHTTPHandler
 from quotaql.ariadne import CostLimiter as AriadneLimiter
 from quotaql.plugin import CostLimiter
+from quotaql.plugin.schema import rate_limit_field
 from quotaql.storage.memory import MemoryStorage
 
 CostLimiter(storage=MemoryStorage(), config_path="quotaql.toml", pressure=lambda: 0.5)
@@ -125,6 +140,7 @@ CostLimitedHTTPHandler(limiter, middleware=[])
 limiter.websocket_handler(protocol="graphql-ws", keepalive=5.0)
 CostLimiter.from_config("quotaql.toml", storage=MemoryStorage(), quiet_logs=False)
 AriadneLimiter.from_config("quotaql.toml").wsgi(schema)
+rate_limit_field(name="budget", deprecation_reason="use viewer.budget")
 CostLimiter(storge=MemoryStorage())  # error: call-arg
 CostLimiter(pressure=0.5)  # error: arg-type
 AriadneLimiter(storge=MemoryStorage())  # error: call-arg
@@ -136,6 +152,7 @@ limiter.websocket_handler(keepalive=5.0)  # error: call-overload
 CostLimitedHTTPHandler(limiter, extensions=3)  # error: arg-type
 CostLimiter.from_config("quotaql.toml", storge=MemoryStorage())  # error: call-arg
 AriadneLimiter.from_config("quotaql.toml", config_path="other.toml")  # error: call-arg
+rate_limit_field(descripton="the budget")  # error: call-arg
 """
 
 

@@ -21,7 +21,7 @@ import weakref
 import wsgiref.headers
 from http import HTTPStatus
 from inspect import isawaitable
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, overload
 
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
@@ -109,6 +109,10 @@ class _WSOptions(_WebsocketOptions, total=False):
     """``GraphQLWSHandler``'s (graphql-ws)."""
 
     keepalive: float | None
+
+
+class _EitherWebsocketOptions(_TransportWSOptions, _WSOptions, total=False):
+    """Either handler's (the overloads of :meth:`CostLimiter.websocket_handler` say which)."""
 
 
 class _AppOptions(TypedDict, total=False):
@@ -262,13 +266,16 @@ class CostLimiter(Adapter):
         self, *, protocol: Literal["graphql-ws"], **options: Unpack[_WSOptions]
     ) -> CostLimitedWSHandler: ...
     def websocket_handler(
-        self, *, protocol: WebsocketProtocol = "graphql-transport-ws", **options: Any
+        self,
+        *,
+        protocol: WebsocketProtocol = "graphql-transport-ws",
+        **options: Unpack[_EitherWebsocketOptions],
     ) -> CostLimitedTransportWSHandler | CostLimitedWSHandler:
         """A websocket handler for ``protocol`` (``options`` as Ariadne's) that limits."""
         if protocol == "graphql-transport-ws":
-            return CostLimitedTransportWSHandler(self, **options)
+            return CostLimitedTransportWSHandler(self, **cast("_TransportWSOptions", options))
         if protocol == "graphql-ws":
-            return CostLimitedWSHandler(self, **options)
+            return CostLimitedWSHandler(self, **cast("_WSOptions", options))
         raise ValueError(f"unknown websocket protocol {protocol!r}")
 
     def asgi(
@@ -553,8 +560,18 @@ class _LimitedASGI(ASGIGraphQL):
     """Ariadne's ASGI app, which also answers the lifespan protocol (Ariadne's own raises on
     a lifespan scope): started at once, the gate flushed at shutdown."""
 
-    def __init__(self, gate: Gate, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        gate: Gate,
+        schema: GraphQLSchema,
+        *,
+        http_handler: CostLimitedHTTPHandler,
+        websocket_handler: CostLimitedTransportWSHandler | CostLimitedWSHandler,
+        **options: Unpack[_ASGIOptions],
+    ) -> None:
+        super().__init__(
+            schema, http_handler=http_handler, websocket_handler=websocket_handler, **options
+        )
         self.quotaql_gate = gate
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -568,8 +585,10 @@ class _Limited:
     """An ASGI handler of Ariadne's, made with its ``limiter`` first: it installs the
     limiter's hooks when Ariadne configures it."""
 
-    def __init__(self, limiter: CostLimiter, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    limiter: CostLimiter
+
+    def _limited_by(self, limiter: CostLimiter) -> None:
+        """Take ``limiter`` once Ariadne's handler is made (and refuse what escapes it)."""
         self.limiter = limiter
         if getattr(self, "subscription_handlers", None):
             raise TypeError(
@@ -578,7 +597,8 @@ class _Limited:
                 " them): serve subscriptions over limiter.websocket_handler() instead"
             )
 
-    def configure(self, *args: Any, **kwargs: Any) -> None:
+    def configure(self, *args: object, **kwargs: object) -> None:
+        # Ariadne's configuration of its handlers (its app calls this), passed on as it came.
         super().configure(*args, **kwargs)  # type: ignore[misc]
         # A websocket handler runs queries and mutations through the app's HTTP handler.
         http = getattr(self, "http_handler", None)
@@ -599,7 +619,8 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
     """
 
     def __init__(self, limiter: CostLimiter, **options: Unpack[_HTTPOptions]) -> None:
-        super().__init__(limiter, **options)
+        super().__init__(**options)
+        self._limited_by(limiter)
 
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
@@ -654,7 +675,8 @@ class CostLimitedTransportWSHandler(_LimitedWebsocket, GraphQLTransportWSHandler
     """
 
     def __init__(self, limiter: CostLimiter, **options: Unpack[_TransportWSOptions]) -> None:
-        super().__init__(limiter, **options)
+        super().__init__(**options)
+        self._limited_by(limiter)
 
     async def handle_websocket_subscribe(
         self, websocket: WebSocket, data: Any, operation_id: str, client_context: ClientContext
@@ -695,7 +717,8 @@ class CostLimitedWSHandler(_LimitedWebsocket, GraphQLWSHandler):
     :class:`CostLimitedTransportWSHandler`, the refused event's error is the last ``data``."""
 
     def __init__(self, limiter: CostLimiter, **options: Unpack[_WSOptions]) -> None:
-        super().__init__(limiter, **options)
+        super().__init__(**options)
+        self._limited_by(limiter)
 
     async def process_single_message(
         self,
