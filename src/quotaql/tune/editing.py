@@ -1,397 +1,253 @@
-"""Editing ``quotaql.toml``: the proposed sizes written into its text, nothing else moved."""
+"""Editing ``quotaql.toml``: the proposed sizes written into its text, nothing else moved.
+
+tomlkit reads the file into a document that keeps every comment, blank line and spelling
+of it; a change sets one value there, or adds one key or one table, and the document is
+written back as it was read but for that.
+"""
 
 from __future__ import annotations
 
 import copy
-import json
-import re
+import difflib
 import tomllib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+import tomlkit
+from tomlkit.container import Container
+from tomlkit.exceptions import TOMLKitError
+from tomlkit.items import AoT, Comment, InlineTable, Table, Whitespace
 
 from quotaql.tune.proposal import ASSUMED_SIZE, DEFAULT_LIST_SIZE
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from tomlkit.items import Item, Key
+
     from quotaql.tune.proposal import Change
 
 
 class _Unsupported(Exception):
-    """A layout the text editor does not handle (the change is then left to the user)."""
+    """A layout tune does not edit (the change is then left to the user)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Statement:
-    kind: Literal["table", "array", "pair"]
-    path: tuple[str, ...]
-    """A header's table, or a pair's full key (its table's path and its own key)."""
-    start: int
-    end: int
-    """After the statement's line (its newline included)."""
-    value: tuple[int, int] = (0, 0)
-    """A pair's value, as offsets into the text."""
-
-
-_WS: Final = " \t"
-_BARE: Final = re.compile(r"[A-Za-z0-9_-]+")
-_DATE_TIME_SPACE: Final = re.compile(r"\d{4}-\d{2}-\d{2} \d")
-
-
-class _Scanner:
-    """The statements of a TOML document, with where each is in the text (TOML 1.0)."""
-
-    def __init__(self, text: str, pos: int = 0) -> None:
-        self.text = text
-        self.pos = pos
-
-    def statements(self) -> list[_Statement]:
-        """Every table header and key/value pair of the document."""
-        text = self.text
-        statements = []
-        table: tuple[str, ...] = ()
-        while True:
-            self._skip(_WS)
-            if self.pos >= len(text):
-                break
-            char = text[self.pos]
-            if char in "\r\n":
-                self._newline()
-                continue
-            if char == "#":
-                self._comment()
-                continue
-            start = self._line_start(self.pos)
-            if char == "[":
-                array = text.startswith("[[", self.pos)
-                self.pos += 2 if array else 1
-                table = self._key()
-                closing = "]]" if array else "]"
-                if not text.startswith(closing, self.pos):
-                    raise self._error("expected ] after a table name")
-                self.pos += len(closing)
-                self._end_of_line()
-                statements.append(_Statement("array" if array else "table", table, start, self.pos))
-                continue
-            key = self._key()
-            if not text.startswith("=", self.pos):
-                raise self._error("expected = after a key")
-            self.pos += 1
-            self._skip(_WS)
-            value_start = self.pos
-            self._value()
-            value_end = self.pos
-            self._end_of_line()
-            statements.append(
-                _Statement("pair", (*table, *key), start, self.pos, (value_start, value_end))
-            )
-        return statements
-
-    def _error(self, what: str) -> _Unsupported:
-        line = self.text.count("\n", 0, self.pos) + 1
-        return _Unsupported(f"line {line}: {what}")
-
-    def _line_start(self, pos: int) -> int:
-        return self.text.rfind("\n", 0, pos) + 1
-
-    def _skip(self, chars: str) -> None:
-        text = self.text
-        while self.pos < len(text) and text[self.pos] in chars:
-            self.pos += 1
-
-    def _newline(self) -> None:
-        if self.text.startswith("\r\n", self.pos):
-            self.pos += 2
-        elif self.text[self.pos] == "\n":
-            self.pos += 1
-        else:
-            raise self._error("a carriage return without a line feed")
-
-    def _comment(self) -> None:
-        end = self.text.find("\n", self.pos)
-        self.pos = len(self.text) if end < 0 else end
-
-    def _end_of_line(self) -> None:
-        self._skip(_WS)
-        if self.pos < len(self.text) and self.text[self.pos] == "#":
-            self._comment()
-        if self.pos < len(self.text):
-            if self.text[self.pos] not in "\r\n":
-                raise self._error("expected the end of the line")
-            self._newline()
-
-    def _key(self) -> tuple[str, ...]:
-        parts = []
-        while True:
-            self._skip(_WS)
-            parts.append(self._simple_key())
-            self._skip(_WS)
-            if self.text.startswith(".", self.pos):
-                self.pos += 1
-                continue
-            return tuple(parts)
-
-    def _simple_key(self) -> str:
-        text = self.text
-        start = self.pos
-        if text.startswith('"', start):
-            self._basic_string()
-        elif text.startswith("'", start):
-            self._literal_string()
-        else:
-            match = _BARE.match(text, start)
-            if match is None:
-                raise self._error("expected a key")
-            self.pos = match.end()
-            return match.group()
-        raw = text[start : self.pos]
-        try:
-            key: str = tomllib.loads(f"k = {raw}")["k"]  # TOML's own unescaping
-        except tomllib.TOMLDecodeError as exc:  # pragma: no cover  (the file loaded)
-            raise self._error(f"a key that does not parse: {exc}") from exc
-        return key
-
-    def _basic_string(self) -> None:
-        text = self.text
-        if text.startswith('"""', self.pos):
-            self.pos += 3
-            while self.pos < len(text):
-                char = text[self.pos]
-                if char == "\\":
-                    self.pos += 2
-                    continue
-                if text.startswith('"""', self.pos):
-                    run = 3
-                    while text.startswith('"', self.pos + run) and run < 5:
-                        run += 1
-                    self.pos += run
-                    return
-                self.pos += 1
-            raise self._error("an unterminated string")
-        self.pos += 1
-        while self.pos < len(text):
-            char = text[self.pos]
-            if char == "\\":
-                self.pos += 2
-                continue
-            if char in "\r\n":
-                break
-            self.pos += 1
-            if char == '"':
-                return
-        raise self._error("an unterminated string")
-
-    def _literal_string(self) -> None:
-        text = self.text
-        if text.startswith("'''", self.pos):
-            end = text.find("'''", self.pos + 3)
-            if end < 0:
-                raise self._error("an unterminated string")
-            run = 3
-            while text.startswith("'", end + run) and run < 5:
-                run += 1
-            self.pos = end + run
-            return
-        end = text.find("'", self.pos + 1)
-        newline = text.find("\n", self.pos + 1)
-        if end < 0 or 0 <= newline < end:
-            raise self._error("an unterminated string")
-        self.pos = end + 1
-
-    def _gap(self) -> None:
-        """Whitespace, newlines and comments (inside an array)."""
-        while self.pos < len(self.text):
-            char = self.text[self.pos]
-            if char in _WS:
-                self.pos += 1
-            elif char in "\r\n":
-                self._newline()
-            elif char == "#":
-                self._comment()
-            else:
-                return
-
-    def _value(self) -> None:
-        text = self.text
-        if self.pos >= len(text):
-            raise self._error("expected a value")
-        char = text[self.pos]
-        if char == '"':
-            self._basic_string()
-        elif char == "'":
-            self._literal_string()
-        elif char == "[":
-            self.pos += 1
-            while True:
-                self._gap()
-                if text.startswith("]", self.pos):
-                    self.pos += 1
-                    return
-                self._value()
-                self._gap()
-                if text.startswith(",", self.pos):
-                    self.pos += 1
-                elif not text.startswith("]", self.pos):
-                    raise self._error("expected , or ] in an array")
-        elif char == "{":
-            self.inline_pairs()
-        else:
-            start = self.pos
-            while self.pos < len(text) and text[self.pos] not in " \t\r\n,]}#":
-                self.pos += 1
-            if _DATE_TIME_SPACE.match(text, start) and self.pos - start == 10:
-                self.pos += 1  # "1979-05-27 07:32:00": the space between date and time
-                while self.pos < len(text) and text[self.pos] not in " \t\r\n,]}#":
-                    self.pos += 1
-            if self.pos == start:
-                raise self._error("expected a value")
-
-    def inline_pairs(self) -> list[tuple[tuple[str, ...], int, int]]:
-        """Read the inline table at ``pos``: its pairs ``(key, value start, value end)``."""
-        text = self.text
-        self.pos += 1  # {
-        pairs: list[tuple[tuple[str, ...], int, int]] = []
-        self._gap()
-        if text.startswith("}", self.pos):
-            self.pos += 1
-            return pairs
-        while True:
-            self._gap()
-            key = self._key()
-            if not text.startswith("=", self.pos):
-                raise self._error("expected = in an inline table")
-            self.pos += 1
-            self._skip(_WS)
-            start = self.pos
-            self._value()
-            pairs.append((key, start, self.pos))
-            self._gap()
-            if text.startswith(",", self.pos):
-                self.pos += 1
-                self._gap()
-                if text.startswith("}", self.pos):  # TOML 1.1's trailing comma
-                    self.pos += 1
-                    return pairs
-            elif text.startswith("}", self.pos):
-                self.pos += 1
-                return pairs
-            else:
-                raise self._error("expected , or } in an inline table")
-
-
-def _inline(text: str, start: int) -> tuple[list[tuple[tuple[str, ...], int, int]], int]:
-    scanner = _Scanner(text, start)
-    pairs = scanner.inline_pairs()
-    return pairs, scanner.pos
-
-
-def _newline_of(text: str) -> str:
-    return "\r\n" if "\r\n" in text else "\n"
-
-
-def _table_end(statements: Sequence[_Statement], header: int) -> int:
-    """Where a line goes to be the last of the table whose header is ``statements[header]``:
-    after its last pair (comments before the next header stay with that header)."""
-    end = statements[header].end
-    for statement in statements[header + 1 :]:
-        if statement.kind != "pair":
-            break
-        end = statement.end
-    return end
-
-
-def _insert(text: str, at: int, lines: Sequence[str]) -> str:
-    newline = _newline_of(text)
-    before = text[:at]
-    if before and not before.endswith("\n"):
-        before += newline
-    return before + "".join(line + newline for line in lines) + text[at:]
-
-
-def _append_block(text: str, lines: Sequence[str]) -> str:
-    newline = _newline_of(text)
-    if text and not text.endswith("\n"):
-        text += newline
-    if text.strip():
-        text += newline  # a blank line before the new table
-    return text + "".join(line + newline for line in lines)
-
-
-def _header(statements: Sequence[_Statement], path: tuple[str, ...]) -> int | None:
-    for index, statement in enumerate(statements):
-        if statement.kind == "table" and statement.path == path:
-            return index
-    return None
-
-
-def _set_assumed_size(text: str, coordinate: str, size: int) -> str:
-    statements = _Scanner(text).statements()
-    table = ("cost", "weights", coordinate)
-    quoted = json.dumps(coordinate)
-    header = _header(statements, table)
-    if header is not None:  # [cost.weights."Query.products"]
-        for statement in statements[header + 1 :]:
-            if statement.kind != "pair":
-                break
-            if statement.path == (*table, ASSUMED_SIZE):
-                start, end = statement.value
-                return text[:start] + str(size) + text[end:]
-        return _insert(text, _table_end(statements, header), [f"{ASSUMED_SIZE} = {size}"])
-    for statement in statements:
-        if statement.kind != "pair":
-            continue
-        if statement.path == table:  # "Query.products" = { ... } or = 3
-            start, end = statement.value
-            if text.startswith("{", start):
-                return _edit_inline(text, start, size)
-            weight = text[start:end]
-            return text[:start] + f"{{ weight = {weight}, {ASSUMED_SIZE} = {size} }}" + text[end:]
-        if statement.path[: len(table)] == table or (
-            len(statement.path) < len(table) and table[: len(statement.path)] == statement.path
-        ):
-            # Dotted keys ("Query.products".weight = 2) or weights = { ... }: not by hand here.
-            raise _Unsupported(f"{coordinate} is set with dotted keys or an inline table")
-    weights = _header(statements, ("cost", "weights"))
-    if weights is not None:  # [cost.weights]: one more line there
-        return _insert(
-            text, _table_end(statements, weights), [f"{quoted} = {{ {ASSUMED_SIZE} = {size} }}"]
+def _entries(
+    parents: Sequence[Container | Table], name: str
+) -> list[tuple[Container | Table, Key, Item]]:
+    """Every item named ``name`` in ``parents``: ``(parent, key, item)``. A table that
+    other headers split (``[cost]`` ... ``[limits]`` ... ``[cost.weights]``) is several
+    parents, and so is a table that dotted keys name (``weights."Q.a" = 2``)."""
+    found: list[tuple[Container | Table, Key, Item]] = []
+    for parent in parents:
+        body = parent.body if isinstance(parent, Container) else parent.value.body
+        found.extend(
+            (parent, key, item) for key, item in body if key is not None and key.key == name
         )
-    tables = [
-        i
-        for i, s in enumerate(statements)
-        if s.kind == "table" and len(s.path) == 3 and s.path[:2] == ("cost", "weights")
+    return found
+
+
+def _tables(parents: Sequence[Container | Table], name: str) -> list[tuple[Key, Table]]:
+    """The tables named ``name`` in ``parents``: ``[name]``, the parts of it, and the
+    tables dotted keys make."""
+    tables = []
+    for _, key, item in _entries(parents, name):
+        if not isinstance(item, Table):  # cost = { ... }, weights = { ... }
+            raise _Unsupported(f"{name} is not a table of its own")
+        tables.append((key, item))
+    return tables
+
+
+def _is_header(item: Item, key: Key) -> TypeGuard[Table]:
+    """Whether ``item`` is a table with a header of its own (not the part of a dotted
+    header's path, ``cost`` of ``[cost.weights]``, nor the table of dotted keys)."""
+    return isinstance(item, Table) and not key.is_dotted() and not item.is_super_table()
+
+
+def _is_pair(item: Item, key: Key) -> bool:
+    """Whether ``item`` is written ``key = value`` (dotted keys included), not under a
+    header."""
+    return not isinstance(item, Table | AoT) or key.is_dotted()
+
+
+def _header(tables: Sequence[tuple[Key, Table]]) -> Table | None:
+    return next((table for key, table in tables if _is_header(table, key)), None)
+
+
+def _insert(table: Table, key: str, item: Item) -> None:
+    """``key = item`` (or the table ``item``) right after the last pair of ``table``: before
+    the comments and the sub-tables that follow its pairs (right under its header if it
+    has no pair)."""
+    body = table.value.body
+    pairs = [i for i, (k, v) in enumerate(body) if k is not None and _is_pair(v, k)]
+    if pairs and not isinstance(item, Table):
+        item.trivia.indent = body[pairs[-1]][1].trivia.indent  # the pairs' indentation
+    _insert_at(table, pairs[-1] + 1 if pairs else 0, key, item)
+
+
+def _insert_at(table: Table, index: int, key: str, item: Item) -> None:
+    """``key = item`` (or the table ``item``) at ``index`` of ``table``'s items.
+
+    tomlkit's public ``append`` puts a pair after the comments that end a table's pairs,
+    and a table after its sub-tables; it has no public call that puts an item at a place
+    (python-poetry/tomlkit#7). ``Container._insert_at`` does, as ``_insert_after`` does
+    for poetry, tomlkit's own project, when it edits pyproject.toml. tests/test_tune.py
+    holds the placement, so a tomlkit that changes it fails there.
+    """
+    if index < len(table.value.body):
+        table.value._insert_at(index, key, item)
+    else:
+        table.raw_append(key, item)  # append would indent it once more, as its header
+
+
+def _detach_end(table: Table) -> list[Comment | Whitespace]:
+    """The comments and blank lines that end ``table``, taken off it: they belong to the
+    header after them."""
+    body = table.value.body
+    end = len(body)
+    while end and body[end - 1][0] is None and isinstance(body[end - 1][1], Comment | Whitespace):
+        end -= 1
+    tail = [item for _, item in body[end:] if isinstance(item, Comment | Whitespace)]
+    del body[end:]  # keyless items at the end: nothing indexes them
+    return tail
+
+
+def _line(value: str, newline: str) -> Item:
+    """The item of a pair whose value is written ``value``, its line ending ``newline``."""
+    item = tomlkit.value(value)
+    item.trivia.trail = newline
+    return item
+
+
+def _new_table(key: str, item: Item, newline: str, *, indent: str = "") -> Table:
+    """A table holding ``key = item``; ``indent`` goes before its header (a blank line)."""
+    table = tomlkit.table()
+    table.trivia.indent = indent
+    table.trivia.trail = newline
+    table.append(key, item)
+    return table
+
+
+def _appended(text: str, path: Sequence[str], key: str, item: Item, newline: str) -> str:
+    """``text`` followed by a blank line and the table ``path`` holding ``key = item``."""
+    block = tomlkit.document()
+    table = _new_table(key, item, newline)
+    for name in reversed(path[1:]):
+        parent = tomlkit.table(is_super_table=True)
+        parent.append(name, table)
+        table = parent
+    block.append(path[0], table)
+    return text + (newline if text.strip() else "") + block.as_string()
+
+
+def _set_assumed_size(text: str, coordinate: str, size: int, newline: str) -> str:
+    document = tomlkit.parse(text)
+    costs = _tables([document], "cost")
+    weights = _tables([table for _, table in costs], "weights")
+    # [cost.weights."Query.products"] before the parts of [cost.weights."Query.products".x]
+    entries = sorted(
+        _entries([table for _, table in weights], coordinate),
+        key=lambda entry: isinstance(entry[2], Table) and not _is_header(entry[2], entry[1]),
+    )
+    if entries:
+        parent, key, current = entries[0]
+        if isinstance(current, Table | AoT) and not _is_header(current, key):
+            # "Query.products".weight = 2, [cost.weights."Query.products".more]
+            raise _Unsupported(f"{coordinate} is set with dotted keys or sub-tables")
+        if isinstance(current, Table):  # [cost.weights."Query.products"]
+            if ASSUMED_SIZE in current:
+                current[ASSUMED_SIZE] = size
+            else:
+                _insert(current, ASSUMED_SIZE, _line(str(size), newline))
+        elif isinstance(current, InlineTable):  # "Query.products" = { ... }
+            _set_inline(parent, coordinate, current, size)
+        else:  # "Query.products" = 3: its weight
+            inline = f"{{ weight = {current.as_string()}, {ASSUMED_SIZE} = {size} }}"
+            parent[coordinate] = _commented(current, tomlkit.value(inline))
+        return document.as_string()
+    pair = _line(f"{{ {ASSUMED_SIZE} = {size} }}", newline)
+    header = _header(weights)
+    fields = [  # the [cost.weights."Type.field"] tables
+        (parent, index, item)
+        for _, parent in weights
+        for index, (key, item) in enumerate(parent.value.body)
+        if key is not None and _is_header(item, key)
     ]
-    block = [f"[cost.weights.{quoted}]", f"{ASSUMED_SIZE} = {size}"]
-    if tables:  # [cost.weights."Type.field"] tables: one more after the last
-        return _insert(text, _table_end(statements, tables[-1]), ["", *block])
-    new_weights = ["[cost.weights]", f"{quoted} = {{ {ASSUMED_SIZE} = {size} }}"]
-    cost = _header(statements, ("cost",))
-    if cost is not None:  # after the [cost] table's keys
-        return _insert(text, _table_end(statements, cost), ["", *new_weights])
-    return _append_block(text, new_weights)
+    cost = _header(costs)
+    if header is not None:  # [cost.weights]: one more line there
+        _insert(header, coordinate, pair)
+    elif fields:  # one more table after the last
+        parent, index, table = fields[-1]
+        new = _new_table(ASSUMED_SIZE, _line(str(size), newline), newline, indent=newline)
+        for end in _detach_end(table):
+            new.add(end)
+        _insert_at(parent, index + 1, coordinate, new)
+    elif cost is not None:  # after the [cost] table's keys
+        _insert(cost, "weights", _new_table(coordinate, pair, newline, indent=newline))
+    else:
+        return _appended(text, ("cost", "weights"), coordinate, pair, newline)
+    return document.as_string()
 
 
-def _edit_inline(text: str, start: int, size: int) -> str:
-    pairs, end = _inline(text, start)
-    for key, value_start, value_end in pairs:
-        if key == (ASSUMED_SIZE,):
-            return text[:value_start] + str(size) + text[value_end:]
-    if not pairs:
-        return text[:start] + f"{{ {ASSUMED_SIZE} = {size} }}" + text[end:]
-    last_end = pairs[-1][2]
-    return text[:last_end] + f", {ASSUMED_SIZE} = {size}" + text[last_end:]
+def _set_inline(parent: Container | Table, coordinate: str, inline: InlineTable, size: int) -> None:
+    if ASSUMED_SIZE in inline:
+        inline[ASSUMED_SIZE] = size
+    elif not inline:  # {}
+        parent[coordinate] = _commented(inline, tomlkit.value(f"{{ {ASSUMED_SIZE} = {size} }}"))
+    else:  # the new pair goes before the space that closes it: { a = 1, assumed_size = 3 }
+        body = inline.value.body
+        closing = body.pop()[1] if body[-1][0] is None else None
+        inline.append(ASSUMED_SIZE, size)
+        if closing is not None:
+            inline.append(None, closing)
 
 
-def _set_default_list_size(text: str, size: int) -> str:
-    statements = _Scanner(text).statements()
-    for statement in statements:
-        if statement.kind == "pair" and statement.path == ("cost", DEFAULT_LIST_SIZE):
-            start, end = statement.value
-            return text[:start] + str(size) + text[end:]
-    cost = _header(statements, ("cost",))
-    if cost is not None:
-        return _insert(text, _table_end(statements, cost), [f"{DEFAULT_LIST_SIZE} = {size}"])
-    return _append_block(text, ["[cost]", f"{DEFAULT_LIST_SIZE} = {size}"])
+def _commented(old: Item, new: Item) -> Item:
+    """``new`` with the comment and the line end of ``old``."""
+    new.trivia.comment_ws = old.trivia.comment_ws
+    new.trivia.comment = old.trivia.comment
+    new.trivia.trail = old.trivia.trail
+    return new
+
+
+def _set_default_list_size(text: str, size: int, newline: str) -> str:
+    document = tomlkit.parse(text)
+    costs = _tables([document], "cost")
+    entries = _entries([table for _, table in costs], DEFAULT_LIST_SIZE)
+    cost = _header(costs)
+    if entries:
+        parent, _, _ = entries[0]
+        parent[DEFAULT_LIST_SIZE] = size
+    elif cost is not None:
+        _insert(cost, DEFAULT_LIST_SIZE, _line(str(size), newline))
+    else:
+        return _appended(text, ("cost",), DEFAULT_LIST_SIZE, _line(str(size), newline), newline)
+    return document.as_string()
+
+
+def _edited(text: str, change: Change, newline: str) -> str:
+    """``text`` with ``change`` made (not checked yet)."""
+    # A file whose last line has no newline is read with one (tomlkit would end that line
+    # with "\n" to put a line after it, whatever the file's newline), and given it only
+    # when a line was added after that last line.
+    padded = text if not text or text.endswith("\n") else text + newline
+    if change.coordinate is None:
+        edited = _set_default_list_size(padded, change.new, newline)
+    else:
+        edited = _set_assumed_size(padded, change.coordinate, change.new, newline)
+    if padded != text:
+        last = padded[padded.rfind("\n", 0, -1) + 1 :]
+        if edited.count("\n") == padded.count("\n") or edited.endswith(last):
+            edited = edited.removesuffix(newline)
+    return edited
+
+
+def _kept(old: str, new: str) -> bool:
+    """Whether ``new`` holds the lines of ``old`` in their order, but for one (the line of
+    a value replaced): tomlkit moves some tables of a file it reads (an array of tables
+    between the parts of another table), and an edit must move nothing."""
+    lines = old.splitlines()
+    matcher = difflib.SequenceMatcher(None, lines, new.splitlines(), autojunk=False)
+    return sum(block.size for block in matcher.get_matching_blocks()) >= len(lines) - 1
 
 
 def _expected(data: dict[str, Any], change: Change) -> dict[str, Any]:
@@ -421,17 +277,17 @@ def edit(text: str, changes: Sequence[Change]) -> tuple[str, list[Change]]:
     change; a change that would come out otherwise is not made, and is returned.
     """
     data = tomllib.loads(text)
+    newline = "\r\n" if "\r\n" in text else "\n"
     skipped = []
     for change in changes:
         try:
-            if change.coordinate is None:
-                edited = _set_default_list_size(text, change.new)
-            else:
-                edited = _set_assumed_size(text, change.coordinate, change.new)
+            edited = _edited(text, change, newline)
+            if not _kept(text, edited):
+                raise _Unsupported("the edit would move other lines")
             expected = _expected(data, change)
             if tomllib.loads(edited) != expected:
                 raise _Unsupported("the edit would change something else")
-        except (_Unsupported, tomllib.TOMLDecodeError):
+        except (_Unsupported, TOMLKitError, tomllib.TOMLDecodeError):
             skipped.append(change)
             continue
         text, data = edited, expected
