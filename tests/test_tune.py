@@ -615,6 +615,22 @@ def test_the_command_prints_no_traceback_through_the_interpreter(
     assert str(garbage) in done.stderr
 
 
+def test_the_request_path_imports_neither_tune_nor_tomlkit() -> None:
+    """tune is an offline tool: a server imports none of it, nor the TOML editor it uses."""
+    body = (
+        "import sys\n"
+        "import quotaql, quotaql.gate, quotaql.plugin, quotaql.asgi, quotaql.cli\n"
+        "import quotaql.storage.redis, quotaql.instrumentation.metrics\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('quotaql.tune', 'tomlkit'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", body], capture_output=True, text=True, check=False, timeout=60
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 # -- a real Prometheus -----------------------------------------------------------------------
 
 JOB = "quotaql-tune"
