@@ -29,7 +29,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from graphql import DocumentNode, GraphQLError, validate
 
@@ -92,6 +92,7 @@ if TYPE_CHECKING:
     from graphql import ASTValidationRule
 
     from quotaql.adaptive import Adaptive
+    from quotaql.gate.options import FromConfigOptions
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
     from quotaql.policy.quota import Decision
@@ -236,13 +237,15 @@ class Gate:
         return self._scaling.adaptive
 
     @classmethod
-    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> Gate:
+    def from_config(
+        cls, path: str | os.PathLike[str], **options: Unpack[FromConfigOptions]
+    ) -> Gate:
         """A gate configured by ``path`` (``quotaql.toml``), reloaded when it changes.
 
         Raises:
             ConfigError: the file is invalid (the error names the file, key and line).
         """
-        return cls(load_config(path), config_path=path, **kwargs)
+        return cls(load_config(path), config_path=path, **options)
 
     @property
     def config(self) -> Config:
