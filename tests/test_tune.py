@@ -351,6 +351,20 @@ LAYOUTS = {
         '[cost]\nslicing_arguments = ["[cost.weights]", """\n[x]\n"""]\n\n[cost.weights]\n'
         '"Q.a" = { assumed_size = 5 }\n',
     ),
+    "[cost.weights] apart from [cost]": (
+        '[cost]\nmax_depth = 8\n\n[limits]\nmode = "shadow"\n\n[cost.weights]\n"B.c" = 1\n',
+        '[cost]\nmax_depth = 8\n\n[limits]\nmode = "shadow"\n\n[cost.weights]\n"B.c" = 1\n'
+        '"Q.a" = { assumed_size = 5 }\n',
+    ),
+    "the comment above a sub-table stays there": (
+        '[cost.weights]\n"B.c" = 1\n# one field:\n[cost.weights."D.e"]\nweight = 2\n',
+        '[cost.weights]\n"B.c" = 1\n"Q.a" = { assumed_size = 5 }\n# one field:\n'
+        '[cost.weights."D.e"]\nweight = 2\n',
+    ),
+    "indented keys": (
+        '[cost.weights]\n  "B.c" = 1\n',
+        '[cost.weights]\n  "B.c" = 1\n  "Q.a" = { assumed_size = 5 }\n',
+    ),
 }
 
 
@@ -373,6 +387,9 @@ def test_default_list_size_is_replaced_or_added() -> None:
         "[cost]\nmax_depth = 8\ndefault_list_size = 3\n[limits]\n"
     )
     assert edit("[limits]\n", [default])[0] == "[limits]\n\n[cost]\ndefault_list_size = 3\n"
+    assert edit("[cost]\nmax_depth = 8\n# weights:\n[cost.weights]\n", [default])[0] == (
+        "[cost]\nmax_depth = 8\ndefault_list_size = 3\n# weights:\n[cost.weights]\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -382,6 +399,8 @@ def test_default_list_size_is_replaced_or_added() -> None:
         '[cost.weights]\n"Q.a".weight = 2\n',  # dotted keys
         '[cost]\nweights = { "Q.a" = 2 }\n',
         '[cost]\nweights."B.c" = 2\n',
+        # An array of tables between the parts of [cost.weights]: tomlkit moves it.
+        '[cost.weights."B.c"]\nweight = 1\n[[x]]\ny = 1\n[cost.weights]\n"Q.a" = 3\n',
     ],
 )
 def test_layouts_tune_does_not_edit_are_left_to_the_user(text: str, tmp_path: Path) -> None:
@@ -594,6 +613,22 @@ def test_the_command_prints_no_traceback_through_the_interpreter(
     assert done.stdout == ""
     assert "Traceback" not in done.stderr
     assert str(garbage) in done.stderr
+
+
+def test_the_request_path_imports_neither_tune_nor_tomlkit() -> None:
+    """tune is an offline tool: a server imports none of it, nor the TOML editor it uses."""
+    body = (
+        "import sys\n"
+        "import quotaql, quotaql.gate, quotaql.plugin, quotaql.asgi, quotaql.cli\n"
+        "import quotaql.storage.redis, quotaql.instrumentation.metrics\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('quotaql.tune', 'tomlkit'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", body], capture_output=True, text=True, check=False, timeout=60
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 # -- a real Prometheus -----------------------------------------------------------------------

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Generator, Sequence
 
-    from quotaql.limiter.concurrency import Lease
     from quotaql.policy.quota import Decision, Quota
     from quotaql.storage.leases import LeaseSpec
 
@@ -59,9 +58,10 @@ class TakeLease(NamedTuple):
 
 
 class ReleaseLease(NamedTuple):
-    """Give ``lease`` back now (its operation was refused after taking it)."""
+    """Give ``lease`` (a :class:`~quotaql.limiter.concurrency.Lease`) back now: ``owner``,
+    its operation, was refused after taking it."""
 
-    lease: Lease
+    lease: Any
     owner: object
 
 

@@ -21,7 +21,7 @@ import weakref
 import wsgiref.headers
 from http import HTTPStatus
 from inspect import isawaitable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, overload
 
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
@@ -37,16 +37,35 @@ from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
+    from datetime import timedelta
+    from logging import Logger, LoggerAdapter
+    from typing import Unpack
 
     from ariadne.asgi.handlers.graphql_transport_ws import ClientContext
-    from ariadne.types import GraphQLResult
+    from ariadne.explorer import Explorer
+    from ariadne.types import (
+        ContextValue,
+        ErrorFormatter,
+        Extensions,
+        GraphQLResult,
+        Middlewares,
+        OnComplete,
+        OnConnect,
+        OnDisconnect,
+        OnOperation,
+        QueryParser,
+        QueryValidator,
+        RootValue,
+        ValidationRules,
+    )
     from ariadne.types import Operation as AriadneOperation
-    from graphql import DocumentNode, GraphQLSchema
+    from graphql import DocumentNode, GraphQLSchema, MiddlewareManager
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.websockets import WebSocket
 
     from quotaql.config import Config
+    from quotaql.gate.options import GateOptions
 
 __all__ = [
     "CostLimitedHTTPHandler",
@@ -58,6 +77,70 @@ __all__ = [
 ]
 
 WebsocketProtocol = Literal["graphql-transport-ws", "graphql-ws"]
+
+
+# Ariadne's own keyword options, typed as Ariadne types them, for the helpers that pass them on.
+
+
+class _HTTPOptions(TypedDict, total=False):
+    """``GraphQLHTTPHandler``'s (not ``subscription_handlers``: the limiter refuses them)."""
+
+    extensions: Extensions | None
+    middleware: Middlewares | None
+    middleware_manager_class: type[MiddlewareManager] | None
+
+
+class _WebsocketOptions(TypedDict, total=False):
+    """What both websocket handlers take."""
+
+    on_connect: OnConnect | None
+    on_disconnect: OnDisconnect | None
+    on_operation: OnOperation | None
+    on_complete: OnComplete | None
+
+
+class _TransportWSOptions(_WebsocketOptions, total=False):
+    """``GraphQLTransportWSHandler``'s."""
+
+    connection_init_wait_timeout: timedelta
+
+
+class _WSOptions(_WebsocketOptions, total=False):
+    """``GraphQLWSHandler``'s (graphql-ws)."""
+
+    keepalive: float | None
+
+
+class _EitherWebsocketOptions(_TransportWSOptions, _WSOptions, total=False):
+    """Either handler's (the overloads of :meth:`CostLimiter.websocket_handler` say which)."""
+
+
+class _AppOptions(TypedDict, total=False):
+    """What ``ariadne.asgi.GraphQL`` and ``ariadne.wsgi.GraphQL`` both take."""
+
+    context_value: ContextValue | None
+    root_value: RootValue | None
+    query_parser: QueryParser | None
+    query_validator: QueryValidator | None
+    validation_rules: ValidationRules | None
+    execute_get_queries: bool
+    debug: bool
+    introspection: bool
+    explorer: Explorer | None
+    error_formatter: ErrorFormatter
+    execution_context_class: type[Any] | None  # graphql-core's ExecutionContext (Executor in 3.3)
+
+
+class _ASGIOptions(_AppOptions, total=False):
+    """``ariadne.asgi.GraphQL``'s (not its two handlers: :meth:`CostLimiter.asgi` makes them)."""
+
+    logger: str | Logger | LoggerAdapter[Any] | None
+
+
+class _WSGIOptions(_AppOptions, _HTTPOptions, total=False):
+    """``ariadne.wsgi.GraphQL``'s."""
+
+    logger: str | None
 
 
 class _Scope:
@@ -157,7 +240,7 @@ class CostLimiter(Adapter):
         *,
         quiet_logs: bool = True,
         gate: Gate | None = None,
-        **options: Any,
+        **options: Unpack[GateOptions],
     ) -> None:
         super().__init__(config, quiet_logs=quiet_logs, gate=gate, **options)
         # The subscriptions whose stream has been handed to Ariadne, by Ariadne's generator:
@@ -167,18 +250,32 @@ class CostLimiter(Adapter):
 
     # -- what the application is given --------------------------------------------------
 
-    def http_handler(self, **options: Any) -> CostLimitedHTTPHandler:
+    def http_handler(self, **options: Unpack[_HTTPOptions]) -> CostLimitedHTTPHandler:
         """An ``ariadne.asgi.handlers.GraphQLHTTPHandler`` (same ``options``) that limits."""
         return CostLimitedHTTPHandler(self, **options)
 
+    @overload
     def websocket_handler(
-        self, *, protocol: WebsocketProtocol = "graphql-transport-ws", **options: Any
+        self,
+        *,
+        protocol: Literal["graphql-transport-ws"] = ...,
+        **options: Unpack[_TransportWSOptions],
+    ) -> CostLimitedTransportWSHandler: ...
+    @overload
+    def websocket_handler(
+        self, *, protocol: Literal["graphql-ws"], **options: Unpack[_WSOptions]
+    ) -> CostLimitedWSHandler: ...
+    def websocket_handler(
+        self,
+        *,
+        protocol: WebsocketProtocol = "graphql-transport-ws",
+        **options: Unpack[_EitherWebsocketOptions],
     ) -> CostLimitedTransportWSHandler | CostLimitedWSHandler:
         """A websocket handler for ``protocol`` (``options`` as Ariadne's) that limits."""
         if protocol == "graphql-transport-ws":
-            return CostLimitedTransportWSHandler(self, **options)
+            return CostLimitedTransportWSHandler(self, **cast("_TransportWSOptions", options))
         if protocol == "graphql-ws":
-            return CostLimitedWSHandler(self, **options)
+            return CostLimitedWSHandler(self, **cast("_WSOptions", options))
         raise ValueError(f"unknown websocket protocol {protocol!r}")
 
     def asgi(
@@ -186,7 +283,7 @@ class CostLimiter(Adapter):
         schema: GraphQLSchema,
         *,
         websocket_protocol: WebsocketProtocol = "graphql-transport-ws",
-        **options: Any,
+        **options: Unpack[_ASGIOptions],
     ) -> ASGIGraphQL:
         """``ariadne.asgi.GraphQL(schema, **options)`` with this limiter's two handlers; it
         answers ASGI lifespan events too, and at shutdown applies the refunds and lease
@@ -199,7 +296,7 @@ class CostLimiter(Adapter):
             **options,
         )
 
-    def wsgi(self, schema: GraphQLSchema, **options: Any) -> CostLimitedWSGI:
+    def wsgi(self, schema: GraphQLSchema, **options: Unpack[_WSGIOptions]) -> CostLimitedWSGI:
         """``ariadne.wsgi.GraphQL(schema, **options)``, limited."""
         return CostLimitedWSGI(self, schema, **options)
 
@@ -463,8 +560,18 @@ class _LimitedASGI(ASGIGraphQL):
     """Ariadne's ASGI app, which also answers the lifespan protocol (Ariadne's own raises on
     a lifespan scope): started at once, the gate flushed at shutdown."""
 
-    def __init__(self, gate: Gate, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        gate: Gate,
+        schema: GraphQLSchema,
+        *,
+        http_handler: CostLimitedHTTPHandler,
+        websocket_handler: CostLimitedTransportWSHandler | CostLimitedWSHandler,
+        **options: Unpack[_ASGIOptions],
+    ) -> None:
+        super().__init__(
+            schema, http_handler=http_handler, websocket_handler=websocket_handler, **options
+        )
         self.quotaql_gate = gate
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -478,8 +585,10 @@ class _Limited:
     """An ASGI handler of Ariadne's, made with its ``limiter`` first: it installs the
     limiter's hooks when Ariadne configures it."""
 
-    def __init__(self, limiter: CostLimiter, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    limiter: CostLimiter
+
+    def _limited_by(self, limiter: CostLimiter) -> None:
+        """Take ``limiter`` once Ariadne's handler is made (and refuse what escapes it)."""
         self.limiter = limiter
         if getattr(self, "subscription_handlers", None):
             raise TypeError(
@@ -488,7 +597,8 @@ class _Limited:
                 " them): serve subscriptions over limiter.websocket_handler() instead"
             )
 
-    def configure(self, *args: Any, **kwargs: Any) -> None:
+    def configure(self, *args: object, **kwargs: object) -> None:
+        # Ariadne's configuration of its handlers (its app calls this), passed on as it came.
         super().configure(*args, **kwargs)  # type: ignore[misc]
         # A websocket handler runs queries and mutations through the app's HTTP handler.
         http = getattr(self, "http_handler", None)
@@ -507,6 +617,10 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
     Queries and mutations over a websocket run through it too (Ariadne's websocket
     handlers call its ``execute_graphql_query``); they get ``extensions.cost``, no headers.
     """
+
+    def __init__(self, limiter: CostLimiter, **options: Unpack[_HTTPOptions]) -> None:
+        super().__init__(**options)
+        self._limited_by(limiter)
 
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
@@ -560,6 +674,10 @@ class CostLimitedTransportWSHandler(_LimitedWebsocket, GraphQLTransportWSHandler
     the subscription with the ``RATE_LIMITED`` error as its last ``next`` payload.
     """
 
+    def __init__(self, limiter: CostLimiter, **options: Unpack[_TransportWSOptions]) -> None:
+        super().__init__(**options)
+        self._limited_by(limiter)
+
     async def handle_websocket_subscribe(
         self, websocket: WebSocket, data: Any, operation_id: str, client_context: ClientContext
     ) -> None:
@@ -597,6 +715,10 @@ class CostLimitedTransportWSHandler(_LimitedWebsocket, GraphQLTransportWSHandler
 class CostLimitedWSHandler(_LimitedWebsocket, GraphQLWSHandler):
     """Ariadne's (older) ``graphql-ws`` handler, limited by ``limiter``; as
     :class:`CostLimitedTransportWSHandler`, the refused event's error is the last ``data``."""
+
+    def __init__(self, limiter: CostLimiter, **options: Unpack[_WSOptions]) -> None:
+        super().__init__(**options)
+        self._limited_by(limiter)
 
     async def process_single_message(
         self,
@@ -650,7 +772,9 @@ class CostLimitedWSGI(WSGIGraphQL):
             cannot await it; use ``RedisStorage`` or the ASGI app.
     """
 
-    def __init__(self, limiter: CostLimiter, schema: GraphQLSchema, **options: Any) -> None:
+    def __init__(
+        self, limiter: CostLimiter, schema: GraphQLSchema, **options: Unpack[_WSGIOptions]
+    ) -> None:
         if limiter.gate.is_async:
             raise TypeError(
                 "quotaql: this CostLimiter's storage is async (AsyncRedisStorage), which a"

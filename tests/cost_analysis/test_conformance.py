@@ -1,4 +1,4 @@
-"""Conformance: every case of notes/issue12-conformance.md §1–§9, priced under both models.
+"""Conformance: every case of docs/design/cost-conformance.md §1–§9, priced under both models.
 
 Each case carries its source in its id and its ``source`` (printed on failure):
 

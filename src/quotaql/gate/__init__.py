@@ -3,14 +3,24 @@
 
 from quotaql.gate.adapter import Adapter
 from quotaql.gate.core import Gate
-from quotaql.gate.operation import CostHeader, Operation, current_operation, operation_scope
+from quotaql.gate.operation import (
+    CostHeader,
+    Operation,
+    Outcome,
+    current_operation,
+    operation_scope,
+)
+from quotaql.gate.options import FromConfigOptions, GateOptions
 from quotaql.gate.tiers import TierResolver
 
 __all__ = [
     "Adapter",
     "CostHeader",
+    "FromConfigOptions",
     "Gate",
+    "GateOptions",
     "Operation",
+    "Outcome",
     "TierResolver",
     "current_operation",
     "operation_scope",

@@ -10,8 +10,10 @@ from quotaql.gate.core import Gate
 
 if TYPE_CHECKING:
     import os
+    from typing import Unpack
 
     from quotaql.config import Config
+    from quotaql.gate.options import FromConfigOptions, GateOptions
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.instrumentation.tracing import Tracing
     from quotaql.limiter import AsyncLimiter, Limiter
@@ -36,7 +38,7 @@ class Adapter:
         *,
         quiet_logs: bool = True,
         gate: Gate | None = None,
-        **options: Any,
+        **options: Unpack[GateOptions],
     ) -> None:
         if gate is not None and (config is not None or options):
             raise TypeError(f"{type(self).__name__}(gate=...) takes no other configuration")
@@ -44,13 +46,19 @@ class Adapter:
         self.quiet_logs = quiet_logs
 
     @classmethod
-    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> Self:
+    def from_config(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        quiet_logs: bool = True,
+        **options: Unpack[FromConfigOptions],
+    ) -> Self:
         """An adapter configured by ``path`` (``quotaql.toml``), reloaded when it changes.
 
         Raises:
             ConfigError: the file is invalid (the error names the file, key and line).
         """
-        return cls(load_config(path), config_path=path, **kwargs)
+        return cls(load_config(path), config_path=path, quiet_logs=quiet_logs, **options)
 
     @property
     def config(self) -> Config:

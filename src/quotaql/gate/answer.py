@@ -10,15 +10,16 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from quotaql import web
-from quotaql.contract import RATE_LIMITED, TOO_MANY_CONCURRENT
+from quotaql.contract import RATE_LIMITED, TOO_MANY_CONCURRENT, cost_extension
 from quotaql.gate.operation import concurrency_wait
+from quotaql.gate.settle import restore_rate
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from quotaql.gate.operation import Operation
 
-__all__ = ["BatchAnswers"]
+__all__ = ["BatchAnswers", "extensions"]
 
 
 class _Reply(NamedTuple):
@@ -65,7 +66,10 @@ class BatchAnswers:
 
     def respond(self, op: Operation, response: Any) -> None:
         """Write ``op``'s status and rate-limit headers on the framework's ``response``,
-        with those of the operations that answered in it before."""
+        with those of the operations that answered in it before (nothing on a websocket,
+        or for a subscription)."""
+        if response is None or op.operation_type == "subscription" or web.is_websocket(response):
+            return
         replies = self._add(response, _reply(op))
         status, headers = _answer(replies)
         if status is not None:
@@ -103,3 +107,12 @@ def _answer(replies: Sequence[_Reply]) -> tuple[int | None, dict[str, str]]:
         return longest.status, longest.headers
     status = next((reply.status for reply in refused if reply.status is not None), None)
     return status, tightest.headers
+
+
+def extensions(op: Operation | None, expose_cost: bool) -> dict[str, Any]:
+    """The response's ``extensions`` for ``op``: ``{"cost": ...}`` when ``expose_cost`` (or
+    the ``GraphQL-Cost`` header asked), else empty."""
+    if op is None or op.report is None or (not expose_cost and op.header is None):
+        return {}
+    restore = restore_rate(op.quotas[0]) if op.quotas else None
+    return {"cost": cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)}

@@ -29,7 +29,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from graphql import DocumentNode, GraphQLError, validate
 
@@ -47,7 +47,6 @@ from quotaql.config import Config, default_config, load_config
 from quotaql.contract import (
     RATE_LIMITED,
     QuotaqlGraphQLError,
-    cost_extension,
     error_code,
     graphql_error,
     too_many_subscriptions_error,
@@ -60,7 +59,7 @@ from quotaql.errors import (
     LimitExceeded,
 )
 from quotaql.gate import charges
-from quotaql.gate.answer import BatchAnswers
+from quotaql.gate.answer import BatchAnswers, extensions
 from quotaql.gate.delay import DelayLine
 from quotaql.gate.holdings import Holdings
 from quotaql.gate.operation import (
@@ -75,7 +74,7 @@ from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder
 from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
-from quotaql.gate.settle import refund_amounts, refunded, restore_rate
+from quotaql.gate.settle import refund_amounts, refunded
 from quotaql.gate.tiers import TierResolver, resolve_tier
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
@@ -93,6 +92,7 @@ if TYPE_CHECKING:
     from graphql import ASTValidationRule
 
     from quotaql.adaptive import Adaptive
+    from quotaql.gate.options import FromConfigOptions
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
     from quotaql.policy.quota import Decision
@@ -237,13 +237,15 @@ class Gate:
         return self._scaling.adaptive
 
     @classmethod
-    def from_config(cls, path: str | os.PathLike[str], **kwargs: Any) -> Gate:
+    def from_config(
+        cls, path: str | os.PathLike[str], **options: Unpack[FromConfigOptions]
+    ) -> Gate:
         """A gate configured by ``path`` (``quotaql.toml``), reloaded when it changes.
 
         Raises:
             ConfigError: the file is invalid (the error names the file, key and line).
         """
-        return cls(load_config(path), config_path=path, **kwargs)
+        return cls(load_config(path), config_path=path, **options)
 
     @property
     def config(self) -> Config:
@@ -468,20 +470,11 @@ class Gate:
         refused; the headers describe the most restrictive quota. Nothing is written to a
         websocket, or for a subscription.
         """
-        if response is None or op.operation_type == "subscription" or web.is_websocket(response):
-            return
         self._responses.respond(op, response)
 
     def results(self, op: Operation | None) -> dict[str, Any]:
         """The response's ``extensions``: ``{"cost": ...}`` (empty when not exposed)."""
-        if (
-            op is None
-            or op.report is None
-            or (not self._config.limits.expose_cost and op.header is None)
-        ):
-            return {}
-        restore = restore_rate(op.quotas[0]) if op.quotas else None
-        return {"cost": cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)}
+        return extensions(op, self._config.limits.expose_cost)
 
     def finish(self, op: Operation | None) -> None:
         """Record the operation (metrics, its span) and free its subscription slot; once."""

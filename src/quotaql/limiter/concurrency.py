@@ -21,6 +21,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from quotaql._flow import drive, is_pending
 from quotaql.errors import StorageError, StorageTimeout
 from quotaql.instrumentation import names
 from quotaql.storage.leases import (
@@ -35,13 +36,16 @@ from quotaql.storage.memory import MemoryStorage
 from quotaql.storage.redis import AsyncRedisStorage, RedisStorage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable, Coroutine, Generator
 
     from quotaql.limiter.breaker import CircuitBreaker
     from quotaql.limiter.recorder import Recorder
     from quotaql.storage.leases import AsyncLeases, Leases
 
 __all__ = ["UNAVAILABLE", "ConcurrencyLimiter", "Lease", "LeaseRecorder", "Taken"]
+
+# A lease storage's failures: raised inside the flow that called it (the breaker counts them).
+_STORAGE_ERRORS = (StorageError,)
 
 # Most local specs (a spec scaled by local_share) kept, to build each once.
 _LOCAL_SPECS = 4096
@@ -167,12 +171,12 @@ class ConcurrencyLimiter:
         if self.abandoned:  # operations dropped unfinished: their leases first
             self._release_abandoned()
         leases = self.store
-        if self.is_async:
-            return self._take_async(leases, key, specs, lease)
         if not self._fallible:
             return self._took(key, specs, lease, leases.take(key, specs, lease, self.ttl_ms),
                               leases)  # fmt: skip
-        result = self._call(leases.take, key, specs, lease, self.ttl_ms)
+        if self.is_async:
+            return self._take_async(leases, key, specs, lease)
+        result = self._guarded(leases.take, key, specs, lease, self.ttl_ms)
         return self._took(key, specs, lease, result, leases)
 
     async def _take_async(
@@ -182,7 +186,7 @@ class ConcurrencyLimiter:
         # is its lease given back: released at once, the release could reach Redis first
         # (on the pipeline's other connection, or while a NOSCRIPT take is sent again) and
         # the lease be taken after it, held until its ttl.
-        call = asyncio.ensure_future(self._call_async(leases.take, key, specs, lease, self.ttl_ms))
+        call = asyncio.ensure_future(self._guarded(leases.take, key, specs, lease, self.ttl_ms))
         try:
             result = await asyncio.shield(call)
         except BaseException:
@@ -271,35 +275,23 @@ class ConcurrencyLimiter:
 
     # -- the breaker ---------------------------------------------------------------------
 
-    def _call(self, method: Callable[..., Any], *args: Any) -> Any:
+    def _guarded(self, method: Callable[..., Any], *args: Any) -> Any:
         """``method(*args)`` on a lease storage that can fail, through the breaker: its
-        result, or ``UNAVAILABLE``."""
-        breaker = self.breaker
-        if not breaker.allow():
-            return UNAVAILABLE
-        try:
-            result = method(*args)
-        except StorageError as error:
-            self._failed(error)
-            return UNAVAILABLE
-        except BaseException:
-            breaker.abandon()
-            raise
-        if breaker.success():
-            self.recorder.circuit(self._backend, False)
-        return result
+        result, or ``UNAVAILABLE`` (or an awaitable of either, on an async storage)."""
+        return drive(self._through_breaker(method, args), _call, _STORAGE_ERRORS)
 
-    async def _call_async(self, method: Callable[..., Any], *args: Any) -> Any:
-        """:meth:`_call`, awaited."""
+    def _through_breaker(
+        self, method: Callable[..., Any], args: tuple[Any, ...]
+    ) -> Generator[Any, Any, Any]:
         breaker = self.breaker
         if not breaker.allow():
             return UNAVAILABLE
         try:
-            result = await method(*args)
+            result = yield method, args
         except StorageError as error:
             self._failed(error)
             return UNAVAILABLE
-        except BaseException:
+        except BaseException:  # cancelled, or a bug: the breaker's probe is not spent
             breaker.abandon()
             raise
         if breaker.success():
@@ -315,42 +307,34 @@ class ConcurrencyLimiter:
 
     def give_back(self, lease: Lease, span: Any = None) -> Coroutine[Any, Any, None] | None:
         """Stop renewing ``lease`` and release it (and its stray take): None when done, or a
-        coroutine that does it (``span``, if any, ends once it is done)."""
+        coroutine that does it (an async lease storage). ``span``: where an expired lease
+        is noted."""
         held = lease.leases
         if held is not None and lease.keeper is not None:
             lease.keeper.drop(lease.key, lease.names, lease.id)
             self.held(lease.tier, -1)
-        if self.is_async and (held is self.store or lease.stray is not None):
-            return self._give_back_async(lease, span)
+        if self.is_async and (held is self.store or lease.stray is not None) and not _loop():
+            self.events.leases(names.LEASE_RELEASE_FAILED)  # no loop to await it: it expires
+            return None
+        done = drive(self._giving_back(lease, span), _call, _STORAGE_ERRORS)
+        return done if is_pending(done) else None
+
+    def _giving_back(self, lease: Lease, span: Any) -> Generator[Any, Any, None]:
+        held = lease.leases
         if held is not None:
-            self._released(lease, self._release_in(held, lease), span)
-        if lease.stray is not None and lease.stray is not held:
-            self._release_in(lease.stray, lease)
-        return None
+            count = yield from self._release_in(held, lease)
+            self._released(lease, count, span)
+        stray = lease.stray
+        if stray is not None and stray is not held:
+            yield from self._release_in(stray, lease)
 
-    async def _give_back_async(self, lease: Lease, span: Any) -> None:
-        try:
-            held = lease.leases
-            args = (lease.key, lease.names, lease.id)
-            if held is not None:
-                if held is self.store:
-                    count = await self._call_async(held.release, *args)
-                else:  # the local fallback's
-                    count = self._release_in(held, lease)
-                self._released(lease, count, span)
-            stray = lease.stray
-            if stray is not None and stray is not held:
-                await self._call_async(stray.release, *args)
-        finally:
-            if span is not None:
-                span.end()
-
-    def _release_in(self, leases: Any, lease: Lease) -> Any:
-        """Release ``lease`` in a synchronous lease storage: in how many sets it was live,
-        or ``UNAVAILABLE``."""
-        if isinstance(leases, MemoryLeases):
+    def _release_in(self, leases: Any, lease: Lease) -> Generator[Any, Any, Any]:
+        """Release ``lease`` in ``leases``: in how many sets it was live, or
+        ``UNAVAILABLE``."""
+        if isinstance(leases, MemoryLeases):  # it cannot fail: no breaker
             return leases.release(lease.key, lease.names, lease.id)
-        return self._call(leases.release, lease.key, lease.names, lease.id)
+        return (yield from self._through_breaker(leases.release, (lease.key, lease.names,
+                                                                 lease.id)))  # fmt: skip
 
     def _released(self, lease: Lease, count: Any, span: Any) -> None:
         """Count what a release found: live in every set, expired in one (a stall or an
@@ -370,9 +354,9 @@ class ConcurrencyLimiter:
             self.spawn(done)
 
     def spawn(self, coroutine: Coroutine[Any, Any, None], span: Any = None) -> None:
-        """Run a release coroutine as a task of the running loop (kept until it ends); with
-        no loop running, it cannot run: its lease expires within ``lease_ttl`` (and the
-        ``span`` it was to end ends now)."""
+        """Run a release coroutine as a task of the running loop (kept until it ends), then
+        end ``span`` (if any); with no loop running, it cannot run: its lease expires within
+        ``lease_ttl`` (and the span ends now)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -381,7 +365,7 @@ class ConcurrencyLimiter:
             if span is not None:
                 span.end()
             return
-        task = loop.create_task(coroutine)
+        task = loop.create_task(coroutine if span is None else _then_end(coroutine, span))
         self.releasing.add(task)
         task.add_done_callback(self.releasing.discard)
 
@@ -433,3 +417,25 @@ class ConcurrencyLimiter:
     def keepers(self) -> tuple[LeaseKeeper, ...]:
         """The keepers renewing the leases this process holds."""
         return tuple(self._keepers.values())
+
+
+def _call(step: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
+    """Make one lease storage call a flow asked for (its result, or an awaitable of it)."""
+    method, args = step
+    return method(*args)
+
+
+async def _then_end(coroutine: Coroutine[Any, Any, None], span: Any) -> None:
+    try:
+        await coroutine
+    finally:
+        span.end()
+
+
+def _loop() -> bool:
+    """An event loop runs in this thread (an async lease storage can be awaited)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -26,8 +26,12 @@ from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+    from typing import Unpack
+
+    from strawberry.utils.await_maybe import AsyncIteratorOrIterator
 
     from quotaql.config import Config
+    from quotaql.gate.options import GateOptions
 
 
 __all__ = ["ANONYMOUS", "CostLimiter", "current_operation"]
@@ -70,7 +74,7 @@ class CostLimiter(Adapter):
         *,
         quiet_logs: bool = True,
         gate: Gate | None = None,
-        **options: Any,
+        **options: Unpack[GateOptions],
     ) -> None:
         super().__init__(config, quiet_logs=quiet_logs, gate=gate, **options)
         if quiet_logs:
@@ -89,12 +93,14 @@ class CostLimiter(Adapter):
         if gate.identity.may_await() and _on_event_loop():
             return _AsyncExtension(gate, quiet=self.quiet_logs)
         if gate.is_async:
-            return _AsyncStorageExtension(gate, quiet=self.quiet_logs)
+            return _Extension(gate, quiet=self.quiet_logs)
         return _SyncExtension(gate, quiet=self.quiet_logs)
 
 
 class _Extension(SchemaExtension):
-    """What the sync and async extensions share: everything but the gate calls' colour.
+    """One request's hooks, each in the colour an async storage needs; a leaf recolours
+    only the hooks whose colour differs (Strawberry calls a hook sync or awaits it as the
+    function is written).
 
     The hooks, in Strawberry's order: ``on_operation`` identifies who pays (the deny cache
     may refuse at once); ``on_parse`` answers that refusal before anything is parsed, and
@@ -102,6 +108,13 @@ class _Extension(SchemaExtension):
     Strawberry's validation (refused documents are never validated) and charges a document
     that fails either; ``on_execute`` prices and debits, then refunds; ``on_operation``
     records the operation when it ends (a subscription's, when its stream closes).
+
+    As it is, for an async storage and an identity that never awaits: the hooks before
+    execution stay sync (the common request calls no storage there), execution and
+    subscription events are awaited (the storage is called on each), and a document refused
+    before it was priced is charged by a task once the operation ends.
+    :class:`_SyncExtension` (a sync storage) runs execution and events sync and charges at
+    once; :class:`_AsyncExtension` (an identity that may await) awaits every hook.
     """
 
     def __init__(self, gate: Gate, *, quiet: bool = True) -> None:
@@ -112,6 +125,77 @@ class _Extension(SchemaExtension):
 
     def get_results(self) -> dict[str, Any]:
         return self._gate.results(self._op)
+
+    # -- the hooks -------------------------------------------------------------------------
+
+    def on_operation(self) -> Iterator[None]:
+        # A subscription lives until its stream closes, long after on_execute: this is
+        # where every operation ends (normally, cancelled, refused or by its client).
+        op = self._begun(self._gate.begin(context=self.execution_context.context))
+        try:
+            yield
+        finally:
+            self._ended(op)
+
+    def on_parse(self) -> Iterator[None]:
+        op = self._op
+        if op is not None and op.refused:
+            self._refused_early(op)
+        error = self._parse()
+        if error is not None and op is not None:
+            self._unpriced(op, [error])
+            raise error
+        yield
+
+    def on_validate(self) -> Iterator[None]:
+        op = self._op
+        if op is not None and self._screen(op) is not None:
+            self._unpriced(op, op.errors)
+            self._refused(op)
+        yield
+        errors = self._invalid(op) if op is not None else None
+        if errors and op is not None:
+            self._unpriced(op, errors)
+
+    # Typed as SchemaExtension types its hooks (either colour): _SyncExtension's are sync.
+    async def on_execute(self) -> AsyncIteratorOrIterator[None]:
+        gate, ctx = self._gate, self.execution_context
+        with operation_scope():
+            op = await gate.admit_async(*self._admit_arguments(), context=ctx.context,
+                                        op=self._op)  # fmt: skip
+            self._admitted(op)
+            yield
+            if self._settles(op):
+                await gate.settle_async(op, *self._result())
+            self._answered(op)
+
+    async def on_stream_result(self, result: Any) -> AsyncIteratorOrIterator[None]:
+        op = self._op
+        if op is not None and op.operation_type == "subscription":
+            error = await self._gate.event_async(op)
+            if error is not None:
+                raise error  # ends the subscription with this error as its last payload
+            self._charged(result, op)
+        yield
+
+    # -- charges before pricing ------------------------------------------------------------
+
+    def _unpriced(self, op: Operation, errors: list[GraphQLError]) -> None:
+        """A document refused before pricing: ``min_charge`` for it, charged when the
+        operation ends (a sync hook cannot await the storage)."""
+        self._gate.fail(op, errors)
+
+    def _ended(self, op: Operation) -> None:
+        """The operation ended: charge what it owes (by a task), then record it."""
+        unreached = self._unreached(op)
+        if unreached is not None:
+            self._gate.fail(op, unreached)
+        if op.failed and op.unpaid and op.mode is not Mode.OFF:
+            _charging.add(asyncio.get_running_loop().create_task(_charge(self._gate, op)))
+        else:
+            self._gate.finish(op)
+
+    # -- what the hooks of every colour share ----------------------------------------------
 
     def _begun(self, op: Operation) -> Operation:
         """``op`` as this request's operation; the schema's extensions checked, once."""
@@ -250,50 +334,25 @@ def _on_event_loop() -> bool:
     return True
 
 
-class _SyncHooks(_Extension):
-    """The hooks before execution, sync: begin, parse, the static pass, validation."""
-
-    def on_operation(self) -> Iterator[None]:
-        # A subscription lives until its stream closes, long after on_execute: this is
-        # where every operation ends (normally, cancelled, refused or by its client).
-        op = self._begun(self._gate.begin(context=self.execution_context.context))
-        try:
-            yield
-        finally:
-            self._ended(op)
-
-    def on_parse(self) -> Iterator[None]:
-        op = self._op
-        if op is not None and op.refused:
-            self._refused_early(op)
-        error = self._parse()
-        if error is not None and op is not None:
-            self._unpriced(op, [error])
-            raise error
-        yield
-
-    def on_validate(self) -> Iterator[None]:
-        op = self._op
-        if op is not None and self._screen(op) is not None:
-            self._unpriced(op, op.errors)
-            self._refused(op)
-        yield
-        errors = self._invalid(op) if op is not None else None
-        if errors and op is not None:
-            self._unpriced(op, errors)
-
-    def _unpriced(self, op: Operation, errors: list[GraphQLError]) -> None:
-        """A document refused before pricing: charge ``min_charge`` for it."""
-        self._gate.reject(op, errors)
-
-    def _ended(self, op: Operation) -> None:
-        unreached = self._unreached(op)
-        if unreached is not None:
-            self._gate.reject(op, unreached)
-        self._gate.finish(op)
+# The charges of refused documents under way (a task nobody holds may be collected).
+_charging: set[asyncio.Task[None]] = set()
 
 
-class _SyncExtension(_SyncHooks):
+async def _charge(gate: Gate, op: Operation) -> None:
+    """Charge ``[limits] min_charge`` for a document refused before pricing, then record it."""
+    try:
+        await gate.reject_async(op, op.errors)
+    finally:
+        gate.finish(op)
+        task = asyncio.current_task()
+        if task is not None:
+            _charging.discard(task)
+
+
+class _SyncExtension(_Extension):
+    """A sync storage: execution and subscription events sync, and a document refused
+    before it was priced charged at once."""
+
     def on_execute(self) -> Iterator[None]:
         gate, ctx = self._gate, self.execution_context
         with operation_scope():
@@ -313,68 +372,25 @@ class _SyncExtension(_SyncHooks):
             self._charged(result, op)
         yield
 
-
-class _AsyncExecution(_Extension):
-    """Execution and subscription events, awaited: the storage is called on each."""
-
-    async def on_execute(self) -> AsyncIterator[None]:
-        gate, ctx = self._gate, self.execution_context
-        with operation_scope():
-            op = await gate.admit_async(*self._admit_arguments(), context=ctx.context,
-                                        op=self._op)  # fmt: skip
-            self._admitted(op)
-            yield
-            if self._settles(op):
-                await gate.settle_async(op, *self._result())
-            self._answered(op)
-
-    async def on_stream_result(self, result: Any) -> AsyncIterator[None]:
-        op = self._op
-        if op is not None and op.operation_type == "subscription":
-            error = await self._gate.event_async(op)
-            if error is not None:
-                raise error  # ends the subscription with this error as its last payload
-            self._charged(result, op)
-        yield
-
-
-class _AsyncStorageExtension(_AsyncExecution, _SyncHooks):
-    """An async storage, an identity that never awaits: the hooks before execution stay
-    sync (the common request calls no storage there); a document refused before it was
-    priced is charged by a task once the operation ends."""
-
     def _unpriced(self, op: Operation, errors: list[GraphQLError]) -> None:
-        self._gate.fail(op, errors)  # charged when the operation ends
+        self._gate.reject(op, errors)
 
     def _ended(self, op: Operation) -> None:
         unreached = self._unreached(op)
         if unreached is not None:
-            self._gate.fail(op, unreached)
-        if op.failed and op.unpaid and op.mode is not Mode.OFF:
-            _charging.add(asyncio.get_running_loop().create_task(_charge(self._gate, op)))
-        else:
-            self._gate.finish(op)
+            self._gate.reject(op, unreached)
+        self._gate.finish(op)
 
 
-# The charges of refused documents under way (a task nobody holds may be collected).
-_charging: set[asyncio.Task[None]] = set()
+class _AsyncExtension(_Extension):
+    """An identity that may await (an async hook; Django's ``request.auser()``): the hooks
+    before execution awaited too, and a document refused before pricing charged at once.
 
+    Each hook here is the async twin of a sync one, which mypy takes for an incompatible
+    override: Strawberry awaits a hook written ``async``, whatever its base's colour.
+    """
 
-async def _charge(gate: Gate, op: Operation) -> None:
-    """Charge ``[limits] min_charge`` for a document refused before pricing, then record it."""
-    try:
-        await gate.reject_async(op, op.errors)
-    finally:
-        gate.finish(op)
-        task = asyncio.current_task()
-        if task is not None:
-            _charging.discard(task)
-
-
-class _AsyncExtension(_AsyncExecution):
-    """An identity that may await: every hook awaited."""
-
-    async def on_operation(self) -> AsyncIterator[None]:
+    async def on_operation(self) -> AsyncIterator[None]:  # type: ignore[override]
         op = self._begun(await self._gate.begin_async(context=self.execution_context.context))
         try:
             yield
@@ -384,7 +400,7 @@ class _AsyncExtension(_AsyncExecution):
                 await self._gate.reject_async(op, unreached)
             self._gate.finish(op)
 
-    async def on_parse(self) -> AsyncIterator[None]:
+    async def on_parse(self) -> AsyncIterator[None]:  # type: ignore[override]
         op = self._op
         if op is not None and op.refused:
             self._refused_early(op)
@@ -394,7 +410,7 @@ class _AsyncExtension(_AsyncExecution):
             raise error
         yield
 
-    async def on_validate(self) -> AsyncIterator[None]:
+    async def on_validate(self) -> AsyncIterator[None]:  # type: ignore[override]
         op = self._op
         if op is not None and self._screen(op) is not None:
             await self._gate.reject_async(op, op.errors)

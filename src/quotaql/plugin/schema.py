@@ -10,11 +10,18 @@ Example::
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import strawberry
 
 from quotaql.plugin.extension import current_operation
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Unpack
+
+    from strawberry.extensions.field_extension import FieldExtension
+    from strawberry.permission import BasePermission
 
 __all__ = ["RateLimit", "rate_limit_field"]
 
@@ -44,7 +51,25 @@ def _rate_limit() -> RateLimit | None:
     )
 
 
-def rate_limit_field(**kwargs: Any) -> Any:
+class _FieldOptions(TypedDict, total=False):
+    """``strawberry.field``'s keywords, typed as Strawberry types them for a field with a
+    resolver (``resolver`` is this one's)."""
+
+    name: str | None
+    is_subscription: bool
+    description: str | None
+    permission_classes: list[type[BasePermission]] | None
+    deprecation_reason: str | None
+    default: Any
+    default_factory: Callable[..., object] | object
+    metadata: Mapping[Any, Any] | None
+    directives: Sequence[object] | None
+    extensions: list[FieldExtension] | None
+    graphql_type: Any | None
+    init: Literal[False]
+
+
+def rate_limit_field(**kwargs: Unpack[_FieldOptions]) -> Any:
     """A ``rateLimit: RateLimit`` field for your ``Query`` type (extra kwargs go to the field).
 
     It answers null when no :class:`~quotaql.plugin.CostLimiter` decided on the operation.
