@@ -83,8 +83,8 @@ from quotaql.instrumentation.tracing import Tracing
 from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
 from quotaql.limiter.concurrency import ConcurrencyLimiter
 from quotaql.policy.modes import Mode
+from quotaql.storage.base import is_pipelined
 from quotaql.storage.memory import MemoryStorage
-from quotaql.storage.redis import AsyncRedisStorage
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
@@ -206,7 +206,7 @@ class Gate:
             queue = self.limiter.refund_queue
             if queue is not None:
                 metrics.watch_refunds(queue)
-            if isinstance(self.storage, AsyncRedisStorage):
+            if is_pipelined(self.storage):
                 metrics.watch_pipeline(self.storage)
         self._concurrency = ConcurrencyLimiter(
             self._config.limits.on_backend_error,

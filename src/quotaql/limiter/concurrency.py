@@ -24,16 +24,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from quotaql._flow import drive, is_pending
 from quotaql.errors import StorageError, StorageTimeout
 from quotaql.instrumentation import names
+from quotaql.storage.base import is_fallible, supports_leases
 from quotaql.storage.leases import (
-    AsyncRedisLeases,
     LeaseKeeper,
     LeaseResult,
     LeaseSpec,
     MemoryLeases,
-    RedisLeases,
 )
-from quotaql.storage.memory import MemoryStorage
-from quotaql.storage.redis import AsyncRedisStorage, RedisStorage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Generator
@@ -146,20 +143,17 @@ class ConcurrencyLimiter:
         self.ttl_ms = round(lease_ttl * 1000)
         if self.store is not None or not limited:
             return True
-        if isinstance(storage, AsyncRedisStorage):
-            self.use(AsyncRedisLeases(storage))
-        elif isinstance(storage, RedisStorage):
-            self.use(RedisLeases(storage))
-        else:
-            self.use(MemoryLeases())
-            return isinstance(storage, MemoryStorage)
-        return True
+        if supports_leases(storage):
+            self.use(storage.leases())
+            return True
+        self.use(MemoryLeases())
+        return not is_fallible(storage)  # a storage of its own kind: leases per process
 
     def use(self, leases: Leases | AsyncLeases) -> None:
         """Keep the leases in ``leases``."""
         self.store = leases
         self.is_async = inspect.iscoroutinefunction(leases.take)
-        self._fallible = not isinstance(leases, MemoryLeases)
+        self._fallible = is_fallible(leases)
         self._backend = getattr(leases, "name", type(leases).__name__)
 
     # -- taking --------------------------------------------------------------------------
@@ -331,7 +325,7 @@ class ConcurrencyLimiter:
     def _release_in(self, leases: Any, lease: Lease) -> Generator[Any, Any, Any]:
         """Release ``lease`` in ``leases``: in how many sets it was live, or
         ``UNAVAILABLE``."""
-        if isinstance(leases, MemoryLeases):  # it cannot fail: no breaker
+        if not is_fallible(leases):  # it cannot fail: no breaker
             return leases.release(lease.key, lease.names, lease.id)
         return (yield from self._through_breaker(leases.release, (lease.key, lease.names,
                                                                  lease.id)))  # fmt: skip
