@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from typing import Any, Final, Literal, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from quotaql.errors import ConfigError, StorageError, StorageNotReached, StorageTimeout
 from quotaql.limiter.breaker import CircuitBreaker
@@ -28,6 +28,9 @@ from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
 from quotaql.storage.base import Debit, check_arguments, is_fallible
 from quotaql.storage.keys import tenant_part
 from quotaql.storage.memory import MemoryStorage
+
+if TYPE_CHECKING:
+    from quotaql.limiter.options import RefundOptions
 
 __all__ = ["DEFAULT_LOCAL_SHARE", "MAX_REPORTS", "BackendErrorMode"]
 
@@ -58,10 +61,10 @@ class Core:
         self,
         storage: Any,
         *,
-        on_backend_error: BackendErrorMode,
-        breaker: CircuitBreaker | None,
-        fallback: MemoryStorage | None,
-        recorder: Recorder | None,
+        on_backend_error: BackendErrorMode = "local",
+        breaker: CircuitBreaker | None = None,
+        fallback: MemoryStorage | None = None,
+        recorder: Recorder | None = None,
         local_share: float = DEFAULT_LOCAL_SHARE,
         open_cap: float | None = None,
         defer_refunds: bool = True,
@@ -446,18 +449,17 @@ def _merge(first: Decision, second: Decision, *, own_first: bool) -> Decision:
 
 
 def refund_of(
-    key: str,
-    amount: float,
-    quotas: Sequence[Quota],
-    now: int | None,
-    amounts: Sequence[float] | None,
-    decision: Decision | None,
-) -> Debit:
-    """The refund of ``decision``'s debit (None: of a debit made in the storage now): when
-    that debit was made and the turn it reserved come with it."""
+    key: str, amount: float, quotas: Sequence[Quota], options: RefundOptions
+) -> tuple[Debit, Decision | None]:
+    """The refund of ``options``' ``decision``'s debit (None: of a debit made in the storage
+    now), with that decision: when that debit was made and the turn it reserved come with
+    it."""
+    now, amounts = options.get("now"), options.get("amounts")
+    decision = options.get("decision")
     if decision is None:
-        return _new(Debit, (key, amount, quotas, now, amounts, None, None))
-    return _new(Debit, (key, amount, quotas, now, amounts, decision.at, reserved_turn(decision)))
+        return _new(Debit, (key, amount, quotas, now, amounts, None, None)), None
+    at, turn = decision.at, reserved_turn(decision)
+    return _new(Debit, (key, amount, quotas, now, amounts, at, turn)), decision
 
 
 def reserved_turn(decision: Decision) -> int | None:
