@@ -17,11 +17,11 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Unpack
 
+from quotaql._flow import is_pending
 from quotaql.limiter.flows import (
     QUEUED,
     Core,
     Operations,
-    is_pending,
     refund_of,
 )
 from quotaql.policy.quota import Decision, Quota
