@@ -208,13 +208,7 @@ class Gate:
                 metrics.watch_refunds(queue)
             if is_pipelined(self.storage):
                 metrics.watch_pipeline(self.storage)
-        self._concurrency = ConcurrencyLimiter(
-            self._config.limits.on_backend_error,
-            self._config.limits.local_share,
-            self.limiter.breaker,
-            self._recorder,
-            self._record,
-        )
+        self._concurrency = ConcurrencyLimiter(self.limiter, self._record)
         if leases is not None:
             self._concurrency.use(leases)
         self._reloader: Reloader | None = None

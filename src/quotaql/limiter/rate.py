@@ -73,6 +73,12 @@ class _LimiterBase:
         return self._core.refunds
 
     @property
+    def core(self) -> Core:
+        """What the limiter's operations share (its storage, breaker, fail mode, recorder):
+        the concurrency limiter goes through the same."""
+        return self._core
+
+    @property
     def breaker(self) -> CircuitBreaker:
         """The circuit breaker in front of the storage."""
         return self._core.breaker
