@@ -193,22 +193,15 @@ class Limiter(_LimiterBase):
         ``deadline`` (monotonic seconds: a flush's), the rest is left queued, not tried: one
         round trip each, a backlog would hold the flushing thread (a peek, the exit) far
         longer than its timeout."""
-        waiting = queue.take()
-        try:
-            try:
-                if deadline is None:
-                    outcomes: list[Any] = [self._ops.apply(refund) for refund in waiting]
-                else:
-                    outcomes = []
-                    for refund in waiting:
-                        late = time.monotonic() >= deadline
-                        outcomes.append("retry" if late else self._ops.apply(refund))
-            except BaseException:  # interrupted: see AsyncLimiter._apply
-                queue.drop(waiting)
-                raise
+        with queue.taking() as waiting:
+            if deadline is None:
+                outcomes: list[Any] = [self._ops.apply(refund) for refund in waiting]
+            else:
+                outcomes = []
+                for refund in waiting:
+                    late = time.monotonic() >= deadline
+                    outcomes.append("retry" if late else self._ops.apply(refund))
             return self._core.settle_refunds(queue, waiting, outcomes)
-        finally:
-            queue.done(len(waiting))
 
     def _wake(self) -> None:
         """Make sure the refund thread runs (started on first use, again in a forked child)."""
@@ -304,23 +297,16 @@ class AsyncLimiter(_LimiterBase):
 
     async def _apply(self, queue: RefundQueue) -> bool:
         """Apply what is waiting; False if the storage could not take all of it."""
-        waiting = queue.take()
-        try:
-            try:
-                outcomes = [self._ops.apply(refund) for refund in waiting]
-                later = [index for index, outcome in enumerate(outcomes) if is_pending(outcome)]
-                if later:
-                    answers = await asyncio.gather(*(outcomes[index] for index in later))
-                    for index, outcome in zip(later, answers, strict=True):
-                        outcomes[index] = outcome
-            except BaseException:
-                # Cancelled (its loop shutting down) with refunds taken, some perhaps sent and
-                # applied: counted unknown, never sent again, never gone without a count.
-                queue.drop(waiting)
-                raise
+        # Cancelled (its loop shutting down) with refunds taken, some perhaps sent and
+        # applied: counted unknown, never sent again, never gone without a count.
+        with queue.taking() as waiting:
+            outcomes = [self._ops.apply(refund) for refund in waiting]
+            later = [index for index, outcome in enumerate(outcomes) if is_pending(outcome)]
+            if later:
+                answers = await asyncio.gather(*(outcomes[index] for index in later))
+                for index, outcome in zip(later, answers, strict=True):
+                    outcomes[index] = outcome
             return self._core.settle_refunds(queue, waiting, outcomes)
-        finally:
-            queue.done(len(waiting))
 
     def _schedule(self) -> None:
         """Start the loop's refund task unless it runs (it takes what is queued meanwhile).
