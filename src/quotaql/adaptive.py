@@ -224,9 +224,8 @@ class Adaptive:
     """
 
     __slots__ = (
-        "_above_since",
-        "_below_since",
         "_buckets",
+        "_crossed_since",
         "_failure_logged",
         "_failures",
         "_lock",
@@ -274,8 +273,9 @@ class Adaptive:
         self._m = 1.0
         self.engaged = False
         self.pressure = 0.0
-        self._above_since: float | None = None
-        self._below_since: float | None = None
+        # Since when the pressure has been past the threshold that switches the state
+        # (engage_at while released, release_at while engaged); None: it is not.
+        self._crossed_since: float | None = None
         self._updated: float | None = None
         self._failures = 0
         self._failure_logged: float | None = None
@@ -309,6 +309,8 @@ class Adaptive:
         self.tiers = tuple(tiers)
         self.pressures = dict.fromkeys(config.sources, 0.0)
         if not config.enabled:
+            if self.engaged:  # released without a transition: a crossing to engage starts anew
+                self._crossed_since = None
             self.engaged = False
             self._m = 1.0
         self._m = min(1.0, max(config.floor, self._m))
@@ -383,24 +385,17 @@ class Adaptive:
             pressures["callable"] = self._read_callable(now)
         self.pressures = pressures
         pressure = self.pressure = max(pressures.values(), default=0.0)
-        if not self.engaged:
-            self._below_since = None
-            if pressure >= config.engage_at:
-                if self._above_since is None:
-                    self._above_since = now
-                if now - self._above_since >= config.engage_for:
-                    self._transition(True, now)
-            else:
-                self._above_since = None
+        if self.engaged:
+            crossed, hold = pressure <= config.release_at, config.release_for
         else:
-            self._above_since = None
-            if pressure <= config.release_at:
-                if self._below_since is None:
-                    self._below_since = now
-                if now - self._below_since >= config.release_for:
-                    self._transition(False, now)
-            else:
-                self._below_since = None
+            crossed, hold = pressure >= config.engage_at, config.engage_for
+        if not crossed:
+            self._crossed_since = None
+        else:
+            if self._crossed_since is None:
+                self._crossed_since = now
+            if now - self._crossed_since >= hold:
+                self._transition(not self.engaged, now)
         target = max(config.floor, 1.0 - pressure) if self.engaged else 1.0
         limit = config.step * max(1.0, elapsed / UPDATE_INTERVAL)
         m = self._m + max(-limit, min(limit, target - self._m))
@@ -484,7 +479,7 @@ class Adaptive:
 
     def _transition(self, engaged: bool, now: float) -> None:
         self.engaged = engaged
-        self._above_since = self._below_since = None
+        self._crossed_since = None
         config = self.config
         to = names.ENGAGED if engaged else names.RELEASED
         if self.log is not None:

@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 
     from quotaql.cost_analysis._nodes import Field, Selection
 
-__all__ = ["Walker", "error_paths"]
+__all__ = ["ListSize", "Walker", "error_paths"]
+
+#: One list of a response, for tuning: its coordinate, the size the pricing assumed, the
+#: items it returned, and whether a slicing argument of the operation gave the assumed size.
+ListSize = tuple[str, float, int, bool]
 
 _MISSING: Any = NO_VALUE  # a key the data does not have
 
@@ -53,7 +57,7 @@ class Walker:
 
     __slots__ = ("seen", "sizes", "tc")
 
-    def __init__(self, sizes: list[tuple[str, float, int, bool]] | None) -> None:
+    def __init__(self, sizes: list[ListSize] | None) -> None:
         self.tc = 0.0
         self.sizes = sizes
         # What an object costs under an interface's or a union's selection, when read

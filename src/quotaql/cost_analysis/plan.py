@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from graphql import OperationDefinitionNode
 
     from quotaql.cost_analysis._nodes import Selection
+    from quotaql.cost_analysis._walk import ListSize
     from quotaql.cost_analysis.model import CostModel, ModelName, OperationType
 
 __all__ = ["CostReport", "Plan", "RootFieldCost", "deepest", "finite"]
@@ -109,10 +110,7 @@ class CostReport:
         return cast("dict[str, float]", self._by_coordinate)
 
     def actual(
-        self,
-        data: Any,
-        errors: Sequence[Any] | None = None,
-        sizes: list[tuple[str, float, int, bool]] | None = None,
+        self, data: Any, errors: Sequence[Any] | None = None, sizes: list[ListSize] | None = None
     ) -> float:
         """The actual cost of this operation once run, from the ``data`` it returned:
         ``actual_cost`` without planning again (the plan that priced it walks the data).
@@ -195,10 +193,7 @@ class Plan:
     # -- the actual cost -------------------------------------------------------------
 
     def actual(
-        self,
-        data: Any,
-        errors: Sequence[Any] | None = None,
-        sizes: list[tuple[str, float, int, bool]] | None = None,
+        self, data: Any, errors: Sequence[Any] | None = None, sizes: list[ListSize] | None = None
     ) -> float:
         """The cost of what ran, from the ``data`` it returned (see ``actual_cost``).
 

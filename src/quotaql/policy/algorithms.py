@@ -123,6 +123,15 @@ def _debt(state: BucketState | None, now_us: int) -> float:
     return (state - now_us) / 1000 if state is not None and state > now_us else 0.0
 
 
+def _rebucket(state: BucketState | None, now: int, change: float) -> tuple[BucketState | None, int]:
+    """The state and TTL of a bucket whose debt moves by ``change`` ms (a refund's is negative)."""
+    now_us = now * 1000
+    debt = _debt(state, now_us) + change
+    if debt <= 0:
+        return None, 0
+    return now_us + _ceil(debt * 1000), _ms(debt)
+
+
 def token_bucket(
     state: BucketState | None,
     now: int,
@@ -178,11 +187,7 @@ def token_bucket_refund(
     tokens, and they never lift it above full.
     """
     del capacity, at  # the signature matches token_bucket's: callers pass Quota.params
-    now_us = now * 1000
-    debt = _debt(state, now_us) - amount / rate
-    if debt <= 0:
-        return None, 0
-    return now_us + _ceil(debt * 1000), _ms(debt)
+    return _rebucket(state, now, -(amount / rate))
 
 
 def gcra(
@@ -245,11 +250,7 @@ def gcra_refund(
     """Move the arrival time back by ``amount`` units (never before now; ``at`` as for
     :func:`token_bucket_refund`)."""
     del capacity, at
-    now_us = now * 1000
-    debt = _debt(state, now_us) - amount * interval
-    if debt <= 0:
-        return None, 0
-    return now_us + _ceil(debt * 1000), _ms(debt)
+    return _rebucket(state, now, -(amount * interval))
 
 
 # -- sliding log: exact, every admitted call is remembered for one window -------------------
@@ -365,6 +366,16 @@ def _counter_reset(start: int, current: float, previous: float, now: int, window
     return 0
 
 
+def _counter_stored(
+    start: int, current: float, previous: float, now: int, window: int
+) -> tuple[SlidingCounterState | None, int]:
+    """The state to store for these counts and its TTL (None when neither window counts)."""
+    ttl = _counter_reset(start, current, previous, now, window)
+    if ttl == 0:
+        return None, 0
+    return (start, current, previous), ttl
+
+
 def sliding_counter(
     state: SlidingCounterState | None,
     now: int,
@@ -434,10 +445,7 @@ def sliding_counter_refund(
         current = max(0.0, current - amount)
     elif debited == start - window:
         previous = max(0.0, previous - amount)
-    ttl = _counter_reset(start, current, previous, now, window)
-    if ttl == 0:
-        return None, 0
-    return (start, current, previous), ttl
+    return _counter_stored(start, current, previous, now, window)
 
 
 # -- fixed window: blocked calls do not count ------------------------------------------------
@@ -449,6 +457,15 @@ def _fixed_count(state: FixedWindowState | None, now: int, window: int) -> Fixed
     if state is not None and state[0] >= start:
         return state
     return start, 0.0
+
+
+def _fixed_stored(
+    start: int, count: float, now: int, window: int
+) -> tuple[FixedWindowState | None, int]:
+    """The state to store for this count and its TTL (None when the count is 0)."""
+    if count == 0:
+        return None, 0
+    return (start, count), _ms(start + window - now)
 
 
 def fixed_window(
@@ -491,9 +508,7 @@ def fixed_window_refund(
     start, count = _fixed_count(state, now, window)
     if at is None or at - at % window == start:
         count = max(0.0, count - amount)
-    if count == 0:
-        return None, 0
-    return (start, count), _ms(start + window - now)
+    return _fixed_stored(start, count, now, window)
 
 
 # -- charges: debits that need not fit (another region's admissions, issue 13 §6) ------------
@@ -505,11 +520,7 @@ def token_bucket_charge(
     """Debit ``amount`` whether it fits or not: the bucket may go below empty (its state is
     a later full-again time), and admits nothing until it has refilled past the debt."""
     del capacity
-    now_us = now * 1000
-    debt = _debt(state, now_us) + amount / rate
-    if debt <= 0:
-        return None, 0
-    return now_us + _ceil(debt * 1000), _ms(debt)
+    return _rebucket(state, now, amount / rate)
 
 
 def gcra_charge(
@@ -517,11 +528,7 @@ def gcra_charge(
 ) -> tuple[BucketState | None, int]:
     """:func:`token_bucket_charge` for the GCRA meter."""
     del capacity
-    now_us = now * 1000
-    debt = _debt(state, now_us) + amount * interval
-    if debt <= 0:
-        return None, 0
-    return now_us + _ceil(debt * 1000), _ms(debt)
+    return _rebucket(state, now, amount * interval)
 
 
 def sliding_log_charge(
@@ -547,11 +554,7 @@ def sliding_counter_charge(
     """Count ``amount`` in the current window whether it fits or not."""
     del limit
     start, current, previous = _counter_windows(state, now, window)
-    current = current + amount
-    ttl = _counter_reset(start, current, previous, now, window)
-    if ttl == 0:
-        return None, 0
-    return (start, current, previous), ttl
+    return _counter_stored(start, current + amount, previous, now, window)
 
 
 def fixed_window_charge(
@@ -560,10 +563,7 @@ def fixed_window_charge(
     """Count ``amount`` in the current window whether it fits or not."""
     del limit
     start, count = _fixed_count(state, now, window)
-    count = count + amount
-    if count == 0:
-        return None, 0
-    return (start, count), _ms(start + window - now)
+    return _fixed_stored(start, count + amount, now, window)
 
 
 def commit(algorithm: str, pending: object) -> object:

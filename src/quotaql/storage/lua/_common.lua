@@ -42,3 +42,12 @@ local function bucket_debt(state, now_us)
   if full_at ~= nil and full_at > now_us then return (full_at - now_us) / 1000 end
   return 0
 end
+
+-- A bucket's state and TTL once its debt moves by `change` ms (a refund's is negative; nil:
+-- back to full).
+local function rebucket(state, now, change)
+  local now_us = now * 1000
+  local debt = bucket_debt(state, now_us) + change
+  if debt <= 0 then return nil, 0 end
+  return num(now_us + math.ceil(debt * 1000)), ms(debt)
+end

@@ -12,6 +12,12 @@ local function fixed_window_count(state, now, window)
   return start, 0
 end
 
+-- The state to store for this count and its TTL (nil when the count is 0).
+local function fixed_window_stored(start, count, now, window)
+  if count == 0 then return nil, 0 end
+  return num(start) .. ' ' .. num(count), ms(start + window - now)
+end
+
 local function fixed_window_check(state, now, cost, limit, window)
   local start, count = fixed_window_count(state, now, window)
   local window_end = ms(start + window - now)
@@ -35,15 +41,12 @@ end
 local function fixed_window_refund(state, now, amount, limit, window, at)
   local start, count = fixed_window_count(state, now, window)
   if at == nil or at - at % window == start then count = math.max(0, count - amount) end
-  if count == 0 then return nil, 0 end
-  return num(start) .. ' ' .. num(count), ms(start + window - now)
+  return fixed_window_stored(start, count, now, window)
 end
 
 local function fixed_window_charge(state, now, amount, limit, window)
   local start, count = fixed_window_count(state, now, window)
-  count = count + amount
-  if count == 0 then return nil, 0 end
-  return num(start) .. ' ' .. num(count), ms(start + window - now)
+  return fixed_window_stored(start, count + amount, now, window)
 end
 
 checks.fixed_window = fixed_window_check

@@ -27,17 +27,11 @@ local function gcra_check(state, now, cost, capacity, interval, delay)
 end
 
 local function gcra_refund(state, now, amount, capacity, interval)
-  local now_us = now * 1000
-  local debt = bucket_debt(state, now_us) - amount * interval
-  if debt <= 0 then return nil, 0 end
-  return num(now_us + math.ceil(debt * 1000)), ms(debt)
+  return rebucket(state, now, -(amount * interval))
 end
 
 local function gcra_charge(state, now, amount, capacity, interval)
-  local now_us = now * 1000
-  local debt = bucket_debt(state, now_us) + amount * interval
-  if debt <= 0 then return nil, 0 end
-  return num(now_us + math.ceil(debt * 1000)), ms(debt)
+  return rebucket(state, now, amount * interval)
 end
 
 checks.gcra = gcra_check

@@ -29,6 +29,13 @@ local function sliding_counter_reset(start, current, previous, now, window)
   return 0
 end
 
+-- The state to store for these counts and its TTL (nil when neither window counts).
+local function sliding_counter_stored(start, current, previous, now, window)
+  local ttl = sliding_counter_reset(start, current, previous, now, window)
+  if ttl == 0 then return nil, 0 end
+  return num(start) .. ' ' .. num(current) .. ' ' .. num(previous), ttl
+end
+
 local function sliding_counter_check(state, now, cost, limit, window)
   local start, current, previous = sliding_counter_windows(state, now, window)
   local estimated = sliding_counter_estimate(start, current, previous, now, window)
@@ -74,17 +81,12 @@ local function sliding_counter_refund(state, now, amount, limit, window, at)
   elseif debited == start - window then
     previous = math.max(0, previous - amount)
   end
-  local ttl = sliding_counter_reset(start, current, previous, now, window)
-  if ttl == 0 then return nil, 0 end
-  return num(start) .. ' ' .. num(current) .. ' ' .. num(previous), ttl
+  return sliding_counter_stored(start, current, previous, now, window)
 end
 
 local function sliding_counter_charge(state, now, amount, limit, window)
   local start, current, previous = sliding_counter_windows(state, now, window)
-  current = current + amount
-  local ttl = sliding_counter_reset(start, current, previous, now, window)
-  if ttl == 0 then return nil, 0 end
-  return num(start) .. ' ' .. num(current) .. ' ' .. num(previous), ttl
+  return sliding_counter_stored(start, current + amount, previous, now, window)
 end
 
 checks.sliding_counter = sliding_counter_check

@@ -33,18 +33,12 @@ end
 
 -- Returns the new state (nil: back to full) and its TTL.
 local function token_bucket_refund(state, now, amount, capacity, rate)
-  local now_us = now * 1000
-  local debt = bucket_debt(state, now_us) - amount / rate
-  if debt <= 0 then return nil, 0 end
-  return num(now_us + math.ceil(debt * 1000)), ms(debt)
+  return rebucket(state, now, -(amount / rate))
 end
 
 -- A debit whether it fits or not: the bucket may go below empty.
 local function token_bucket_charge(state, now, amount, capacity, rate)
-  local now_us = now * 1000
-  local debt = bucket_debt(state, now_us) + amount / rate
-  if debt <= 0 then return nil, 0 end
-  return num(now_us + math.ceil(debt * 1000)), ms(debt)
+  return rebucket(state, now, amount / rate)
 end
 
 checks.token_bucket = token_bucket_check
