@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from quotaql.errors import StorageTimeout
 from quotaql.policy.quota import ALGORITHM_NAMES, Decision, Quota, combine, decide_one
-from quotaql.storage._pipeline import Pipeline, storage_error
+from quotaql.storage._pipeline import Pipeline, PipelineSettings, storage_error
 from quotaql.storage.base import Debit, check_arguments
 from quotaql.storage.keys import redis_key_base
 from quotaql.storage.redis_leases import AsyncRedisLeases, RedisLeases
@@ -444,7 +444,24 @@ class AsyncRedisStorage(_RedisBase):
         self.pipelined = pipeline and not self._cluster
         # The event loop on which the cluster client was initialized (see evaluate).
         self._ready: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        self._pipeline_options = (pipeline_limit, pipeline_connections, pipeline_queue_max)
+        # What the pipeline of each event loop is made with (see _pipeline_for).
+        self._pipeline_settings: PipelineSettings | None = None
+        if self.pipelined:
+            tolerance = self._stall_tolerance
+
+            def deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> _Deadline:
+                return _Deadline(loop, task, timeout, tolerance)
+
+            self._pipeline_settings = PipelineSettings(
+                make_connection=self.client.connection_pool.make_connection,
+                deadline=deadline,
+                timeout=timeout,
+                errors=self._errors,
+                noscript=self._noscript,
+                limit=pipeline_limit,
+                connections=pipeline_connections,
+                queue_max=pipeline_queue_max,
+            )
         self._pipeline: Pipeline | None = None
         self._pipelines: list[Pipeline] = []  # one per event loop that used the storage
 
@@ -455,25 +472,9 @@ class AsyncRedisStorage(_RedisBase):
         return self._pipeline
 
     def _pipeline_for(self, loop: asyncio.AbstractEventLoop) -> Pipeline:
-        limit, connections, queue_max = self._pipeline_options
-        pool = self.client.connection_pool
-        tolerance = self._stall_tolerance
-        timeout = self.timeout
-
-        def deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> _Deadline:
-            return _Deadline(loop, task, timeout, tolerance)
-
-        pipeline = Pipeline(
-            loop,
-            pool.make_connection,
-            deadline,
-            timeout=timeout,
-            errors=self._errors,
-            noscript=self._noscript,
-            limit=limit,
-            connections=connections,
-            queue_max=queue_max,
-        )
+        settings = self._pipeline_settings
+        assert settings is not None  # made in __init__ for a pipelined storage
+        pipeline = Pipeline(loop, settings)
         self._pipeline = pipeline
         # A closed loop's pipeline is never used again: kept, its connections would stay
         # open, more with every loop (asyncio.run per job); abandoned, Redis lets go of them.
