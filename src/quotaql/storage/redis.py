@@ -31,6 +31,7 @@ from quotaql.storage.redis_leases import AsyncRedisLeases, RedisLeases
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import ModuleType
 
 
 __all__ = ["AsyncRedisStorage", "RedisStorage", "redis_key", "script_source"]
@@ -166,70 +167,56 @@ def _hardened(client: Any, timeout: float) -> Any:
     a limiter in front of every request: a dead Redis would stall each request for
     seconds. The limiter's circuit breaker handles failures; the client must not retry.
     """
-    from redis.backoff import NoBackoff  # noqa: PLC0415
+    import redis  # noqa: PLC0415
+    import redis.cluster  # noqa: PLC0415
     from redis.retry import Retry  # noqa: PLC0415
+
+    return _rebuilt(client, redis, redis.cluster, Retry, timeout)
+
+
+def _hardened_async(client: Any, timeout: float) -> Any:
+    """:func:`_hardened` for a ``redis.asyncio`` client, without socket timeouts.
+
+    No socket timeouts at all, not even the application's: each call, connecting included,
+    is bounded by the storage's own deadline (_Deadline), which tells a stalled event loop
+    from a silent Redis; redis.asyncio's timeouts are plain asyncio timeouts, which a loop
+    blocked for longer than them trips although Redis answered in time (and redis.asyncio
+    pays for a socket timeout with an extra task per command).
+    """
+    del timeout
+    import redis.asyncio  # noqa: PLC0415
+    import redis.asyncio.cluster  # noqa: PLC0415
+    from redis.asyncio.retry import Retry  # noqa: PLC0415
+
+    return _rebuilt(client, redis.asyncio, redis.asyncio.cluster, Retry, None)
+
+
+def _rebuilt(
+    client: Any, api: ModuleType, cluster_api: ModuleType, retry: Any, timeout: float | None
+) -> Any:
+    """A new client of ``api`` (``redis`` or ``redis.asyncio``; ``cluster_api``, its
+    cluster module, for a cluster client) on ``client``'s servers with ``client``'s
+    credentials and TLS, ``timeout`` as its socket timeouts and no retries (``retry``: the
+    ``Retry`` class of ``api``)."""
+    from redis.backoff import NoBackoff  # noqa: PLC0415
 
     overrides: dict[str, Any] = {
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
-        "retry": Retry(NoBackoff(), 0),
+        "retry": retry(NoBackoff(), 0),
     }
     if _is_cluster(client):
-        from redis.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
-
-        kwargs = _cluster_kwargs(client.get_connection_kwargs())
-        return RedisCluster(
-            startup_nodes=[
-                ClusterNode(node.host, node.port)  # type: ignore[no-untyped-call]
-                for node in client.get_nodes()
-            ],
-            **kwargs,
+        # An asyncio cluster client not initialized yet knows only its startup nodes.
+        nodes = client.get_nodes() or client.nodes_manager.startup_nodes.values()
+        return cluster_api.RedisCluster(
+            startup_nodes=[cluster_api.ClusterNode(node.host, node.port) for node in nodes],
+            **_cluster_kwargs(client.get_connection_kwargs()),
             **overrides,
         )
-    import redis  # noqa: PLC0415
-
     pool = client.connection_pool
     kwargs = {**pool.connection_kwargs, **overrides}
-    return redis.Redis(
-        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-    )
-
-
-def _hardened_async(client: Any, timeout: float) -> Any:
-    from redis.asyncio.retry import Retry  # noqa: PLC0415
-    from redis.backoff import NoBackoff  # noqa: PLC0415
-
-    # No socket timeouts at all, not even the application's: each call, connecting included,
-    # is bounded by the storage's own deadline (_Deadline), which tells a stalled event loop
-    # from a silent Redis; redis.asyncio's timeouts are plain asyncio timeouts, which a loop
-    # blocked for longer than them trips although Redis answered in time (and redis.asyncio
-    # pays for a socket timeout with an extra task per command).
-    overrides: dict[str, Any] = {
-        "socket_timeout": None,
-        "socket_connect_timeout": None,
-        "retry": Retry(NoBackoff(), 0),
-    }
-    if _is_cluster(client):
-        from redis.asyncio.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
-
-        kwargs = _cluster_kwargs(client.get_connection_kwargs())
-        nodes = client.get_nodes() or [
-            ClusterNode(node.host, node.port)
-            for node in client.nodes_manager.startup_nodes.values()
-        ]
-        return RedisCluster(
-            startup_nodes=[ClusterNode(node.host, node.port) for node in nodes],
-            **kwargs,
-            **overrides,
-        )
-    import redis.asyncio  # noqa: PLC0415
-
-    pool = client.connection_pool
-    kwargs = {**pool.connection_kwargs, **overrides}
-    return redis.asyncio.Redis(
-        connection_pool=redis.asyncio.ConnectionPool(
-            connection_class=pool.connection_class, **kwargs
-        )
+    return api.Redis(
+        connection_pool=api.ConnectionPool(connection_class=pool.connection_class, **kwargs)
     )
 
 
