@@ -588,8 +588,8 @@ class _Deadline:
     """
 
     __slots__ = (
-        "_cancelling", "_extensions", "_handle", "_loop", "_period", "_task", "_tolerance",
-        "_when", "expired",
+        "_cancelling", "_extensions", "_handle", "_period", "_task", "_tolerance", "_when",
+        "expired",
     )  # fmt: skip
 
     def __init__(
@@ -599,8 +599,7 @@ class _Deadline:
         period: float,
         tolerance: float,
     ) -> None:
-        self._loop = loop
-        self._task = task
+        self._task = task  # a task of ``loop``, which _fire asks it for
         self._period = period
         self._tolerance = tolerance
         self._cancelling = task.cancelling()
@@ -610,7 +609,7 @@ class _Deadline:
         self._handle: asyncio.Handle | None = loop.call_at(when, self._fire)
 
     def _fire(self) -> None:
-        loop = self._loop
+        loop = self._task.get_loop()
         now = loop.time()
         if now - self._when > self._tolerance and self._extensions < MAX_STALL_EXTENSIONS:
             self._extensions += 1  # the loop stalled: a fresh period from now
