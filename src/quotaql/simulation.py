@@ -43,6 +43,7 @@ __all__ = [
     "MultiRegion",
     "Region",
     "Run",
+    "Sync",
     "Traffic",
     "greedy",
     "over_admission_bound",
@@ -109,6 +110,32 @@ class Run:
         return sum(self.admitted)
 
 
+@dataclass(frozen=True, slots=True)
+class Sync:
+    """How the regions hear of each other's debits (each as in :class:`MultiRegion`).
+
+    Attributes:
+        interval_ms: each region publishes its debits every ``interval_ms`` (0: each
+            admission at once).
+        delay_ms: how long a publication takes to reach the other regions.
+        forgive_debt: drop the part of a received debit that does not fit.
+        partition: ``(start, end)`` ms in which the regions cannot reach each other.
+        partition_after: how long (ms) a region hears nothing from another before it
+            enforces only its share (None: never).
+    """
+
+    interval_ms: int = 0
+    delay_ms: int = 0
+    forgive_debt: bool = False
+    partition: tuple[int, int] | None = None
+    partition_after: int | None = None
+
+    @property
+    def lag_ms(self) -> int:
+        """The longest a debit takes to reach the other regions."""
+        return lag_of(self.interval_ms, self.delay_ms)
+
+
 class MultiRegion:
     """``regions`` regions enforcing one tenant's quota, each locally, synced with a lag.
 
@@ -159,13 +186,9 @@ class MultiRegion:
                 "partition_after needs publications every interval_ms >= 1 and must be"
                 " longer than the lag (interval_ms + delay_ms)"
             )
-        self.partition = partition
-        self.partition_after = partition_after
         self.quota = quota
-        self.interval_ms = interval_ms
-        self.delay_ms = delay_ms
-        self.forgive_debt = forgive_debt
         self.key = key
+        self.sync = Sync(interval_ms, delay_ms, forgive_debt, partition, partition_after)
         self.now = 0
         if storages is not None and len(storages) != regions:
             raise ValueError(f"one storage per region: {len(storages)} for {regions}")
@@ -181,7 +204,7 @@ class MultiRegion:
     @property
     def lag_ms(self) -> int:
         """The longest a debit takes to reach the other regions."""
-        return lag_of(self.interval_ms, self.delay_ms)
+        return self.sync.lag_ms
 
     def _seconds(self) -> float:
         return self.now / 1000
@@ -200,14 +223,15 @@ class MultiRegion:
         Returns what the regions admitted in it.
         """
         now = self.now
-        if self.interval_ms and now % self.interval_ms == 0:
+        sync = self.sync
+        if sync.interval_ms and now % sync.interval_ms == 0:
             for index in range(len(self.regions)):
                 self._publish(index)
         total = 0.0
         shares = len(self.regions)
         for index, region in enumerate(self.regions):
             self._deliver(region)
-            after = self.partition_after
+            after = sync.partition_after
             cut_off = after is not None and any(
                 now - heard > after for other, heard in enumerate(region.heard) if other != index
             )
@@ -220,7 +244,7 @@ class MultiRegion:
                 region.admitted += cost
                 region.unpublished += cost
                 total += cost
-                if not self.interval_ms:
+                if not sync.interval_ms:
                     self._publish(index)
                     for other in self.regions:
                         self._deliver(other)  # delay 0: before the next decision
@@ -228,15 +252,16 @@ class MultiRegion:
 
     def _publish(self, index: int) -> None:
         source = self.regions[index]
+        sync = self.sync
         amount, source.unpublished = source.unpublished, 0.0
-        if amount == 0 and self.partition_after is None:
+        if amount == 0 and sync.partition_after is None:
             return  # without partition detection, silence says nothing
-        partition = self.partition
+        partition = sync.partition
         if partition is not None and partition[0] <= self.now < partition[1]:
             return  # lost: the regions cannot reach each other
         for other, region in enumerate(self.regions):
             if other != index:
-                region.inbox.append((self.now + self.delay_ms, amount, index))
+                region.inbox.append((self.now + sync.delay_ms, amount, index))
 
     def _deliver(self, region: Region) -> None:
         inbox = region.inbox
@@ -246,7 +271,7 @@ class MultiRegion:
             region.heard[source] = self.now
             if amount == 0:
                 continue
-            if self.forgive_debt:  # only what fits: the rest is dropped
+            if self.sync.forgive_debt:  # only what fits: the rest is dropped
                 held = max(0.0, region.storage.peek(self.key, quota, now=self.now).remaining)
                 region.forgiven += max(0.0, amount - held)
                 amount = min(amount, held)

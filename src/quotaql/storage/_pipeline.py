@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from quotaql.errors import StorageError, StorageNotReached, StorageTimeout
@@ -32,27 +33,23 @@ from quotaql.errors import StorageError, StorageNotReached, StorageTimeout
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ["Pipeline", "storage_error"]
+__all__ = ["Pipeline", "PipelineSettings", "storage_error"]
 
 
+@dataclass(slots=True, eq=False)
 class _Command:
-    __slots__ = ("args", "future", "keys", "retried", "script")
-
-    def __init__(
-        self, script: Any, keys: Sequence[str], args: Sequence[str], future: asyncio.Future[Any]
-    ) -> None:
-        self.script = script
-        self.keys = keys
-        self.args = args
-        self.future = future
-        self.retried = False
+    script: Any
+    keys: Sequence[str]
+    args: Sequence[str]
+    future: asyncio.Future[Any]
+    retried: bool = False
 
 
-class Pipeline:
-    """The script calls of one storage on one event loop, sent in batches.
+@dataclass(frozen=True, slots=True)
+class PipelineSettings:
+    """How a storage's pipelines reach Redis: the same for the pipeline of each event loop.
 
-    Args:
-        loop: the event loop it serves.
+    Attributes:
         make_connection: makes a new (not yet connected) redis-py asyncio connection.
         deadline: ``(loop, task) -> deadline`` for one batch (see ``_Deadline``).
         timeout: the storage's timeout, for the error messages.
@@ -64,34 +61,32 @@ class Pipeline:
             :class:`StorageError`, so the limiter's fail mode answers).
     """
 
+    make_connection: Callable[[], Any]
+    deadline: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], Any]
+    timeout: float
+    errors: tuple[type[BaseException], ...]
+    noscript: type[BaseException]
+    limit: int = 128
+    connections: int = 2
+    queue_max: int = 10_000
+
+
+class Pipeline:
+    """The script calls of one storage on one event loop, sent in batches.
+
+    Args:
+        loop: the event loop it serves.
+        settings: its connections, deadline and limits (the storage's).
+    """
+
     __slots__ = (
-        "__weakref__", "_busy", "_connections", "_deadline", "_errors", "_idle", "_limit",
-        "_loop", "_make_connection", "_noscript", "_queue", "_queue_max", "_scheduled",
-        "_timeout", "batches", "closed", "commands",
+        "__weakref__", "_busy", "_idle", "_loop", "_queue", "_scheduled", "_settings", "batches",
+        "closed", "commands",
     )  # fmt: skip
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        make_connection: Callable[[], Any],
-        deadline: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], Any],
-        *,
-        timeout: float,
-        errors: tuple[type[BaseException], ...],
-        noscript: type[BaseException],
-        limit: int = 128,
-        connections: int = 2,
-        queue_max: int = 10_000,
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, settings: PipelineSettings) -> None:
         self._loop = loop
-        self._make_connection = make_connection
-        self._deadline = deadline
-        self._timeout = timeout
-        self._errors = errors
-        self._noscript = noscript
-        self._limit = limit
-        self._connections = connections
-        self._queue_max = queue_max
+        self._settings = settings
         self._queue: deque[_Command] = deque()
         self._idle: list[Any] = []  # connections not carrying a batch
         self._busy = 0  # connections carrying one (or being made)
@@ -109,9 +104,10 @@ class Pipeline:
         """Queue one ``EVALSHA`` of ``script``; the future gets its reply (or a StorageError)."""
         if self.closed:
             raise _closed_error()
-        if len(self._queue) >= self._queue_max:
+        if len(self._queue) >= self._settings.queue_max:
             raise StorageNotReached(
-                f"quotaql: {self._queue_max} Redis calls are already waiting in this process"
+                f"quotaql: {self._settings.queue_max} Redis calls are already waiting in this"
+                " process"
             )
         future = self._loop.create_future()
         self._queue.append(_Command(script, keys, args, future))
@@ -124,15 +120,17 @@ class Pipeline:
         """Send what is queued, a batch per free connection (the others wait for one)."""
         self._scheduled = False
         queue = self._queue
+        settings = self._settings
+        limit = settings.limit
         while queue:
             if self._idle:
                 connection = self._idle.pop()
-            elif self._busy < self._connections:
+            elif self._busy < settings.connections:
                 connection = None  # made in the batch's task
             else:
                 return  # a connection that comes back flushes again
             batch: list[_Command] = []
-            while queue and len(batch) < self._limit:
+            while queue and len(batch) < limit:
                 command = queue.popleft()
                 if not command.future.done():  # its caller may have stopped waiting
                     batch.append(command)
@@ -145,21 +143,22 @@ class Pipeline:
 
     async def _send(self, connection: Any, batch: list[_Command]) -> None:
         """Write ``batch`` on ``connection`` and hand out the replies, within one deadline."""
+        settings = self._settings
         task = asyncio.current_task(self._loop)
         assert task is not None  # a task of its own, made by _flush
-        deadline = self._deadline(self._loop, task)
+        deadline = settings.deadline(self._loop, task)
         done = 0
         again: list[_Command] = []
         try:
             try:
                 if connection is None:
-                    connection = self._make_connection()
+                    connection = settings.make_connection()
                 elif _closed(connection):  # the server closed it while idle (a restart)
                     await _disconnect(connection)
                 if not connection.is_connected:
                     try:
                         await connection.connect()
-                    except (OSError, EOFError, *self._errors) as exc:  # type: ignore[misc]
+                    except (OSError, EOFError, *settings.errors) as exc:  # type: ignore[misc]
                         # Nothing of the batch was sent: the callers may try again.
                         _drop(connection)
                         connection = None
@@ -179,13 +178,13 @@ class Pipeline:
                 for command in batch:
                     try:
                         reply = await read()
-                    except self._noscript:
+                    except settings.noscript:
                         if command.retried:
                             _fail(command, StorageError("Redis failed: NOSCRIPT after loading it"))
                         else:
                             command.retried = True
                             again.append(command)
-                    except self._errors as exc:
+                    except settings.errors as exc:
                         if isinstance(exc, OSError | EOFError) or _is_connection_error(exc):
                             raise
                         _fail(command, storage_error(exc))  # an error reply: the rest follow
@@ -204,7 +203,7 @@ class Pipeline:
             except asyncio.CancelledError:
                 if deadline.expired and deadline.withdraw():  # our own cancellation: a timeout
                     error: StorageError = StorageTimeout(
-                        f"Redis did not answer within {self._timeout:g} s"
+                        f"Redis did not answer within {settings.timeout:g} s"
                     )
                     _drop(connection)
                     connection = None
@@ -216,7 +215,7 @@ class Pipeline:
                     # tried again (refunds).
                     self._fail_queued(
                         StorageNotReached(
-                            f"Redis did not answer the calls ahead within {self._timeout:g} s"
+                            f"Redis did not answer the calls ahead within {settings.timeout:g} s"
                         )
                     )
                     return
@@ -225,12 +224,12 @@ class Pipeline:
                 _fail_all(batch[done:], StorageError("the Redis call was cancelled"))
                 _fail_all(again, StorageError("the Redis call was cancelled"))
                 raise
-            except (OSError, EOFError, *self._errors) as exc:  # type: ignore[misc]
+            except (OSError, EOFError, *settings.errors) as exc:  # type: ignore[misc]
                 _drop(connection)
                 connection = None
                 error = (
                     storage_error(exc)
-                    if isinstance(exc, self._errors)
+                    if isinstance(exc, settings.errors)
                     else StorageError(f"Redis failed: {type(exc).__name__}: {exc}")
                 )
                 _fail_all(batch[done:], error)

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from quotaql.errors import StorageTimeout
 from quotaql.policy.quota import ALGORITHM_NAMES, Decision, Quota, combine, decide_one
-from quotaql.storage._pipeline import Pipeline, storage_error
+from quotaql.storage._pipeline import Pipeline, PipelineSettings, storage_error
 from quotaql.storage.base import Debit, check_arguments
 from quotaql.storage.keys import redis_key_base
 from quotaql.storage.redis_leases import AsyncRedisLeases, RedisLeases
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import ModuleType
 
 
 __all__ = ["AsyncRedisStorage", "RedisStorage", "redis_key", "script_source"]
@@ -166,70 +167,56 @@ def _hardened(client: Any, timeout: float) -> Any:
     a limiter in front of every request: a dead Redis would stall each request for
     seconds. The limiter's circuit breaker handles failures; the client must not retry.
     """
-    from redis.backoff import NoBackoff  # noqa: PLC0415
+    import redis  # noqa: PLC0415
+    import redis.cluster  # noqa: PLC0415
     from redis.retry import Retry  # noqa: PLC0415
+
+    return _rebuilt(client, redis, redis.cluster, Retry, timeout)
+
+
+def _hardened_async(client: Any, timeout: float) -> Any:
+    """:func:`_hardened` for a ``redis.asyncio`` client, without socket timeouts.
+
+    No socket timeouts at all, not even the application's: each call, connecting included,
+    is bounded by the storage's own deadline (_Deadline), which tells a stalled event loop
+    from a silent Redis; redis.asyncio's timeouts are plain asyncio timeouts, which a loop
+    blocked for longer than them trips although Redis answered in time (and redis.asyncio
+    pays for a socket timeout with an extra task per command).
+    """
+    del timeout
+    import redis.asyncio  # noqa: PLC0415
+    import redis.asyncio.cluster  # noqa: PLC0415
+    from redis.asyncio.retry import Retry  # noqa: PLC0415
+
+    return _rebuilt(client, redis.asyncio, redis.asyncio.cluster, Retry, None)
+
+
+def _rebuilt(
+    client: Any, api: ModuleType, cluster_api: ModuleType, retry: Any, timeout: float | None
+) -> Any:
+    """A new client of ``api`` (``redis`` or ``redis.asyncio``; ``cluster_api``, its
+    cluster module, for a cluster client) on ``client``'s servers with ``client``'s
+    credentials and TLS, ``timeout`` as its socket timeouts and no retries (``retry``: the
+    ``Retry`` class of ``api``)."""
+    from redis.backoff import NoBackoff  # noqa: PLC0415
 
     overrides: dict[str, Any] = {
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
-        "retry": Retry(NoBackoff(), 0),
+        "retry": retry(NoBackoff(), 0),
     }
     if _is_cluster(client):
-        from redis.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
-
-        kwargs = _cluster_kwargs(client.get_connection_kwargs())
-        return RedisCluster(
-            startup_nodes=[
-                ClusterNode(node.host, node.port)  # type: ignore[no-untyped-call]
-                for node in client.get_nodes()
-            ],
-            **kwargs,
+        # An asyncio cluster client not initialized yet knows only its startup nodes.
+        nodes = client.get_nodes() or client.nodes_manager.startup_nodes.values()
+        return cluster_api.RedisCluster(
+            startup_nodes=[cluster_api.ClusterNode(node.host, node.port) for node in nodes],
+            **_cluster_kwargs(client.get_connection_kwargs()),
             **overrides,
         )
-    import redis  # noqa: PLC0415
-
     pool = client.connection_pool
     kwargs = {**pool.connection_kwargs, **overrides}
-    return redis.Redis(
-        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-    )
-
-
-def _hardened_async(client: Any, timeout: float) -> Any:
-    from redis.asyncio.retry import Retry  # noqa: PLC0415
-    from redis.backoff import NoBackoff  # noqa: PLC0415
-
-    # No socket timeouts at all, not even the application's: each call, connecting included,
-    # is bounded by the storage's own deadline (_Deadline), which tells a stalled event loop
-    # from a silent Redis; redis.asyncio's timeouts are plain asyncio timeouts, which a loop
-    # blocked for longer than them trips although Redis answered in time (and redis.asyncio
-    # pays for a socket timeout with an extra task per command).
-    overrides: dict[str, Any] = {
-        "socket_timeout": None,
-        "socket_connect_timeout": None,
-        "retry": Retry(NoBackoff(), 0),
-    }
-    if _is_cluster(client):
-        from redis.asyncio.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
-
-        kwargs = _cluster_kwargs(client.get_connection_kwargs())
-        nodes = client.get_nodes() or [
-            ClusterNode(node.host, node.port)
-            for node in client.nodes_manager.startup_nodes.values()
-        ]
-        return RedisCluster(
-            startup_nodes=[ClusterNode(node.host, node.port) for node in nodes],
-            **kwargs,
-            **overrides,
-        )
-    import redis.asyncio  # noqa: PLC0415
-
-    pool = client.connection_pool
-    kwargs = {**pool.connection_kwargs, **overrides}
-    return redis.asyncio.Redis(
-        connection_pool=redis.asyncio.ConnectionPool(
-            connection_class=pool.connection_class, **kwargs
-        )
+    return api.Redis(
+        connection_pool=api.ConnectionPool(connection_class=pool.connection_class, **kwargs)
     )
 
 
@@ -444,7 +431,24 @@ class AsyncRedisStorage(_RedisBase):
         self.pipelined = pipeline and not self._cluster
         # The event loop on which the cluster client was initialized (see evaluate).
         self._ready: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        self._pipeline_options = (pipeline_limit, pipeline_connections, pipeline_queue_max)
+        # What the pipeline of each event loop is made with (see _pipeline_for).
+        self._pipeline_settings: PipelineSettings | None = None
+        if self.pipelined:
+            tolerance = self._stall_tolerance
+
+            def deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> _Deadline:
+                return _Deadline(loop, task, timeout, tolerance)
+
+            self._pipeline_settings = PipelineSettings(
+                make_connection=self.client.connection_pool.make_connection,
+                deadline=deadline,
+                timeout=timeout,
+                errors=self._errors,
+                noscript=self._noscript,
+                limit=pipeline_limit,
+                connections=pipeline_connections,
+                queue_max=pipeline_queue_max,
+            )
         self._pipeline: Pipeline | None = None
         self._pipelines: list[Pipeline] = []  # one per event loop that used the storage
 
@@ -455,25 +459,9 @@ class AsyncRedisStorage(_RedisBase):
         return self._pipeline
 
     def _pipeline_for(self, loop: asyncio.AbstractEventLoop) -> Pipeline:
-        limit, connections, queue_max = self._pipeline_options
-        pool = self.client.connection_pool
-        tolerance = self._stall_tolerance
-        timeout = self.timeout
-
-        def deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> _Deadline:
-            return _Deadline(loop, task, timeout, tolerance)
-
-        pipeline = Pipeline(
-            loop,
-            pool.make_connection,
-            deadline,
-            timeout=timeout,
-            errors=self._errors,
-            noscript=self._noscript,
-            limit=limit,
-            connections=connections,
-            queue_max=queue_max,
-        )
+        settings = self._pipeline_settings
+        assert settings is not None  # made in __init__ for a pipelined storage
+        pipeline = Pipeline(loop, settings)
         self._pipeline = pipeline
         # A closed loop's pipeline is never used again: kept, its connections would stay
         # open, more with every loop (asyncio.run per job); abandoned, Redis lets go of them.
@@ -600,8 +588,8 @@ class _Deadline:
     """
 
     __slots__ = (
-        "_cancelling", "_extensions", "_handle", "_loop", "_period", "_task", "_tolerance",
-        "_when", "expired",
+        "_cancelling", "_extensions", "_handle", "_period", "_task", "_tolerance", "_when",
+        "expired",
     )  # fmt: skip
 
     def __init__(
@@ -611,8 +599,7 @@ class _Deadline:
         period: float,
         tolerance: float,
     ) -> None:
-        self._loop = loop
-        self._task = task
+        self._task = task  # a task of ``loop``, which _fire asks it for
         self._period = period
         self._tolerance = tolerance
         self._cancelling = task.cancelling()
@@ -622,7 +609,7 @@ class _Deadline:
         self._handle: asyncio.Handle | None = loop.call_at(when, self._fire)
 
     def _fire(self) -> None:
-        loop = self._loop
+        loop = self._task.get_loop()
         now = loop.time()
         if now - self._when > self._tolerance and self._extensions < MAX_STALL_EXTENSIONS:
             self._extensions += 1  # the loop stalled: a fresh period from now
