@@ -65,7 +65,12 @@ def script_source(algorithms: tuple[str, ...] = ALGORITHM_NAMES) -> str:
     unknown = set(algorithms).difference(ALGORITHM_NAMES)
     if unknown:
         raise ValueError(f"unknown algorithms: {', '.join(sorted(unknown))}")
-    parts = ["_common", *(name for name in ALGORITHM_NAMES if name in algorithms), "driver"]
+    parts = [
+        "_clock",
+        "_common",
+        *(name for name in ALGORITHM_NAMES if name in algorithms),
+        "driver",
+    ]
     folder = resources.files("quotaql.storage") / "lua"
     return "\n".join(folder.joinpath(f"{part}.lua").read_text(encoding="utf-8") for part in parts)
 

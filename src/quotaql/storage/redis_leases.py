@@ -31,9 +31,12 @@ _Request = tuple[list[str], list[str]]
 
 @cache
 def lease_script_source() -> str:
-    """The Lua script of the lease sets (``lua/leases.lua``)."""
+    """The Lua script of the lease sets (``lua/leases.lua``, after the clock it shares with
+    the rate scripts)."""
     folder = resources.files("quotaql.storage") / "lua"
-    return folder.joinpath("leases.lua").read_text(encoding="utf-8")
+    return "\n".join(
+        folder.joinpath(f"{part}.lua").read_text(encoding="utf-8") for part in ("_clock", "leases")
+    )
 
 
 def lease_key(prefix: str, tenant: str | None, name: str) -> str:

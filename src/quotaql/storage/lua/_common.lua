@@ -1,5 +1,5 @@
 -- quotaql: one script decides every quota of one key, atomically, in one round trip.
--- It is assembled from _common.lua, the files of the algorithms a call uses (so Redis runs
+-- It is assembled from _clock.lua, _common.lua, the files of the algorithms a call uses (so Redis runs
 -- no definitions it does not need), and driver.lua, in that order. The algorithm files
 -- mirror quotaql/policy/algorithms.py operation for operation; each registers its functions
 -- in the tables below.

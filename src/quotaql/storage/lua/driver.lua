@@ -20,13 +20,7 @@
 -- second), so that most decisions write no expiry at all.
 
 local mode = ARGV[1]
-local now
-if ARGV[3] == '' then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-else
-  now = tonumber(ARGV[3])
-end
+local now = clock(ARGV[3])
 
 -- One amount for all quotas, or one each (root-field quotas pay their field's cost).
 local amount = tonumber(ARGV[2])

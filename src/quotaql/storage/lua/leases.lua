@@ -22,13 +22,7 @@
 -- Lease ids are whole arguments, never parsed; numbers go to Redis as integer text.
 
 local mode = ARGV[1]
-local now
-if ARGV[2] == '' then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-else
-  now = tonumber(ARGV[2])
-end
+local now = clock(ARGV[2])
 local now_text = string.format('%d', now)
 
 -- The set lives at least ttl ms more (PTTL: -2 no key, -1 no expiry yet): never shortened.
