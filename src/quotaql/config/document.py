@@ -62,6 +62,17 @@ class Table:
             return None
         return check(self.doc, (*self.path, key), self.data[key])
 
+    def read(
+        self, checks: Mapping[str, Callable[[Document, KeyPath, object], object]]
+    ) -> dict[str, Any]:
+        """Each key of ``checks`` that the table has, with its value checked by its check, in
+        the order of ``checks`` (so that of two wrong values, the first is the one blamed)."""
+        return {
+            key: check(self.doc, (*self.path, key), self.data[key])
+            for key, check in checks.items()
+            if key in self.data
+        }
+
     def table(self, key: str) -> Table:
         """The subtable ``key``; an empty one when the key is absent."""
         return _table(self.doc, (*self.path, key), self.data.get(key, {}))
