@@ -46,7 +46,7 @@ from quotaql.errors import ConfigError
 from quotaql.policy.quota import MAX_DELAY_SECONDS, Algorithm, Quota
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Collection, Iterator, Mapping
 
     from quotaql.config.checks import Check
 
@@ -397,18 +397,15 @@ def _parse_tiers(tiers: Table) -> _Tiers:
     for name in tiers.data:
         tier = tiers.table(name)
         tier.check_keys(_TIER_KEYS)
-        operations: dict[str, _QuotaKeys] = {}
-        table = tier.table("operations")
-        for operation in table.data:
-            if _GRAPHQL_NAME.fullmatch(operation) is None:
-                raise tier.doc.error(
-                    (*table.path, operation),
-                    "expected an operation name (letters, digits and _, not starting with a"
-                    f" digit), got {json.dumps(operation, ensure_ascii=False)}",
-                )
-            entry = table.table(operation)
-            entry.check_keys(_QUOTA_KEYS)
-            operations[operation] = _parse_quota_keys(entry)
+        operations = {
+            operation: _parse_quota_keys(entry)
+            for operation, entry in _entries(
+                tier.table("operations"),
+                _GRAPHQL_NAME.fullmatch,
+                "an operation name (letters, digits and _, not starting with a digit)",
+                _QUOTA_KEYS,
+            )
+        }
         mode = tier.get("mode", checks.one_of(MODES))
         per_user = None
         if "per_user" in tier.data:
@@ -417,17 +414,12 @@ def _parse_tiers(tiers: Table) -> _Tiers:
             per_user = _parse_quota_keys(table)
         fields: dict[str, _QuotaKeys] = {}
         fields_in_flight: dict[str, int] = {}
-        table = tier.table("fields")
-        for coordinate in table.data:
-            match = _COORDINATE.fullmatch(coordinate)
-            if match is None or match["field"] is None or match["arg"] is not None:
-                raise tier.doc.error(
-                    (*table.path, coordinate),
-                    "expected a root field's coordinate ('Query.search',"
-                    f" 'Mutation.exportOrders'), got {json.dumps(coordinate, ensure_ascii=False)}",
-                )
-            entry = table.table(coordinate)
-            entry.check_keys(_FIELD_KEYS)
+        for coordinate, entry in _entries(
+            tier.table("fields"),
+            _is_field_coordinate,
+            "a root field's coordinate ('Query.search', 'Mutation.exportOrders')",
+            _FIELD_KEYS,
+        ):
             keys = _parse_quota_keys(entry)
             field_in_flight = entry.get("max_in_flight", checks.integer(1))
             if field_in_flight is not None:
@@ -462,6 +454,28 @@ def _parse_tiers(tiers: Table) -> _Tiers:
             max_queued,
         )
     return _Tiers(tiers, tiers.path[0] in tiers.doc.data, entries)
+
+
+def _entries(
+    table: Table, valid: Callable[[str], object], expected: str, keys: Collection[str]
+) -> Iterator[tuple[str, Table]]:
+    """Each subtable of ``table`` by its name, its keys checked against ``keys``; an error
+    for a name that is not ``valid`` says it ``expected`` another."""
+    for name in table.data:
+        if not valid(name):
+            raise table.doc.error(
+                (*table.path, name),
+                f"expected {expected}, got {json.dumps(name, ensure_ascii=False)}",
+            )
+        entry = table.table(name)
+        entry.check_keys(keys)
+        yield name, entry
+
+
+def _is_field_coordinate(coordinate: str) -> bool:
+    """``Type.field``, without an argument."""
+    match = _COORDINATE.fullmatch(coordinate)
+    return match is not None and match["field"] is not None and match["arg"] is None
 
 
 def _parse_tenants(tenants: Table) -> _Tenants:
