@@ -64,8 +64,6 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from starlette.websockets import WebSocket
 
-    from quotaql.config import Config
-    from quotaql.gate.options import GateOptions
 
 __all__ = [
     "CostLimitedHTTPHandler",
@@ -234,15 +232,7 @@ class CostLimiter(Adapter):
         gate: a gate built already (then no other keyword but ``quiet_logs``).
     """
 
-    def __init__(
-        self,
-        config: Config | None = None,
-        *,
-        quiet_logs: bool = True,
-        gate: Gate | None = None,
-        **options: Unpack[GateOptions],
-    ) -> None:
-        super().__init__(config, quiet_logs=quiet_logs, gate=gate, **options)
+    def _ready(self) -> None:
         # The subscriptions whose stream has been handed to Ariadne, by Ariadne's generator:
         # a stream stopped before its task ever ran must still be finished once.
         self._streams: weakref.WeakKeyDictionary[Any, _Subscription] = weakref.WeakKeyDictionary()

@@ -3,7 +3,7 @@ same keywords."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from quotaql.config import load_config
 from quotaql.gate.core import Gate
@@ -19,6 +19,25 @@ if TYPE_CHECKING:
     from quotaql.limiter import AsyncLimiter, Limiter
 
 __all__ = ["Adapter"]
+
+T = TypeVar("T")
+
+
+class _FromGate(Generic[T]):
+    """An adapter's read-only attribute that is its gate's attribute of the same name."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, adapter: Adapter | None, owner: type | None = None) -> T:
+        if adapter is None:
+            return self  # type: ignore[return-value]  # the class's attribute: the descriptor
+        value: T = getattr(adapter.gate, self.name)
+        return value
 
 
 class Adapter:
@@ -44,6 +63,10 @@ class Adapter:
             raise TypeError(f"{type(self).__name__}(gate=...) takes no other configuration")
         self.gate = gate if gate is not None else Gate(config, **options)
         self.quiet_logs = quiet_logs
+        self._ready()
+
+    def _ready(self) -> None:
+        """What an adapter sets up once its gate exists (its own state, its log filters)."""
 
     @classmethod
     def from_config(
@@ -60,35 +83,12 @@ class Adapter:
         """
         return cls(load_config(path), config_path=path, quiet_logs=quiet_logs, **options)
 
-    @property
-    def config(self) -> Config:
-        """The configuration in force."""
-        return self.gate.config
-
-    @property
-    def storage(self) -> Any:
-        """Where budgets live."""
-        return self.gate.storage
-
-    @property
-    def limiter(self) -> Limiter | AsyncLimiter:
-        """The limiter in front of the storage."""
-        return self.gate.limiter
-
-    @property
-    def is_async(self) -> bool:
-        """The storage is async: only the async entry points work."""
-        return self.gate.is_async
-
-    @property
-    def tracing(self) -> Tracing | None:
-        """The spans' source (None without a tracer provider)."""
-        return self.gate.tracing
-
-    @property
-    def metrics(self) -> PrometheusMetrics | None:
-        """The Prometheus metrics (None without them)."""
-        return self.gate.metrics
+    config: _FromGate[Config] = _FromGate("The configuration in force.")
+    storage: _FromGate[Any] = _FromGate("Where budgets live.")
+    limiter: _FromGate[Limiter | AsyncLimiter] = _FromGate("The limiter in front of the storage.")
+    is_async: _FromGate[bool] = _FromGate("The storage is async: only async entry points work.")
+    tracing: _FromGate[Tracing | None] = _FromGate("The spans' source (None without a provider).")
+    metrics: _FromGate[PrometheusMetrics | None] = _FromGate("The Prometheus metrics, if any.")
 
     def check(self, schema: Any) -> None:
         """Check the cost model and root-field quotas against ``schema`` (at startup).

@@ -92,22 +92,16 @@ if TYPE_CHECKING:
     from graphql import ASTValidationRule
 
     from quotaql.adaptive import Adaptive
-    from quotaql.gate.options import FromConfigOptions
+    from quotaql.gate.options import AdmitOptions, FromConfigOptions
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
     from quotaql.policy.quota import Decision
-    from quotaql.storage.leases import (
-        AsyncLeases,
-        LeaseKeeper,
-        Leases,
-    )
+    from quotaql.storage.leases import AsyncLeases, LeaseKeeper, Leases
+
+    Variables = Mapping[str, Any] | None  # a request's raw JSON variables
 
 __all__ = ["Gate"]
 
-
-# What the address of a refused unknown key pays for the attempt: a key-guessing client
-# runs down its own address's budget, nobody else's.
-_REJECTED_KEY_CHARGE = 1.0
 
 _Flow = Generator[Any, Any, Any]
 # What an async flow is told of a failed step (an async hook's error: identity decides).
@@ -208,13 +202,7 @@ class Gate:
                 metrics.watch_refunds(queue)
             if is_pipelined(self.storage):
                 metrics.watch_pipeline(self.storage)
-        self._concurrency = ConcurrencyLimiter(
-            self._config.limits.on_backend_error,
-            self._config.limits.local_share,
-            self.limiter.breaker,
-            self._recorder,
-            self._record,
-        )
+        self._concurrency = ConcurrencyLimiter(self.limiter, self._record)
         if leases is not None:
             self._concurrency.use(leases)
         self._reloader: Reloader | None = None
@@ -375,17 +363,9 @@ class Gate:
         """:meth:`reject` on an event loop."""
         await self._drive_async(self._reject(op, errors))
 
-    def admit(
-        self,
-        schema: Any,
-        document: Any,
-        variables: Mapping[str, Any] | None = None,
-        operation_name: str | None = None,
-        *,
-        context: Any = None,
-        request: Any = None,
-        op: Operation | None = None,
-    ) -> Operation:
+    def admit(self, schema: Any, document: Any, variables: Variables = None,
+              operation_name: str | None = None,
+              **options: Unpack[AdmitOptions]) -> Operation:  # fmt: skip
         """Identify, price and debit one operation; its :attr:`Operation.error` says if it
         must not run.
 
@@ -408,25 +388,15 @@ class Gate:
         Raises:
             TypeError: the storage is async: use :meth:`admit_async`.
         """
-        flow = self._admit(schema, document, variables, operation_name, context, request, False,
-                           op)  # fmt: skip
+        flow = self._admit(schema, document, variables, operation_name, options, False)
         admitted: Operation = self._drive(flow)
         return admitted
 
-    async def admit_async(
-        self,
-        schema: Any,
-        document: Any,
-        variables: Mapping[str, Any] | None = None,
-        operation_name: str | None = None,
-        *,
-        context: Any = None,
-        request: Any = None,
-        op: Operation | None = None,
-    ) -> Operation:
+    async def admit_async(self, schema: Any, document: Any, variables: Variables = None,
+                          operation_name: str | None = None,
+                          **options: Unpack[AdmitOptions]) -> Operation:  # fmt: skip
         """:meth:`admit` on an event loop: storage calls and async hooks are awaited."""
-        flow = self._admit(schema, document, variables, operation_name, context, request, True,
-                           op)  # fmt: skip
+        flow = self._admit(schema, document, variables, operation_name, options, True)
         admitted: Operation = await self._drive_async(flow)
         return admitted
 
@@ -522,16 +492,16 @@ class Gate:
         self,
         schema: Any,
         document: Any,
-        variables: Mapping[str, Any] | None,
+        variables: Variables,
         operation_name: str | None,
-        context: Any,
-        request: Any,
+        options: AdmitOptions,
         can_await: bool,
-        op: Operation | None,
     ) -> _Flow:
         self._refresh(schema)
         config = self._config
+        op = options.get("op")
         if op is None:
+            context, request = options.get("context"), options.get("request")
             op = yield from self._begin(context, request, can_await)
         if op.error is not None:  # denied, or refused before pricing (charged once)
             if op.failed:

@@ -115,10 +115,10 @@ class Holdings:
         if result is None:  # the storage failed: open runs without a lease, closed refuses
             op.lease = Lease(lease, key, names_, None, None, op.tier.name, 0, taken.stray)
             self.concurrency.watch(op, op.lease)
-            if self.concurrency.fail_mode != "closed" or op.mode is not Mode.ENFORCE:
+            if self.concurrency.rates.on_backend_error != "closed" or op.mode is not Mode.ENFORCE:
                 return True
             # As the limiter's own fail-closed decision: its quotas' sizes, nothing debited.
-            retry = max(self.concurrency.breaker.retry_after(), 1.0)
+            retry = max(self.concurrency.rates.breaker.retry_after(), 1.0)
             limit = min((quota.maximum for quota in op.quotas), default=math.inf)
             decision = Decision(
                 False, op.charge, 0.0, limit, retry, 0.0, None, "fail_closed",

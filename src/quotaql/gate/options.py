@@ -18,13 +18,14 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable
 
+    from quotaql.gate.operation import Operation
     from quotaql.gate.tiers import TierResolver
     from quotaql.instrumentation.logs import StructuredLog
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import CircuitBreaker, Recorder
     from quotaql.storage.leases import AsyncLeases, Leases
 
-__all__ = ["FromConfigOptions", "GateOptions"]
+__all__ = ["AdmitOptions", "FromConfigOptions", "GateOptions"]
 
 
 class FromConfigOptions(TypedDict, total=False):
@@ -49,3 +50,12 @@ class GateOptions(FromConfigOptions, total=False):
     """The keyword-only parameters of :class:`~quotaql.gate.Gate`, each optional."""
 
     config_path: str | os.PathLike[str] | None
+
+
+class AdmitOptions(TypedDict, total=False):
+    """The keywords of :meth:`~quotaql.gate.Gate.admit` (and ``admit_async``): where the
+    operation comes from (see there)."""
+
+    context: Any
+    request: Any
+    op: Operation | None

@@ -35,8 +35,7 @@ from quotaql.storage.leases import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Generator
 
-    from quotaql.limiter.breaker import CircuitBreaker
-    from quotaql.limiter.recorder import Recorder
+    from quotaql.limiter.rate import AsyncLimiter, Limiter
     from quotaql.storage.leases import AsyncLeases, Leases
 
 __all__ = ["UNAVAILABLE", "ConcurrencyLimiter", "Lease", "LeaseRecorder", "Taken"]
@@ -101,25 +100,14 @@ class ConcurrencyLimiter:
     """Takes, renews and gives back the concurrency leases of one gate.
 
     Args:
-        fail_mode: ``open``, ``closed`` or ``local``, as the rate limiter's (read once).
-        local_share: what this process enforces alone of each set, failing ``local``.
-        breaker: the rate limiter's circuit breaker (one view of the backend's health).
-        recorder: told of backend errors and breaker changes, as the rate limiter's.
+        rates: the rate limiter whose circuit breaker (one view of the backend's health),
+            fail mode (``open``, ``closed``, ``local``), local share and recorder (backend
+            errors, breaker changes) the leases go through too.
         events: told of what became of each lease (metrics, logs).
     """
 
-    def __init__(
-        self,
-        fail_mode: str,
-        local_share: float,
-        breaker: CircuitBreaker,
-        recorder: Recorder,
-        events: LeaseRecorder,
-    ) -> None:
-        self.fail_mode = fail_mode
-        self.local_share = local_share
-        self.breaker = breaker
-        self.recorder = recorder
+    def __init__(self, rates: Limiter | AsyncLimiter, events: LeaseRecorder) -> None:
+        self.rates = rates.core
         self.events = events
         self.ttl_ms = 0
         self.store: Any = None  # the lease storage, once a tier has a concurrency limit
@@ -220,7 +208,7 @@ class ConcurrencyLimiter:
                 self.keeper_of(leases).hold(key, [spec.name for spec in specs], lease)
             return Taken(result, leases, specs, None)
         events.leases(names.LEASE_TAKE_FAILED)
-        if self.fail_mode != "local":
+        if self.rates.on_backend_error != "local":
             return Taken(None, None, specs, leases)
         local = self._local_leases()
         mine = self._scaled(specs)
@@ -261,7 +249,9 @@ class ConcurrencyLimiter:
         for spec in specs:
             mine = cache.get(spec)
             if mine is None:
-                mine = LeaseSpec(spec.name, max(1, math.ceil(spec.maximum * self.local_share)))
+                mine = LeaseSpec(
+                    spec.name, max(1, math.ceil(spec.maximum * self.rates.local_share))
+                )
                 if len(cache) < _LOCAL_SPECS:
                     cache[spec] = mine
             local.append(mine)
@@ -277,7 +267,7 @@ class ConcurrencyLimiter:
     def _through_breaker(
         self, method: Callable[..., Any], args: tuple[Any, ...]
     ) -> Generator[Any, Any, Any]:
-        breaker = self.breaker
+        breaker = self.rates.breaker
         if not breaker.allow():
             return UNAVAILABLE
         try:
@@ -289,13 +279,14 @@ class ConcurrencyLimiter:
             breaker.abandon()
             raise
         if breaker.success():
-            self.recorder.circuit(self._backend, False)
+            self.rates.recorder.circuit(self._backend, False)
         return result
 
     def _failed(self, error: StorageError) -> None:
-        self.recorder.backend_error(self._backend, error)
-        if self.breaker.failure(timeout=isinstance(error, StorageTimeout)):
-            self.recorder.circuit(self._backend, True)
+        rates = self.rates
+        rates.recorder.backend_error(self._backend, error)
+        if rates.breaker.failure(timeout=isinstance(error, StorageTimeout)):
+            rates.recorder.circuit(self._backend, True)
 
     # -- giving back ---------------------------------------------------------------------
 

@@ -12,13 +12,14 @@ or from ``capacity * local_share`` for a state never reported (see :class:`_Subs
 from __future__ import annotations
 
 import contextlib
-import inspect
+import functools
 import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from typing import Any, Final, Literal, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
+from quotaql._flow import drive, is_pending
 from quotaql.errors import ConfigError, StorageError, StorageNotReached, StorageTimeout
 from quotaql.limiter.breaker import CircuitBreaker
 from quotaql.limiter.recorder import NullRecorder, Recorder
@@ -28,6 +29,9 @@ from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
 from quotaql.storage.base import Debit, check_arguments, is_fallible
 from quotaql.storage.keys import tenant_part
 from quotaql.storage.memory import MemoryStorage
+
+if TYPE_CHECKING:
+    from quotaql.limiter.options import RefundOptions
 
 __all__ = ["DEFAULT_LOCAL_SHARE", "MAX_REPORTS", "BackendErrorMode"]
 
@@ -58,10 +62,10 @@ class Core:
         self,
         storage: Any,
         *,
-        on_backend_error: BackendErrorMode,
-        breaker: CircuitBreaker | None,
-        fallback: MemoryStorage | None,
-        recorder: Recorder | None,
+        on_backend_error: BackendErrorMode = "local",
+        breaker: CircuitBreaker | None = None,
+        fallback: MemoryStorage | None = None,
+        recorder: Recorder | None = None,
         local_share: float = DEFAULT_LOCAL_SHARE,
         open_cap: float | None = None,
         defer_refunds: bool = True,
@@ -113,6 +117,11 @@ class Core:
         self.reports: dict[str, tuple[float, int]] = {}
         self.remembering = on_backend_error == "local" and not self.infallible
         self.remember_hook: _Remember | None = self.remember if self.remembering else None
+        # How the driver makes a flow's storage calls: on the storage, on the fallback.
+        self.run: Callable[[_Call], Any] = functools.partial(_call, storage)
+        self.run_fallback: Callable[[_Call], Any] = functools.partial(_call, self.fallback)
+        # What the driver tells of each decision the storage makes (the fallback's reports).
+        self.after = None if self.remember_hook is None else _after(self.remember_hook)
         self._seeded: dict[str, None] = {}  # the states this outage has seeded
         self._seed_lock = threading.Lock()
         self._outage = False  # a state was seeded since the storage last answered
@@ -122,6 +131,7 @@ class Core:
             self.local = _Substitute(self, self.local_share, self.reports)
         elif on_backend_error == "open" and self.open_cap is not None:
             self.local = _Substitute(self, self.open_cap, None)
+        self.run_local = None if self.local is None else functools.partial(_call, self.local)
 
     # -- flows: the storage calls each operation needs -----------------------------------
 
@@ -178,7 +188,7 @@ class Core:
         if source == "fallback":
             # Its states live as long as the outage: a refund after it finds nothing. The
             # shared quotas were debited in the shared scope: the flow gives theirs back there.
-            _drive(Core.refund_flow(debit), self.fallback)
+            drive(Core.refund_flow(debit), self.run_fallback, STORAGE_ERRORS)
             return False
         return source not in ("fail_open", "fail_closed")  # else nothing was debited
 
@@ -243,8 +253,8 @@ class Core:
 
     def substitute(self, flow_factory: Callable[[], _Flow], debit: Debit) -> Decision | None:
         """The fail mode's answer while the storage cannot be used."""
-        if self.local is not None:  # local, or open with an emergency cap
-            decision: Decision | None = _drive(flow_factory(), self.local)
+        if self.run_local is not None:  # local, or open with an emergency cap
+            decision: Decision | None = drive(flow_factory(), self.run_local, STORAGE_ERRORS)
             return decision
         if self.on_backend_error == "open":
             return _assumed(debit.amount, debit.quotas, "fail_open", allowed=True)
@@ -446,18 +456,17 @@ def _merge(first: Decision, second: Decision, *, own_first: bool) -> Decision:
 
 
 def refund_of(
-    key: str,
-    amount: float,
-    quotas: Sequence[Quota],
-    now: int | None,
-    amounts: Sequence[float] | None,
-    decision: Decision | None,
-) -> Debit:
-    """The refund of ``decision``'s debit (None: of a debit made in the storage now): when
-    that debit was made and the turn it reserved come with it."""
+    key: str, amount: float, quotas: Sequence[Quota], options: RefundOptions
+) -> tuple[Debit, Decision | None]:
+    """The refund of ``options``' ``decision``'s debit (None: of a debit made in the storage
+    now), with that decision: when that debit was made and the turn it reserved come with
+    it."""
+    now, amounts = options.get("now"), options.get("amounts")
+    decision = options.get("decision")
     if decision is None:
-        return _new(Debit, (key, amount, quotas, now, amounts, None, None))
-    return _new(Debit, (key, amount, quotas, now, amounts, decision.at, reserved_turn(decision)))
+        return _new(Debit, (key, amount, quotas, now, amounts, None, None)), None
+    at, turn = decision.at, reserved_turn(decision)
+    return _new(Debit, (key, amount, quotas, now, amounts, at, turn)), decision
 
 
 def reserved_turn(decision: Decision) -> int | None:
@@ -511,63 +520,24 @@ def _call(storage: Any, call: _Call) -> Any:
 _Remember = Callable[[Debit, Decision], None]
 
 
-def is_pending(value: object) -> bool:
-    """An answer still to wait for (an async storage's call), not a value (a Decision, None,
-    an outcome)."""
-    return (
-        value is not None
-        and value.__class__ is not Decision
-        and value.__class__ is not str
-        and inspect.isawaitable(value)
-    )
+def _make(step: Callable[[], Any]) -> Any:
+    """Make a step that is a call to make (its result, or an awaitable of it)."""
+    return step()
 
 
-def _drive(
-    flow: _Flow,
-    storage: Any,
-    remember: _Remember | None = None,
-    result: Any = None,
-    error: StorageError | None = None,
-) -> Any:
-    """Drive ``flow`` on ``storage``, from the answer (``result`` or ``error``) to its last
-    call: the flow's value with a sync storage, or, from the first call an async storage
-    makes, an awaitable of it (:func:`_drive_later` waits, then drives on from here).
+def _after(remember: _Remember) -> Callable[[_Call, Any], None]:
+    """What the driver tells ``remember`` of each step: the storage's decisions (a refund
+    decides nothing)."""
 
-    A storage error is raised inside the flow. ``remember`` is given each decision the
-    storage makes (see :meth:`Core.remember`).
-    """
-    try:
-        while True:
-            call = flow.send(result) if error is None else flow.throw(error)
-            error = None
-            try:
-                result = _call(storage, call)
-            except StorageError as exc:
-                error = exc
-                continue
-            if is_pending(result):
-                return _drive_later(flow, storage, remember, call, result)
-            if remember is not None and call[0] != "refund":
-                remember(call[1], result)
-    except StopIteration as stop:
-        return stop.value
-
-
-async def _drive_later(
-    flow: _Flow, storage: Any, remember: _Remember | None, call: _Call, pending: Any
-) -> Any:
-    """The rest of :func:`_drive` once ``pending`` (the answer to ``call``) is in."""
-    result: Any = None
-    error: StorageError | None = None
-    try:
-        result = await pending
-    except StorageError as exc:
-        error = exc
-    else:
-        if remember is not None and call[0] != "refund":
+    def remembered(call: _Call, result: Any) -> None:
+        if call[0] != "refund":
             remember(call[1], result)
-    value = _drive(flow, storage, remember, result, error)
-    return await value if is_pending(value) else value
+
+    return remembered
+
+
+# The errors of a storage call that a flow is told of (it decides: the fail mode).
+STORAGE_ERRORS = (StorageError,)
 
 
 # What Limiter.refund and AsyncLimiter.refund are told when a refund was queued.
@@ -646,39 +616,27 @@ class Operations:
         through the breaker and the fail mode."""
         core = self.core
         if core.infallible:
-            return _drive(flow_factory(), core.storage)
+            return drive(flow_factory(), core.run, STORAGE_ERRORS)
         if not core.breaker.allow():
             return core.substitute(flow_factory, debit)
-        try:
-            if call is None:
-                result = _drive(flow_factory(), core.storage, core.remember_hook)
-            else:  # a request of one storage call: made at once, no flow to drive
-                result = _call(core.storage, call)
-        except StorageError as error:
-            core.failed(error)
-            return core.substitute(flow_factory, debit)
-        except BaseException:
-            core.breaker.abandon()  # e.g. interrupted: no verdict on the storage
-            raise
-        if is_pending(result):
-            return self._execute_later(result, flow_factory, debit, call)
-        return self._answered(result, call)
+        return drive(self._through_breaker(flow_factory, debit, call), _make, STORAGE_ERRORS)
 
-    async def _execute_later(
-        self,
-        pending: Awaitable[Any],
-        flow_factory: Callable[[], _Flow],
-        debit: Debit,
-        call: _Call | None,
-    ) -> Any:
+    def _through_breaker(
+        self, flow_factory: Callable[[], _Flow], debit: Debit, call: _Call | None
+    ) -> Generator[Callable[[], Any], Any, Any]:
+        """The storage's answer to the operation (``call`` alone, made at once, or the
+        flow), or the fail mode's when it fails; the breaker told either way."""
         core = self.core
         try:
-            result = await pending
+            if call is None:
+                result = yield lambda: drive(flow_factory(), core.run, STORAGE_ERRORS, core.after)
+            else:  # a request of one storage call: made at once, no flow to drive
+                result = yield lambda: _call(core.storage, call)
         except StorageError as error:
             core.failed(error)
             return core.substitute(flow_factory, debit)
         except BaseException:
-            core.breaker.abandon()  # e.g. cancelled: no verdict on the storage
+            core.breaker.abandon()  # e.g. interrupted or cancelled: no verdict on the storage
             raise
         return self._answered(result, call)
 
@@ -707,7 +665,7 @@ class Operations:
         )
         flow = Core.refund_flow(debit, applied)
         try:
-            result = _drive(flow, core.storage)
+            result = drive(flow, core.run, STORAGE_ERRORS)
         except StorageError as error:
             return core.refund_failed(error, refund, applied)
         except BaseException:

@@ -15,18 +15,15 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
+from quotaql._flow import is_pending
 from quotaql.limiter.flows import (
-    DEFAULT_LOCAL_SHARE,
     QUEUED,
-    BackendErrorMode,
     Core,
     Operations,
-    is_pending,
     refund_of,
 )
-from quotaql.limiter.refunds import DEFAULT_MAX_AGE, DEFAULT_MAX_ENTRIES, RefundQueue
 from quotaql.policy.quota import Decision, Quota
 from quotaql.storage.memory import MemoryStorage
 
@@ -34,8 +31,13 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from quotaql.limiter.breaker import CircuitBreaker
-    from quotaql.limiter.recorder import Recorder
+    from quotaql.limiter.options import AcquireOptions as Acquire
+    from quotaql.limiter.options import LimiterOptions
+    from quotaql.limiter.options import RefundOptions as Refund
+    from quotaql.limiter.refunds import RefundQueue
     from quotaql.storage.base import AsyncStorage, Storage
+
+    Quotas = Sequence[Quota]
 
 __all__ = ["AsyncLimiter", "Limiter"]
 
@@ -57,29 +59,9 @@ class _LimiterBase:
     def __init__(
         self,
         storage: Storage | AsyncStorage | MemoryStorage | None = None,
-        *,
-        on_backend_error: BackendErrorMode = "local",
-        breaker: CircuitBreaker | None = None,
-        fallback: MemoryStorage | None = None,
-        recorder: Recorder | None = None,
-        local_share: float = DEFAULT_LOCAL_SHARE,
-        open_cap: float | None = None,
-        defer_refunds: bool = True,
-        refund_max_age: float = DEFAULT_MAX_AGE,
-        refund_queue_size: int = DEFAULT_MAX_ENTRIES,
+        **options: Unpack[LimiterOptions],
     ) -> None:
-        self._core = Core(
-            storage if storage is not None else MemoryStorage(),
-            on_backend_error=on_backend_error,
-            breaker=breaker,
-            fallback=fallback,
-            recorder=recorder,
-            local_share=local_share,
-            open_cap=open_cap,
-            defer_refunds=defer_refunds,
-            refund_max_age=refund_max_age,
-            refund_queue_size=refund_queue_size,
-        )
+        self._core = Core(storage if storage is not None else MemoryStorage(), **options)
         self._ops = Operations(self._core)
         self._pending = threading.Event()  # refunds were queued (the sync refund thread)
         self._thread: threading.Thread | None = None
@@ -89,6 +71,12 @@ class _LimiterBase:
     def refund_queue(self) -> RefundQueue | None:
         """The refunds waiting to be applied (None: refunds are applied at once)."""
         return self._core.refunds
+
+    @property
+    def core(self) -> Core:
+        """What the limiter's operations share (its storage, breaker, fail mode, recorder):
+        the concurrency limiter goes through the same."""
+        return self._core
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -133,13 +121,7 @@ class Limiter(_LimiterBase):
         return storage
 
     def acquire(
-        self,
-        key: str,
-        cost: float,
-        quotas: Sequence[Quota],
-        *,
-        now: int | None = None,
-        costs: Sequence[float] | None = None,
+        self, key: str, cost: float, quotas: Quotas, **options: Unpack[Acquire]
     ) -> Decision:
         """Debit ``cost`` from every quota of ``key``, all of them or none.
 
@@ -151,19 +133,10 @@ class Limiter(_LimiterBase):
             costs: what each quota is debited instead of ``cost``, one per quota (a root
                 field's quota pays that field's cost).
         """
-        decision: Decision = self._ops.acquire(key, cost, quotas, now, costs)
+        decision: Decision = self._ops.acquire(key, cost, quotas, *_acquired(options))
         return decision
 
-    def refund(
-        self,
-        key: str,
-        amount: float,
-        quotas: Sequence[Quota],
-        *,
-        now: int | None = None,
-        amounts: Sequence[float] | None = None,
-        decision: Decision | None = None,
-    ) -> None:
+    def refund(self, key: str, amount: float, quotas: Quotas, **options: Unpack[Refund]) -> None:
         """Give back ``amount`` (estimated minus actual cost) to every quota of ``key``
         (or each quota its ``amounts``).
 
@@ -174,7 +147,7 @@ class Limiter(_LimiterBase):
         a debit made in the storage now. On a storage that can fail (Redis), the refund is
         queued and applied by a thread of the limiter's (see :mod:`quotaql.limiter.refunds`).
         """
-        debit = refund_of(key, amount, quotas, now, amounts, decision)
+        debit, decision = refund_of(key, amount, quotas, options)
         if self._ops.refund(debit, decision) is QUEUED:
             self._wake()
 
@@ -220,22 +193,15 @@ class Limiter(_LimiterBase):
         ``deadline`` (monotonic seconds: a flush's), the rest is left queued, not tried: one
         round trip each, a backlog would hold the flushing thread (a peek, the exit) far
         longer than its timeout."""
-        waiting = queue.take()
-        try:
-            try:
-                if deadline is None:
-                    outcomes: list[Any] = [self._ops.apply(refund) for refund in waiting]
-                else:
-                    outcomes = []
-                    for refund in waiting:
-                        late = time.monotonic() >= deadline
-                        outcomes.append("retry" if late else self._ops.apply(refund))
-            except BaseException:  # interrupted: see AsyncLimiter._apply
-                queue.drop(waiting)
-                raise
+        with queue.taking() as waiting:
+            if deadline is None:
+                outcomes: list[Any] = [self._ops.apply(refund) for refund in waiting]
+            else:
+                outcomes = []
+                for refund in waiting:
+                    late = time.monotonic() >= deadline
+                    outcomes.append("retry" if late else self._ops.apply(refund))
             return self._core.settle_refunds(queue, waiting, outcomes)
-        finally:
-            queue.done(len(waiting))
 
     def _wake(self) -> None:
         """Make sure the refund thread runs (started on first use, again in a forked child)."""
@@ -267,32 +233,19 @@ class AsyncLimiter(_LimiterBase):
         return storage
 
     async def acquire(
-        self,
-        key: str,
-        cost: float,
-        quotas: Sequence[Quota],
-        *,
-        now: int | None = None,
-        costs: Sequence[float] | None = None,
+        self, key: str, cost: float, quotas: Quotas, **options: Unpack[Acquire]
     ) -> Decision:
         """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key``, all of
         them or none."""
-        decision = self._ops.acquire(key, cost, quotas, now, costs)
+        decision = self._ops.acquire(key, cost, quotas, *_acquired(options))
         return decision if decision.__class__ is Decision else await decision
 
     async def refund(
-        self,
-        key: str,
-        amount: float,
-        quotas: Sequence[Quota],
-        *,
-        now: int | None = None,
-        amounts: Sequence[float] | None = None,
-        decision: Decision | None = None,
+        self, key: str, amount: float, quotas: Quotas, **options: Unpack[Refund]
     ) -> None:
         """:meth:`Limiter.refund`: queued, and applied by a task of the event loop with the
         storage's calls in flight."""
-        done = self._ops.refund(refund_of(key, amount, quotas, now, amounts, decision), decision)
+        done = self._ops.refund(*refund_of(key, amount, quotas, options))
         if done is QUEUED:
             self._schedule()
         elif is_pending(done):
@@ -344,23 +297,16 @@ class AsyncLimiter(_LimiterBase):
 
     async def _apply(self, queue: RefundQueue) -> bool:
         """Apply what is waiting; False if the storage could not take all of it."""
-        waiting = queue.take()
-        try:
-            try:
-                outcomes = [self._ops.apply(refund) for refund in waiting]
-                later = [index for index, outcome in enumerate(outcomes) if is_pending(outcome)]
-                if later:
-                    answers = await asyncio.gather(*(outcomes[index] for index in later))
-                    for index, outcome in zip(later, answers, strict=True):
-                        outcomes[index] = outcome
-            except BaseException:
-                # Cancelled (its loop shutting down) with refunds taken, some perhaps sent and
-                # applied: counted unknown, never sent again, never gone without a count.
-                queue.drop(waiting)
-                raise
+        # Cancelled (its loop shutting down) with refunds taken, some perhaps sent and
+        # applied: counted unknown, never sent again, never gone without a count.
+        with queue.taking() as waiting:
+            outcomes = [self._ops.apply(refund) for refund in waiting]
+            later = [index for index, outcome in enumerate(outcomes) if is_pending(outcome)]
+            if later:
+                answers = await asyncio.gather(*(outcomes[index] for index in later))
+                for index, outcome in zip(later, answers, strict=True):
+                    outcomes[index] = outcome
             return self._core.settle_refunds(queue, waiting, outcomes)
-        finally:
-            queue.done(len(waiting))
 
     def _schedule(self) -> None:
         """Start the loop's refund task unless it runs (it takes what is queued meanwhile).
@@ -442,3 +388,13 @@ def _reset_in_child() -> None:
 
 atexit.register(_flush_at_exit)
 os.register_at_fork(after_in_child=_reset_in_child)
+
+
+_NO_OPTIONS: tuple[None, None] = (None, None)
+
+
+def _acquired(options: Acquire) -> tuple[int | None, Sequence[float] | None]:
+    """``acquire``'s ``now`` and ``costs`` (the common call gives neither)."""
+    if not options:
+        return _NO_OPTIONS
+    return options.get("now"), options.get("costs")

@@ -26,6 +26,7 @@ and answer at once; the queue is applied by a background thread (:class:`Limiter
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -33,7 +34,7 @@ import weakref
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from quotaql.policy.quota import Quota
 
@@ -150,6 +151,20 @@ class RefundQueue:
             self._entries.clear()
             self.busy += len(taken)
         return taken
+
+    @contextlib.contextmanager
+    def taking(self) -> Iterator[list[PendingRefund]]:
+        """Everything waiting, taken to be applied inside the ``with``: counted lost if the
+        applying is interrupted (cancelled: some may have been sent), and :meth:`done` in
+        any case."""
+        waiting = self.take()
+        try:
+            yield waiting
+        except BaseException:
+            self.drop(waiting)
+            raise
+        finally:
+            self.done(len(waiting))
 
     def done(self, taken: int) -> None:
         """``taken`` refunds of :meth:`take` were applied or put back."""

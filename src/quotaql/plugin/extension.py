@@ -26,12 +26,8 @@ from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
-    from typing import Unpack
 
     from strawberry.utils.await_maybe import AsyncIteratorOrIterator
-
-    from quotaql.config import Config
-    from quotaql.gate.options import GateOptions
 
 
 __all__ = ["ANONYMOUS", "CostLimiter", "current_operation"]
@@ -68,16 +64,8 @@ class CostLimiter(Adapter):
         gate: a gate built already (then no other keyword but ``quiet_logs``).
     """
 
-    def __init__(
-        self,
-        config: Config | None = None,
-        *,
-        quiet_logs: bool = True,
-        gate: Gate | None = None,
-        **options: Unpack[GateOptions],
-    ) -> None:
-        super().__init__(config, quiet_logs=quiet_logs, gate=gate, **options)
-        if quiet_logs:
+    def _ready(self) -> None:
+        if self.quiet_logs:
             logging.getLogger("strawberry.execution").addFilter(OWN_REFUSALS)  # idempotent
 
     def __call__(self) -> SchemaExtension:
