@@ -30,12 +30,21 @@ __all__ = [
 
 
 class QuotaqlError(Exception):
-    """Base class of every error raised by quotaql."""
+    """Base class of every error raised by quotaql.
+
+    A subclass gives its code in its header: ``class Refused(QuotaqlError, code="REFUSED")``;
+    without one, it keeps its parent's.
+    """
 
     code: str = "QUOTAQL_ERROR"
 
+    def __init_subclass__(cls, *, code: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
 
-class ConfigError(QuotaqlError, ValueError):
+
+class ConfigError(QuotaqlError, ValueError, code="CONFIG_ERROR"):
     """A configuration value is invalid.
 
     Attributes:
@@ -44,8 +53,6 @@ class ConfigError(QuotaqlError, ValueError):
         key: the dotted key of the offending value (``cost.weights."Query.users"``).
         line: the 1-based line of the key in ``file``, when known.
     """
-
-    code = "CONFIG_ERROR"
 
     def __init__(
         self,
@@ -70,10 +77,8 @@ class ConfigError(QuotaqlError, ValueError):
         return f"{where}: {self.reason}" if where else self.reason
 
 
-class StorageError(QuotaqlError):
+class StorageError(QuotaqlError, code="RATE_LIMITER_UNAVAILABLE"):
     """The storage (Redis) failed; the limiter answers with its fail mode instead."""
-
-    code = "RATE_LIMITER_UNAVAILABLE"
 
 
 class StorageTimeout(StorageError):
@@ -85,15 +90,13 @@ class StorageNotReached(StorageError):
     storage errors, it is known to have changed nothing."""
 
 
-class CostAnalysisError(QuotaqlError):
+class CostAnalysisError(QuotaqlError, code="COST_ANALYSIS_FAILED"):
     """An operation cannot be priced, or its price breaks a static limit.
 
     Attributes:
         message: a sentence a client developer understands.
         locations: ``(line, column)`` pairs in the document that the error is about.
     """
-
-    code = "COST_ANALYSIS_FAILED"
 
     def __init__(self, message: str, *, locations: tuple[tuple[int, int], ...] = ()) -> None:
         self.message = message
@@ -106,50 +109,39 @@ class CostAnalysisError(QuotaqlError):
         return {"code": self.code}
 
 
-class QuerySyntaxError(CostAnalysisError):
+class QuerySyntaxError(CostAnalysisError, code="GRAPHQL_PARSE_FAILED"):
     """The document is not valid GraphQL syntax (``locations`` holds line and column)."""
 
-    code = "GRAPHQL_PARSE_FAILED"
 
-
-class InvalidQuery(CostAnalysisError):
+class InvalidQuery(CostAnalysisError, code="GRAPHQL_VALIDATION_FAILED"):
     """The document does not fit the schema (unknown field, fragment or type)."""
 
-    code = "GRAPHQL_VALIDATION_FAILED"
 
-
-class OperationResolutionError(CostAnalysisError):
+class OperationResolutionError(CostAnalysisError, code="OPERATION_RESOLUTION_FAILURE"):
     """The operation to price cannot be chosen: unknown name, or several and no name."""
 
-    code = "OPERATION_RESOLUTION_FAILURE"
 
-
-class InvalidVariables(CostAnalysisError):
+class InvalidVariables(CostAnalysisError, code="BAD_USER_INPUT"):
     """The request's variables do not match the operation's variable definitions."""
 
-    code = "BAD_USER_INPUT"
 
-
-class InvalidArgument(CostAnalysisError):
+class InvalidArgument(CostAnalysisError, code="BAD_USER_INPUT"):
     """An argument that sizes a list has a value that cannot be used (wrong type, negative)."""
 
-    code = "BAD_USER_INPUT"
 
-
-class SlicingArgumentRequired(CostAnalysisError):
+class SlicingArgumentRequired(CostAnalysisError, code="SLICING_ARGUMENT_REQUIRED"):
     """A ``@listSize(requireOneSlicingArgument: true)`` field got none or several."""
 
-    code = "SLICING_ARGUMENT_REQUIRED"
 
-
-class FragmentCycle(CostAnalysisError):
+class FragmentCycle(CostAnalysisError, code="FRAGMENT_CYCLE"):
     """A fragment spreads itself, directly or through other fragments."""
 
-    code = "FRAGMENT_CYCLE"
 
-
-class LimitExceeded(CostAnalysisError):
+class LimitExceeded(CostAnalysisError, code="LIMIT_EXCEEDED"):
     """A static limit was crossed; the analysis stopped there.
+
+    A subclass names what it measures in its header (``subject="Query depth"``): the
+    message begins with it.
 
     Attributes:
         value: the measured value: the count at which the limit was crossed.
@@ -158,8 +150,12 @@ class LimitExceeded(CostAnalysisError):
             at least ``value`` (the message then says "at least").
     """
 
-    code = "LIMIT_EXCEEDED"
-    subject = "Value"
+    subject: str = "Value"
+
+    def __init_subclass__(cls, *, subject: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if subject is not None:
+            cls.subject = subject
 
     def __init__(
         self,
@@ -184,58 +180,39 @@ class LimitExceeded(CostAnalysisError):
         return {"code": self.code, "value": self.value, "limit": self.limit}
 
 
-class QueryTooComplex(LimitExceeded):
+class QueryTooComplex(LimitExceeded, code="QUERY_TOO_COMPLEX", subject="Query cost"):
     """The operation's cost is above ``max_cost``."""
-
-    code = "QUERY_TOO_COMPLEX"
-    subject = "Query cost"
 
     @property
     def extensions(self) -> dict[str, Any]:
         return {"code": self.code, "cost": self.value, "limit": self.limit}
 
 
-class QueryTooDeep(LimitExceeded):
+class QueryTooDeep(LimitExceeded, code="QUERY_TOO_DEEP", subject="Query depth"):
     """The operation nests fields deeper than ``max_depth``."""
 
-    code = "QUERY_TOO_DEEP"
-    subject = "Query depth"
 
-
-class TooManyAliases(LimitExceeded):
+class TooManyAliases(LimitExceeded, code="TOO_MANY_ALIASES", subject="Number of aliases"):
     """The operation uses more aliases than ``max_aliases``."""
 
-    code = "TOO_MANY_ALIASES"
-    subject = "Number of aliases"
 
-
-class TooManyRootFields(LimitExceeded):
+class TooManyRootFields(
+    LimitExceeded, code="TOO_MANY_ROOT_FIELDS", subject="Number of root fields"
+):
     """The operation selects more root fields than ``max_root_fields``."""
 
-    code = "TOO_MANY_ROOT_FIELDS"
-    subject = "Number of root fields"
 
-
-class TooManyFields(LimitExceeded):
+class TooManyFields(LimitExceeded, code="TOO_MANY_FIELDS", subject="Number of fields"):
     """The document selects more fields than ``max_fields`` (fragments expanded), or one
     selection set repeats a response name more than ``max_repeated_fields`` times."""
 
-    code = "TOO_MANY_FIELDS"
-    subject = "Number of fields"
 
-
-class TooManyDirectives(LimitExceeded):
+class TooManyDirectives(LimitExceeded, code="TOO_MANY_DIRECTIVES", subject="Number of directives"):
     """A field (or fragment, or operation) carries more directives than ``max_directives``."""
 
-    code = "TOO_MANY_DIRECTIVES"
-    subject = "Number of directives"
 
-
-class QueryTooLarge(LimitExceeded):
+class QueryTooLarge(LimitExceeded, code="QUERY_TOO_LARGE", subject="Document size"):
     """The document has more tokens or characters than the parser accepts."""
-
-    code = "QUERY_TOO_LARGE"
-    subject = "Document size"
 
 
 def _number(value: float) -> str:

@@ -6,21 +6,22 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 from quotaql.config.document import describe_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
+    from typing import TypeAlias
 
     from quotaql.config.document import Document
     from quotaql.config.locator import KeyPath
 
 __all__ = [
     "boolean",
-    "count",
     "default",
     "fraction",
+    "integer",
     "listing",
     "names",
     "non_negative_number",
@@ -31,43 +32,43 @@ __all__ = [
     "size",
     "size_or_off",
     "string",
+    "within",
 ]
 
 T = TypeVar("T")
 S = TypeVar("S", bound=str)
 
-
-def size(doc: Document, path: KeyPath, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise doc.error(path, f"expected an integer >= 0, got {describe_value(value)}")
-    if value < 0:
-        raise doc.error(path, f"expected an integer >= 0, got {value}")
-    return value
+if TYPE_CHECKING:
+    #: A check of one value: given the document, the key path and the raw value, the value
+    #: as the configuration holds it.
+    Check: TypeAlias = Callable[[Document, KeyPath, object], T]
 
 
-def count(low: int) -> Callable[[Document, KeyPath, object], int]:
-    """A check that the value is an integer >= ``low`` (a count of operations)."""
+def integer(low: int, high: int | None = None, *, expected: str | None = None) -> Check[int]:
+    """A check that the value is an integer >= ``low`` (and <= ``high``, when given); an
+    error begins with ``expected``, by default the range in words."""
+    if expected is None:
+        expected = (
+            f"expected an integer >= {low}"
+            if high is None
+            else f"expected an integer from {low} to {high}"
+        )
 
     def check(doc: Document, path: KeyPath, value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise doc.error(path, f"expected an integer >= {low}, got {describe_value(value)}")
-        if value < low:
-            raise doc.error(path, f"expected an integer >= {low}, got {value}")
+            raise doc.error(path, f"{expected}, got {describe_value(value)}")
+        if value < low or (high is not None and value > high):
+            raise doc.error(path, f"{expected}, got {value}")
         return value
 
     return check
 
 
-def seconds(
-    low: float, high: float, *, low_in: bool
-) -> Callable[[Document, KeyPath, object], float]:
-    """A check that the value is a number of seconds from ``low`` (``low_in``: included,
-    else above it) to ``high``."""
-    expected = (
-        f"expected a number of seconds from {low:g} to {high:g}"
-        if low_in
-        else f"expected a number of seconds above {low:g} and at most {high:g}"
-    )
+def within(
+    low: float, high: float, *, expected: str, low_in: bool = True, high_in: bool = True
+) -> Check[float]:
+    """A check that the value is a finite number from ``low`` to ``high`` (each bound
+    included if ``low_in`` or ``high_in``, else excluded); an error begins with ``expected``."""
 
     def check(doc: Document, path: KeyPath, value: object) -> float:
         if (
@@ -76,43 +77,44 @@ def seconds(
             or not math.isfinite(value)
         ):
             raise doc.error(path, f"{expected}, got {describe_value(value)}")
-        if not ((low <= value) if low_in else (low < value)) or value > high:
+        above = value >= low if low_in else value > low
+        below = value <= high if high_in else value < high
+        if not (above and below):
             raise doc.error(path, f"{expected}, got {value}")
         return float(value)
 
     return check
 
 
+size: Final = integer(0)
+_SIZE_OR_OFF: Final = integer(0, expected="expected an integer >= 0, or false for no limit")
+number: Final = within(-math.inf, math.inf, expected="expected a finite number")
+non_negative_number: Final = within(0.0, math.inf, expected="expected a finite number >= 0")
+positive_number: Final = within(
+    0.0, math.inf, expected="expected a finite number > 0", low_in=False
+)
+
+
+def seconds(low: float, high: float, *, low_in: bool) -> Check[float]:
+    """A check that the value is a number of seconds from ``low`` (``low_in``: included,
+    else above it) to ``high``."""
+    expected = (
+        f"expected a number of seconds from {low:g} to {high:g}"
+        if low_in
+        else f"expected a number of seconds above {low:g} and at most {high:g}"
+    )
+    return within(low, high, expected=expected, low_in=low_in)
+
+
 def size_or_off(doc: Document, path: KeyPath, value: object) -> int | Literal[False]:
-    if value is False:
-        return False
-    expected = "expected an integer >= 0, or false for no limit, got"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise doc.error(path, f"{expected} {describe_value(value)}")
-    if value < 0:
-        raise doc.error(path, f"{expected} {value}")
-    return value
+    return False if value is False else _SIZE_OR_OFF(doc, path, value)
 
 
 def fraction(doc: Document, path: KeyPath, value: object) -> float:
-    number = non_negative_number(doc, path, value)
-    if number > 1:
+    share = non_negative_number(doc, path, value)
+    if share > 1:
         raise doc.error(path, f"expected a number from 0 to 1, got {value}")
-    return number
-
-
-def number(doc: Document, path: KeyPath, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise doc.error(path, f"expected a finite number, got {describe_value(value)}")
-    return float(value)
-
-
-def non_negative_number(doc: Document, path: KeyPath, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise doc.error(path, f"expected a finite number >= 0, got {describe_value(value)}")
-    if value < 0:
-        raise doc.error(path, f"expected a finite number >= 0, got {value}")
-    return float(value)
+    return share
 
 
 def names(doc: Document, path: KeyPath, value: object) -> tuple[str, ...]:
@@ -130,21 +132,13 @@ def boolean(doc: Document, path: KeyPath, value: object) -> bool:
     return value
 
 
-def positive_number(doc: Document, path: KeyPath, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise doc.error(path, f"expected a finite number > 0, got {describe_value(value)}")
-    if value <= 0:
-        raise doc.error(path, f"expected a finite number > 0, got {value}")
-    return float(value)
-
-
 def string(doc: Document, path: KeyPath, value: object) -> str:
     if not isinstance(value, str) or not value:
         raise doc.error(path, f"expected a non-empty string, got {describe_value(value)}")
     return value
 
 
-def one_of(choices: tuple[S, ...]) -> Callable[[Document, KeyPath, object], S]:
+def one_of(choices: tuple[S, ...]) -> Check[S]:
     """A check that the value is one of ``choices`` (strings), listing them if not."""
 
     def check(doc: Document, path: KeyPath, value: object) -> S:

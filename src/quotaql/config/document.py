@@ -9,7 +9,7 @@ import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from quotaql.config.locator import KeyPath, locate, render_key
 from quotaql.errors import ConfigError
@@ -61,6 +61,17 @@ class Table:
         if key not in self.data:
             return None
         return check(self.doc, (*self.path, key), self.data[key])
+
+    def read(
+        self, checks: Mapping[str, Callable[[Document, KeyPath, object], object]]
+    ) -> dict[str, Any]:
+        """Each key of ``checks`` that the table has, with its value checked by its check, in
+        the order of ``checks`` (so that of two wrong values, the first is the one blamed)."""
+        return {
+            key: check(self.doc, (*self.path, key), self.data[key])
+            for key, check in checks.items()
+            if key in self.data
+        }
 
     def table(self, key: str) -> Table:
         """The subtable ``key``; an empty one when the key is absent."""
@@ -129,24 +140,24 @@ def _table(doc: Document, path: KeyPath, value: object) -> Table:
     return Table(doc, path, value)
 
 
+#: The TOML types as an error names them, each with how its value shows (if it does); a
+#: bool is an int and a datetime a date, so they come first.
+_TOML_TYPES: Final[tuple[tuple[type, str, Callable[[Any], str] | None], ...]] = (
+    (bool, "a boolean", lambda value: "true" if value else "false"),
+    (int, "an integer", format),
+    (float, "a float", repr),
+    (str, "a string", lambda value: json.dumps(value, ensure_ascii=False)),
+    (list, "an array", None),
+    (dict, "a table", None),
+    (datetime, "a date-time", datetime.isoformat),
+    (date, "a date", date.isoformat),
+    (time, "a time", time.isoformat),
+)
+
+
 def describe_value(value: object) -> str:
     """Name a TOML value's type and show it as TOML would (``a string ("10")``)."""
-    if isinstance(value, bool):
-        return f"a boolean ({'true' if value else 'false'})"
-    if isinstance(value, int):
-        return f"an integer ({value})"
-    if isinstance(value, float):
-        return f"a float ({value!r})"
-    if isinstance(value, str):
-        return f"a string ({json.dumps(value, ensure_ascii=False)})"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, datetime):
-        return f"a date-time ({value.isoformat()})"
-    if isinstance(value, date):
-        return f"a date ({value.isoformat()})"
-    if isinstance(value, time):
-        return f"a time ({value.isoformat()})"
+    for kind, name, show in _TOML_TYPES:
+        if isinstance(value, kind):
+            return name if show is None else f"{name} ({show(value)})"
     return type(value).__name__

@@ -7,7 +7,6 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
-import math
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.config import checks
@@ -29,8 +28,9 @@ from quotaql.config.identity import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
+    from quotaql.config.checks import Check
     from quotaql.config.document import Document, Table
     from quotaql.config.locator import KeyPath
     from quotaql.config.values import TierConfig
@@ -45,14 +45,6 @@ __all__ = [
     "read_identity",
 ]
 
-IDENTITY_KEYS: Final = (
-    "api_key_header",
-    "unknown_keys",
-    "trusted_proxies",
-    "trusted_hops",
-    "forwarded_header",
-    "ipv6_prefix",
-)
 ADAPTIVE_NUMBERS: Final = (
     "floor",
     "latency_target",
@@ -68,77 +60,30 @@ ADAPTIVE_NUMBERS: Final = (
     "release_for",
     "step",
 )
-ADAPTIVE_KEYS: Final = ("mode", "sources", "tiers", *ADAPTIVE_NUMBERS, "min_samples", "global")
 #: The ``[adaptive]`` keys whose AdaptiveConfig field has another name.
 ADAPTIVE_FIELDS: Final = {"global": "scale_global"}
 
 
 def read_identity(identity: Table) -> IdentityConfig:
     identity.check_keys(IDENTITY_KEYS)
-    defaults = IdentityConfig()
-    header = identity.get("api_key_header", _header_name)
-    unknown_keys = identity.get("unknown_keys", checks.one_of(UNKNOWN_KEY_MODES))
-    proxies = identity.get("trusted_proxies", _networks)
-    hops = identity.get("trusted_hops", checks.size)
-    if hops is not None and hops > MAX_HOPS:
-        raise identity.doc.error(
-            (*identity.path, "trusted_hops"),
-            f"expected an integer from 0 to {MAX_HOPS}, got {hops}",
-        )
-    forwarded = identity.get("forwarded_header", checks.one_of(FORWARDED_HEADERS))
-    prefix = identity.get("ipv6_prefix", checks.size)
-    if prefix is not None and not 1 <= prefix <= 128:
-        raise identity.doc.error(
-            (*identity.path, "ipv6_prefix"), f"expected an integer from 1 to 128, got {prefix}"
-        )
+    values = identity.read(_IDENTITY_CHECKS)
     with identity.blame():
-        return IdentityConfig(
-            api_key_header=checks.default(header, defaults.api_key_header),
-            unknown_keys=checks.default(unknown_keys, defaults.unknown_keys),
-            trusted_proxies=checks.default(proxies, defaults.trusted_proxies),
-            trusted_hops=checks.default(hops, defaults.trusted_hops),
-            forwarded_header=checks.default(forwarded, defaults.forwarded_header),
-            ipv6_prefix=checks.default(prefix, defaults.ipv6_prefix),
-        )
+        return IdentityConfig(**values)
 
 
 def read_alerts(alerts: Table) -> AlertsConfig:
     alerts.check_keys(ALERT_KINDS)
-    values: dict[str, Any] = {}
-    for key, kind in ALERT_KINDS.items():
-        value = alerts.get(key, _alert_check(kind))
-        if value is not None:
-            values[key] = value
+    values = alerts.read(_ALERT_CHECKS)
     with alerts.blame():
         return AlertsConfig(**values)
 
 
 def read_adaptive(adaptive: Table) -> AdaptiveConfig:
     adaptive.check_keys(ADAPTIVE_KEYS)
-    values: dict[str, Any] = {}
-    mode = adaptive.get("mode", checks.one_of(ADAPTIVE_MODES))
-    if mode is not None:
-        values["mode"] = mode
-    sources = adaptive.get("sources", _sources)
-    if sources is not None:
-        values["sources"] = sources
-    tiers = adaptive.get("tiers", _tier_names)
-    if tiers is not None:
-        values["tiers"] = tiers
-    for name in ADAPTIVE_NUMBERS:
-        value = adaptive.get(name, _ranged(name))
-        if value is not None:
-            values[name] = value
-    min_samples = adaptive.get("min_samples", checks.size)
-    if min_samples is not None:
-        if min_samples < 1:
-            raise adaptive.doc.error(
-                (*adaptive.path, "min_samples"), f"expected an integer >= 1, got {min_samples}"
-            )
-        values["min_samples"] = min_samples
-    scale_global = adaptive.get("global", checks.boolean)
-    if scale_global is not None:
-        values["scale_global"] = scale_global
+    values = {
+        ADAPTIVE_FIELDS.get(key, key): value
+        for key, value in adaptive.read(_ADAPTIVE_CHECKS).items()
+    }
     defaults = AdaptiveConfig()
     for low, high in ORDERED:
         low_value = values.get(low, getattr(defaults, low))
@@ -216,31 +161,29 @@ def _tier_names(doc: Document, path: KeyPath, value: object) -> tuple[str, ...]:
     return names
 
 
-def _ranged(name: str) -> Callable[[Document, KeyPath, object], float]:
+def _ranged(name: str) -> Check[float]:
     """A check that the value is a number within the range of the ``[adaptive]`` key ``name``."""
     bounds = range_of(name)
     if bounds is None:  # every name of ADAPTIVE_NUMBERS has a range
         raise KeyError(name)
     low, high, low_in, high_in = bounds
-    expected = f"expected {describe_range(bounds)}"
+    return checks.within(
+        low, high, expected=f"expected {describe_range(bounds)}", low_in=low_in, high_in=high_in
+    )
 
-    def check(doc: Document, path: KeyPath, value: object) -> float:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise doc.error(path, f"{expected}, got {describe_value(value)}")
-        above = value >= low if low_in else value > low
-        below = value <= high if high_in else value < high
-        if not (above and below):
-            raise doc.error(path, f"{expected}, got {value}")
-        return float(value)
+
+def _size_in(low: int, high: int | None = None) -> Check[int]:
+    """A check that the value is a size (as :func:`checks.size` says) from ``low`` (to
+    ``high``, when given)."""
+    in_range = checks.integer(low, high)
+
+    def check(doc: Document, path: KeyPath, value: object) -> int:
+        return in_range(doc, path, checks.size(doc, path, value))
 
     return check
 
 
-def _alert_check(kind: AlertKind) -> Callable[[Document, KeyPath, object], object]:
+def _alert_check(kind: AlertKind) -> Check[object]:
     def check(doc: Document, path: KeyPath, value: object) -> object:
         checked = alert_value(kind, value)
         if checked is None:
@@ -270,3 +213,26 @@ def _networks(doc: Document, path: KeyPath, value: object) -> tuple[str, ...]:
                 f' "2001:db8::/32", got {describe_value(cidr)}',
             ) from None
     return names
+
+
+# --- the keys of each table and their checks, in the order an error is looked for -------
+
+_IDENTITY_CHECKS: Final[Mapping[str, Check[object]]] = {
+    "api_key_header": _header_name,
+    "unknown_keys": checks.one_of(UNKNOWN_KEY_MODES),
+    "trusted_proxies": _networks,
+    "trusted_hops": _size_in(0, MAX_HOPS),
+    "forwarded_header": checks.one_of(FORWARDED_HEADERS),
+    "ipv6_prefix": _size_in(1, 128),
+}
+IDENTITY_KEYS: Final = tuple(_IDENTITY_CHECKS)
+_ALERT_CHECKS: Final = {key: _alert_check(kind) for key, kind in ALERT_KINDS.items()}
+_ADAPTIVE_CHECKS: Final[Mapping[str, Check[object]]] = {
+    "mode": checks.one_of(ADAPTIVE_MODES),
+    "sources": _sources,
+    "tiers": _tier_names,
+    **{name: _ranged(name) for name in ADAPTIVE_NUMBERS},
+    "min_samples": _size_in(1),
+    "global": checks.boolean,
+}
+ADAPTIVE_KEYS: Final = tuple(_ADAPTIVE_CHECKS)

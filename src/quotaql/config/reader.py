@@ -46,7 +46,9 @@ from quotaql.errors import ConfigError
 from quotaql.policy.quota import MAX_DELAY_SECONDS, Algorithm, Quota
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Collection, Iterator, Mapping
+
+    from quotaql.config.checks import Check
 
 __all__ = ["default_config", "load_config", "load_cost_config"]
 
@@ -91,26 +93,28 @@ _FIELD_COST_KEYS: Final = (
 )
 
 _GRAPHQL_NAME: Final = re.compile(_NAME)
-_LIMITS_KEYS: Final = (
-    "mode",
-    "algorithm",
-    "on_backend_error",
-    "default_tier",
-    "refund_unused",
-    "expose_cost",
-    "http_status",
-    "reload_interval",
-    "max_subscriptions",
-    "min_charge",
-    "retry_jitter",
-    "deny_cache_size",
-    "local_share",
-    "open_cap",
-    "lease_ttl",
-    "concurrency_retry_after",
-    "max_delayed",
-    "delay_sync",
-)
+#: The ``[limits]`` keys and their checks, in the order an error is looked for.
+_LIMITS_CHECKS: Final[Mapping[str, Check[object]]] = {
+    "mode": checks.one_of(MODES),
+    "algorithm": checks.one_of(ALGORITHMS),
+    "on_backend_error": checks.one_of(BACKEND_ERROR_MODES),
+    "default_tier": checks.string,
+    "refund_unused": checks.boolean,
+    "expose_cost": checks.boolean,
+    "http_status": checks.integer(MIN_HTTP_STATUS, MAX_HTTP_STATUS),
+    "reload_interval": checks.non_negative_number,
+    "max_subscriptions": checks.size,
+    "min_charge": checks.non_negative_number,
+    "retry_jitter": checks.fraction,
+    "deny_cache_size": checks.size,
+    "local_share": checks.fraction,
+    "open_cap": checks.fraction,
+    "lease_ttl": checks.seconds(MIN_LEASE_TTL, MAX_LEASE_TTL, low_in=True),
+    "concurrency_retry_after": checks.seconds(0.0, MAX_CONCURRENCY_RETRY_AFTER, low_in=False),
+    "max_delayed": checks.size,
+    "delay_sync": checks.one_of(DELAY_SYNC),
+}
+_LIMITS_KEYS: Final = tuple(_LIMITS_CHECKS)
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")
 _WINDOW_KEYS: Final = ("limit", "window_seconds")
 _QUOTA_KEYS: Final = ("algorithm", *_BUCKET_KEYS, *_WINDOW_KEYS)
@@ -319,50 +323,9 @@ def _parse_field_cost(table: Table) -> FieldCost:
 
 def _parse_limits(limits: Table) -> LimitsConfig:
     limits.check_keys(_LIMITS_KEYS)
-    defaults = LimitsConfig()
-    mode = limits.get("mode", checks.one_of(MODES))
-    algorithm = limits.get("algorithm", checks.one_of(ALGORITHMS))
-    on_backend_error = limits.get("on_backend_error", checks.one_of(BACKEND_ERROR_MODES))
-    default_tier = limits.get("default_tier", checks.string)
-    refund_unused = limits.get("refund_unused", checks.boolean)
-    expose_cost = limits.get("expose_cost", checks.boolean)
-    http_status = limits.get("http_status", _http_status)
-    reload_interval = limits.get("reload_interval", checks.non_negative_number)
-    max_subscriptions = limits.get("max_subscriptions", checks.size)
-    min_charge = limits.get("min_charge", checks.non_negative_number)
-    retry_jitter = limits.get("retry_jitter", checks.fraction)
-    deny_cache_size = limits.get("deny_cache_size", checks.size)
-    local_share = limits.get("local_share", checks.fraction)
-    open_cap = limits.get("open_cap", checks.fraction)
-    lease_ttl = limits.get("lease_ttl", checks.seconds(MIN_LEASE_TTL, MAX_LEASE_TTL, low_in=True))
-    concurrency_retry_after = limits.get(
-        "concurrency_retry_after", checks.seconds(0.0, MAX_CONCURRENCY_RETRY_AFTER, low_in=False)
-    )
-    max_delayed = limits.get("max_delayed", checks.size)
-    delay_sync = limits.get("delay_sync", checks.one_of(DELAY_SYNC))
+    values = limits.read(_LIMITS_CHECKS)
     with limits.blame():
-        return LimitsConfig(
-            mode=checks.default(mode, defaults.mode),
-            algorithm=checks.default(algorithm, defaults.algorithm),
-            on_backend_error=checks.default(on_backend_error, defaults.on_backend_error),
-            default_tier=checks.default(default_tier, defaults.default_tier),
-            refund_unused=checks.default(refund_unused, defaults.refund_unused),
-            expose_cost=checks.default(expose_cost, defaults.expose_cost),
-            http_status=checks.default(http_status, defaults.http_status),
-            reload_interval=checks.default(reload_interval, defaults.reload_interval),
-            max_subscriptions=checks.default(max_subscriptions, defaults.max_subscriptions),
-            min_charge=checks.default(min_charge, defaults.min_charge),
-            retry_jitter=checks.default(retry_jitter, defaults.retry_jitter),
-            deny_cache_size=checks.default(deny_cache_size, defaults.deny_cache_size),
-            local_share=checks.default(local_share, defaults.local_share),
-            open_cap=open_cap,
-            lease_ttl=checks.default(lease_ttl, defaults.lease_ttl),
-            concurrency_retry_after=checks.default(
-                concurrency_retry_after, defaults.concurrency_retry_after
-            ),
-            max_delayed=checks.default(max_delayed, defaults.max_delayed),
-            delay_sync=checks.default(delay_sync, defaults.delay_sync),
-        )
+        return LimitsConfig(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,18 +397,15 @@ def _parse_tiers(tiers: Table) -> _Tiers:
     for name in tiers.data:
         tier = tiers.table(name)
         tier.check_keys(_TIER_KEYS)
-        operations: dict[str, _QuotaKeys] = {}
-        table = tier.table("operations")
-        for operation in table.data:
-            if _GRAPHQL_NAME.fullmatch(operation) is None:
-                raise tier.doc.error(
-                    (*table.path, operation),
-                    "expected an operation name (letters, digits and _, not starting with a"
-                    f" digit), got {json.dumps(operation, ensure_ascii=False)}",
-                )
-            entry = table.table(operation)
-            entry.check_keys(_QUOTA_KEYS)
-            operations[operation] = _parse_quota_keys(entry)
+        operations = {
+            operation: _parse_quota_keys(entry)
+            for operation, entry in _entries(
+                tier.table("operations"),
+                _GRAPHQL_NAME.fullmatch,
+                "an operation name (letters, digits and _, not starting with a digit)",
+                _QUOTA_KEYS,
+            )
+        }
         mode = tier.get("mode", checks.one_of(MODES))
         per_user = None
         if "per_user" in tier.data:
@@ -454,29 +414,24 @@ def _parse_tiers(tiers: Table) -> _Tiers:
             per_user = _parse_quota_keys(table)
         fields: dict[str, _QuotaKeys] = {}
         fields_in_flight: dict[str, int] = {}
-        table = tier.table("fields")
-        for coordinate in table.data:
-            match = _COORDINATE.fullmatch(coordinate)
-            if match is None or match["field"] is None or match["arg"] is not None:
-                raise tier.doc.error(
-                    (*table.path, coordinate),
-                    "expected a root field's coordinate ('Query.search',"
-                    f" 'Mutation.exportOrders'), got {json.dumps(coordinate, ensure_ascii=False)}",
-                )
-            entry = table.table(coordinate)
-            entry.check_keys(_FIELD_KEYS)
+        for coordinate, entry in _entries(
+            tier.table("fields"),
+            _is_field_coordinate,
+            "a root field's coordinate ('Query.search', 'Mutation.exportOrders')",
+            _FIELD_KEYS,
+        ):
             keys = _parse_quota_keys(entry)
-            field_in_flight = entry.get("max_in_flight", checks.count(1))
+            field_in_flight = entry.get("max_in_flight", checks.integer(1))
             if field_in_flight is not None:
                 fields_in_flight[coordinate] = field_in_flight
             if keys.given or field_in_flight is None:  # a rate quota (or an empty entry)
                 fields[coordinate] = keys
         essential = tier.get("essential", checks.boolean) or False
-        max_in_flight = tier.get("max_in_flight", checks.count(1))
-        max_subscriptions = tier.get("max_subscriptions_in_flight", checks.count(0))
+        max_in_flight = tier.get("max_in_flight", checks.integer(1))
+        max_subscriptions = tier.get("max_subscriptions_in_flight", checks.integer(0))
         on_limit = tier.get("on_limit", checks.one_of(ON_LIMIT))
         max_delay = tier.get("max_delay", checks.seconds(0.0, MAX_DELAY_SECONDS, low_in=False))
-        max_queued = tier.get("max_queued", checks.count(1))
+        max_queued = tier.get("max_queued", checks.integer(1))
         if on_limit != "delay":
             for key, value in (("max_delay", max_delay), ("max_queued", max_queued)):
                 if value is not None:
@@ -499,6 +454,28 @@ def _parse_tiers(tiers: Table) -> _Tiers:
             max_queued,
         )
     return _Tiers(tiers, tiers.path[0] in tiers.doc.data, entries)
+
+
+def _entries(
+    table: Table, valid: Callable[[str], object], expected: str, keys: Collection[str]
+) -> Iterator[tuple[str, Table]]:
+    """Each subtable of ``table`` by its name, its keys checked against ``keys``; an error
+    for a name that is not ``valid`` says it ``expected`` another."""
+    for name in table.data:
+        if not valid(name):
+            raise table.doc.error(
+                (*table.path, name),
+                f"expected {expected}, got {json.dumps(name, ensure_ascii=False)}",
+            )
+        entry = table.table(name)
+        entry.check_keys(keys)
+        yield name, entry
+
+
+def _is_field_coordinate(coordinate: str) -> bool:
+    """``Type.field``, without an argument."""
+    match = _COORDINATE.fullmatch(coordinate)
+    return match is not None and match["field"] is not None and match["arg"] is None
 
 
 def _parse_tenants(tenants: Table) -> _Tenants:
@@ -740,15 +717,7 @@ def _quota_pair(algorithm: Algorithm) -> tuple[str, str]:
     return _BUCKET_KEYS if algorithm in ("token_bucket", "gcra") else _WINDOW_KEYS
 
 
-# --- value checks of the [cost] and [limits] tables -------------------------------------
-
-
-def _http_status(doc: Document, path: KeyPath, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise doc.error(path, f"expected an integer from 400 to 599, got {describe_value(value)}")
-    if not MIN_HTTP_STATUS <= value <= MAX_HTTP_STATUS:
-        raise doc.error(path, f"expected an integer from 400 to 599, got {value}")
-    return value
+# --- value checks of the [cost] table ----------------------------------------------------
 
 
 def _introspection(doc: Document, path: KeyPath, value: object) -> Literal["free", "counted"]:

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Literal, cast, get_args
+from typing import TYPE_CHECKING, Final, Literal, TypeGuard, cast, get_args
 
 from quotaql.config.adaptive import AdaptiveConfig
 from quotaql.config.alerts import AlertsConfig
@@ -51,6 +51,16 @@ DELAY_SYNC: Final = cast("tuple[DelaySync, ...]", get_args(DelaySync))
 #: ``[tiers.<t>] max_delay`` (seconds) and ``max_queued`` when ``on_limit = "delay"``.
 DEFAULT_MAX_DELAY: Final = 1.0
 DEFAULT_MAX_QUEUED: Final = 10
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    """An int or a float, not a bool (which Python counts as an int)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_integer(value: object) -> TypeGuard[int]:
+    """An int, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,26 +159,17 @@ class LimitsConfig:
                 )
         object.__setattr__(self, "mode", Mode(self.mode))
         status = self.http_status
-        if (
-            isinstance(status, bool)
-            or not isinstance(status, int)
-            or not MIN_HTTP_STATUS <= status <= MAX_HTTP_STATUS
-        ):
+        if not (_is_integer(status) and MIN_HTTP_STATUS <= status <= MAX_HTTP_STATUS):
             raise ConfigError(f"http_status must be an integer from 400 to 599, got {status!r}")
         interval = self.reload_interval
-        if (
-            isinstance(interval, bool)
-            or not isinstance(interval, int | float)
-            or not math.isfinite(interval)
-            or interval < 0
-        ):
+        if not (_is_number(interval) and math.isfinite(interval) and interval >= 0):
             raise ConfigError(f"reload_interval must be a number >= 0, got {interval!r}")
         cap = self.max_subscriptions
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+        if cap is not None and not (_is_integer(cap) and cap >= 0):
             raise ConfigError(f"max_subscriptions must be an integer >= 0, got {cap!r}")
         for name in ("deny_cache_size", "max_delayed"):
             size = getattr(self, name)
-            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            if not (_is_integer(size) and size >= 0):
                 raise ConfigError(f"{name} must be an integer >= 0, got {size!r}")
         for name, low, high in (
             ("min_charge", 0.0, math.inf),
@@ -176,36 +177,20 @@ class LimitsConfig:
             ("local_share", 0.0, 1.0),
         ):
             value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not low <= value <= high
-                or math.isnan(value)
-                or (high == math.inf and not math.isfinite(value))
-            ):
+            if not (_is_number(value) and math.isfinite(value) and low <= value <= high):
                 bounds = f"from {low:g} to {high:g}" if high < math.inf else f">= {low:g}"
                 raise ConfigError(f"{name} must be a number {bounds}, got {value!r}")
         share = self.open_cap
-        if share is not None and (
-            isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1
-        ):
+        if share is not None and not (_is_number(share) and 0 < share <= 1):
             raise ConfigError(f"open_cap must be a number above 0 and at most 1, got {share!r}")
         ttl = self.lease_ttl
-        if (
-            isinstance(ttl, bool)
-            or not isinstance(ttl, int | float)
-            or not MIN_LEASE_TTL <= ttl <= MAX_LEASE_TTL
-        ):
+        if not (_is_number(ttl) and MIN_LEASE_TTL <= ttl <= MAX_LEASE_TTL):
             raise ConfigError(
                 f"lease_ttl must be a number of seconds from {MIN_LEASE_TTL:g} to"
                 f" {MAX_LEASE_TTL:g}, got {ttl!r}"
             )
         retry = self.concurrency_retry_after
-        if (
-            isinstance(retry, bool)
-            or not isinstance(retry, int | float)
-            or not 0 < retry <= MAX_CONCURRENCY_RETRY_AFTER
-        ):
+        if not (_is_number(retry) and 0 < retry <= MAX_CONCURRENCY_RETRY_AFTER):
             raise ConfigError(
                 "concurrency_retry_after must be a number of seconds above 0 and at most"
                 f" {MAX_CONCURRENCY_RETRY_AFTER:g}, got {retry!r}"
@@ -279,9 +264,7 @@ class TierConfig:
             *((f"{coordinate} max_in_flight", value, 1)
               for coordinate, value in self.fields_in_flight.items()),
         ):  # fmt: skip
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < low
-            ):
+            if value is not None and not (_is_integer(value) and value >= low):
                 raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
         self._check_delay()
 
@@ -305,16 +288,12 @@ class TierConfig:
         if self.max_queued is None:
             object.__setattr__(self, "max_queued", DEFAULT_MAX_QUEUED)
         delay, queued = self.max_delay, self.max_queued
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, int | float)
-            or not 0 < delay <= MAX_DELAY_SECONDS
-        ):
+        if not (_is_number(delay) and 0 < delay <= MAX_DELAY_SECONDS):
             raise ConfigError(
                 f"max_delay must be seconds above 0 and at most {MAX_DELAY_SECONDS:g},"
                 f" got {delay!r}"
             )
-        if isinstance(queued, bool) or not isinstance(queued, int) or queued < 1:
+        if not (_is_integer(queued) and queued >= 1):
             raise ConfigError(f"max_queued must be an integer >= 1, got {queued!r}")
         quotas = [self.quota, *self.operations.values(), *self.fields.values()]
         if self.per_user is not None:
