@@ -14,8 +14,8 @@ GQL32_STAMP := $(GQL32)/.installed
 # policy, storage) imports no graphql-core (tests/test_imports.py): its suites run once,
 # in the main run.
 GQL32_EXTRAS := redis,otel,prometheus,dashboards,cli
-GQL32_TESTS  := tests/cost_analysis tests/test_config*.py tests/test_imports.py \
-                tests/graphene3 src/quotaql/cost_analysis src/quotaql/gate.py
+GQL32_TESTS  := tests/cost_analysis tests/config tests/test_imports.py \
+                tests/adapters/graphene3 src/quotaql/cost_analysis src/quotaql/gate.py
 # The Strawberry modules among them (the main run covers them).
 GQL32_IGNORE := --ignore=tests/cost_analysis/test_strawberry.py \
                 --ignore=tests/cost_analysis/test_link_strawberry.py \
@@ -55,7 +55,7 @@ typecheck: $(STAMP)
 pytest: $(STAMP) system-deps
 	$(BIN)/pytest
 
-# tests/graphene3 runs here only (pyproject's addopts leave it out of the main run).
+# tests/adapters/graphene3 runs here only (pyproject's addopts leave it out of the main run).
 pytest-gql32: $(GQL32_STAMP) system-deps
 	@$(GQL32_BIN)/python -c 'import graphql, sys; sys.exit(0 if graphql.version_info < (3, 3) \
 		else f"$(GQL32) has graphql-core {graphql.__version__}, not 3.2")'

@@ -13,9 +13,8 @@ from strawberry.asgi import GraphQL
 from quotaql import ariadne as ariadne_adapter
 from quotaql.asgi import REQUEST_TOO_LARGE, BodyLimit
 from quotaql.plugin import CostLimiter
-from tests.ariadne import shop as ariadne_shop
-from tests.plugin import shop as strawberry_shop
-from tests.plugin.asgi import UvicornServer
+from tests.support import ariadne_shop, strawberry_shop
+from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -43,7 +43,7 @@ from quotaql.cost_analysis.model import (
 from quotaql.identity import IdentityConfig
 from quotaql.observability import thresholds
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "configuration.md"
 NO_DEFAULT = "—"
 #: Pages whose ```toml examples are complete quotaql.toml files.

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.docs import NEEDS, new_module, run, snippets
+from tests.support.docs import NEEDS, new_module, run, snippets
 
 ALL = snippets()
-# The ones this environment runs; tests/graphene3 runs those that need Graphene.
+# The ones this environment runs; tests/adapters/graphene3 runs those that need Graphene.
 SNIPPETS = [snippet for snippet in ALL if snippet.needs is None]
 
 

@@ -4,7 +4,7 @@ remembered by the deny cache), given back whenever an operation ends, the per-fi
 subscription limits, shadow mode, and what metrics, spans and logs show.
 
 Real Redis (sync and async, its failures and the fail modes) is in
-tests/test_concurrency_gate_redis.py; real HTTP servers in tests/test_leases_http.py.
+tests/gate/test_concurrency_redis.py; real HTTP servers in tests/http/test_concurrency.py.
 """
 
 from __future__ import annotations

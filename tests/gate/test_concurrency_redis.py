@@ -2,8 +2,8 @@
 tenant's ZSETs (sync and async storages alike), are renewed while an operation runs and
 released when it ends, and the fail modes answer when Redis is down or silent.
 
-The in-memory behaviour is in tests/test_concurrency_gate.py; HTTP servers, killed workers
-and several processes in tests/test_leases_http.py.
+The in-memory behaviour is in tests/gate/test_concurrency.py; HTTP servers, killed workers
+and several processes in tests/http/test_concurrency.py.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     import redis
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 SCHEMA = build_schema("type Query { hello: String }\ntype Subscription { ticks: Int }")
 HELLO = parse("{ hello }")

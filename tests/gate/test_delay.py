@@ -7,7 +7,7 @@ The hostile cases are here too: a tenant that fills its queue gets no more than 
 reserve-then-leave loop gains nothing, many identities cannot park more than
 ``max_delayed`` operations, a cost above capacity never queues.
 
-Real Redis and three uvicorn worker processes are in tests/test_delay_http.py.
+Real Redis and three uvicorn worker processes are in tests/http/test_delay.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The gate on its own (plain graphql-core, no web framework): every decision it makes.
 
 Requests are bare ASGI scopes; responses are Starlette's. The same story over real HTTP
-servers is in tests/plugin, tests/integrations and tests/ariadne.
+servers is in tests/adapters.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     import redis
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 SCHEMA = build_schema(
     COST_DIRECTIVES_SDL

@@ -2,7 +2,7 @@
 a hostile document is refused before validation, and a half-written config is never applied.
 
 Each test is an attack issue 11 found (the HTTP versions, on real servers, are in
-tests/test_hostile_http.py).
+tests/http/test_hostile.py).
 """
 
 # ruff: noqa: F811 (test_gate's fixtures, imported by name)
@@ -23,8 +23,7 @@ from quotaql.errors import ConfigError, LimitExceeded, TooManyDirectives, TooMan
 from quotaql.gate import Gate
 from quotaql.policy.quota import Decision, Quota
 from quotaql.storage.memory import MemoryStorage
-from tests.introspection import INTROSPECTION_QUERIES
-from tests.test_gate import (  # noqa: F401 (its fixtures, by name)
+from tests.gate.test_gate import (  # noqa: F401 (its fixtures, by name)
     SCHEMA,
     TOML,
     admit,
@@ -32,6 +31,7 @@ from tests.test_gate import (  # noqa: F401 (its fixtures, by name)
     gate,
     scope,
 )
+from tests.support.introspection import INTROSPECTION_QUERIES
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,7 +1,7 @@
 """Who pays: namespaced subjects, known keys, trusted proxies, IPv6 networks, hooks.
 
 Requests here are bare ASGI scopes (what every ASGI server hands an app); the frameworks'
-own request objects are covered over real servers in tests/integrations.
+own request objects are covered over real servers in tests/adapters/integrations.
 """
 
 from __future__ import annotations
@@ -375,7 +375,7 @@ def test_a_django_user_that_cannot_be_loaded_is_no_principal_not_a_500(
     from django.http import HttpRequest
     from django.utils.functional import SimpleLazyObject
 
-    from tests.integrations.servers import configure_django
+    from tests.support.frameworks import configure_django
 
     configure_django()  # the same settings as the Django servers of the integration tests
 

@@ -26,13 +26,13 @@ from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
-from tests.plugin.asgi import UvicornServer
+from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 QUERY = "{ products(first: 10) { id } }"  # costs 10, and its actual cost is 10: no refund
 TENANTS = ("t0", "t1", "t2", "t3")

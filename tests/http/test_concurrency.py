@@ -42,7 +42,7 @@ from strawberry.schema.config import StrawberryConfig
 from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
-from tests.plugin.asgi import UvicornServer
+from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -50,9 +50,9 @@ if TYPE_CHECKING:
     import redis
     from websockets.sync.client import ClientConnection
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG_ENV = "QUOTAQL_LEASES_TEST_CONFIG"
 REDIS_ENV = "QUOTAQL_LEASES_TEST_REDIS"
 TIER_SET = b"quotaql:{t:key:acme}:~c:tier"
@@ -108,8 +108,9 @@ def make_app(config: Path, redis_url: str, *, batching: bool = False) -> GraphQL
 
 
 def create_app() -> Starlette:
-    """The subprocess workers' factory (``uvicorn --factory tests.test_leases_http:create_app``):
-    the API, and its metrics at ``/metrics``."""
+    """The subprocess workers' factory
+    (``uvicorn --factory tests.http.test_concurrency:create_app``): the API, and its metrics at
+    ``/metrics``."""
     registry = CollectorRegistry()
     storage = AsyncRedisStorage.from_url(os.environ[REDIS_ENV], timeout=2.0)
     limiter = CostLimiter.from_config(
@@ -307,7 +308,7 @@ class Worker:
     own, on a socket bound here and handed over (``--fd``): no port race."""
 
     def __init__(
-        self, config: Path, redis_url: str, factory: str = "tests.test_leases_http:create_app"
+        self, config: Path, redis_url: str, factory: str = "tests.http.test_concurrency:create_app"
     ) -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -392,7 +393,10 @@ class Worker:
 
 @contextlib.contextmanager
 def workers(
-    count: int, config: Path, redis_url: str, factory: str = "tests.test_leases_http:create_app"
+    count: int,
+    config: Path,
+    redis_url: str,
+    factory: str = "tests.http.test_concurrency:create_app",
 ) -> Iterator[list[Worker]]:
     started: list[Worker] = []
     try:

@@ -2,11 +2,11 @@
 
 Strawberry's ASGI app and FastAPI router (``quotaql.plugin``), and Ariadne's ASGI app and a
 FastAPI route handing requests to it (``quotaql.ariadne``), each serving the same shop
-(``tests/plugin/shop.py``, ``tests/ariadne/shop.py``: the same prices) on a real uvicorn,
-driven by httpx. One difference is the frameworks' own: an operation the analysis refuses
+(``tests/support/strawberry_shop.py``, ``tests/support/ariadne_shop.py``: the same prices)
+on a real uvicorn, driven by httpx. One difference is the frameworks' own: an operation the analysis refuses
 (bad variables) answers 200 in Strawberry and 400 in Ariadne, as each answers its own
 validation errors. Every integration of Strawberry on its own server is in
-tests/integrations; what only one adapter has (batches, websockets) is beside it.
+tests/adapters/integrations; what only one adapter has (batches, websockets) is beside it.
 """
 
 # ruff: noqa: F811 (the shop's fixtures, imported by name)
@@ -30,10 +30,9 @@ from strawberry.fastapi import GraphQLRouter
 from quotaql import ariadne as ariadne_adapter
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
-from tests.ariadne import shop as ariadne_shop
-from tests.plugin import shop as strawberry_shop
-from tests.plugin.asgi import UvicornServer
-from tests.shop_http import (  # noqa: F401 (fixtures, by name)
+from tests.support import ariadne_shop, strawberry_shop
+from tests.support.app_servers import UvicornServer
+from tests.support.shop_http import (  # noqa: F401 (fixtures, by name)
     EXPENSIVE,
     EXPORT,
     config_path,
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from types import ModuleType
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 
 @dataclass(frozen=True)

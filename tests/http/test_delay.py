@@ -32,10 +32,10 @@ from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
-from tests.test_leases_http import CONFIG_ENV, REDIS_ENV, workers
+from tests.http.test_concurrency import CONFIG_ENV, REDIS_ENV, workers
 
 if TYPE_CHECKING:
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 CAPACITY, RATE, MAX_DELAY = 5, 20.0, 2.0
 TOML = f"""
@@ -71,7 +71,7 @@ class Query:
 
 
 def create_app() -> Starlette:
-    """The subprocess workers' factory (``uvicorn --factory tests.test_delay_http:create_app``)."""
+    """The subprocess workers' factory (``uvicorn --factory tests.http.test_delay:create_app``)."""
     registry = CollectorRegistry()
     storage = AsyncRedisStorage.from_url(os.environ[REDIS_ENV], timeout=2.0)
     limiter = CostLimiter.from_config(
@@ -104,7 +104,7 @@ def test_three_workers_start_one_tenant_s_burst_at_the_bucket_s_rate(
 
     with redis_server.client() as redis_client:
         redis_client.flushall()
-    with workers(3, config, redis_server.url, "tests.test_delay_http:create_app") as running:
+    with workers(3, config, redis_server.url, "tests.http.test_delay:create_app") as running:
         sent = time.time()
         responses = asyncio.run(burst([worker.url for worker in running]))
         delayed = sum(

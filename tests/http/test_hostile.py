@@ -18,23 +18,23 @@ from strawberry.asgi import GraphQL
 
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
-from tests.introspection import INTROSPECTION_QUERIES
-from tests.plugin import shop as strawberry_shop
-from tests.plugin.asgi import UvicornServer
-from tests.shop_http import EXPENSIVE, EXPORT, config_path, post, write_config  # noqa: F401
-from tests.test_http_contract import (  # noqa: F401 (its fixtures, by name)
+from tests.http.test_contract import (  # noqa: F401 (its fixtures, by name)
     ASGI,
     Adapter,
     _clear_resolver_calls,
     adapter,
     server,
 )
+from tests.support import strawberry_shop
+from tests.support.app_servers import UvicornServer
+from tests.support.introspection import INTROSPECTION_QUERIES
+from tests.support.shop_http import EXPENSIVE, EXPORT, config_path, post, write_config  # noqa: F401
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 
 def available(url: str, key: str = "tenant-a") -> float:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import redis.asyncio
 
     from quotaql.policy.quota import Decision
-    from tests.servers import AsyncRunner, RedisServer
+    from tests.support.servers import AsyncRunner, RedisServer
 
 CAPACITY = 200
 REFILL = 100  # per second

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import redis.asyncio
 
     from quotaql.policy.quota import Decision
-    from tests.servers import AsyncRunner, RedisServer
+    from tests.support.servers import AsyncRunner, RedisServer
 
 # Explicit "now" (ms) for tests that run on both storages: Redis reads its own clock otherwise.
 NOW = 1_700_000_000_000

@@ -16,7 +16,7 @@ import pytest
 
 from quotaql import AsyncLimiter, AsyncRedisStorage, CircuitBreaker, Limiter, Quota, RedisStorage
 from quotaql.errors import StorageError, StorageTimeout
-from tests.test_limiter import CollectingRecorder
+from tests.limiter.test_limiter import CollectingRecorder
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
     from quotaql.limiter import BackendErrorMode
     from quotaql.policy.quota import Decision
-    from tests.servers import RedisServer
-    from tests.test_limiter import ManualClock
+    from tests.limiter.test_limiter import ManualClock
+    from tests.support.servers import RedisServer
 
 MODES: Sequence[BackendErrorMode] = ("open", "closed", "local")
 # What each fail mode answers while Redis is out: (source, allowed).
@@ -542,7 +542,7 @@ def test_an_unreachable_async_cluster_is_a_storage_error_and_the_fail_mode_answe
     # redis-py raises RedisClusterException (not a RedisError) when no node answers.
     import redis.asyncio.cluster
 
-    from tests.servers import free_port
+    from tests.support.servers import free_port
 
     port = free_port()  # nothing listens on it
     quota = Quota("tenant", capacity=10, refill_per_second=1)
@@ -692,7 +692,7 @@ def test_a_shared_quota_starts_the_outage_from_its_last_report(
 def _local_fallback_on_a_manual_clock(server: RedisServer) -> tuple[Limiter, ManualClock]:
     """A limiter on ``server`` whose ``local`` fallback runs on a clock the test moves."""
     from quotaql import MemoryStorage
-    from tests.test_limiter import ManualClock
+    from tests.limiter.test_limiter import ManualClock
 
     clock = ManualClock()
     with server.client() as client:

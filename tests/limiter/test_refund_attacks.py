@@ -22,11 +22,11 @@ from quotaql import (
     Quota,
     RedisStorage,
 )
-from tests.servers import AsyncRunner
-from tests.test_refunds import Refunds
+from tests.limiter.test_refunds import Refunds
+from tests.support.servers import AsyncRunner
 
 if TYPE_CHECKING:
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 T0 = 1_700_000_000_000
 OWN = Quota("tenant", capacity=100, refill_per_second=0.001)

@@ -14,12 +14,12 @@ import pytest
 
 from quotaql import AsyncLimiter, AsyncRedisStorage, CircuitBreaker, Limiter, Quota, RedisStorage
 from quotaql.refunds import RefundQueue
-from tests.servers import AsyncRunner
+from tests.support.servers import AsyncRunner
 
 if TYPE_CHECKING:
     import redis
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 T0 = 1_700_000_000_000
 SLOW = Quota("tenant", capacity=100, refill_per_second=0.001)

@@ -21,8 +21,8 @@ import pytest
 from quotaql import AsyncLimiter, AsyncRedisStorage, CircuitBreaker, Quota, RedisStorage
 from quotaql.errors import StorageTimeout
 from quotaql.storage.redis import MAX_STALL_EXTENSIONS, _Deadline
-from tests.test_limiter import CollectingRecorder
-from tests.test_outage import run_bounded
+from tests.limiter.test_limiter import CollectingRecorder
+from tests.limiter.test_outage import run_bounded
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from quotaql.limiter import BackendErrorMode
     from quotaql.policy.quota import Decision
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 # Redis's per-call timeout in these tests: small enough that the stalls below are well past
 # it, large enough that a healthy loopback Redis on a loaded 2-core machine meets it.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 if TYPE_CHECKING:
     from types import TracebackType

@@ -18,11 +18,11 @@ from quotaql import (
     RedisStorage,
 )
 from quotaql.errors import StorageError
-from tests.servers import AsyncRunner
 from tests.storage.test_pipeline import acquire_while_paused
+from tests.support.servers import AsyncRunner
 
 if TYPE_CHECKING:
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 T0 = 1_700_000_000_000
 SLOW = Quota("tenant", capacity=100, refill_per_second=0.001)

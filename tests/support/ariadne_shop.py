@@ -1,4 +1,5 @@
-"""The shop API of ``tests/plugin/shop.py``, schema-first for Ariadne: the same prices.
+"""The shop API of ``tests/support/strawberry_shop.py``, schema-first for Ariadne: the same
+prices.
 
 ``products(first: n)`` is a list of ``Product`` (``@cost(weight: "2")`` each, sized by
 ``@listSize``), each ``reviews(first: m)`` a list of ``Review`` (weight 1 each), so

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from tests.integrations.servers import configure_django, load
+from tests.support.frameworks import configure_django, load
 
 _router: Any = None
 

@@ -2,7 +2,8 @@
 
 A snippet is a block fenced ```` ```python ````. One fenced ```` ```python graphene ````
 needs Graphene, which needs graphql-core 3.2: the main environment cannot run it, so
-tests/graphene3 runs it (in ``make pytest-gql32``) after the snippets above it on its page.
+tests/adapters/graphene3 runs it (in ``make pytest-gql32``) after the snippets above it on its
+page.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: What a snippet may need beyond the main environment (None: nothing).
 NEEDS = (None, "graphene")

@@ -789,7 +789,7 @@ class ChannelsServer(LiveServer):
     """Channels' ``GraphQLHTTPConsumer`` (and ``GraphQLWSConsumer``) under daphne, in a subprocess.
 
     Twisted's reactor cannot be restarted within one process, so daphne runs in a child
-    process (``python -m daphne --fd N tests.integrations.channels_app:application``) on a
+    process (``python -m daphne --fd N tests.support.channels_app:application``) on a
     socket bound here and handed over by descriptor. The child imports what it serves, so
     here, and only here:
 
@@ -863,7 +863,7 @@ class ChannelsServer(LiveServer):
             "1",
             "--access-log",
             os.devnull,
-            "tests.integrations.channels_app:application",
+            "tests.support.channels_app:application",
         ]
         try:
             self._process = subprocess.Popen(

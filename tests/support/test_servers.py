@@ -19,7 +19,7 @@ import redis.exceptions
 import redis.retry
 from redis.backoff import NoBackoff
 
-from tests.servers import (
+from tests.support.servers import (
     CLUSTER_BUS_OFFSET,
     CLUSTER_SLOTS,
     MissingRedisBinary,
@@ -31,7 +31,7 @@ from tests.servers import (
 )
 
 if TYPE_CHECKING:
-    from tests.servers import AsyncRunner
+    from tests.support.servers import AsyncRunner
 
 SYSTEM_REDIS_PORT = 6379
 SET_TWO_KEYS = "redis.call('SET', KEYS[1], ARGV[1]); redis.call('SET', KEYS[2], ARGV[1]); return 2"

@@ -542,7 +542,7 @@ def test_group_lists_its_commands(workdir):
 def test_dashboards_command_writes_the_committed_files(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["dashboards", "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    committed = Path(__file__).resolve().parents[1] / "dashboards"
+    committed = Path(__file__).resolve().parents[2] / "dashboards"
     for name in ("quotaql-overview.json", "quotaql-tenant.json"):
         assert f"wrote {tmp_path / 'out' / name}" in result.output
         assert (tmp_path / "out" / name).read_bytes() == (committed / name).read_bytes()
@@ -552,7 +552,7 @@ def test_alerts_command_writes_the_committed_rules_and_reads_thresholds(tmp_path
     runner = CliRunner()
     result = runner.invoke(app, ["alerts", "--out", str(tmp_path / "default")])
     assert result.exit_code == 0, result.output
-    committed = Path(__file__).resolve().parents[1] / "alerts" / "quotaql.rules.yml"
+    committed = Path(__file__).resolve().parents[2] / "alerts" / "quotaql.rules.yml"
     written = tmp_path / "default" / "quotaql.rules.yml"
     assert written.read_bytes() == committed.read_bytes()
     config = tmp_path / "quotaql.toml"
@@ -567,7 +567,7 @@ def test_alerts_command_writes_the_committed_rules_and_reads_thresholds(tmp_path
 
 
 def test_loadgen_reports_a_dead_server_and_bad_tenants() -> None:
-    from tests.servers import free_port
+    from tests.support.servers import free_port
 
     port = free_port()  # nothing listens on it
     runner = CliRunner()

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 import httpx
 
 from quotaql.demo.run import SCRAPE
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 if TYPE_CHECKING:
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 QUOTAQL = [sys.executable, "-m", "quotaql.cli"]
 SUMMARY = re.compile(r"^(demo-[a-z]+): (\d+) requests, (\d+) allowed, (\d+) blocked", re.MULTILINE)

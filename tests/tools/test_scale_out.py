@@ -109,7 +109,7 @@ def test_two_regions_each_on_its_own_redis_stay_within_the_bound() -> None:
     scripts, the other region's admissions applied with the storage's charge (a debit past
     empty): the bound holds on the Lua path too, and is reached."""
     from quotaql import RedisStorage
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
     servers = [RedisServer().start(), RedisServer().start()]
     storages = []

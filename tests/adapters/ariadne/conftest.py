@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.ariadne import shop
-from tests.shop_http import config_path, write_config  # noqa: F401 (fixtures, by name)
+from tests.support import ariadne_shop as shop
+from tests.support.shop_http import config_path, write_config  # noqa: F401 (fixtures, by name)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -1,5 +1,5 @@
 """A real WSGI server for the Ariadne tests (werkzeug, in a thread); ASGI runs on
-``tests.plugin.asgi.UvicornServer``."""
+``tests.support.app_servers.UvicornServer``."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 from graphql import GraphQLError
 
 from quotaql.ariadne import CostLimiter, current_operation
-from tests.ariadne import shop
+from tests.support import ariadne_shop as shop
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,7 +1,7 @@
 """What only the Ariadne integration does over HTTP, end to end on a real uvicorn.
 
 The contract every adapter shares (429, refunds, validate, rotating keys, hot reload, Redis
-and its outages) is ``tests/test_http_contract.py``. Here: Ariadne answers an operation that
+and its outages) is ``tests/http/test_contract.py``. Here: Ariadne answers an operation that
 is not executed and that the limiter did not refuse (a static limit) with HTTP 400, as it
 answers its own validation errors, and its logger stays quiet about quotaql's refusals.
 """
@@ -15,9 +15,9 @@ import pytest
 from fastapi import FastAPI, Request
 
 from quotaql.ariadne import CostLimiter
-from tests.ariadne import shop
-from tests.plugin.asgi import UvicornServer
-from tests.shop_http import EXPENSIVE, EXPORT, post
+from tests.support import ariadne_shop as shop
+from tests.support.app_servers import UvicornServer
+from tests.support.shop_http import EXPENSIVE, EXPORT, post
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -12,8 +12,8 @@ import pytest
 import websockets.sync.client
 
 from quotaql.ariadne import CostLimiter
-from tests.ariadne import shop
-from tests.plugin.asgi import UvicornServer
+from tests.support import ariadne_shop as shop
+from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -10,14 +10,14 @@ import pytest
 
 from quotaql.ariadne import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage, RedisStorage
-from tests.ariadne import shop
-from tests.ariadne.servers import WSGIServer
+from tests.adapters.ariadne.servers import WSGIServer
+from tests.support import ariadne_shop as shop
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 EXPENSIVE = "{ products(first: 10) { name reviews(first: 5) { stars } } }"  # 70, actual 16
 EXPORT = "mutation { exportOrders }"  # 10

@@ -1,7 +1,7 @@
 """Graphene 3 (graphql-core 3.2): its schemas priced, counted, weighted by coordinate, gated.
 
 Graphene needs graphql-core < 3.3, so this package runs in ``make pytest-gql32`` only
-(the main run leaves tests/graphene3 out).
+(the main run leaves tests/adapters/graphene3 out).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from quotaql.cost_analysis import CostLimits, actual_cost, analyze, check_model
 from quotaql.errors import ConfigError, QueryTooLarge
 from quotaql.gate import Gate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "graphql-core.md"
 _TOML = re.compile(r"^```toml\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
@@ -197,7 +197,7 @@ def test_the_gate_admits_runs_settles_and_refuses_a_graphene_operation(tmp_path:
 def test_check_config_takes_a_graphene_schema(config_file: Path, tmp_path: Path):
     module = tmp_path / "bookshop.py"
     module.write_text(
-        "from tests.graphene3.test_graphene import SCHEMA as schema\n", encoding="utf-8"
+        "from tests.adapters.graphene3.test_graphene import SCHEMA as schema\n", encoding="utf-8"
     )
     command = [sys.executable, "-m", "quotaql.cli", "check-config", "--schema", "bookshop:schema"]
     done = subprocess.run(

@@ -1,13 +1,13 @@
 """docs/graphql-core.md on Graphene 3: the recipe, then the snippet that serves a Graphene schema.
 
-The main environment runs each plain snippet of the page (tests/test_docs.py); the
+The main environment runs each plain snippet of the page (tests/docs/test_snippets.py); the
 ``python graphene`` snippets continue the page, so they run here after the snippets above
 them, in the same namespace.
 """
 
 from __future__ import annotations
 
-from tests.docs import ROOT, new_module, run, snippets
+from tests.support.docs import ROOT, new_module, run, snippets
 
 PAGE = ROOT / "docs" / "graphql-core.md"
 

@@ -163,7 +163,7 @@ _CHANNELS = ContextAccess(
 )
 
 # Chalice's Request: API Gateway's requestContext.identity.sourceIp (chalice local: see
-# tests.integrations.servers.ChaliceServer); headers is a CaseInsensitiveMapping of one value.
+# tests.support.frameworks.ChaliceServer); headers is a CaseInsensitiveMapping of one value.
 _CHALICE = ContextAccess(
     peer_host=lambda context: _request(context).context["identity"]["sourceIp"],
     header_values=lambda context, name: _one_value(_request(context).headers.get(name)),

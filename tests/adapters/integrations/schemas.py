@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator  # noqa: TC003 - Strawberry reads it 
 
 import strawberry
 
-from tests.integrations.contexts import ACCESS, context_value
+from tests.adapters.integrations.contexts import ACCESS, context_value
 
 __all__ = [
     "CHANNELS_WHOAMI",

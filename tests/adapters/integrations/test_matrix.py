@@ -1,6 +1,6 @@
 """The rate-limiting contract over real HTTP, under each of the eleven integrations' own servers.
 
-Every integration serves ``tests.integrations.limited`` (``CostLimiter.from_config``) on
+Every integration serves ``tests.adapters.integrations.limited`` (``CostLimiter.from_config``) on
 loopback, one server per integration and configuration for the whole module. Budgets are
 exact: the free tier holds 100 points and refills 0.001 per second (0.1 point in the longest
 run), and ``{ items(first: 10) { id } }`` costs 10, so a fresh address gets exactly ten
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from tests.integrations.limited import (
+from tests.adapters.integrations.limited import (
     CHANNELS_LIMITED_PATH,
     CONFIG_VARIABLE,
     FEW,
     limited_schema,
 )
-from tests.integrations.servers import SERVERS, LiveServer, configure_django, serve
+from tests.support.frameworks import SERVERS, LiveServer, configure_django, serve
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

@@ -11,15 +11,15 @@ import strawberry
 import websockets.exceptions
 import websockets.sync.client
 
-from tests.integrations.contexts import split_values
-from tests.integrations.schemas import (
+from tests.adapters.integrations.contexts import split_values
+from tests.adapters.integrations.schemas import (
     CHANNELS_WHOAMI_PATH,
     TENANT_CONTEXT_PATH,
     tenant_context,
     tenant_dependency,
     whoami_schema,
 )
-from tests.integrations.servers import SERVERS, LiveServer, configure_django, serve
+from tests.support.frameworks import SERVERS, LiveServer, configure_django, serve
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

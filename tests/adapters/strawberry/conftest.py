@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.plugin import shop
+from tests.support import strawberry_shop as shop
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

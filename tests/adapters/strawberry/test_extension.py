@@ -11,9 +11,9 @@ import redis
 from quotaql.instrumentation.tracing import hashed_tenant
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import RedisStorage
-from tests.plugin import shop
-from tests.plugin.conftest import BASE_TOML
-from tests.servers import free_port
+from tests.adapters.strawberry.conftest import BASE_TOML
+from tests.support import strawberry_shop as shop
+from tests.support.servers import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable

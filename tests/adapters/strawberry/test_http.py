@@ -2,7 +2,7 @@
 shadow mode and batches, on a real uvicorn driven by httpx.
 
 The client's contract every adapter shares (cost, headers, refusals, refunds, validate, hot
-reload, concurrency, Redis and its outages) is tests/test_http_contract.py.
+reload, concurrency, Redis and its outages) is tests/http/test_contract.py.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from strawberry.asgi import GraphQL
 from strawberry.fastapi import GraphQLRouter
 
 from quotaql.plugin import CostLimiter
-from tests.plugin import shop
-from tests.plugin.asgi import UvicornServer
-from tests.shop_http import EXPENSIVE, SHOP_TOML, post
+from tests.support import strawberry_shop as shop
+from tests.support.app_servers import UvicornServer
+from tests.support.shop_http import EXPENSIVE, SHOP_TOML, post
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -24,14 +24,14 @@ from quotaql.asgi import Lifespan
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL, ListSize
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
-from tests.plugin.asgi import UvicornServer
+from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     import redis
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 TOML = """
 [limits]

@@ -20,8 +20,8 @@ from strawberry.asgi import GraphQL
 from strawberry.fastapi import GraphQLRouter
 
 from quotaql.plugin import CostLimiter
-from tests.plugin import shop
-from tests.plugin.asgi import UvicornServer
+from tests.support import strawberry_shop as shop
+from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
