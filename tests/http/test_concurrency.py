@@ -43,6 +43,7 @@ from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
 from tests.support.app_servers import UvicornServer
+from tests.support.servers import bind_loopback, spawn, terminate
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -310,15 +311,13 @@ class Worker:
     def __init__(
         self, config: Path, redis_url: str, factory: str = "tests.http.test_concurrency:create_app"
     ) -> None:
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
+        self._socket = bind_loopback()
         self.port: int = self._socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         fd = self._socket.fileno()
         env = {**os.environ, CONFIG_ENV: str(config), REDIS_ENV: redis_url}
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        self.process = subprocess.Popen(
+        self.process = spawn(
             [
                 sys.executable,
                 "-m",
@@ -378,14 +377,7 @@ class Worker:
         self.process.wait(10)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.resume()  # a stopped process handles SIGTERM once continued
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        terminate(self.process)  # continued first if paused: it handles SIGTERM then
         if self.process.stderr is not None:
             self.process.stderr.close()
         self._socket.close()

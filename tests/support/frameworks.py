@@ -14,6 +14,8 @@ Example::
 ``SERVERS`` maps each integration name to its server class; each takes the schema (a
 ``strawberry.Schema`` or a ``"module:attribute"`` import path), an optional
 ``context_getter`` and keyword options for Strawberry's view (``graphql_ide=None``, ...).
+The processes, threads and sockets under them are those of ``servers.py`` and
+``app_servers.py``.
 """
 
 from __future__ import annotations
@@ -24,14 +26,11 @@ import atexit
 import collections
 import contextlib
 import functools
-import http.client
 import importlib
 import inspect
 import json
 import logging
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,25 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from tests.support.app_servers import (
+    ServerThread,
+    ServingThread,
+    UvicornServer,
+    WSGIServer,
+    wait_started,
+)
+from tests.support.servers import (
+    HOST,
+    STOP_TIMEOUT,
+    SYSTEM_REDIS_PORT,
+    answers_http,
+    bind_loopback,
+    spawn,
+    terminate,
+)
+
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Callable, Mapping
     from types import TracebackType
 
@@ -57,12 +74,8 @@ __all__ = [
     "serve",
 ]
 
-HOST = "127.0.0.1"
 GRAPHQL_PATH = "/graphql"
-# The machine's own Redis may listen here; no server of this module ever binds it.
-SYSTEM_REDIS_PORT = 6379
 STARTUP_TIMEOUT = 20.0
-STOP_TIMEOUT = 10.0
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Django's ROOT_URLCONF (this module): empty, every server routes through its own urlconf.
@@ -87,24 +100,11 @@ def load(target: Any) -> Any:
     return value
 
 
-def bind_loopback() -> socket.socket:
-    """A listening TCP socket on 127.0.0.1, port chosen by the kernel and never 6379."""
-    while True:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((HOST, 0))
-        if sock.getsockname()[1] != SYSTEM_REDIS_PORT:
-            sock.listen(128)
-            sock.set_inheritable(True)
-            return sock
-        sock.close()  # pragma: no cover - one chance in ~28,000
-
-
-def _bound_not_on_redis_port(factory: Callable[[], Any], port_of: Callable[[Any], int]) -> Any:
-    """Build a server that binds port 0 in its constructor again if it drew 6379."""
+def _bound_not_on_redis_port(factory: Callable[[], Any]) -> Any:
+    """Build a ``socketserver`` that binds port 0 in its constructor again if it drew 6379."""
     while True:
         server = factory()
-        if port_of(server) != SYSTEM_REDIS_PORT:
+        if server.server_address[1] != SYSTEM_REDIS_PORT:
             return server
         server.server_close()  # pragma: no cover
 
@@ -162,7 +162,6 @@ class LiveServer(abc.ABC):
         self.options = options
         self.port = 0
         self._log = _LogBuffer()
-        self._error: BaseException | None = None
 
     @property
     def url(self) -> str:
@@ -175,11 +174,9 @@ class LiveServer(abc.ABC):
         return f"ws://{HOST}:{self.port}{GRAPHQL_PATH}"
 
     def log(self) -> str:
-        """What the server logged while it ran (the root logger's records), last lines."""
-        lines = list(self._log.lines)
-        if self._error is not None:
-            lines.append(f"server thread raised {self._error!r}")
-        return "\n".join(lines[-60:])
+        """What the server logged while it ran (the root logger's records, where what its
+        thread raised is logged too), last lines."""
+        return "\n".join(list(self._log.lines)[-60:])
 
     def __enter__(self) -> Self:
         logging.getLogger().addHandler(self._log)
@@ -207,6 +204,14 @@ class LiveServer(abc.ABC):
     def _startup_failed(self, why: str) -> ServerStartupError:
         return ServerStartupError(f"{self.integration} server {why}; its log:\n{self.log()}")
 
+    def _wait_started(
+        self, started: Callable[[], bool], thread: ServingThread, deadline: float
+    ) -> None:
+        try:
+            wait_started(started, thread, deadline - time.monotonic(), "")
+        except RuntimeError as exc:
+            raise self._startup_failed(str(exc).strip()) from exc
+
     @abc.abstractmethod
     def _start(self, deadline: float) -> None:
         """Start serving; return once the server accepts requests or raise before ``deadline``."""
@@ -219,71 +224,30 @@ class LiveServer(abc.ABC):
         return f"<{type(self).__name__} {self.integration} port={self.port}>"
 
 
-class _ThreadedServer(LiveServer):
-    """A server whose loop runs in one daemon thread of this process."""
+class _SocketServer(LiveServer):
+    """A ``socketserver``-based WSGI/HTTP server (Django, Werkzeug, Chalice local) in a thread."""
 
     def __init__(self, schema: strawberry.Schema | str, **options: Any) -> None:
         super().__init__(schema, **options)
-        self._thread: threading.Thread | None = None
-
-    def _spawn(self, target: Callable[[], None]) -> None:
-        def run() -> None:
-            try:
-                target()
-            except BaseException as exc:
-                self._error = exc
-                logging.getLogger(__name__).exception("%s server thread failed", self.integration)
-
-        self._thread = threading.Thread(
-            target=run, name=f"{self.integration}-server-{id(self):x}", daemon=True
-        )
-        self._thread.start()
-
-    def _wait(self, ready: Callable[[], bool], deadline: float) -> None:
-        while not ready():
-            if self._thread is None or not self._thread.is_alive():
-                raise self._startup_failed("stopped before it was ready")
-            if time.monotonic() > deadline:
-                raise self._startup_failed(f"was not ready after {STARTUP_TIMEOUT:g} s")
-            time.sleep(0.01)
-
-    def _join(self) -> None:
-        if self._thread is not None:
-            self._thread.join(STOP_TIMEOUT)
-            if self._thread.is_alive():
-                msg = f"{self.integration} server thread did not stop in {STOP_TIMEOUT:g} s"
-                raise RuntimeError(msg)
-            self._thread = None
-
-
-class _SocketServer(_ThreadedServer):
-    """A ``socketserver``-based WSGI/HTTP server (Django, Werkzeug, Chalice local)."""
-
-    def __init__(self, schema: strawberry.Schema | str, **options: Any) -> None:
-        super().__init__(schema, **options)
-        self._server: Any = None
+        self._serving: ServerThread | None = None
 
     @abc.abstractmethod
-    def _make_server(self) -> Any:
-        """A bound, listening ``socketserver.BaseServer`` with its application."""
+    def _server(self) -> ServerThread:
+        """A bound, listening server with its application, not serving yet."""
 
     def _start(self, deadline: float) -> None:
-        self._server = self._make_server()
-        self.port = self._server.server_address[1]
-        # The socket listens since the constructor: connections queue until serve_forever.
-        self._spawn(functools.partial(self._server.serve_forever, poll_interval=0.05))
+        self._serving = self._server()
+        self.port = self._serving.port
+        # The socket listens since the constructor: connections queue until it serves.
+        self._serving.start()
 
     def _stop(self) -> None:
-        if self._server is None:
-            return
-        if self._thread is not None and self._thread.is_alive():
-            self._server.shutdown()  # returns once serve_forever has returned
-        self._join()
-        self._server.server_close()
-        self._server = None
+        serving, self._serving = self._serving, None
+        if serving is not None:
+            serving.stop()
 
 
-class _AsyncioServer(_ThreadedServer):
+class _AsyncioServer(LiveServer):
     """A server that runs on its own event loop in a thread (aiohttp, Sanic, Hypercorn).
 
     ``_serve`` starts serving, sets ``self._ready`` once requests are accepted, awaits
@@ -292,6 +256,7 @@ class _AsyncioServer(_ThreadedServer):
 
     def __init__(self, schema: strawberry.Schema | str, **options: Any) -> None:
         super().__init__(schema, **options)
+        self._thread: ServingThread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -311,22 +276,28 @@ class _AsyncioServer(_ThreadedServer):
             finally:
                 sock.close()
 
-        self._spawn(lambda: asyncio.run(main()))
-        self._wait(self._ready.is_set, deadline)
+        self._thread = ServingThread(
+            lambda: asyncio.run(main()), f"{self.integration}-server-{id(self):x}"
+        )
+        self._thread.start()
+        self._wait_started(self._ready.is_set, self._thread, deadline)
 
     def _stop(self) -> None:
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed in between
                 loop.call_soon_threadsafe(stopping.set)
-        self._join()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.stop()
 
 
 # -- uvicorn: asgi, fastapi, django-async, litestar ------------------------------------------
 
 
-class _UvicornServer(_ThreadedServer):
-    """An ASGI application under uvicorn in a thread, on a socket bound before it starts.
+class _UvicornServer(LiveServer):
+    """An ASGI application under uvicorn in a thread (``app_servers.UvicornServer``), with
+    uvicorn's own loop choice and no logging configuration of its own.
 
     ``proxy_headers=False``: uvicorn's default (``True``, trusting ``FORWARDED_ALLOW_IPS``,
     127.0.0.1 by default) would replace the client address with ``X-Forwarded-For``.
@@ -336,39 +307,33 @@ class _UvicornServer(_ThreadedServer):
 
     def __init__(self, schema: strawberry.Schema | str, **options: Any) -> None:
         super().__init__(schema, **options)
-        self._server: Any = None
-        self._socket: socket.socket | None = None
+        self._server: UvicornServer | None = None
 
     @abc.abstractmethod
     def _app(self) -> Any:
         """The ASGI application."""
 
     def _start(self, deadline: float) -> None:
-        import uvicorn
-
-        app = self._app()
-        self._socket = bind_loopback()
-        self.port = self._socket.getsockname()[1]
-        config = uvicorn.Config(
-            app,
+        self._server = UvicornServer(
+            self._app(),
+            startup_timeout=max(0.0, deadline - time.monotonic()),
+            loop="auto",
             log_config=None,  # leave the process's logging alone; records reach the root
-            log_level="warning",
-            access_log=False,
             lifespan=self.lifespan,
             proxy_headers=False,
             timeout_graceful_shutdown=2,
         )
-        self._server = uvicorn.Server(config)
-        self._spawn(functools.partial(self._server.run, sockets=[self._socket]))
-        self._wait(lambda: bool(self._server.started), deadline)
+        self.port = self._server.port
+        try:
+            self._server.start()
+        except RuntimeError as exc:
+            self._server = None  # it stopped itself
+            raise self._startup_failed(str(exc)) from exc
 
     def _stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        self._join()
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
 
 
 class AsgiServer(_UvicornServer):
@@ -508,7 +473,7 @@ class DjangoServer(_SocketServer):
 
     integration = "django"
 
-    def _make_server(self) -> Any:
+    def _server(self) -> ServerThread:
         configure_django()
         from django.core.handlers.wsgi import WSGIHandler
         from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
@@ -528,7 +493,7 @@ class DjangoServer(_SocketServer):
             server.set_app(Handler())
             return server
 
-        return _bound_not_on_redis_port(make, lambda server: server.server_address[1])
+        return ServerThread(_bound_not_on_redis_port(make))
 
 
 class DjangoAsyncServer(_UvicornServer):
@@ -561,10 +526,9 @@ class FlaskServer(_SocketServer):
 
     integration = "flask"
 
-    def _make_server(self) -> Any:
+    def _server(self) -> ServerThread:
         from flask import Flask
         from strawberry.flask.views import GraphQLView
-        from werkzeug.serving import WSGIRequestHandler, make_server
 
         options = dict(self.options)
         view_class = _with_context_getter(GraphQLView, options.pop("context_getter", None))
@@ -573,19 +537,7 @@ class FlaskServer(_SocketServer):
             GRAPHQL_PATH,
             view_func=view_class.as_view("graphql_view", schema=load(self.schema), **options),
         )
-
-        class QuietHandler(WSGIRequestHandler):
-            def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-                pass  # one access line per request on stderr is noise in tests
-
-        sock = bind_loopback()
-        try:
-            # werkzeug adopts a listening socket through ``fd`` (it dups it).
-            return make_server(
-                HOST, 0, app, threaded=True, request_handler=QuietHandler, fd=sock.fileno()
-            )
-        finally:
-            sock.close()
+        return WSGIServer(app)
 
 
 class ChaliceServer(_SocketServer):
@@ -599,7 +551,7 @@ class ChaliceServer(_SocketServer):
 
     integration = "chalice"
 
-    def _make_server(self) -> Any:
+    def _server(self) -> ServerThread:
         from chalice import Chalice
         from chalice.config import Config
         from chalice.local import ChaliceRequestHandler, create_local_server
@@ -635,7 +587,7 @@ class ChaliceServer(_SocketServer):
             )
             return local.server
 
-        return _bound_not_on_redis_port(make, lambda server: server.server_address[1])
+        return ServerThread(_bound_not_on_redis_port(make))
 
 
 # -- aiohttp, Sanic, Quart -------------------------------------------------------------------
@@ -738,7 +690,7 @@ class QuartServer(_AsyncioServer):
         try:
             # Hypercorn has no "started" hook once its sockets accept: ask it over HTTP.
             while not serving.done() and not stopping.is_set():
-                if await asyncio.to_thread(_answers_http, self.port):
+                if await asyncio.to_thread(answers_http, self.port, GRAPHQL_PATH):
                     self._ready.set()
                     break
                 await asyncio.sleep(0.02)
@@ -746,43 +698,7 @@ class QuartServer(_AsyncioServer):
             await serving
 
 
-def _answers_http(port: int, timeout: float = 0.5) -> bool:
-    """Whether something answers an HTTP request on ``127.0.0.1:port`` (any status)."""
-    connection = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    try:
-        connection.request("GET", GRAPHQL_PATH, headers={"Accept": "application/json"})
-        connection.getresponse().read()
-    except OSError:
-        return False
-    else:
-        return True
-    finally:
-        connection.close()
-
-
 # -- Channels: daphne in a subprocess --------------------------------------------------------
-
-_live_processes: set[subprocess.Popen[bytes]] = set()
-
-
-def _reap_processes() -> None:
-    for process in list(_live_processes):
-        _terminate(process)
-
-
-atexit.register(_reap_processes)
-
-
-def _terminate(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(STOP_TIMEOUT)
-    _live_processes.discard(process)
 
 
 class ChannelsServer(LiveServer):
@@ -866,7 +782,7 @@ class ChannelsServer(LiveServer):
             "tests.support.channels_app:application",
         ]
         try:
-            self._process = subprocess.Popen(
+            self._process = spawn(
                 command,
                 cwd=_REPO_ROOT,
                 env=env,
@@ -877,8 +793,7 @@ class ChannelsServer(LiveServer):
             )
         finally:
             sock.close()  # the child holds the listening socket now
-        _live_processes.add(self._process)
-        while not _answers_http(self.port, timeout=0.2):
+        while not answers_http(self.port, GRAPHQL_PATH, timeout=0.2):
             if self._process.poll() is not None:
                 msg = f"exited with code {self._process.returncode} before it was ready"
                 raise self._startup_failed(msg)
@@ -888,7 +803,7 @@ class ChannelsServer(LiveServer):
 
     def _stop(self) -> None:
         if self._process is not None:
-            _terminate(self._process)
+            terminate(self._process)
             self._process = None
         if self._log_file is not None:
             self._log_file.close()

@@ -1,10 +1,23 @@
-"""Private ``redis-server`` processes and a 3-master Redis Cluster for the test suite."""
+"""The suite's server processes, each private, on a free loopback port, stopped by its PID.
+
+- :class:`RedisServer`: a ``redis-server``; :class:`RedisCluster`: a 3-master Redis Cluster
+  of them; :class:`AsyncRunner` drives their async clients from a sync test;
+- :class:`PrometheusServer`: a ``prometheus`` (the Debian package's binary);
+- :func:`spawn` and :func:`terminate` for any other child (daphne, uvicorn workers).
+
+No server binds 6379, where the machine's own Redis may listen (:func:`free_port`,
+:func:`bind_loopback`). A process is stopped with SIGTERM, then SIGKILL after a bounded wait;
+what a crashed or interrupted test left running is reaped when the interpreter exits. Servers
+in threads of this process (uvicorn, WSGI) are in ``app_servers.py``; those of each Strawberry
+HTTP integration in ``frameworks.py``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import atexit
 import contextlib
+import http.client
 import shutil
 import signal
 import socket
@@ -27,16 +40,23 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = [
+    "HOST",
+    "SYSTEM_REDIS_PORT",
     "AsyncRunner",
     "MissingRedisBinary",
+    "PrometheusServer",
     "RedisCluster",
     "RedisServer",
     "RedisStartupError",
+    "answers_http",
+    "bind_loopback",
     "free_cluster_port",
     "free_port",
     "live_servers",
     "reap_all",
     "require_binary",
+    "spawn",
+    "terminate",
 ]
 
 HOST = "127.0.0.1"
@@ -114,6 +134,86 @@ def free_cluster_port(exclude: Sequence[int] = ()) -> int:
             return port
     msg = "no loopback port with a free cluster bus port (port + 10000) after 200 tries"
     raise RuntimeError(msg)
+
+
+def bind_loopback() -> socket.socket:
+    """A listening TCP socket on 127.0.0.1, port chosen by the kernel and never 6379.
+
+    A server handed the socket itself (uvicorn, werkzeug, a child process through
+    ``pass_fds``) has no port to race for. The socket is inheritable.
+    """
+    while True:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((HOST, 0))
+        if sock.getsockname()[1] != SYSTEM_REDIS_PORT:
+            sock.listen(128)
+            sock.set_inheritable(True)
+            return sock
+        sock.close()  # pragma: no cover - one chance in ~28,000
+
+
+def answers_http(port: int, path: str = "/", timeout: float = 0.5) -> bool:
+    """Whether something answers an HTTP GET of ``path`` on ``127.0.0.1:port`` (any status)."""
+    connection = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        connection.request("GET", path, headers={"Accept": "application/json"})
+        connection.getresponse().read()
+    except OSError:
+        return False
+    else:
+        return True
+    finally:
+        connection.close()
+
+
+# -- processes --------------------------------------------------------------------------------
+
+# Every child started by spawn() and not yet reaped, stopped at exit if a test left it running.
+_CHILDREN: set[subprocess.Popen[bytes]] = set()
+_CHILDREN_LOCK = threading.Lock()
+
+
+def spawn(args: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(args, **popen)``, reaped at exit if no :func:`terminate` came first."""
+    process: subprocess.Popen[bytes] = subprocess.Popen(args, **popen)
+    with _CHILDREN_LOCK:
+        _CHILDREN.add(process)
+    return process
+
+
+def _ask_to_stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGCONT: a paused (SIGSTOPped) process handles SIGTERM once continued."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+            process.send_signal(signal.SIGCONT)
+
+
+def terminate(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> None:
+    """Stop ``process`` by its PID: SIGTERM, then SIGKILL if it still runs after ``timeout`` s.
+
+    The process is reaped either way; a paused one is continued so that it can exit.
+    """
+    _ask_to_stop(process)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait(timeout)
+    with _CHILDREN_LOCK:
+        _CHILDREN.discard(process)
+
+
+def _reap_children() -> None:
+    with _CHILDREN_LOCK:
+        children = list(_CHILDREN)
+    for process in children:
+        terminate(process)
+
+
+atexit.register(_reap_children)
 
 
 # Every server started and not yet reaped, so that atexit (and the session guard in
@@ -354,11 +454,8 @@ class RedisServer:
         """SIGTERM the server, reap it (SIGKILL after ``timeout`` s), remove its temp dir."""
         with self._lock:
             process = self._process
-            if process is not None and process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.terminate()
-                    # A paused process only handles SIGTERM once continued.
-                    process.send_signal(signal.SIGCONT)
+            if process is not None:
+                _ask_to_stop(process)
                 # A server that ignores SIGTERM for ``timeout`` s gets the SIGKILL below.
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=timeout)
@@ -597,11 +694,8 @@ class RedisCluster:
         """Stop every node by PID (SIGTERM, bounded, then SIGKILL) and remove the temp dir."""
         # Signal every node first so they shut down in parallel, then reap each.
         for node in self.nodes:
-            process = node.process
-            if process is not None and process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.terminate()
-                    process.send_signal(signal.SIGCONT)
+            if node.process is not None:
+                _ask_to_stop(node.process)
         for node in self.nodes:
             node.stop()
         if self._directory is not None:
@@ -723,3 +817,82 @@ class AsyncRunner(Generic[ClientT]):
                 await client.aclose()
 
         return asyncio.run(main())
+
+
+# -- Prometheus -------------------------------------------------------------------------------
+
+PROMETHEUS_STARTUP_TIMEOUT = 30.0
+
+
+class PrometheusServer:
+    """``with PrometheusServer(config_yaml, files) as prometheus: prometheus.query("up")``.
+
+    ``files`` are written beside the configuration (rule files). The server keeps its data
+    in a temporary directory, removed when it stops; it is stopped by its PID.
+    """
+
+    def __init__(self, config: str, files: dict[str, str] | None = None) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise RuntimeError("prometheus not found: scripts/ensure-system-deps.sh installs it")
+        self.directory = Path(tempfile.mkdtemp(prefix="quotaql-prometheus-"))
+        (self.directory / "prometheus.yml").write_text(config, encoding="utf-8")
+        for name, text in (files or {}).items():
+            (self.directory / name).write_text(text, encoding="utf-8")
+        self.port = free_port()
+        self._command = [
+            binary,
+            f"--config.file={self.directory / 'prometheus.yml'}",
+            f"--storage.tsdb.path={self.directory / 'data'}",
+            f"--web.listen-address={HOST}:{self.port}",
+            "--log.level=warn",
+        ]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def __enter__(self) -> Self:
+        import httpx
+
+        with (self.directory / "prometheus.log").open("wb") as log:  # the child keeps its copy
+            self._process = spawn(self._command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + PROMETHEUS_STARTUP_TIMEOUT
+        while True:
+            if self._process.poll() is not None:
+                output = (self.directory / "prometheus.log").read_text(errors="replace")
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"prometheus exited at start:\n{output}")
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.__exit__(None, None, None)
+                raise RuntimeError("prometheus did not become ready")
+            time.sleep(0.1)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._process is not None:
+            terminate(self._process)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def api(self, path: str, **params: str) -> Any:
+        import httpx
+
+        response = httpx.get(f"{self.url}/api/v1/{path}", params=params, timeout=10)
+        body = response.json()
+        if body.get("status") != "success":
+            raise AssertionError(f"{path} {params}: {body}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[Any]:
+        result: list[Any] = self.api("query", query=expr)["result"]
+        return result

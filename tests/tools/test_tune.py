@@ -23,8 +23,7 @@ from quotaql.cli import app
 from quotaql.config import load_config
 from quotaql.instrumentation.metrics import PrometheusMetrics
 from quotaql.tune import Change, edit
-from tests.observability.prometheus import PrometheusServer
-from tests.support.servers import free_port
+from tests.support.servers import PrometheusServer, free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

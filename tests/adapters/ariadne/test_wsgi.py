@@ -10,8 +10,8 @@ import pytest
 
 from quotaql.ariadne import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage, RedisStorage
-from tests.adapters.ariadne.servers import WSGIServer
 from tests.support import ariadne_shop as shop
+from tests.support.app_servers import WSGIServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
