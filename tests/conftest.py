@@ -1,4 +1,5 @@
-"""Fixtures shared by the whole suite: private Redis servers and a Redis Cluster."""
+"""Fixtures shared by the whole suite: private Redis servers and a Redis Cluster; and which
+suites are timing-sensitive (the ``serial`` mark)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,26 @@ if TYPE_CHECKING:
 # suites that never touch Redis still run where it is not installed.
 
 SYSTEM_REDIS_PORT = 6379
+
+# The suites that hold real time to bounds a busy machine misses: marked ``serial``, they run
+# alone, after the parallel run of the rest (``make pytest``). A test elsewhere may carry
+# ``@pytest.mark.serial`` itself.
+SERIAL = (
+    "tests/gate/test_delay.py",  # bursts against a 20-per-second bucket on the real clock
+    "tests/limiter/test_stalls.py",  # real loop stalls and GIL holds against 0.1 s timeouts
+    "tests/storage/test_leases_keeper.py",  # renewals and expiries in real time
+    "tests/observability/test_live.py",  # traffic that must fire alerts within a minute
+    "tests/http/test_delay.py",  # operations started at a bucket's rate across processes
+    # Its first operation's lease goes back by a task that may run just after the response.
+    "tests/http/test_contract.py::test_too_many_concurrent_is_429_with_retry_after_and_debits_nothing",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
 
 
 @contextlib.contextmanager
