@@ -33,8 +33,11 @@ SERIAL = (
     "tests/storage/test_leases_keeper.py",  # renewals and expiries in real time
     "tests/observability/test_live.py",  # traffic that must fire alerts within a minute
     "tests/http/test_delay.py",  # operations started at a bucket's rate across processes
-    # Its first operation's lease goes back by a task that may run just after the response.
+    # A lease or a charge that a task of the server's loop settles just after the answer, the
+    # test giving it a tenth or a fifth of a second.
     "tests/http/test_contract.py::test_too_many_concurrent_is_429_with_retry_after_and_debits_nothing",
+    "tests/http/test_hostile.py::test_refused_documents_pay_the_minimum_on_redis_too",
+    "tests/adapters/ariadne/test_websockets.py::test_subscriptions_refused_before_pricing_pay_the_minimum",
 )
 
 
