@@ -14,8 +14,10 @@ GQL32_STAMP := $(GQL32)/.installed
 # policy, storage) imports no graphql-core (tests/test_imports.py): its suites run once,
 # in the main run.
 GQL32_EXTRAS := redis,otel,prometheus,dashboards,cli
+# The gate's doctests run there too, whether the gate is a module or a package.
 GQL32_TESTS  := tests/cost_analysis tests/config tests/test_imports.py \
-                tests/adapters/graphene3 src/quotaql/cost_analysis src/quotaql/gate.py
+                tests/adapters/graphene3 src/quotaql/cost_analysis \
+                $(wildcard src/quotaql/gate.py src/quotaql/gate)
 # The Strawberry modules among them (the main run covers them).
 GQL32_IGNORE := --ignore=tests/cost_analysis/test_strawberry.py \
                 --ignore=tests/cost_analysis/test_link_strawberry.py \
