@@ -14,15 +14,22 @@ GQL32_STAMP := $(GQL32)/.installed
 # policy, storage) imports no graphql-core (tests/test_imports.py): its suites run once,
 # in the main run.
 GQL32_EXTRAS := redis,otel,prometheus,dashboards,cli
-GQL32_TESTS  := tests/cost_analysis tests/test_config*.py tests/test_imports.py \
-                tests/graphene3 src/quotaql/cost_analysis src/quotaql/gate
+# The gate's doctests run there too.
+GQL32_TESTS  := tests/cost_analysis tests/config tests/test_imports.py \
+                tests/adapters/graphene3 src/quotaql/cost_analysis src/quotaql/gate
 # The Strawberry modules among them (the main run covers them).
 GQL32_IGNORE := --ignore=tests/cost_analysis/test_strawberry.py \
                 --ignore=tests/cost_analysis/test_link_strawberry.py \
                 --ignore=src/quotaql/cost_analysis/_strawberry.py
 
-.PHONY: test lint typecheck pytest pytest-gql32 alerts-check bench demo stack system-deps \
-        artifacts clean
+# The main run's workers (pytest-xdist): the suites mostly wait on servers, sleeps and
+# timeouts, so more workers than cores pay off. Each worker starts its own private servers on
+# free ports; a module's tests stay on one worker (--dist loadscope), sharing its fixtures.
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
+
+.PHONY: test lint typecheck pytest pytest-parallel pytest-serial pytest-gql32 alerts-check \
+        bench demo stack system-deps artifacts clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "quotaql needs Python >= 3.11 (set PYTHON=python3.11)")'
@@ -52,10 +59,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
 
-pytest: $(STAMP) system-deps
-	$(BIN)/pytest
+# The tests marked `serial` hold real time to bounds (rates, ttls, stalls): they run alone,
+# after the rest.
+pytest:
+	@$(MAKE) --no-print-directory pytest-parallel
+	@$(MAKE) --no-print-directory pytest-serial
 
-# tests/graphene3 runs here only (pyproject's addopts leave it out of the main run).
+pytest-parallel: $(STAMP) system-deps
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not serial"
+
+pytest-serial: $(STAMP) system-deps
+	$(BIN)/pytest -p no:xdist -m serial
+
+# tests/adapters/graphene3 runs here only (pyproject's addopts leave it out of the main run).
 pytest-gql32: $(GQL32_STAMP) system-deps
 	@$(GQL32_BIN)/python -c 'import graphql, sys; sys.exit(0 if graphql.version_info < (3, 3) \
 		else f"$(GQL32) has graphql-core {graphql.__version__}, not 3.2")'
@@ -68,7 +84,12 @@ alerts-check: system-deps
 	promtool check rules alerts/quotaql.rules.yml
 	promtool test rules alerts/quotaql.rules.test.yml
 
-test: lint typecheck alerts-check pytest pytest-gql32
+# Everything that can share the machine runs at once (the two environments are set up side
+# by side too), each job's output printed whole when it ends; then the `serial` tests alone.
+test:
+	@$(MAKE) --no-print-directory -j --output-sync=target \
+		lint typecheck alerts-check pytest-parallel pytest-gql32
+	@$(MAKE) --no-print-directory pytest-serial
 
 # bench_http drives real uvicorns with wrk (system-deps installs it, and redis-server).
 bench: $(STAMP) system-deps

@@ -31,7 +31,7 @@ from quotaql.storage.redis import RedisStorage
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
-from tests.servers import RedisServer  # noqa: E402
+from tests.support.servers import RedisServer  # noqa: E402
 
 DENY_MAX_US = 20.0  # one refusal from the deny cache, identity and error included
 SCREEN_RATIO_MAX = 0.02  # the static pass / validate, on every corpus operation

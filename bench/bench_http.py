@@ -55,8 +55,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
-from tests.servers import RedisServer, free_port  # noqa: E402
-from tests.shop_http import EXPENSIVE  # noqa: E402
+from tests.support.servers import RedisServer, free_port  # noqa: E402
+from tests.support.shop_http import EXPENSIVE  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -67,7 +67,7 @@ MEMORY_RATIO_MIN = 0.97  # wrk req/s, quotaql on memory / no limiting
 
 # -- workload --------------------------------------------------------------------------------
 QUERY = EXPENSIVE  # { products(first: 10) { name reviews(first: 5) { stars } } }
-ESTIMATE = 70.0  # 10 x (2 + 5 x 1): the demo shop's prices (tests/shop_http.py's too)
+ESTIMATE = 70.0  # 10 x (2 + 5 x 1): the demo shop's prices (tests/support/shop_http.py's too)
 PRODUCTS = 10
 CONNECTIONS = 32
 THREADS = 1

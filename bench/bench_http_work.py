@@ -544,7 +544,7 @@ def main() -> list[Target]:
 
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
     for binary in ("valgrind", "redis-server"):
         if shutil.which(binary) is None:

@@ -44,7 +44,7 @@ from quotaql.storage.redis import DEFAULT_TIMEOUT, _request, redis_key, script_s
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
-from tests.servers import RedisServer  # noqa: E402
+from tests.support.servers import RedisServer  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping

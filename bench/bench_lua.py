@@ -39,7 +39,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
-from tests.servers import free_port  # noqa: E402
+from tests.support.servers import free_port  # noqa: E402
 
 from bench_limiter import (  # noqa: E402
     MINIMAL_3_ARGS,

@@ -65,8 +65,8 @@ from quotaql.storage.redis import AsyncRedisStorage
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
-from tests.plugin.asgi import UvicornServer  # noqa: E402
-from tests.servers import RedisServer  # noqa: E402
+from tests.support.app_servers import UvicornServer  # noqa: E402
+from tests.support.servers import RedisServer  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Mapping

@@ -1,4 +1,5 @@
-"""Fixtures shared by the whole suite: private Redis servers and a Redis Cluster."""
+"""Fixtures shared by the whole suite: private Redis servers and a Redis Cluster; and which
+suites are timing-sensitive (the ``serial`` mark)."""
 
 from __future__ import annotations
 
@@ -16,17 +17,40 @@ if TYPE_CHECKING:
     import redis.asyncio.cluster
     import redis.cluster
 
-    from tests.servers import AsyncRunner, RedisCluster, RedisServer
+    from tests.support.servers import AsyncRunner, RedisCluster, RedisServer
 
-# redis is an optional extra: tests.servers is imported inside the fixtures so that the
+# redis is an optional extra: tests.support.servers is imported inside the fixtures so that the
 # suites that never touch Redis still run where it is not installed.
 
 SYSTEM_REDIS_PORT = 6379
 
+# The suites that hold real time to bounds a busy machine misses: marked ``serial``, they run
+# alone, after the parallel run of the rest (``make pytest``). A test elsewhere may carry
+# ``@pytest.mark.serial`` itself.
+SERIAL = (
+    "tests/gate/test_delay.py",  # bursts against a 20-per-second bucket on the real clock
+    "tests/limiter/test_stalls.py",  # real loop stalls and GIL holds against 0.1 s timeouts
+    "tests/storage/test_leases_keeper.py",  # renewals and expiries in real time
+    "tests/observability/test_live.py",  # traffic that must fire alerts within a minute
+    "tests/http/test_delay.py",  # operations started at a bucket's rate across processes
+    # A lease or a charge that a task of the server's loop settles just after the answer, the
+    # test giving it a tenth or a fifth of a second.
+    "tests/http/test_contract.py::test_too_many_concurrent_is_429_with_retry_after_and_debits_nothing",
+    "tests/http/test_hostile.py::test_refused_documents_pay_the_minimum_on_redis_too",
+    "tests/adapters/ariadne/test_websockets.py::test_subscriptions_refused_before_pricing_pay_the_minimum",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+
 
 @contextlib.contextmanager
 def _redis_binaries_required() -> Iterator[None]:
-    from tests.servers import MissingRedisBinary
+    from tests.support.servers import MissingRedisBinary
 
     try:
         yield
@@ -39,7 +63,7 @@ def _redis_binaries_required() -> Iterator[None]:
 def _no_leaked_redis_servers(request: pytest.FixtureRequest) -> Iterator[None]:
     """After the session, reap any redis-server a test started and never stopped, loudly."""
     yield
-    servers = sys.modules.get("tests.servers")
+    servers = sys.modules.get("tests.support.servers")
     leaked = servers.reap_all() if servers is not None else []
     # After Ctrl-C a test may have been cut off before its own cleanup: reap quietly.
     if leaked and request.session.exitstatus != pytest.ExitCode.INTERRUPTED:
@@ -49,7 +73,7 @@ def _no_leaked_redis_servers(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One private redis-server for the session; tests that kill or pause use fresh_redis_server."""
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
     with _redis_binaries_required():
         server = RedisServer().start()
@@ -80,7 +104,7 @@ def async_redis_client(
     client made inside that loop and closed with ``await client.aclose()`` after it; the server
     was emptied with FLUSHALL before the test. (No pytest-asyncio: tests stay plain functions.)
     """
-    from tests.servers import AsyncRunner
+    from tests.support.servers import AsyncRunner
 
     return AsyncRunner(redis_server.async_client)
 
@@ -88,7 +112,7 @@ def async_redis_client(
 @pytest.fixture
 def fresh_redis_server() -> Iterator[RedisServer]:
     """A private redis-server for one test, free to be killed, restarted or paused."""
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
     with _redis_binaries_required():
         server = RedisServer().start()
@@ -101,7 +125,7 @@ def fresh_redis_server() -> Iterator[RedisServer]:
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisCluster]:
     """A 3-master Redis Cluster (no replicas) for the session."""
-    from tests.servers import RedisCluster
+    from tests.support.servers import RedisCluster
 
     with _redis_binaries_required():
         cluster = RedisCluster().start()
@@ -125,6 +149,6 @@ def async_cluster_client(
     redis_cluster: RedisCluster, cluster_client: redis.cluster.RedisCluster
 ) -> AsyncRunner[redis.asyncio.cluster.RedisCluster]:
     """Like ``async_redis_client``, with a ``redis.asyncio.cluster.RedisCluster``."""
-    from tests.servers import AsyncRunner
+    from tests.support.servers import AsyncRunner
 
     return AsyncRunner(redis_cluster.async_client)

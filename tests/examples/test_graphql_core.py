@@ -13,14 +13,14 @@ import httpx
 import pytest
 
 from quotaql.storage.redis import AsyncRedisStorage
-from tests.plugin.asgi import UvicornServer
+from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     import redis
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "graphql_core"
 # Free tier: 100 points, 1 a second. 10 books x (2 + 5 reviews x 1) = 70 up front; two

@@ -14,14 +14,14 @@ import httpx
 import pytest
 
 from quotaql.demo.shop import CONFIG as DEMO_CONFIG
-from tests.plugin.asgi import UvicornServer
+from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     import redis.cluster
 
-    from tests.servers import RedisCluster
+    from tests.support.servers import RedisCluster
 
 APP = Path(__file__).resolve().parents[2] / "examples" / "redis_cluster" / "app.py"
 SHOPPERS = 200

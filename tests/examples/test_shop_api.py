@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from quotaql.demo.run import SCRAPE
-from tests.plugin.asgi import UvicornServer
+from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 APP = Path(__file__).resolve().parents[2] / "examples" / "shop_api" / "app.py"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 STACK = Path(__file__).resolve().parents[2] / "examples" / "stack"
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from quotaql.instrumentation.logs import LogRecorder, StructuredLog
 from quotaql.plugin import CostLimiter
-from tests.plugin import shop
-from tests.plugin.test_extension import EXPENSIVE, context
+from tests.adapters.strawberry.test_extension import EXPENSIVE, context
+from tests.support import strawberry_shop as shop
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -19,9 +19,9 @@ from strawberry.asgi import GraphQL
 from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics, TenantLabels, metrics_app
 from quotaql.plugin import CostLimiter
-from tests.plugin import shop
-from tests.plugin.asgi import UvicornServer
-from tests.plugin.test_extension import EXPENSIVE, _dead_redis_storage, context
+from tests.adapters.strawberry.test_extension import EXPENSIVE, _dead_redis_storage, context
+from tests.support import strawberry_shop as shop
+from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable

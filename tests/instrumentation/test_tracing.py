@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from quotaql.instrumentation import names
 from quotaql.instrumentation.tracing import hashed_tenant
 from quotaql.plugin import CostLimiter
-from tests.plugin import shop
-from tests.plugin.test_extension import EXPENSIVE, _dead_redis_storage, context
+from tests.adapters.strawberry.test_extension import EXPENSIVE, _dead_redis_storage, context
+from tests.support import strawberry_shop as shop
 
 if TYPE_CHECKING:
     from collections.abc import Callable

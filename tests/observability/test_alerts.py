@@ -300,7 +300,7 @@ def test_the_runbook_s_own_links_resolve_and_it_runs_no_python():
     links = re.findall(r"\]\(#([^)]+)\)", text)
     assert links
     assert set(links) <= anchors
-    assert "```python" not in text  # tests/test_docs.py would run it
+    assert "```python" not in text  # tests/docs/test_snippets.py would run it
 
 
 def test_the_runbook_shows_every_alerts_key():

@@ -34,7 +34,7 @@ from quotaql.storage.redis import AsyncRedisStorage
 if TYPE_CHECKING:
     import redis
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = Quota("tenant", capacity=1000, refill_per_second=0.001)

@@ -43,15 +43,15 @@ from quotaql.observability.dashboards import (
 )
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import AsyncRedisStorage
-from tests.observability.prometheus import PrometheusServer
-from tests.plugin import shop
-from tests.plugin.asgi import UvicornServer
+from tests.support import strawberry_shop as shop
+from tests.support.app_servers import UvicornServer
+from tests.support.servers import PrometheusServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 JOB = "quotaql-live"
 FLOODER = "flooder"

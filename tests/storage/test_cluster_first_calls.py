@@ -16,7 +16,7 @@ from quotaql.storage import Debit
 from quotaql.storage.redis import AsyncRedisStorage
 
 if TYPE_CHECKING:
-    from tests.servers import RedisCluster
+    from tests.support.servers import RedisCluster
 
 QUOTA = Quota("tenant", capacity=1000, refill_per_second=1e-6)
 CALLS = 40

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import redis
 
     from quotaql.policy.quota import Decision
-    from tests.servers import AsyncRunner
+    from tests.support.servers import AsyncRunner
 
 T0 = 1_700_000_000_000  # ms: a realistic Redis TIME, a multiple of every window used here
 TIMEOUT = 5.0  # generous: these tests are about behaviour, not about a loaded machine's latency
@@ -685,7 +685,7 @@ def test_something_other_than_a_quota_is_a_type_error(
 # -- connections -----------------------------------------------------------------------------
 
 
-# Closing the storages is tested in tests/test_limiter.py (connections counted by name).
+# Closing the storages is tested in tests/limiter/test_limiter.py (connections counted by name).
 
 
 # -- the same answers everywhere -------------------------------------------------------------

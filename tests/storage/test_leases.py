@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     import redis
 
-    from tests.servers import AsyncRunner
+    from tests.support.servers import AsyncRunner
 
 T0 = 1_700_000_000_000  # ms: a realistic Redis TIME
 TTL = 30_000

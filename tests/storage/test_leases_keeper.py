@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import redis
     import redis.asyncio
 
-    from tests.servers import AsyncRunner, RedisServer
+    from tests.support.servers import AsyncRunner, RedisServer
 
 TIER = LeaseSpec("tier", 100)
 FIELD = LeaseSpec("field:Query.search", 100)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import redis.asyncio
     import redis.cluster
 
-    from tests.servers import AsyncRunner, RedisCluster, RedisServer
+    from tests.support.servers import AsyncRunner, RedisCluster, RedisServer
 
 TIMEOUT = 5.0
 TIER = LeaseSpec("tier", 3)

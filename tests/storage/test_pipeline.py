@@ -15,12 +15,12 @@ import pytest
 from quotaql import AsyncRedisStorage, MemoryStorage, Quota
 from quotaql.errors import StorageError, StorageTimeout
 from quotaql.storage import Debit
-from tests.servers import AsyncRunner
+from tests.support.servers import AsyncRunner
 
 if TYPE_CHECKING:
     import redis
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
 T0 = 1_700_000_000_000
 QUOTA = Quota("tenant", capacity=10, refill_per_second=1)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import redis
     import redis.cluster
 
-    from tests.servers import AsyncRunner, RedisCluster, RedisServer
+    from tests.support.servers import AsyncRunner, RedisCluster, RedisServer
 
 T0 = 1_700_000_000_000
 TIMEOUT = 5.0
@@ -261,7 +261,7 @@ def test_the_same_storage_works_again_after_a_restart(fresh_redis_server: RedisS
 def test_the_same_async_storage_works_again_after_a_restart(
     fresh_redis_server: RedisServer,
 ) -> None:
-    from tests.servers import AsyncRunner
+    from tests.support.servers import AsyncRunner
 
     async def body(client: Any) -> list[float]:
         storage = AsyncRedisStorage(client, timeout=TIMEOUT)
