@@ -43,11 +43,13 @@ _log = logging.getLogger(__name__)
 
 class ServingThread(threading.Thread):
     """A daemon thread that runs one server's loop; what the loop raised is kept in ``error``
-    (and logged, so that a server's log shows it)."""
+    and logged (a server's log shows it), then raised on to ``threading.excepthook``, where
+    pytest turns it into an error of the test, unless ``swallow``."""
 
-    def __init__(self, target: Callable[[], object], name: str) -> None:
+    def __init__(self, target: Callable[[], object], name: str, *, swallow: bool = False) -> None:
         super().__init__(name=name, daemon=True)
         self._serve = target
+        self._swallow = swallow
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -56,6 +58,8 @@ class ServingThread(threading.Thread):
         except BaseException as exc:
             self.error = exc
             _log.exception("%s failed", self.name)
+            if not self._swallow:
+                raise
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Join the thread (its server was told to stop); raise if it still runs after
