@@ -10,7 +10,7 @@ its refill before the region admits anything again. A debit made just after a pu
 waits the whole interval, so the lag of a debit is at most ``interval_ms + delay_ms``.
 
 ``docs/scale-out.md`` derives the over-admission bound this accepts
-(:func:`over_admission_bound`); ``tests/test_scale_out.py`` measures it
+(:func:`over_admission_bound`); ``tests/tools/test_scale_out.py`` measures it
 (:func:`worst_window_excess`).
 
 Example:
