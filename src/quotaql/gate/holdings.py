@@ -52,6 +52,8 @@ class Holdings:
         refuse: refuses an operation with a limiter's error (and its HTTP status).
     """
 
+    limits: LimitsConfig  # the [limits] in force (configure: at once, and at each reload)
+
     def __init__(
         self,
         concurrency: ConcurrencyLimiter,
@@ -63,7 +65,6 @@ class Holdings:
         self._log = record.log_op
         self._refuse = refuse
         self._slots = Slots()  # open subscriptions per subject
-        self.limits: LimitsConfig | Any = None  # the [limits] in force (configure)
 
     def configure(self, limits: LimitsConfig) -> None:
         """Take the ``[limits]`` in force (the retry time of a concurrency refusal)."""

@@ -51,12 +51,13 @@ class Refusals:
             pays the tier's quota, not the ``[tenants]`` table's).
     """
 
+    config: Config  # in force (configure: at once, and at each reload)
+    denials: DenyCache  # made anew with each configuration (new budgets, new sizes)
+
     def __init__(self, record: OperationRecorder, scaling: Scaling, by_resolver: bool) -> None:
         self._log = record.log_op
         self._scaling = scaling
         self.by_resolver = by_resolver
-        self.config: Config | Any = None
-        self.denials = DenyCache(0)
 
     def configure(self, config: Config) -> None:
         """Take ``config``: a new deny cache too (new budgets, new sizes)."""

@@ -520,11 +520,6 @@ def _call(storage: Any, call: _Call) -> Any:
 _Remember = Callable[[Debit, Decision], None]
 
 
-def _make(step: Callable[[], Any]) -> Any:
-    """Make a step that is a call to make (its result, or an awaitable of it)."""
-    return step()
-
-
 def _after(remember: _Remember) -> Callable[[_Call, Any], None]:
     """What the driver tells ``remember`` of each step: the storage's decisions (a refund
     decides nothing)."""
@@ -619,24 +614,39 @@ class Operations:
             return drive(flow_factory(), core.run, STORAGE_ERRORS)
         if not core.breaker.allow():
             return core.substitute(flow_factory, debit)
-        return drive(self._through_breaker(flow_factory, debit, call), _make, STORAGE_ERRORS)
-
-    def _through_breaker(
-        self, flow_factory: Callable[[], _Flow], debit: Debit, call: _Call | None
-    ) -> Generator[Callable[[], Any], Any, Any]:
-        """The storage's answer to the operation (``call`` alone, made at once, or the
-        flow), or the fail mode's when it fails; the breaker told either way."""
-        core = self.core
         try:
             if call is None:
-                result = yield lambda: drive(flow_factory(), core.run, STORAGE_ERRORS, core.after)
+                result = drive(flow_factory(), core.run, STORAGE_ERRORS, core.after)
             else:  # a request of one storage call: made at once, no flow to drive
-                result = yield lambda: _call(core.storage, call)
+                result = _call(core.storage, call)
         except StorageError as error:
             core.failed(error)
             return core.substitute(flow_factory, debit)
         except BaseException:
-            core.breaker.abandon()  # e.g. interrupted or cancelled: no verdict on the storage
+            core.breaker.abandon()  # e.g. interrupted: no verdict on the storage
+            raise
+        if is_pending(result):
+            return self._execute_later(result, flow_factory, debit, call)
+        return self._answered(result, call)
+
+    async def _execute_later(
+        self,
+        pending: Awaitable[Any],
+        flow_factory: Callable[[], _Flow],
+        debit: Debit,
+        call: _Call | None,
+    ) -> Any:
+        """:meth:`execute` once the storage's answer is in (an async storage): written
+        apart, not as a flow through the breaker, because this is the hot path of an async
+        limiter (a generator and a closure per decision cost it 8 % of its throughput)."""
+        core = self.core
+        try:
+            result = await pending
+        except StorageError as error:
+            core.failed(error)
+            return core.substitute(flow_factory, debit)
+        except BaseException:
+            core.breaker.abandon()  # e.g. cancelled: no verdict on the storage
             raise
         return self._answered(result, call)
 
