@@ -343,6 +343,49 @@ def test_many_identities_park_at_most_max_delayed_operations(
     assert sum(op.refused for op in ops) >= process_full
 
 
+def test_one_tenant_s_waiters_cannot_take_everyone_s_waiting_places(
+    write: Callable[..., Path], registry: CollectorRegistry
+) -> None:
+    """The attack: two addresses parking 10 waiters each filled ``max_delayed = 20``, and an
+    honest client over its budget then had 0 of 3 delayed. No subject holds more than its
+    ``delayed_share`` (a quarter by default) of the places: the honest client waits."""
+    gate = Gate(
+        load_config(write(TOML.replace("max_delayed = 1000", "max_delayed = 20"))),
+        metrics=PrometheusMetrics(registry),
+    )
+
+    async def main() -> tuple[list[Operation], list[Operation]]:
+        greedy = [
+            asyncio.ensure_future(gate.admit_async(SCHEMA, HELLO, request=scope("", address)))
+            for address in ("198.51.100.1", "198.51.100.2")
+            for _ in range(CAPACITY + 10)  # its bucket, then 10 that want to wait
+        ]
+        await asyncio.sleep(0.05)  # they are parked now (their turns are up to 0.5 s away)
+        honest = [
+            await gate.admit_async(SCHEMA, HELLO, request=scope("", "203.0.113.50"))
+            for _ in range(CAPACITY)
+        ]
+        honest += await asyncio.gather(
+            *(gate.admit_async(SCHEMA, HELLO, request=scope("", "203.0.113.50")) for _ in range(3))
+        )
+        return list(await asyncio.gather(*greedy)), honest
+
+    greedy, honest = asyncio.run(main())
+    assert [op.refused for op in honest] == [False] * (CAPACITY + 3)
+    assert sum(op.waits is not None and op.decision.delay > 0 for op in honest) == 3
+    share = 20 // 4
+    assert sum(op.refused for op in greedy) == 2 * (10 - share)  # past their share each
+    assert sample(registry, names.DELAY_REFUSED_TOTAL, tier="free", reason="subject_full") == 10
+    assert gate._delays.waiting() == 0
+
+
+def test_delayed_share_is_read_and_checked(write: Callable[..., Path]) -> None:
+    assert load_config(write("[limits]\ndelayed_share = 0.5\n")).limits.delayed_share == 0.5
+    assert load_config(write("")).limits.delayed_share == 0.25
+    with pytest.raises(ConfigError, match="delayed_share"):
+        load_config(write("[limits]\ndelayed_share = 1.5\n"))
+
+
 def test_a_sync_server_refuses_instead_of_parking_its_thread(
     gate: Gate, registry: CollectorRegistry
 ) -> None:

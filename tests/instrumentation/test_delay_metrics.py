@@ -80,7 +80,7 @@ def test_refusals_are_counted_by_tier_and_reason_every_reason_from_zero() -> Non
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry)
 
-    assert names.DELAY_REFUSED_REASONS == ("queue", "process_full", "sync")
+    assert names.DELAY_REFUSED_REASONS == ("queue", "process_full", "sync", "subject_full")
     metrics.delay_refused("free", names.DELAY_QUEUE)
     metrics.delay_refused("free", names.DELAY_QUEUE)
     metrics.delay_refused("free", names.DELAY_PROCESS_FULL)

@@ -112,6 +112,7 @@ _LIMITS_CHECKS: Final[Mapping[str, Check[object]]] = {
     "lease_ttl": checks.seconds(MIN_LEASE_TTL, MAX_LEASE_TTL, low_in=True),
     "concurrency_retry_after": checks.seconds(0.0, MAX_CONCURRENCY_RETRY_AFTER, low_in=False),
     "max_delayed": checks.size,
+    "delayed_share": checks.fraction,
     "delay_sync": checks.one_of(DELAY_SYNC),
 }
 _LIMITS_KEYS: Final = tuple(_LIMITS_CHECKS)

@@ -121,6 +121,8 @@ class LimitsConfig:
         max_delayed: the most operations of delay tiers (``on_limit = "delay"``) waiting
             for their turn at once in this process, over all tenants; one more is decided
             as if its tier refused (0: nothing waits in this process).
+        delayed_share: the share of ``max_delayed`` one subject may hold (at least one
+            place): one tenant's waiters cannot take everyone's places (0 to 1).
         delay_sync: what a sync server (WSGI, a thread per request) does with an operation
             of a delay tier: ``refuse`` (the default) decides it as if its tier refused,
             ``sleep`` parks the thread until its turn (each counts against
@@ -144,6 +146,7 @@ class LimitsConfig:
     lease_ttl: float = 30.0
     concurrency_retry_after: float = 1.0
     max_delayed: int = 1000
+    delayed_share: float = 0.25
     delay_sync: DelaySync = "refuse"
 
     def __post_init__(self) -> None:
@@ -175,6 +178,7 @@ class LimitsConfig:
             ("min_charge", 0.0, math.inf),
             ("retry_jitter", 0.0, 1.0),
             ("local_share", 0.0, 1.0),
+            ("delayed_share", 0.0, 1.0),
         ):
             value = getattr(self, name)
             if not (_is_number(value) and math.isfinite(value) and low <= value <= high):

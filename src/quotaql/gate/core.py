@@ -104,6 +104,8 @@ __all__ = ["Gate"]
 
 
 _Flow = Generator[Any, Any, Any]
+# Refused for want of a waiting place, not by the storage: not kept by the deny cache.
+_NO_PLACE = frozenset({names.DELAY_PROCESS_FULL, names.DELAY_SUBJECT_FULL})
 # What an async flow is told of a failed step (an async hook's error: identity decides).
 _HOOK_ERRORS = (Exception,)
 
@@ -603,7 +605,7 @@ class Gate:
             if waits is not None and decision.reason == "rate_limited":
                 self._delays.refused(op, decision, waits)
             if op.mode is Mode.ENFORCE:
-                if waits != names.DELAY_PROCESS_FULL:  # the next one may find a place
+                if waits not in _NO_PLACE:  # the next one may find a place
                     self._refusals.remember(op, decision)
                 error = self._refusals.rate_limited(op, decision)
                 self._log(op, names.BLOCKED, "quotaql: blocked %s: %s", code, error.message)

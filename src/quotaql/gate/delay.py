@@ -4,6 +4,7 @@ its cost reserved, instead of being refused, within the process's ``max_delayed`
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ class DelayLine:
         self._log = record.log_op
         self._refund_all = refund_all
         self._waiting = Slots()  # operations waiting for their turn (one key)
+        self._theirs = Slots()  # the same, per subject
 
     def waiting(self) -> int:
         """How many operations wait for their turn now."""
@@ -46,17 +48,24 @@ class DelayLine:
 
     def may_wait(self, op: Operation, limits: LimitsConfig, can_await: bool) -> None:
         """Whether ``op`` (of a delay tier) may wait for its turn: it takes one of the
-        process's ``max_delayed`` places and its quotas their waits, or it is decided as
-        if its tier refused (a sync server, or the place is full). In shadow mode it is
-        decided with the waits (as enforce would) and runs at once."""
+        process's ``max_delayed`` places (no subject more than its ``delayed_share`` of them,
+        so that one tenant's waiters cannot take everyone's places) and its quotas their
+        waits, or it is decided as if its tier refused (a sync server, or no place). In
+        shadow mode it is decided with the waits (as enforce would) and runs at once."""
         if not can_await and limits.delay_sync != "sleep":
             op.waits = names.DELAY_SYNC
             return
+        key = op.subject.key
+        share = max(1, math.floor(limits.max_delayed * limits.delayed_share))
         if op.mode is not Mode.ENFORCE:
             op.waits = False  # decided as enforce would, never waits
+        elif not self._theirs.take(key, min(share, limits.max_delayed)):
+            op.waits = names.DELAY_SUBJECT_FULL
+            return
         elif self._waiting.take("", limits.max_delayed):
             op.waits = True
         else:
+            self._theirs.give_back(key)
             op.waits = names.DELAY_PROCESS_FULL
             return
         op.quotas = charges.delayed(op.tier, op.quotas)
@@ -104,6 +113,7 @@ class DelayLine:
         if op.waits is True:
             op.waits = False
             self._waiting.give_back("")
+            self._theirs.give_back(op.subject.key)
             if self.metrics is not None:
                 self.metrics.delays_waiting(self._waiting.total())
 

@@ -160,7 +160,10 @@ tier refused, and did not fit."""
 DELAY_SYNC: Final = "sync"
 """A sync server (``[limits] delay_sync = "refuse"``): it was decided as if its tier
 refused, and did not fit."""
-DELAY_REFUSED_REASONS: Final = (DELAY_QUEUE, DELAY_PROCESS_FULL, DELAY_SYNC)
+DELAY_SUBJECT_FULL: Final = "subject_full"
+"""Its subject held its share of this process's waiting places already (``[limits]
+delayed_share`` of ``max_delayed``): it was decided as if its tier refused, and did not fit."""
+DELAY_REFUSED_REASONS: Final = (DELAY_QUEUE, DELAY_PROCESS_FULL, DELAY_SYNC, DELAY_SUBJECT_FULL)
 
 #: Where a subject came from (``quotaql.identity.IdentitySource``): the values of ``source``.
 SOURCE_ANONYMOUS: Final = "anonymous"

@@ -295,6 +295,7 @@ _DELAY_REFUSAL_COLOURS: Final = {
     names.DELAY_PROCESS_FULL: "red",
     names.DELAY_SYNC: "orange",
     names.DELAY_QUEUE: "purple",
+    names.DELAY_SUBJECT_FULL: "yellow",
 }
 
 DELAY: Final = Row("Delay", (
