@@ -5,13 +5,15 @@ what a reader can hold, the adapters' front doors are typed, and the mode is an 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-import quotaql
+from tests.support.imports import import_graph, module_paths
 
-PACKAGE = Path(quotaql.__file__).parent
+if TYPE_CHECKING:
+    from pathlib import Path
+
 MAX_MODULE_LINES = 900
 MAX_CLASS_LINES = 700
 
@@ -81,15 +83,17 @@ ALLOWED: dict[str, set[str]] = {
 OFFLINE = {"observability", "tune", "simulation", "cli", "demo"}
 
 
-def _modules() -> dict[str, Path]:
-    found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE).with_suffix("").parts
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
-
-
-MODULES = _modules()
+# The modules by their names in the package (``gate.core``), their files and what each imports.
+MODULES: dict[str, Path] = {
+    name.removeprefix("quotaql."): path
+    for name, path in module_paths().items()
+    if name != "quotaql"
+}
+IMPORTS: dict[str, set[str]] = {
+    name.removeprefix("quotaql."): {target.removeprefix("quotaql.") for target in targets}
+    for name, targets in import_graph().items()
+    if name != "quotaql"
+}
 
 
 def _layer(module: str) -> str:
@@ -99,43 +103,15 @@ def _layer(module: str) -> str:
     return module.split(".", maxsplit=1)[0]
 
 
-def _imports(module: str, path: Path) -> set[str]:
-    """The quotaql modules ``module`` imports, wherever the import is written (at module
-    level, in a function, under ``TYPE_CHECKING``), relative to the package."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = f"quotaql.{package}".rsplit(".", node.level - 1)[0]
-                base = f"{anchor}.{base}" if base else anchor
-            names = [f"{base}.{alias.name}" for alias in node.names]
-            if not any(name.removeprefix("quotaql.") in MODULES for name in names):
-                names = [base]  # names from a module, not modules of a package
-        else:
-            continue
-        for name in names:
-            if name.startswith("quotaql."):
-                inner = name.removeprefix("quotaql.")
-                while inner and inner not in MODULES:
-                    inner = inner.rpartition(".")[0]
-                if inner:
-                    found.add(inner)
-    return found - {module}
-
-
 def test_every_layer_is_known() -> None:
-    layers = {_layer(module) for module in MODULES if module}
+    layers = {_layer(module) for module in MODULES}
     assert layers <= ALLOWED.keys() | OFFLINE, layers - ALLOWED.keys() - OFFLINE
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if m and _layer(m) in ALLOWED))
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) in ALLOWED))
 def test_a_module_imports_only_the_layers_below_its_own(module: str) -> None:
     layer = _layer(module)
-    reached = {_layer(name) for name in _imports(module, MODULES[module])} - {layer}
+    reached = {_layer(name) for name in IMPORTS[module]} - {layer}
     assert reached <= ALLOWED[layer], (
         f"quotaql.{module} ({layer}) imports {sorted(reached - ALLOWED[layer])}"
     )
@@ -148,10 +124,10 @@ def test_the_layer_table_has_no_cycle() -> None:
 
 
 def test_nothing_in_the_request_path_imports_an_offline_tool() -> None:
-    for module, path in MODULES.items():
-        if not module or _layer(module) in OFFLINE:
+    for module in MODULES:
+        if _layer(module) in OFFLINE:
             continue
-        reached = {_layer(name) for name in _imports(module, path)} & OFFLINE
+        reached = {_layer(name) for name in IMPORTS[module]} & OFFLINE
         assert not reached, f"quotaql.{module} imports the offline {sorted(reached)}"
 
 
