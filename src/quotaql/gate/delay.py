@@ -59,14 +59,14 @@ class DelayLine:
         share = max(1, math.floor(limits.max_delayed * limits.delayed_share))
         if op.mode is not Mode.ENFORCE:
             op.waits = False  # decided as enforce would, never waits
-        elif not self._theirs.take(key, min(share, limits.max_delayed)):
-            op.waits = names.DELAY_SUBJECT_FULL
+        elif not self._waiting.take("", limits.max_delayed):
+            op.waits = names.DELAY_PROCESS_FULL
             return
-        elif self._waiting.take("", limits.max_delayed):
+        elif self._theirs.take(key, share):
             op.waits = True
         else:
-            self._theirs.give_back(key)
-            op.waits = names.DELAY_PROCESS_FULL
+            self._waiting.give_back("")
+            op.waits = names.DELAY_SUBJECT_FULL
             return
         op.quotas = charges.delayed(op.tier, op.quotas)
 

@@ -22,8 +22,9 @@ import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from quotaql._flow import drive, is_pending
-from quotaql.errors import StorageError, StorageTimeout
+from quotaql.errors import StorageError
 from quotaql.instrumentation import names
+from quotaql.limiter.flows import STORAGE_ERRORS
 from quotaql.storage.base import is_fallible, supports_leases
 from quotaql.storage.leases import (
     LeaseKeeper,
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["UNAVAILABLE", "ConcurrencyLimiter", "Lease", "LeaseRecorder", "Taken"]
 
-# A lease storage's failures: raised inside the flow that called it (the breaker counts them).
-_STORAGE_ERRORS = (StorageError,)
 
 # Most local specs (a spec scaled by local_share) kept, to build each once.
 _LOCAL_SPECS = 4096
@@ -153,11 +152,11 @@ class ConcurrencyLimiter:
         if self.abandoned:  # operations dropped unfinished: their leases first
             self._release_abandoned()
         leases = self.store
+        if self.is_async:
+            return self._take_async(leases, key, specs, lease)
         if not self._fallible:
             return self._took(key, specs, lease, leases.take(key, specs, lease, self.ttl_ms),
                               leases)  # fmt: skip
-        if self.is_async:
-            return self._take_async(leases, key, specs, lease)
         result = self._guarded(leases.take, key, specs, lease, self.ttl_ms)
         return self._took(key, specs, lease, result, leases)
 
@@ -262,7 +261,7 @@ class ConcurrencyLimiter:
     def _guarded(self, method: Callable[..., Any], *args: Any) -> Any:
         """``method(*args)`` on a lease storage that can fail, through the breaker: its
         result, or ``UNAVAILABLE`` (or an awaitable of either, on an async storage)."""
-        return drive(self._through_breaker(method, args), _call, _STORAGE_ERRORS)
+        return drive(self._through_breaker(method, args), _call, STORAGE_ERRORS)
 
     def _through_breaker(
         self, method: Callable[..., Any], args: tuple[Any, ...]
@@ -273,7 +272,7 @@ class ConcurrencyLimiter:
         try:
             result = yield method, args
         except StorageError as error:
-            self._failed(error)
+            self.rates.failed(error, self._backend)
             return UNAVAILABLE
         except BaseException:  # cancelled, or a bug: the breaker's probe is not spent
             breaker.abandon()
@@ -281,12 +280,6 @@ class ConcurrencyLimiter:
         if breaker.success():
             self.rates.recorder.circuit(self._backend, False)
         return result
-
-    def _failed(self, error: StorageError) -> None:
-        rates = self.rates
-        rates.recorder.backend_error(self._backend, error)
-        if rates.breaker.failure(timeout=isinstance(error, StorageTimeout)):
-            rates.recorder.circuit(self._backend, True)
 
     # -- giving back ---------------------------------------------------------------------
 
@@ -301,7 +294,7 @@ class ConcurrencyLimiter:
         if self.is_async and (held is self.store or lease.stray is not None) and not _loop():
             self.events.leases(names.LEASE_RELEASE_FAILED)  # no loop to await it: it expires
             return None
-        done = drive(self._giving_back(lease, span), _call, _STORAGE_ERRORS)
+        done = drive(self._giving_back(lease, span), _call, STORAGE_ERRORS)
         return done if is_pending(done) else None
 
     def _giving_back(self, lease: Lease, span: Any) -> Generator[Any, Any, None]:

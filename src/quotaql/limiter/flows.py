@@ -240,10 +240,13 @@ class Core:
 
     # -- failure handling ----------------------------------------------------------------
 
-    def failed(self, error: StorageError) -> None:
-        self.recorder.backend_error(self.backend, error)
+    def failed(self, error: StorageError, backend: str | None = None) -> None:
+        """Tell the breaker and the recorder that a call to ``backend`` (default: the
+        storage's; the concurrency limiter names its lease store) failed."""
+        name = self.backend if backend is None else backend
+        self.recorder.backend_error(name, error)
         if self.breaker.failure(timeout=isinstance(error, StorageTimeout)):
-            self.recorder.circuit(self.backend, True)
+            self.recorder.circuit(name, True)
 
     def succeeded(self) -> None:
         if self.breaker.success():
