@@ -875,3 +875,19 @@ def test_closing_the_async_storage_closes_its_connections(
 
     assert opened == 1
     assert closed == 0
+
+
+def test_the_limiters_typed_options_are_the_core_s_keyword_parameters() -> None:
+    """``Limiter(storage, **options)`` is typed by ``LimiterOptions``: it names exactly the
+    keywords the limiter's core takes, so a new keyword cannot be left out of the type."""
+    import inspect
+
+    from quotaql.limiter.flows import Core
+    from quotaql.limiter.options import LimiterOptions
+
+    keywords = [
+        name
+        for name, parameter in inspect.signature(Core.__init__).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    assert keywords == list(LimiterOptions.__annotations__)

@@ -552,7 +552,7 @@ class Gate:
         )  # fmt: skip
         adaptive = self.adaptive
         if adaptive is not None:
-            self._scaling.admit(op, adaptive, config, report.operation_type != "subscription")
+            self._scaling.admit(op, adaptive, report.operation_type != "subscription")
         if op.mode is Mode.ENFORCE and self._refusals.deny_priced(op):
             return op  # no cheaper than what was refused, before its time
         subscription = report.operation_type == "subscription"
@@ -636,7 +636,7 @@ class Gate:
         if adaptive is not None:
             adaptive.poll()
             if adaptive.multiplier != op.multiplier:
-                self._scaling.rescale(op, self._config, adaptive.multiplier)
+                self._scaling.rescale(op, adaptive.multiplier)
         decision: Decision = yield Acquire(op.subject.key, op.charge, op.quotas, op.costs)
         if self.metrics is not None:
             outcome = names.ALLOWED if decision.allowed else names.BLOCKED

@@ -30,6 +30,8 @@ class Scaling:
         record: the gate's recorder (metrics and log).
     """
 
+    _config: Config  # in force (configure: at once, and at each reload)
+
     def __init__(self, pressure: Callable[[], float] | None, record: OperationRecorder) -> None:
         if pressure is not None and not callable(pressure):
             raise TypeError(f"pressure must be a callable, got {type(pressure).__name__}")
@@ -56,10 +58,11 @@ class Scaling:
                 key="adaptive.sources",
             )
 
-    def admit(self, op: Operation, adaptive: Adaptive, config: Config, timed: bool) -> None:
+    def admit(self, op: Operation, adaptive: Adaptive, timed: bool) -> None:
         """Adaptive limits on ``op`` about to be debited: its start time (``timed``: its
         latency is a sample), the signal's update when a second has passed, and its debits
         divided by the multiplier when its tier is one that adaptation scales."""
+        config = self._config
         now = adaptive.clock()
         adaptive.poll(now)
         if timed:
@@ -70,8 +73,9 @@ class Scaling:
             op.costs = charges.scaled(config.adaptive, op.quotas, op.costs, op.charge, multiplier)
             op.multiplier = multiplier
 
-    def rescale(self, op: Operation, config: Config, multiplier: float) -> None:
+    def rescale(self, op: Operation, multiplier: float) -> None:
         """``op``'s debits under ``multiplier`` (a subscription's later event)."""
+        config = self._config
         if op.tier.name not in config.adaptive_tiers:
             return
         base = op.base if op.base is not None else op.costs
