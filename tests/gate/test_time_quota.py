@@ -182,6 +182,36 @@ def test_a_document_refused_by_validation_pays_the_time_its_validation_took(
     assert world.time_left("greedy") == pytest.approx(100 - op.work.ms, abs=0.01)
 
 
+def test_a_subject_in_debt_is_refused_for_invalid_documents_too(tmp_path: Path) -> None:
+    """Documents that never reach pricing (they fail validation, slowly) are checked
+    against the time quota when they pay the minimum: once in debt, the subject's next
+    requests are refused before anything is parsed."""
+
+    class Slow(ValidationRule):
+        def enter_document(self, *_: Any) -> None:
+            burn(60)
+            self.report_error(GraphQLError("refused, slowly"))
+
+    world = World(tmp_path)
+    works = []
+    for _ in range(4):
+        op = world.gate.begin(request=request("greedy"))
+        errors = world.gate.parse(SCHEMA, "{ hello }", [Slow], op=op)
+        if isinstance(errors, list) and not op.refused:
+            world.gate.reject(op, errors)
+        world.gate.finish(op)
+        works.append((op.outcome, op.work.ms, op.decision))
+    outcomes = [outcome for outcome, _, _ in works]
+    # 60 ms each: two paid (120 > 100), the third found the debt, the fourth was denied.
+    assert outcomes[:2] == [names.REJECTED, names.REJECTED]
+    decision = works[2][2]
+    assert decision is not None
+    assert not decision.allowed
+    assert decision.limited_by == "time"
+    assert outcomes[3] == names.DENIED
+    assert works[3][1] == 0  # refused before parsing: no work
+
+
 def test_the_time_quota_is_off_by_tier_or_for_every_tier(tmp_path: Path) -> None:
     for limits, tier in (("", "time = false"), ("time = false", "")):
         world = World(tmp_path, limits=limits, tier=tier)

@@ -133,6 +133,7 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlRefundsLost",
         "QuotaqlDelaysLong",
         "QuotaqlDelayProcessFull",
+        "QuotaqlTimeQuotaRefusing",
         "QuotaqlMetricsAbsent",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
@@ -190,6 +191,7 @@ def test_every_label_in_every_expr_is_defined_in_names_or_by_prometheus(rule):
         *names.LEASE_OUTCOMES,
         *names.REFUND_OUTCOMES,
         *names.DELAY_REFUSED_REASONS,
+        names.QUOTA_TIME,
     }
 
 
@@ -363,6 +365,8 @@ refunds_lost_for = "2m"
 delay_p99_seconds = 2.5
 delays_long_for = "20m"
 delay_process_full_for = "1m"
+time_refusals_per_second = 0.5
+time_refusals_for = "40m"
 metrics_absent_for = "1h30m"
 """
 
@@ -393,6 +397,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
     assert expr["QuotaqlRefundsLost"].endswith("[30m]))\n  > 0")
     assert expr["QuotaqlDelaysLong"].endswith("_bucket[3m])))\n  > 2.5")
     assert expr["QuotaqlDelayProcessFull"].endswith("[3m]))\n  > 0")
+    assert expr["QuotaqlTimeQuotaRefusing"].endswith('{quota="time"}[3m]))\n  > 0.5')
     assert for_ == {
         "QuotaqlBlockedRatioHigh": "20m",
         "QuotaqlBlockSpike": "15m",
@@ -410,6 +415,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlRefundsLost": "2m",
         "QuotaqlDelaysLong": "20m",
         "QuotaqlDelayProcessFull": "1m",
+        "QuotaqlTimeQuotaRefusing": "40m",
         "QuotaqlMetricsAbsent": "1h30m",
     }
     for name, rule in rules.items():

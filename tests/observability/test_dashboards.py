@@ -47,6 +47,9 @@ METRICS = {
     names.QUERY_DEPTH,
     names.COST_TOTAL,
     names.OVERAGE_TOTAL,
+    names.TIME_SECONDS_TOTAL,
+    names.OPERATION_TIME,
+    names.QUOTA_REFUSALS_TOTAL,
     names.CHECK_DURATION,
     names.BACKEND_ERRORS_TOTAL,
     names.CIRCUIT_OPEN,
@@ -104,6 +107,14 @@ OVERVIEW_ROWS = [
             "Estimated cost heatmap",
             "Actual vs estimated cost",
             "Overage charged per second",
+        ],
+    ),
+    (
+        "Worker time",
+        [
+            "Worker time per second by tier",
+            "Worker time per operation p50 / p99",
+            "Budget refusals by quota",
         ],
     ),
     (
@@ -409,7 +420,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 48), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 52), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -490,6 +501,30 @@ def test_overage_panel(dashboards: dict[str, dict[str, Any]]) -> None:
     )
     assert target["legendFormat"] == "{{tier}}"
     assert "charge_overage" in panel["description"]
+
+
+def test_worker_time_panels(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+
+    def exprs(title: str) -> list[str]:
+        return [t["expr"] for t in _panel(overview, title)["targets"]]
+
+    matchers = '{job=~"$job", tier=~"$tier"}'
+    assert exprs("Worker time per second by tier") == [
+        f"sum by (tier) (rate({names.TIME_SECONDS_TOTAL}{matchers}[$__rate_interval]))"
+    ]
+    assert exprs("Worker time per operation p50 / p99") == [
+        f"histogram_quantile({q}, sum by (le, tier) "
+        f"(rate({names.OPERATION_TIME}_bucket{matchers}[$__rate_interval])))"
+        for q in ("0.5", "0.99")
+    ]
+    assert exprs("Budget refusals by quota") == [
+        f"sum by (quota) (rate({names.QUOTA_REFUSALS_TOTAL}{matchers}[$__rate_interval]))"
+    ]
+    refusals = _panel(overview, "Budget refusals by quota")
+    assert _fixed_colours(refusals) == {names.QUOTA_TIME: "red"}
+    unit = _panel(overview, "Worker time per second by tier")["fieldConfig"]["defaults"]["unit"]
+    assert unit == "s"
 
 
 def test_tuning_panels(dashboards: dict[str, dict[str, Any]]) -> None:

@@ -73,8 +73,14 @@ tier = "free"
 tier = "free"
 [tenants.streamer]
 tier = "free"
+# Runs over its estimates (an overage each time) and takes more worker time than its
+# tiny time quota refills: refused by the time quota after its first few operations.
+[tiers.greedy]
+capacity = 200
+refill_per_second = 5
+time = { capacity_ms = 5, refill_ms_per_second = 1 }
 [tenants.greedy]
-tier = "free"
+tier = "greedy"
 # Concurrency limits: two queries at once, no subscription at all.
 [tiers.narrow]
 capacity = 200
@@ -117,6 +123,7 @@ TEST_ALERTS = AlertsConfig(
     refunds_lost_for="0s",
     delays_long_for="0s",
     delay_process_full_for="0s",
+    time_refusals_for="0s",
     metrics_absent_for="0s",
 )
 IDENTITY_ALERTS = {"QuotaqlAnonymousRequests", "QuotaqlUnknownApiKeys", "QuotaqlUnverifiedApiKeys"}
@@ -396,6 +403,8 @@ def test_dashboards_have_data_and_alerts_fire(
                 ("quotaql_delay_refused_total", "reason", "queue"),
                 ("quotaql_delay_refused_total", "reason", "sync"),
                 ("quotaql_delay_cancelled_total", "tier", "free"),
+                ("quotaql_overage_total", "tier", "greedy"),
+                ("quotaql_quota_refusals_total", "quota", "time"),
             )
         ]
 

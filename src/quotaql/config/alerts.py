@@ -138,6 +138,10 @@ class AlertsConfig:
             because a process had ``[limits] max_delayed`` waiting already
             (``quotaql_delay_refused_total{reason="process_full"}``) before
             ``QuotaqlDelayProcessFull`` fires (5m).
+        time_refusals_per_second: ``QuotaqlTimeQuotaRefusing`` fires when a job refuses
+            more than this many operations a second by the time quota
+            (``quotaql_quota_refusals_total{quota="time"}``) (0.1).
+        time_refusals_for: 10m.
         metrics_absent_for: how long ``quotaql_build_info`` may be missing before
             ``QuotaqlMetricsAbsent`` fires (10m).
     """
@@ -173,6 +177,8 @@ class AlertsConfig:
     delay_p99_seconds: float = 1.0
     delays_long_for: str = "10m"
     delay_process_full_for: str = "5m"
+    time_refusals_per_second: float = 0.1
+    time_refusals_for: str = "10m"
     metrics_absent_for: str = "10m"
 
     def __post_init__(self) -> None:
@@ -219,5 +225,7 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "delay_p99_seconds": "positive",
     "delays_long_for": "duration",
     "delay_process_full_for": "duration",
+    "time_refusals_per_second": "non_negative",
+    "time_refusals_for": "duration",
     "metrics_absent_for": "duration",
 }

@@ -15,7 +15,7 @@ from quotaql.contract import (
     status_for,
     unknown_key_error,
 )
-from quotaql.gate import charges
+from quotaql.gate import charges, worktime
 from quotaql.gate.operation import Outcome
 from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.instrumentation import names
@@ -146,8 +146,9 @@ class Refusals:
         tier = op.tier if self.by_resolver else None
         multiplier = self._scaling.multiplier
         quotas, costs = charges.charges_for(config, op.subject, None, tier, minimum, multiplier)
-        decision: Decision = yield Acquire(op.subject.key, minimum, quotas, costs)
-        return decision, quotas, costs
+        # The time quota checked too: a subject in debt is refused whatever it sends.
+        decision: Decision = yield worktime.acquire(op, minimum, quotas, costs)
+        return worktime.points(decision), quotas, costs
 
     def deny(
         self, op: Operation, decision: Decision, quotas: tuple[Quota, ...], unpriced: bool = False

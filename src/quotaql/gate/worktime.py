@@ -180,14 +180,23 @@ class Ledger:
         return 0.0
 
 
-def acquire(op: Operation) -> Acquire:
-    """The debit of ``op`` (its quotas and their amounts) with its time quota checked too,
-    at cost 0: refused while the subject's worker time is in debt."""
+def acquire(
+    op: Operation,
+    charge: float | None = None,
+    quotas: tuple[Quota, ...] | None = None,
+    costs: tuple[float, ...] | None = None,
+) -> Acquire:
+    """The debit of ``op`` (``charge`` on ``quotas``, each its own of ``costs``; by default
+    the operation's) with its time quota checked too, at cost 0: refused while the
+    subject's worker time is in debt (:func:`points` takes it out of the decision)."""
+    if charge is None:
+        charge, quotas, costs = op.charge, op.quotas, op.costs
+    quotas = quotas or ()
     quota = op.time
     if quota is None:
-        return Acquire(op.subject.key, op.charge, op.quotas, op.costs)
-    costs = op.costs if op.costs is not None else (op.charge,) * len(op.quotas)
-    return Acquire(op.subject.key, op.charge, (*op.quotas, quota), (*costs, 0.0))
+        return Acquire(op.subject.key, charge, quotas, costs)
+    amounts = costs if costs is not None else (charge,) * len(quotas)
+    return Acquire(op.subject.key, charge, (*quotas, quota), (*amounts, 0.0))
 
 
 def admitted(op: Operation, ledger: Ledger) -> Generator[Any, Any, None]:

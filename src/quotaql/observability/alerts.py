@@ -388,6 +388,27 @@ def _delay_process_full(config: AlertsConfig) -> _Text:
     )
 
 
+def _time_quota_refusing(config: AlertsConfig) -> _Text:
+    """Operations refused by the time quota, steadily: subjects whose operations take more
+    worker time than their budget refills (a hostile document, a slow resolver hammered), or
+    a budget too small for honest traffic."""
+    window, threshold = config.rate_window, config.time_refusals_per_second
+    refused = _selector(names.QUOTA_REFUSALS_TOTAL, (names.LABEL_QUOTA, "=", names.QUOTA_TIME))
+    return _Text(
+        _above(_per_job(refused, window), threshold),
+        "{{ $labels.job }} refuses {{ $value | humanize }} operations/s for the worker time"
+        " their subjects took",
+        f"Job {{{{ $labels.job }}}} refused {{{{ $value | humanize }}}} operations/s (rate over"
+        f' {window}) with RATE_LIMITED and extensions.quota = "time"'
+        f' ({names.QUOTA_REFUSALS_TOTAL}{{{names.LABEL_QUOTA}="{names.QUOTA_TIME}"}}), more'
+        f" than {_num(threshold)}, for {config.time_refusals_for}: their subjects' operations"
+        f" took more worker time ({names.TIME_SECONDS_TOTAL}) than their time quota refills."
+        f" Either clients found operations that are cheap in points but slow (they are"
+        f" bounded, nothing else to do but find them), or the budget is too small for the"
+        f" honest traffic of a tier.",
+    )
+
+
 def _metrics_absent(config: AlertsConfig) -> _Text:
     """``absent(quotaql_build_info)``: every quotaql process exports it, whatever the scrape
     job is called, so the rule needs no job name; a process that is up but exports no
@@ -428,6 +449,7 @@ _ALERTS: Final = (
     _Alert("QuotaqlRefundsLost", "warning", "refunds_lost_for", _refunds_lost),
     _Alert("QuotaqlDelaysLong", "warning", "delays_long_for", _delays_long),
     _Alert("QuotaqlDelayProcessFull", "warning", "delay_process_full_for", _delay_process_full),
+    _Alert("QuotaqlTimeQuotaRefusing", "warning", "time_refusals_for", _time_quota_refusing),
     _Alert("QuotaqlMetricsAbsent", "warning", "metrics_absent_for", _metrics_absent),
 )
 ALERT_NAMES: Final = tuple(alert.name for alert in _ALERTS)

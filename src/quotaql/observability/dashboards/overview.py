@@ -185,6 +185,35 @@ COST: Final = Row("Cost", (
           "whose estimate is wrong (runbook: Overage charged)."),
 ))  # fmt: skip
 
+# -- worker time: what operations took of the processes (the time quota) ---------------------
+
+_QUOTA: Final = names.LABEL_QUOTA
+_WORKER_TIME_HELP: Final = (
+    "Worker time: what operations took of the process that served them (parsing, "
+    "validation, pricing, execution: the thread's CPU time; shared fairly between the "
+    "operations of one event loop), charged to their subjects' time quotas "
+    "([limits] time, docs/limiter.md). "
+)
+
+WORKER_TIME: Final = Row("Worker time", (
+    Graph("Worker time per second by tier", "s", 8,
+          (rates_by(sel(names.TIME_SECONDS_TOTAL, *COST_MATCHERS), TIER),),
+          _WORKER_TIME_HELP + "Seconds of worker time a second, per tier, summed over the "
+          "selected jobs' instances: 1 is one core busy with that tier's operations."),
+    Graph("Worker time per operation p50 / p99", "s", 8,
+          quantiles(names.OPERATION_TIME, COST_MATCHERS, TIER, (0.5, 0.99)),
+          _WORKER_TIME_HELP + "Quantiles of the worker time of one operation, per tier: "
+          "what an honest operation takes is the p50; a time quota is generous when its "
+          "refill is far above what a subject's operations take a second."),
+    Graph("Budget refusals by quota", "reqps", 8,
+          (rates_by(sel(names.QUOTA_REFUSALS_TOTAL, *COST_MATCHERS), _QUOTA),),
+          _WORKER_TIME_HELP + "Operations refused by the budget (blocked, or denied from "
+          "the deny cache) per second, by the quota that refused them: tenant, user, "
+          "global, op:<name>, field:<coordinate>, and time (in red: the subject's worker "
+          "time in debt; QuotaqlTimeQuotaRefusing alerts when it lasts).",
+          colours={names.QUOTA_TIME: "red"}),
+))  # fmt: skip
+
 # -- tuning: how far the estimates are from what came back -------------------------------------
 
 _COORDINATE: Final = names.LABEL_COORDINATE
@@ -418,6 +447,7 @@ ROWS: Final = (
     ADAPTIVE,
     IDENTITY,
     COST,
+    WORKER_TIME,
     TUNING,
     SUBSCRIPTIONS,
     CONCURRENCY,
