@@ -153,6 +153,7 @@ class PrometheusMetrics:
     circuit_open: Gauge
     tenant_requests: Counter
     identity: Counter
+    overflow: Counter
     key_lookups: Counter
     subscription_events: Counter
     subscriptions_open: Gauge
@@ -201,6 +202,9 @@ class PrometheusMetrics:
             self._child(self.refunds_total, outcome)
         for outcome in names.KEY_LOOKUP_OUTCOMES:
             self._child(self.key_lookups, outcome)
+        for store in names.OVERFLOW_STORES:
+            for scope in names.OVERFLOW_SCOPES:
+                self._child(self.overflow, store, scope)
         self._backend_lock = threading.Lock()
         self._refund_queues: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
             weakref.WeakKeyDictionary()
@@ -210,6 +214,10 @@ class PrometheusMetrics:
             weakref.WeakKeyDictionary()
         )
         self._keepers: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+        # memory storage -> (its store label, overflowed and overflowed_shared when last read)
+        self._overflows: weakref.WeakKeyDictionary[Any, tuple[str, int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         # identity -> its lookups by outcome when last read
         self._identities: weakref.WeakKeyDictionary[Any, dict[str, int]] = (
             weakref.WeakKeyDictionary()
@@ -344,6 +352,12 @@ class PrometheusMetrics:
         with self._backend_lock:
             self._keepers.setdefault(keeper, (0, 0))
 
+    def watch_overflow(self, storage: Any, store: str) -> None:
+        """Count the decisions (or lease takes) a memory storage made on an overflow state,
+        by scope (``quotaql_overflow_total``; ``store``: ``names.OVERFLOW_STORES``)."""
+        with self._backend_lock:
+            self._overflows.setdefault(storage, (store, 0, 0))
+
     def watch_lookups(self, identity: Any) -> None:
         """Count what the ``key_resolver`` of an :class:`~quotaql.identity.Identity` was
         asked, and the keys it was not (``quotaql_key_lookups_total``)."""
@@ -379,6 +393,14 @@ class PrometheusMetrics:
                 self._add(self.leases_total, names.LEASE_RENEWED, now_renewed - renewed)
                 self._add(self.leases_total, names.LEASE_RENEW_FAILED, now_failed - failed)
                 self._keepers[keeper] = (now_renewed, now_failed)
+            for storage, (store, overflowed, shared) in list(self._overflows.items()):
+                now_overflowed, now_shared = storage.overflowed, storage.overflowed_shared
+                network = (now_overflowed - now_shared) - (overflowed - shared)
+                if network > 0:
+                    self._child(self.overflow, store, names.OVERFLOW_NETWORK).inc(network)
+                if now_shared > shared:
+                    self._child(self.overflow, store, names.OVERFLOW_QUOTA).inc(now_shared - shared)
+                self._overflows[storage] = (store, now_overflowed, now_shared)
             for identity, seen in list(self._identities.items()):
                 lookups = dict(identity.lookups)
                 for outcome, count in lookups.items():
