@@ -26,6 +26,9 @@ ADDRESS_SUBJECT: Final = "ip:"
 # The network a new address subject shares an overflow state with, past max_keys.
 _OVERFLOW_PREFIX: Final = {4: 24, 6: 48}
 _ADDRESS_MAX: Final = 64  # "ip:" and the longest network text (45 characters and a prefix)
+_OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#: An IPv4 address as identity writes it (no leading zeros), its first three octets apart.
+_IPV4: Final = re.compile(rf"({_OCTET}\.{_OCTET}\.{_OCTET})\.{_OCTET}")
 # A tenant Redis keys carry as it is in their hash tag; any other is hashed.
 _SAFE_TENANT = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,64}")
 
@@ -76,8 +79,12 @@ def overflow_network(tenant: str | None) -> str | None:
     address."""
     if tenant is None or not tenant.startswith(ADDRESS_SUBJECT) or len(tenant) > _ADDRESS_MAX:
         return None
+    text = tenant[len(ADDRESS_SUBJECT) :]
+    ipv4 = _IPV4.fullmatch(text)  # the common case, without ipaddress's parsing
+    if ipv4 is not None:
+        return f"{ipv4[1]}.0/24"
     try:
-        network = ipaddress.ip_network(tenant[len(ADDRESS_SUBJECT) :], strict=False)
+        network = ipaddress.ip_network(text, strict=False)
     except ValueError:
         return None
     prefix = min(network.prefixlen, _OVERFLOW_PREFIX[network.version])

@@ -443,6 +443,11 @@ class MemoryStorage:
         if network is None:
             return [(self._overflow, _overflow_key(quota)) for quota in quotas]
         networks = self._networks
+        if len(quotas) == 1:  # the common case, in short
+            k = _network_key(quotas[0], network)
+            if k in networks or len(networks) < self._max_networks or self._make_network_room(now):
+                return [(networks, k)]
+            return [(self._overflow, _overflow_key(quotas[0]))]
         keys = [_network_key(quota, network) for quota in quotas]
         # Room first (only expired states are dropped, perhaps one of these keys), then
         # the keys are looked up: as _acquire_many does for the tenants' states.
