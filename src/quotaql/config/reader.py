@@ -116,6 +116,7 @@ _LIMITS_CHECKS: Final[Mapping[str, Check[object]]] = {
     "max_delayed": checks.size,
     "delayed_share": checks.fraction,
     "delay_sync": checks.one_of(DELAY_SYNC),
+    "charge_overage": checks.boolean,
 }
 _LIMITS_KEYS: Final = tuple(_LIMITS_CHECKS)
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")

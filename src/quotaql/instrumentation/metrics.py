@@ -148,6 +148,7 @@ class PrometheusMetrics:
     actual_cost: Histogram
     depth: Histogram
     cost_points: Counter
+    overage_total: Counter
     check_duration: Histogram
     backend_errors: Counter
     circuit_open: Gauge
@@ -387,6 +388,7 @@ class PrometheusMetrics:
         charged: float = 0.0,
         refunded: float = 0.0,
         identity: str | None = None,
+        overage: float = 0.0,
     ) -> None:
         """Count one operation (``decision`` is one of ``names.DECISIONS``, ``identity`` one
         of ``names.IDENTITY_SOURCES``)."""
@@ -420,6 +422,8 @@ class PrometheusMetrics:
             charged_points.inc(charged)
         if refunded:
             refunded_points.inc(refunded)
+        if overage:
+            self._child(self.overage_total, tier).inc(overage)
 
     def event(self, decision: str, tier: str, charged: float) -> None:
         """Count one subscription event after the first, and the points it was charged."""

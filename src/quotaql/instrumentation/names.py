@@ -21,6 +21,10 @@ QUERY_DEPTH: Final = "quotaql_query_depth"
 """Histogram: operation depth by ``operation_type``."""
 COST_TOTAL: Final = "quotaql_cost_total"
 """Counter: cost points by ``tier`` and ``outcome`` (``charged``, ``refunded``)."""
+OVERAGE_TOTAL: Final = "quotaql_overage_total"
+"""Counter: cost points charged after execution above the debit (the actual cost ran over
+the estimate: ``[limits] charge_overage``), by ``tier``. What operations paid in all is
+``charged - refunded + overage`` of ``quotaql_cost_total`` and this."""
 CHECK_DURATION: Final = "quotaql_check_duration_seconds"
 """Histogram: time of one limiter decision (storage round trips included) by ``backend``."""
 BACKEND_ERRORS_TOTAL: Final = "quotaql_backend_errors_total"
@@ -337,6 +341,12 @@ INSTRUMENTS: Final = (
         (LABEL_TIER, LABEL_OUTCOME),
     ),
     Instrument(
+        "overage_total", "counter", OVERAGE_TOTAL,
+        "Cost points charged after execution above the debit: the actual cost ran over"
+        " the estimate (the budget may go below empty).",
+        (LABEL_TIER,),
+    ),
+    Instrument(
         "check_duration", "histogram", CHECK_DURATION,
         "Time of one limiter decision, storage round trips included.",
         (LABEL_BACKEND,), CHECK_DURATION_BUCKETS,
@@ -542,6 +552,11 @@ EVENT_FAIL_OPEN: Final = "quotaql.fail_open"
 EVENT_FAIL_CLOSED: Final = "quotaql.fail_closed"
 EVENT_REFUND: Final = "quotaql.refund"
 """A refund was given back (queued, with deferred refunds)."""
+ATTR_COST_OVERAGE: Final = "quotaql.cost.overage"
+"""Points charged after execution above the debit (set only when the actual cost ran over
+it)."""
+EVENT_OVERAGE: Final = "quotaql.overage"
+"""An overage was charged (attribute ``quotaql.cost.overage``)."""
 EVENT_LEASE_EXPIRED: Final = "quotaql.lease_expired"
 """The operation's lease had expired before its release (a stall, an outage)."""
 ATTR_DELAY: Final = "quotaql.delay_s"
