@@ -53,6 +53,7 @@ METRICS = {
     names.TENANT_REQUESTS_TOTAL,
     names.BUILD_INFO,
     names.IDENTITY_TOTAL,
+    names.KEY_LOOKUPS_TOTAL,
     names.SUBSCRIPTION_EVENTS_TOTAL,
     names.SUBSCRIPTIONS_OPEN,
     names.LIST_RETURNED_ITEMS,
@@ -95,6 +96,7 @@ OVERVIEW_ROWS = [
             "Operations by identity source",
             "Anonymous and unknown-key share",
             "Unknown-key and subscription-cap refusals",
+            "API key lookups per second",
         ],
     ),
     (
@@ -551,6 +553,7 @@ SUSPECT = {
     names.SOURCE_UNKNOWN_KEY,
     names.SOURCE_REJECTED_KEY,
     names.SOURCE_UNVERIFIED_KEY,
+    names.SOURCE_LIMITED_KEY,
 }
 
 
@@ -588,6 +591,13 @@ def test_identity_panels_single_out_anonymous_and_unknown_keys(
     assert refused["expr"].startswith(f"sum by (decision) (rate({names.REQUESTS_TOTAL}{{")
     assert {names.UNKNOWN_KEY, names.TOO_MANY_SUBSCRIPTIONS} <= set(names.DECISIONS)
     assert refusals["fieldConfig"]["defaults"]["unit"] == "reqps"
+    # The key_resolver's load: lookups by outcome, the ones not made (limited) in blue.
+    lookups = _panel(overview, "API key lookups per second")
+    (target,) = lookups["targets"]
+    assert target["expr"] == (
+        f'sum by (outcome) (rate({names.KEY_LOOKUPS_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    )
+    assert _fixed_colours(lookups) == {names.LOOKUP_LIMITED: "blue", names.LOOKUP_FAILED: "red"}
 
 
 def test_subscription_panels(dashboards: dict[str, dict[str, Any]]) -> None:

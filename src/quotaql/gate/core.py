@@ -205,6 +205,8 @@ class Gate:
                 metrics.watch_refunds(queue)
             if is_pipelined(self.storage):
                 metrics.watch_pipeline(self.storage)
+            if key_resolver is not None:
+                metrics.watch_lookups(self.identity)
         self._concurrency = ConcurrencyLimiter(self.limiter, self._record)
         if leases is not None:
             self._concurrency.use(leases)

@@ -154,6 +154,7 @@ class PrometheusMetrics:
     circuit_open: Gauge
     tenant_requests: Counter
     identity: Counter
+    key_lookups: Counter
     subscription_events: Counter
     subscriptions_open: Gauge
     pressure: Gauge
@@ -199,6 +200,8 @@ class PrometheusMetrics:
             self._child(self.leases_total, outcome)
         for outcome in names.REFUND_OUTCOMES:
             self._child(self.refunds_total, outcome)
+        for outcome in names.KEY_LOOKUP_OUTCOMES:
+            self._child(self.key_lookups, outcome)
         self._backend_lock = threading.Lock()
         self._refund_queues: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
             weakref.WeakKeyDictionary()
@@ -208,6 +211,10 @@ class PrometheusMetrics:
             weakref.WeakKeyDictionary()
         )
         self._keepers: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+        # identity -> its lookups by outcome when last read
+        self._identities: weakref.WeakKeyDictionary[Any, dict[str, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._sync_at = 0.0
         self._multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self._pressure_sources: set[str] = set()
@@ -338,6 +345,12 @@ class PrometheusMetrics:
         with self._backend_lock:
             self._keepers.setdefault(keeper, (0, 0))
 
+    def watch_lookups(self, identity: Any) -> None:
+        """Count what the ``key_resolver`` of an :class:`~quotaql.identity.Identity` was
+        asked, and the keys it was not (``quotaql_key_lookups_total``)."""
+        with self._backend_lock:
+            self._identities.setdefault(identity, {})
+
     def sync(self) -> None:
         """Add what the watched refund queues, pipelines and keepers counted since the last
         call to the metrics (a scrape does it first; under prometheus-client's multiprocess
@@ -367,6 +380,11 @@ class PrometheusMetrics:
                 self._add(self.leases_total, names.LEASE_RENEWED, now_renewed - renewed)
                 self._add(self.leases_total, names.LEASE_RENEW_FAILED, now_failed - failed)
                 self._keepers[keeper] = (now_renewed, now_failed)
+            for identity, seen in list(self._identities.items()):
+                lookups = dict(identity.lookups)
+                for outcome, count in lookups.items():
+                    self._add(self.key_lookups, outcome, count - seen.get(outcome, 0))
+                self._identities[identity] = lookups
 
     def _add(self, counter: Counter, label: str, count: int) -> None:
         """Add what a watched object counted since it was last read, if anything."""

@@ -37,6 +37,10 @@ BUILD_INFO: Final = "quotaql_build_info"
 """Gauge, always 1: the running quotaql ``version``."""
 IDENTITY_TOTAL: Final = "quotaql_identity_total"
 """Counter: operations by how their subject was identified (``source``)."""
+KEY_LOOKUPS_TOTAL: Final = "quotaql_key_lookups_total"
+"""Counter: API keys that needed the ``key_resolver`` (no cached answer), by ``outcome``
+(``KEY_LOOKUP_OUTCOMES``): looked up and known, unknown or failed, or not looked up
+(``limited``: the client's address was over ``[identity] resolver_rate``)."""
 SUBSCRIPTION_EVENTS_TOTAL: Final = "quotaql_subscription_events_total"
 """Counter: subscription events after the first, charged or refused, by ``decision``, ``tier``."""
 SUBSCRIPTIONS_OPEN: Final = "quotaql_subscriptions_open"
@@ -178,6 +182,9 @@ SOURCE_REJECTED_KEY: Final = "rejected_key"
 """An unknown key, refused (``unknown_keys = "reject"``)."""
 SOURCE_UNVERIFIED_KEY: Final = "unverified_key"
 """An unknown key taken as a tenant of its own (``unknown_keys = "tenant"``: unsafe)."""
+SOURCE_LIMITED_KEY: Final = "limited_key"
+"""A key not looked up, counted as the client's address: the address had caused
+``[identity] resolver_rate`` lookups already (invented keys, most likely)."""
 IDENTITY_SOURCES: Final = (
     "key",  # a known API key
     "user",  # an authenticated principal
@@ -187,11 +194,21 @@ IDENTITY_SOURCES: Final = (
     SOURCE_REJECTED_KEY,
     SOURCE_UNVERIFIED_KEY,
     SOURCE_ANONYMOUS,
+    SOURCE_LIMITED_KEY,
 )
 #: The sources that say something is wrong: shared, unknown or unverified identities.
 SUSPECT_SOURCES: Final = (
     SOURCE_ANONYMOUS, SOURCE_UNKNOWN_KEY, SOURCE_REJECTED_KEY, SOURCE_UNVERIFIED_KEY,
+    SOURCE_LIMITED_KEY,
 )  # fmt: skip
+#: The values of ``outcome`` in ``quotaql_key_lookups_total``.
+LOOKUP_KNOWN: Final = "known"
+LOOKUP_UNKNOWN: Final = "unknown"
+LOOKUP_FAILED: Final = "failed"
+"""The ``key_resolver`` raised (logged): the key counted as its address, nothing cached."""
+LOOKUP_LIMITED: Final = "limited"
+"""Not looked up: the address was over ``[identity] resolver_rate``."""
+KEY_LOOKUP_OUTCOMES: Final = (LOOKUP_KNOWN, LOOKUP_UNKNOWN, LOOKUP_FAILED, LOOKUP_LIMITED)
 
 #: The sources of the pressure signal (the ``source`` label of ``quotaql_pressure``).
 PRESSURE_LATENCY: Final = "latency"
@@ -371,6 +388,13 @@ INSTRUMENTS: Final = (
         "identity", "counter", IDENTITY_TOTAL,
         "Operations by how their subject (who pays) was identified.",
         (LABEL_SOURCE,),
+    ),
+    Instrument(
+        "key_lookups", "counter", KEY_LOOKUPS_TOTAL,
+        "API keys that needed the key_resolver (no cached answer): known, unknown, failed,"
+        " or limited (not looked up: the client's address was over [identity] resolver_rate).",
+        (LABEL_OUTCOME,),
+        collected="backend",
     ),
     Instrument(
         "subscription_events", "counter", SUBSCRIPTION_EVENTS_TOTAL,
