@@ -56,7 +56,7 @@ class OperationRecorder:
             if report is not None and op.actual is not None:
                 metrics.estimate(operation_type, op.tier.name, report.cost, op.actual)
             if op.sizes:
-                metrics.list_sizes(op.sizes)
+                metrics.list_sizes(op.sizes, op.subject.key)
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {

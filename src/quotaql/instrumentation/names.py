@@ -107,6 +107,16 @@ LIST_MAX_RETURNED_ITEMS: Final = "quotaql_list_max_returned_items"
 started."""
 LIST_SLICED_RATIO: Final = "quotaql_list_sliced_ratio"
 """Histogram: items returned / items asked for, per sliced list, by ``coordinate``."""
+LIST_SUBJECT_MAX_ITEMS: Final = "quotaql_list_subject_max_items"
+"""Histogram: per subject class and minute (in each process), the items of the subject's
+longest assumed list of ``coordinate``: a subject counts once a minute, however many lists it
+sends (``quotaql tune`` lowers a size only as far as most subjects allow)."""
+LIST_SUBJECT_PERIOD: Final = 60.0
+"""Seconds of one period of ``quotaql_list_subject_max_items``: each subject that returned a
+list of a coordinate in it is one observation, its longest list."""
+LIST_SUBJECTS_KEPT: Final = 1024
+"""The most subjects a process keeps per coordinate and period (a uniform sample of the
+subjects beyond it, chosen by a keyed hash no client can aim at)."""
 COST_ESTIMATE_RATIO: Final = "quotaql_cost_estimate_ratio"
 """Histogram: actual / estimated cost of each priced operation that ran, by
 ``operation_type``, ``tier``."""
@@ -540,6 +550,14 @@ INSTRUMENTS: Final = (
         "Items returned / items asked for, per list sized by a slicing argument the"
         " client wrote (first: 5), per schema coordinate.",
         (LABEL_COORDINATE,), RATIO_BUCKETS,
+        collected="tuning",
+    ),
+    Instrument(
+        "list_subject_max", "histogram", LIST_SUBJECT_MAX_ITEMS,
+        "Per subject (addresses by /24 or /48 network) and minute, the items of its longest"
+        " list of the coordinate whose size the pricing assumed: a subject counts once a"
+        " minute, however many lists it sends.",
+        (LABEL_COORDINATE,), LIST_SIZE_BUCKETS,
         collected="tuning",
     ),
 )  # fmt: skip
