@@ -83,7 +83,10 @@ class BodyLimit:
 
     Websockets and lifespan events pass through untouched; a JSON body is screened (see the
     module): ``max_depth`` bounds its nesting, and ``limiter`` (an adapter or a gate), when
-    given, charges the address of a body refused so.
+    given, charges the address of a body refused so. ``screen=False`` caps the size only:
+    for an app that screens as it parses (a view made by
+    :func:`quotaql.plugin.views.screened`, Ariadne's ``CostLimiter`` handler), which then
+    parses the body once instead of twice.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class BodyLimit:
         *,
         max_depth: int = DEFAULT_MAX_DEPTH,
         limiter: Any = None,
+        screen: bool = True,
     ) -> None:
         for name, value in (("max_bytes", max_bytes), ("max_depth", max_depth)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -106,6 +110,7 @@ class BodyLimit:
         self.max_bytes = max_bytes
         self.max_depth = max_depth
         self.gate = gate
+        self.screen = screen
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -115,7 +120,7 @@ class BodyLimit:
         if length is not None and length > self.max_bytes:
             await self._refuse(send)
             return
-        if _is_json(scope):
+        if self.screen and _is_json(scope):
             await self._screened(scope, receive, send)
             return
         read = 0
