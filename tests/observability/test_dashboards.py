@@ -46,6 +46,7 @@ METRICS = {
     names.QUERY_ACTUAL_COST,
     names.QUERY_DEPTH,
     names.COST_TOTAL,
+    names.OVERAGE_TOTAL,
     names.CHECK_DURATION,
     names.BACKEND_ERRORS_TOTAL,
     names.CIRCUIT_OPEN,
@@ -105,6 +106,7 @@ OVERVIEW_ROWS = [
             "Cost charged / refunded per second",
             "Estimated cost heatmap",
             "Actual vs estimated cost",
+            "Overage charged per second",
         ],
     ),
     (
@@ -411,7 +413,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 49), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 50), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -481,6 +483,17 @@ def test_blocked_ratio_and_actual_vs_estimated(dashboards: dict[str, dict[str, A
         f'sum(rate({metric}_sum{{job=~"$job", tier=~"$tier"}}[$__rate_interval]))'
         for metric in (names.QUERY_COST, names.QUERY_ACTUAL_COST)
     ]
+
+
+def test_overage_panel(dashboards: dict[str, dict[str, Any]]) -> None:
+    panel = _panel(dashboards["overview"], "Overage charged per second")
+    (target,) = panel["targets"]
+    assert target["expr"] == (
+        f'sum by (tier) (rate({names.OVERAGE_TOTAL}{{job=~"$job", tier=~"$tier"}}'
+        "[$__rate_interval]))"
+    )
+    assert target["legendFormat"] == "{{tier}}"
+    assert "charge_overage" in panel["description"]
 
 
 def test_tuning_panels(dashboards: dict[str, dict[str, Any]]) -> None:

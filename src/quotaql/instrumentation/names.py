@@ -21,6 +21,10 @@ QUERY_DEPTH: Final = "quotaql_query_depth"
 """Histogram: operation depth by ``operation_type``."""
 COST_TOTAL: Final = "quotaql_cost_total"
 """Counter: cost points by ``tier`` and ``outcome`` (``charged``, ``refunded``)."""
+OVERAGE_TOTAL: Final = "quotaql_overage_total"
+"""Counter: cost points charged after execution above the debit (the actual cost ran over
+the estimate: ``[limits] charge_overage``), by ``tier``. What operations paid in all is
+``charged - refunded + overage`` of ``quotaql_cost_total`` and this."""
 CHECK_DURATION: Final = "quotaql_check_duration_seconds"
 """Histogram: time of one limiter decision (storage round trips included) by ``backend``."""
 BACKEND_ERRORS_TOTAL: Final = "quotaql_backend_errors_total"
@@ -107,6 +111,16 @@ LIST_MAX_RETURNED_ITEMS: Final = "quotaql_list_max_returned_items"
 started."""
 LIST_SLICED_RATIO: Final = "quotaql_list_sliced_ratio"
 """Histogram: items returned / items asked for, per sliced list, by ``coordinate``."""
+LIST_SUBJECT_MAX_ITEMS: Final = "quotaql_list_subject_max_items"
+"""Histogram: per subject class and minute (in each process), the items of the subject's
+longest assumed list of ``coordinate``: a subject counts once a minute, however many lists it
+sends (``quotaql tune`` lowers a size only as far as most subjects allow)."""
+LIST_SUBJECT_PERIOD: Final = 60.0
+"""Seconds of one period of ``quotaql_list_subject_max_items``: each subject that returned a
+list of a coordinate in it is one observation, its longest list."""
+LIST_SUBJECTS_KEPT: Final = 1024
+"""The most subjects a process keeps per coordinate and period (a uniform sample of the
+subjects beyond it, chosen by a keyed hash no client can aim at)."""
 COST_ESTIMATE_RATIO: Final = "quotaql_cost_estimate_ratio"
 """Histogram: actual / estimated cost of each priced operation that ran, by
 ``operation_type``, ``tier``."""
@@ -375,6 +389,12 @@ INSTRUMENTS: Final = (
         (LABEL_TIER, LABEL_OUTCOME),
     ),
     Instrument(
+        "overage_total", "counter", OVERAGE_TOTAL,
+        "Cost points charged after execution above the debit: the actual cost ran over"
+        " the estimate (the budget may go below empty).",
+        (LABEL_TIER,),
+    ),
+    Instrument(
         "check_duration", "histogram", CHECK_DURATION,
         "Time of one limiter decision, storage round trips included.",
         (LABEL_BACKEND,), CHECK_DURATION_BUCKETS,
@@ -561,6 +581,14 @@ INSTRUMENTS: Final = (
         (LABEL_COORDINATE,), RATIO_BUCKETS,
         collected="tuning",
     ),
+    Instrument(
+        "list_subject_max", "histogram", LIST_SUBJECT_MAX_ITEMS,
+        "Per subject (addresses by /24 or /48 network) and minute, the items of its longest"
+        " list of the coordinate whose size the pricing assumed: a subject counts once a"
+        " minute, however many lists it sends.",
+        (LABEL_COORDINATE,), LIST_SIZE_BUCKETS,
+        collected="tuning",
+    ),
 )  # fmt: skip
 """Every metric quotaql exports, in the order a scrape lists them: one row each, built by one
 loop of :class:`~quotaql.instrumentation.metrics.PrometheusMetrics`."""
@@ -595,6 +623,11 @@ EVENT_FAIL_OPEN: Final = "quotaql.fail_open"
 EVENT_FAIL_CLOSED: Final = "quotaql.fail_closed"
 EVENT_REFUND: Final = "quotaql.refund"
 """A refund was given back (queued, with deferred refunds)."""
+ATTR_COST_OVERAGE: Final = "quotaql.cost.overage"
+"""Points charged after execution above the debit (set only when the actual cost ran over
+it)."""
+EVENT_OVERAGE: Final = "quotaql.overage"
+"""An overage was charged (attribute ``quotaql.cost.overage``)."""
 EVENT_LEASE_EXPIRED: Final = "quotaql.lease_expired"
 """The operation's lease had expired before its release (a stall, an outage)."""
 ATTR_DELAY: Final = "quotaql.delay_s"

@@ -187,6 +187,15 @@ COST: Final = Row("Cost", (
                        "when the actual cost was lower (refunded), per tier."),
     shared.cost_heatmap("Estimated cost heatmap"),
     shared.actual_vs_estimated("Actual vs estimated cost"),
+    Graph("Overage charged per second", "short", 24,
+          ((sum_by(rate(sel(names.OVERAGE_TOTAL, *COST_MATCHERS)), TIER), labels(TIER)),),
+          "Cost points charged after execution because an operation's actual cost ran "
+          "above what was debited for it (a list longer than the estimate assumed, a "
+          "resolver that ignores its page size), per tier ([limits] charge_overage). The "
+          "budget may go below empty: the subject waits until it has refilled. Lasting "
+          "overage from many subjects means the cost model's list sizes are too low "
+          "(the Tuning row, quotaql tune); from one subject, a client that found a field "
+          "whose estimate is wrong (runbook: Overage charged)."),
 ))  # fmt: skip
 
 # -- tuning: how far the estimates are from what came back -------------------------------------
@@ -241,8 +250,9 @@ TUNING: Final = Row("Tuning", (
     Graph("Operations costing more than estimated", "percentunit", 6,
           ((ratio(f"({_ESTIMATED} - {_ESTIMATED_WITHIN})", _ESTIMATED, TIER), labels(TIER)),),
           "Share of the sampled operations whose actual cost was above their estimate, per "
-          "tier: their lists were longer than the pricing assumed, so the budget was "
-          "charged less than they cost (0 when none).", max_value=1),
+          "tier: their lists were longer than the pricing assumed, so the difference was "
+          "charged after they ran (the Overage panel; free under [limits] charge_overage = "
+          "false) (0 when none).", max_value=1),
 ))  # fmt: skip
 
 # -- subscriptions -----------------------------------------------------------------------------
