@@ -59,7 +59,7 @@ from quotaql.errors import (
     CostAnalysisError,
     LimitExceeded,
 )
-from quotaql.gate import charges
+from quotaql.gate import charges, worktime
 from quotaql.gate.answer import BatchAnswers, extensions
 from quotaql.gate.delay import DelayLine
 from quotaql.gate.holdings import Holdings
@@ -220,6 +220,7 @@ class Gate:
                 os.fspath(config_path), interval, self.log, self._scaling.check
             )
         self._checked_schema: Any = None
+        self._ledger = worktime.Ledger()  # worker time owed, not charged yet
         self._delays = DelayLine(self._record, self._refund_all)
         self._refusals = Refusals(self._record, self._scaling, tier_resolver is not None)
         self._holdings = Holdings(self._concurrency, self._record, self._refusals.refuse)
@@ -284,14 +285,17 @@ class Gate:
         if not isinstance(query, str):
             return [QuotaqlGraphQLError("Send the query as a string.",
                                         extensions={"code": "GRAPHQL_PARSE_FAILED"})]  # fmt: skip
+        if op is not None:  # parsing, the static pass and validation: its worker time
+            worktime.start(op.work)
         try:
             document = self.parse_document(query)
+            refusal = self.screen(op, document)
+            errors = [refusal] if refusal else validate(graphql_schema(schema), document, rules)
         except GraphQLError as error:
-            return [error]
-        refusal = self.screen(op, document)
-        if refusal is not None:
-            return [refusal]
-        errors = validate(graphql_schema(schema), document, rules)
+            errors = [error]
+        finally:
+            if op is not None:
+                worktime.stop(op.work)
         return errors or document
 
     def screen(self, op: Operation | None, document: DocumentNode) -> GraphQLError | None:
@@ -398,6 +402,7 @@ class Gate:
         """
         flow = self._admit(schema, document, variables, operation_name, options, False)
         admitted: Operation = self._drive(flow)
+        self._drive(worktime.admitted(admitted, self._ledger))
         return admitted
 
     async def admit_async(self, schema: Any, document: Any, variables: Variables = None,
@@ -406,6 +411,7 @@ class Gate:
         """:meth:`admit` on an event loop: storage calls and async hooks are awaited."""
         flow = self._admit(schema, document, variables, operation_name, options, True)
         admitted: Operation = await self._drive_async(flow)
+        await self._drive_async(worktime.admitted(admitted, self._ledger))
         return admitted
 
     def settle(
@@ -460,6 +466,8 @@ class Gate:
         if op is None or op.finished:
             return
         op.finished = True
+        worktime.stop(op.work)
+        worktime.ran(op.work)
         self._holdings.free_slot(op)
         lease = op.lease
         releasing = None if lease is None else self._holdings.release(op, end_span=True)
@@ -489,6 +497,7 @@ class Gate:
         tier = resolve_tier(config, self.tier_resolver, subject, context, self.log)
         header = _cost_header(request)
         op = Operation(subject, tier, tier.mode or config.limits.mode, header)
+        op.time = charges.time_quota(config, tier) if op.mode is not Mode.OFF else None
         if op.mode is Mode.OFF and header is None:
             return op
         if self.tracing is not None:
@@ -536,10 +545,13 @@ class Gate:
             yield from self._refusals.reject_key(op)  # before any pricing: guessing keys is cheap
             if op.refused:
                 return op
+        worktime.start(op.work)  # pricing (and the static pass): its worker time
         if not op.screened and isinstance(document, DocumentNode):
             self.screen(op, document)  # a document the adapter did not screen
-        if op.refused or not price(op, schema, document, variables, operation_name,
-                                   config.cost, self._log):  # fmt: skip
+        priced = not op.refused and price(op, schema, document, variables, operation_name,
+                                          config.cost, self._log)  # fmt: skip
+        worktime.stop(op.work)
+        if not priced:
             yield from self._refusals.charge_minimum(op)
             return op
         report = op.report
@@ -577,7 +589,8 @@ class Gate:
         if op.tier.delays and not subscription:
             self._delays.may_wait(op, config.limits, can_await)
         try:
-            decision: Decision = yield Acquire(subject.key, charge, op.quotas, op.costs)
+            decision: Decision = yield worktime.acquire(op)  # the time quota checked too
+            decision = worktime.points(decision)
             self._decided(op, decision)
             if decision.delay > 0 and op.waits is True:  # allowed, at its turn
                 yield from self._delays.wait(op, decision.delay, can_await, self.adaptive)
@@ -603,6 +616,7 @@ class Gate:
             self._refusals.failed(op, errors)
         if op.failed:
             yield from self._refusals.charge_minimum(op)
+        yield from worktime.charge(op, self._ledger)
 
     def _decided(self, op: Operation, decision: Decision) -> None:
         op.decided(decision)
@@ -625,7 +639,7 @@ class Gate:
     def _settle(self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None) -> _Flow:
         self._scaling.observe(op, errors)  # one sample of the signal, once
         sample = self._config.cost.tuning_sample if self.metrics is not None else 0.0
-        yield from settling(op, data, errors, self._config.limits, sample)
+        yield from settling(op, data, errors, self._config.limits, sample, self._ledger)
 
     def _event(self, op: Operation) -> _Flow:
         op.events += 1

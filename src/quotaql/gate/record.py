@@ -55,6 +55,11 @@ class OperationRecorder:
             )
             if report is not None and op.actual is not None:
                 metrics.estimate(operation_type, op.tier.name, report.cost, op.actual)
+            if op.work.ns and op.time is not None:
+                metrics.worked(operation_type, op.tier.name, op.work.ns / 1e9)
+            limited_by = _limited_by(op)
+            if limited_by is not None:
+                metrics.refused_by(op.tier.name, limited_by)
             if op.sizes:
                 metrics.list_sizes(op.sizes, op.subject.key)
         span = op.span
@@ -76,6 +81,11 @@ class OperationRecorder:
                 attributes[names.ATTR_COST_ACTUAL] = op.actual
             if op.overage:
                 attributes[names.ATTR_COST_OVERAGE] = op.overage
+            if op.work.ns and op.time is not None:
+                attributes[names.ATTR_TIME_MS] = op.work.ms
+            limited = _limited_by(op)
+            if limited is not None:
+                attributes[names.ATTR_LIMITED_BY] = limited
             if op.events:
                 attributes[names.ATTR_EVENTS] = op.events
             if op.multiplier < 1.0:
@@ -143,3 +153,14 @@ class OperationRecorder:
             tier=lease.tier,
             limits=list(lease.names),
         )
+
+
+def _limited_by(op: Operation) -> str | None:
+    """The quota that refused ``op`` for its budget (blocked or denied), if one did."""
+    decision = op.decision
+    if decision is None or decision.allowed or op.outcome not in _BUDGET_REFUSED:
+        return None
+    return decision.limited_by
+
+
+_BUDGET_REFUSED = frozenset({names.BLOCKED, names.DENIED})

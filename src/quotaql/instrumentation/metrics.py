@@ -155,6 +155,9 @@ class PrometheusMetrics:
     depth: Histogram
     cost_points: Counter
     overage_total: Counter
+    time_seconds: Counter
+    operation_time: Histogram
+    quota_refusals: Counter
     check_duration: Histogram
     backend_errors: Counter
     circuit_open: Gauge
@@ -471,6 +474,15 @@ class PrometheusMetrics:
             refunded_points.inc(refunded)
         if overage:
             self._child(self.overage_total, tier).inc(overage)
+
+    def worked(self, operation_type: str, tier: str, seconds: float) -> None:
+        """Count the worker time one operation took (charged to its subject's time quota)."""
+        self._child(self.time_seconds, tier).inc(seconds)
+        self._child(self.operation_time, operation_type, tier).observe(seconds)
+
+    def refused_by(self, tier: str, quota: str) -> None:
+        """Count an operation refused by the budget, by the quota that refused it."""
+        self._child(self.quota_refusals, tier, quota).inc()
 
     def event(self, decision: str, tier: str, charged: float) -> None:
         """Count one subscription event after the first, and the points it was charged."""

@@ -25,6 +25,15 @@ OVERAGE_TOTAL: Final = "quotaql_overage_total"
 """Counter: cost points charged after execution above the debit (the actual cost ran over
 the estimate: ``[limits] charge_overage``), by ``tier``. What operations paid in all is
 ``charged - refunded + overage`` of ``quotaql_cost_total`` and this."""
+TIME_SECONDS_TOTAL: Final = "quotaql_time_seconds_total"
+"""Counter: worker time the operations took (parse, validation, pricing, execution; the
+thread's CPU time), charged to their subjects' time quotas, by ``tier``, in seconds."""
+OPERATION_TIME: Final = "quotaql_operation_time_seconds"
+"""Histogram: the worker time of each operation, by ``operation_type``, ``tier``."""
+QUOTA_REFUSALS_TOTAL: Final = "quotaql_quota_refusals_total"
+"""Counter: operations refused by the budget (``blocked``, ``denied``), by ``tier`` and the
+``quota`` that refused them (``tenant``, ``user``, ``global``, ``time``, ``op:<name>``,
+``field:<coordinate>``: bounded by the configuration)."""
 CHECK_DURATION: Final = "quotaql_check_duration_seconds"
 """Histogram: time of one limiter decision (storage round trips included) by ``backend``."""
 BACKEND_ERRORS_TOTAL: Final = "quotaql_backend_errors_total"
@@ -138,6 +147,10 @@ LABEL_VERSION: Final = "version"
 LABEL_SOURCE: Final = "source"
 LABEL_COORDINATE: Final = "coordinate"
 """A schema coordinate (``"Type.field"``): bounded by the schema, never by the traffic."""
+LABEL_QUOTA: Final = "quota"
+"""The quota that refused an operation (its name in the configuration)."""
+QUOTA_TIME: Final = "time"
+"""The ``quota`` of a refusal by the time quota (the subject's worker time in debt)."""
 LABEL_TO: Final = "to"
 """The state a transition goes to (``TRANSITIONS``)."""
 LABEL_STORE: Final = "store"
@@ -325,6 +338,11 @@ RATIO_CAP: Final = 1_000.0
 """A ratio above this (an estimate of 0 with an actual cost above 0) is recorded as this, so
 that the histograms' ``_sum`` stays finite; it is in the ``+Inf`` bucket either way."""
 
+TIME_BUCKETS: Final = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+"""The buckets of ``quotaql_operation_time_seconds``: from half a millisecond (an honest
+query's parse, validation and execution) to the seconds a hostile document takes."""
 DELAY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 """The buckets of ``quotaql_delay_seconds``: from a few milliseconds (a turn a refill away)
 to a minute (``max_delay`` is rarely longer). 1.0, the default threshold of the
@@ -393,6 +411,23 @@ INSTRUMENTS: Final = (
         "Cost points charged after execution above the debit: the actual cost ran over"
         " the estimate (the budget may go below empty).",
         (LABEL_TIER,),
+    ),
+    Instrument(
+        "time_seconds", "counter", TIME_SECONDS_TOTAL,
+        "Worker time the operations took (parse, validation, pricing, execution; CPU time"
+        " of the thread), charged to their subjects' time quotas, in seconds.",
+        (LABEL_TIER,),
+    ),
+    Instrument(
+        "operation_time", "histogram", OPERATION_TIME,
+        "Worker time of each operation (CPU time of the thread), in seconds.",
+        _PRICED, TIME_BUCKETS,
+    ),
+    Instrument(
+        "quota_refusals", "counter", QUOTA_REFUSALS_TOTAL,
+        "Operations refused by the budget (blocked or denied), by the quota that refused"
+        " them (time: the subject's worker time in debt).",
+        (LABEL_TIER, LABEL_QUOTA),
     ),
     Instrument(
         "check_duration", "histogram", CHECK_DURATION,
@@ -623,6 +658,10 @@ EVENT_FAIL_OPEN: Final = "quotaql.fail_open"
 EVENT_FAIL_CLOSED: Final = "quotaql.fail_closed"
 EVENT_REFUND: Final = "quotaql.refund"
 """A refund was given back (queued, with deferred refunds)."""
+ATTR_TIME_MS: Final = "quotaql.time_ms"
+"""The worker time the operation took, in milliseconds (what its time quota is charged)."""
+ATTR_LIMITED_BY: Final = "quotaql.limited_by"
+"""The quota that refused the operation (set only when the budget refused it)."""
 ATTR_COST_OVERAGE: Final = "quotaql.cost.overage"
 """Points charged after execution above the debit (set only when the actual cost ran over
 it)."""
