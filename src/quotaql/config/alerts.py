@@ -138,6 +138,12 @@ class AlertsConfig:
             because a process had ``[limits] max_delayed`` waiting already
             (``quotaql_delay_refused_total{reason="process_full"}``) before
             ``QuotaqlDelayProcessFull`` fires (5m).
+        variable_values_refused_per_second: ``QuotaqlVariableValuesRefused`` fires when a
+            job refuses more than this many operations a second whose variables held more
+            than ``[cost] max_variable_values`` values
+            (``quotaql_rejections_total{code="TOO_MANY_VARIABLE_VALUES"}``) (0: any).
+        variable_values_refused_for: 15m: a client whose bulk operations outgrew the limit
+            keeps sending them; a stray one stays quiet.
         metrics_absent_for: how long ``quotaql_build_info`` may be missing before
             ``QuotaqlMetricsAbsent`` fires (10m).
     """
@@ -173,6 +179,8 @@ class AlertsConfig:
     delay_p99_seconds: float = 1.0
     delays_long_for: str = "10m"
     delay_process_full_for: str = "5m"
+    variable_values_refused_per_second: float = 0.0
+    variable_values_refused_for: str = "15m"
     metrics_absent_for: str = "10m"
 
     def __post_init__(self) -> None:
@@ -219,5 +227,7 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "delay_p99_seconds": "positive",
     "delays_long_for": "duration",
     "delay_process_full_for": "duration",
+    "variable_values_refused_per_second": "non_negative",
+    "variable_values_refused_for": "duration",
     "metrics_absent_for": "duration",
 }

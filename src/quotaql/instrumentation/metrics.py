@@ -153,6 +153,7 @@ class PrometheusMetrics:
     circuit_open: Gauge
     tenant_requests: Counter
     identity: Counter
+    rejections: Counter
     subscription_events: Counter
     subscriptions_open: Gauge
     pressure: Gauge
@@ -198,6 +199,8 @@ class PrometheusMetrics:
             self._child(self.leases_total, outcome)
         for outcome in names.REFUND_OUTCOMES:
             self._child(self.refunds_total, outcome)
+        for code in names.REJECTION_CODES:
+            self._child(self.rejections, code)
         self._backend_lock = threading.Lock()
         self._refund_queues: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
             weakref.WeakKeyDictionary()
@@ -420,6 +423,15 @@ class PrometheusMetrics:
             charged_points.inc(charged)
         if refunded:
             refunded_points.inc(refunded)
+
+    def rejection(self, code: str | None) -> None:
+        """Count one rejected operation under its error's ``code`` (None: graphql-core's
+        validation, whose errors carry none; a code of no quotaql refusal: ``other``)."""
+        if code is None:
+            code = names.GRAPHQL_VALIDATION_FAILED
+        elif code not in names.REJECTION_CODES:
+            code = names.OTHER_CODE
+        self._child(self.rejections, code).inc()
 
     def event(self, decision: str, tier: str, charged: float) -> None:
         """Count one subscription event after the first, and the points it was charged."""
