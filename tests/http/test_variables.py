@@ -28,7 +28,7 @@ from quotaql.asgi import BodyLimit
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL, ListSize
 from quotaql.instrumentation.metrics import PrometheusMetrics
 from quotaql.plugin import CostLimiter
-from tests.support.app_servers import UvicornServer
+from tests.support.app_servers import UvicornServer, WSGIServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -281,6 +281,40 @@ def test_the_limit_can_be_turned_off(serve: Callable[[str], Served]) -> None:
     served = serve("[cost]\nmax_variable_values = false\n")
     response = served.post(megabyte_of_ints())
     assert response.json()["data"] == {"count": 500_000}
+
+
+def test_shadow_mode_lets_too_many_values_run_and_counts_them(
+    serve: Callable[[str], Served],
+) -> None:
+    served = serve('[limits]\nmode = "shadow"\n[cost]\nmax_variable_values = 100\n')
+    response = served.post({"query": "query($v: [Counted!]!) { tally(values: $v) }",
+                            "variables": {"v": list(range(200))}})  # fmt: skip
+    assert response.json()["data"] == {"tally": 200}
+    assert shop.parsed == 200  # coerced once, by the execution, in shadow mode too
+    labels = {"decision": "shadow_blocked", "operation_type": "query", "tier": "free"}
+    assert served.registry.get_sample_value("quotaql_requests_total", labels) == 1
+    assert served.rejections(TOO_MANY) == 0
+
+
+def test_ariadnes_wsgi_app_refuses_too_many_values_too(tmp_path: Path) -> None:
+    path = tmp_path / "quotaql.toml"
+    path.write_text(CONFIG + "[cost]\nmax_variable_values = 1000\n", encoding="utf-8")
+    adapter = ariadne_adapter.CostLimiter.from_config(path)
+    app = adapter.wsgi(make_executable_schema(SDL, query, counted))
+    shop.parsed = 0
+    with WSGIServer(app) as server:
+        too_many = {"query": "query($v: [Counted!]!) { tally(values: $v) }",
+                    "variables": {"v": list(range(1_000))}}  # fmt: skip
+        response = httpx.post(f"{server.url}/graphql", json=too_many, timeout=30)
+        (error,) = response.json()["errors"]
+        assert error["extensions"]["code"] == TOO_MANY
+        assert shop.parsed == 0
+        within = {"query": too_many["query"], "variables": {"v": list(range(500))}}
+        answer = httpx.post(f"{server.url}/graphql", json=within, timeout=30).json()
+        assert answer["data"] == {"tally": 500}
+        assert shop.parsed == 500
+        left = answer["extensions"]["cost"]["throttleStatus"]["currentlyAvailable"]
+        assert left == pytest.approx(1000 - 2, abs=0.1)  # the refusal and the tally: 1 each
 
 
 # -- what the pricing still reads ------------------------------------------------------------
