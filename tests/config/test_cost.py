@@ -17,6 +17,7 @@ FULL = """\
 # quotaql settings
 [cost]
 default_list_size = 25
+max_list_size = 400
 slicing_arguments = ["first", "limit"]
 operation_weights = { mutation = 20, subscription = 1.5 }
 introspection = "counted"
@@ -31,7 +32,7 @@ max_length = 1000000
 "Post" = 2
 "Query.search" = 5
 "Query.search(term:)" = 1
-"User.followers" = { weight = 1, assumed_size = 50, slicing_arguments = ["first"] }
+"User.followers" = { weight = 1, assumed_size = 50, slicing_arguments = ["first"], max_size = 200 }
 """
 
 
@@ -61,6 +62,7 @@ def test_full_file_round_trips_into_exact_model_and_limits(write):
 
     assert cfg.model == CostModel(
         default_list_size=25,
+        max_list_size=400,
         slicing_arguments=("first", "limit"),
         operation_weights={"mutation": 20, "subscription": 1.5},
         introspection="counted",
@@ -68,7 +70,9 @@ def test_full_file_round_trips_into_exact_model_and_limits(write):
             "Post": 2,
             "Query.search": 5,
             "Query.search(term:)": 1,
-            "User.followers": FieldCost(weight=1, assumed_size=50, slicing_arguments=("first",)),
+            "User.followers": FieldCost(
+                weight=1, assumed_size=50, slicing_arguments=("first",), max_size=200
+            ),
         },
     )
     assert dict(cfg.model.operation_weights) == {
@@ -95,10 +99,10 @@ def test_model_source_is_the_path_and_locations_give_each_weight_line(write):
 
     assert model.source == "quotaql.toml"
     assert model.locations == {
-        "Post": 15,
-        "Query.search": 16,
-        "Query.search(term:)": 17,
-        "User.followers": 18,
+        "Post": 16,
+        "Query.search": 17,
+        "Query.search(term:)": 18,
+        "User.followers": 19,
     }
 
 
@@ -354,6 +358,8 @@ def test_unknown_operation_type_suggests_closest(write):
         ('default_list_size = "10"', "cost.default_list_size", 'integer >= 0, got a string ("10")'),
         ("default_list_size = 1.5", "cost.default_list_size", "integer >= 0, got a float (1.5)"),
         ("default_list_size = -1", "cost.default_list_size", "integer >= 0, got -1"),
+        ("max_list_size = 2.5", "cost.max_list_size", "integer >= 0, got a float (2.5)"),
+        ("max_list_size = -1", "cost.max_list_size", "integer >= 0, got -1"),
         (
             "max_depth = true",
             "cost.max_depth",
@@ -387,6 +393,11 @@ def test_unknown_operation_type_suggests_closest(write):
             'weights."User.followers" = { assumed_size = -1 }',
             'cost.weights."User.followers".assumed_size',
             "integer >= 0, got -1",
+        ),
+        (
+            'weights."User.followers" = { max_size = "all" }',
+            'cost.weights."User.followers".max_size',
+            'integer >= 0, got a string ("all")',
         ),
         (
             'weights."User.followers" = { require_one_slicing_argument = "yes" }',

@@ -51,13 +51,14 @@ class OperationRecorder:
                 charged=op.charge if op.debited or op.paid_minimum else 0.0,
                 refunded=op.refunded,
                 identity=op.subject.source,
+                overage=op.overage,
             )
             if outcome == names.REJECTED:
                 metrics.rejection(op.code)
             if report is not None and op.actual is not None:
                 metrics.estimate(operation_type, op.tier.name, report.cost, op.actual)
             if op.sizes:
-                metrics.list_sizes(op.sizes)
+                metrics.list_sizes(op.sizes, op.subject.key)
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {
@@ -75,6 +76,8 @@ class OperationRecorder:
                 attributes[names.ATTR_DEPTH] = report.depth
             if op.actual is not None:
                 attributes[names.ATTR_COST_ACTUAL] = op.actual
+            if op.overage:
+                attributes[names.ATTR_COST_OVERAGE] = op.overage
             if op.events:
                 attributes[names.ATTR_EVENTS] = op.events
             if op.error is not None:
