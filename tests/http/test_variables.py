@@ -235,7 +235,7 @@ def test_a_megabyte_list_variable_is_refused_at_once_and_charged(
         assert error["extensions"] == {"code": TOO_MANY, "value": 500_001, "limit": 5_000}
         assert "more than 5000 values" in error["message"]
     # The transfer and two JSON decodings (BodyLimit's screen, the framework's); nothing is
-    # coerced. Measured in CPU time, which a loaded machine does not stretch: 50-80 ms,
+    # coerced. Measured in CPU time, which a loaded machine does not stretch: 45-80 ms,
     # against 1.8-2.2 s before.
     assert min(worked) < 0.4, worked
     assert shop.resolved == []
