@@ -134,6 +134,7 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlDelaysLong",
         "QuotaqlDelayProcessFull",
         "QuotaqlMemoryOverflow",
+        "QuotaqlVariableValuesRefused",
         "QuotaqlMetricsAbsent",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
@@ -191,6 +192,7 @@ def test_every_label_in_every_expr_is_defined_in_names_or_by_prometheus(rule):
         *names.LEASE_OUTCOMES,
         *names.REFUND_OUTCOMES,
         *names.DELAY_REFUSED_REASONS,
+        *names.REJECTION_CODES,
     }
 
 
@@ -235,6 +237,9 @@ def test_the_exprs_compare_with_the_default_thresholds():
     )
     assert exprs["QuotaqlMemoryOverflow"] == (
         "sum by (job) (rate(quotaql_overflow_total[5m]))\n  > 0"
+    )
+    assert exprs["QuotaqlVariableValuesRefused"] == (
+        'sum by (job) (rate(quotaql_rejections_total{code="TOO_MANY_VARIABLE_VALUES"}[5m]))\n  > 0'
     )
     assert exprs["QuotaqlMetricsAbsent"] == f"absent({names.BUILD_INFO})"
 
@@ -368,6 +373,8 @@ delay_p99_seconds = 2.5
 delays_long_for = "20m"
 delay_process_full_for = "1m"
 memory_overflow_for = "40m"
+variable_values_refused_per_second = 0.02
+variable_values_refused_for = "40m"
 metrics_absent_for = "1h30m"
 """
 
@@ -399,6 +406,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
     assert expr["QuotaqlDelaysLong"].endswith("_bucket[3m])))\n  > 2.5")
     assert expr["QuotaqlDelayProcessFull"].endswith("[3m]))\n  > 0")
     assert expr["QuotaqlMemoryOverflow"].endswith("[3m]))\n  > 0")
+    assert expr["QuotaqlVariableValuesRefused"].endswith("[3m]))\n  > 0.02")
     assert for_ == {
         "QuotaqlBlockedRatioHigh": "20m",
         "QuotaqlBlockSpike": "15m",
@@ -417,6 +425,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlDelaysLong": "20m",
         "QuotaqlDelayProcessFull": "1m",
         "QuotaqlMemoryOverflow": "40m",
+        "QuotaqlVariableValuesRefused": "40m",
         "QuotaqlMetricsAbsent": "1h30m",
     }
     for name, rule in rules.items():

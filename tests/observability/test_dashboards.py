@@ -75,6 +75,7 @@ METRICS = {
     names.DELAYED_WAITING,
     names.DELAY_REFUSED_TOTAL,
     names.DELAY_CANCELLED_TOTAL,
+    names.REJECTIONS_TOTAL,
 }
 
 OVERVIEW_ROWS = [
@@ -109,6 +110,7 @@ OVERVIEW_ROWS = [
             "Overage charged per second",
         ],
     ),
+    ("Rejections", ["Rejections per second by code", "Rejections in range by code"]),
     (
         "Tuning",
         [
@@ -413,7 +415,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 50), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 52), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -757,6 +759,25 @@ def test_backend_refund_and_pipeline_panels(dashboards: dict[str, dict[str, Any]
     ]
     overflow = _fixed_colours(_panel(overview, "Memory storage overflow per second"))
     assert overflow == {"states quota": "red", "leases quota": "red"}
+
+
+def test_rejection_panels_count_by_code(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+    (by_code,) = _panel(overview, "Rejections per second by code")["targets"]
+    assert by_code["expr"] == (
+        f'sum by (code) (rate({names.REJECTIONS_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    )
+    (in_range,) = _panel(overview, "Rejections in range by code")["targets"]
+    assert in_range["expr"] == (
+        f'topk(10, sum by (code) (increase({names.REJECTIONS_TOTAL}{{job=~"$job"}}[$__range])) > 0)'
+    )
+    overrides = _panel(overview, "Rejections per second by code")["fieldConfig"]["overrides"]
+    colours = {
+        o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in overrides
+    }
+    assert colours[names.TOO_MANY_VARIABLE_VALUES] == "orange"
+    titles = [title for title, _ in _rows(overview)]
+    assert titles.index("Rejections") == titles.index("Cost") + 1
 
 
 def test_tenant_refusals_count_every_refusing_decision(

@@ -142,6 +142,12 @@ class AlertsConfig:
         memory_overflow_for: how long a job's memory storages must keep deciding new
             subjects on overflow states, their table full of live states
             (``quotaql_overflow_total``), before ``QuotaqlMemoryOverflow`` fires (10m).
+        variable_values_refused_per_second: ``QuotaqlVariableValuesRefused`` fires when a
+            job refuses more than this many operations a second whose variables held more
+            than ``[cost] max_variable_values`` values
+            (``quotaql_rejections_total{code="TOO_MANY_VARIABLE_VALUES"}``) (0: any).
+        variable_values_refused_for: 15m: a client whose bulk operations outgrew the limit
+            keeps sending them; a stray one stays quiet.
         metrics_absent_for: how long ``quotaql_build_info`` may be missing before
             ``QuotaqlMetricsAbsent`` fires (10m).
     """
@@ -178,6 +184,8 @@ class AlertsConfig:
     delays_long_for: str = "10m"
     delay_process_full_for: str = "5m"
     memory_overflow_for: str = "10m"
+    variable_values_refused_per_second: float = 0.0
+    variable_values_refused_for: str = "15m"
     metrics_absent_for: str = "10m"
 
     def __post_init__(self) -> None:
@@ -225,5 +233,7 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "delays_long_for": "duration",
     "delay_process_full_for": "duration",
     "memory_overflow_for": "duration",
+    "variable_values_refused_per_second": "non_negative",
+    "variable_values_refused_for": "duration",
     "metrics_absent_for": "duration",
 }

@@ -53,6 +53,8 @@ class OperationRecorder:
                 identity=op.subject.source,
                 overage=op.overage,
             )
+            if outcome == names.REJECTED:
+                metrics.rejection(op.code)
             if report is not None and op.actual is not None:
                 metrics.estimate(operation_type, op.tier.name, report.cost, op.actual)
             if op.work.ns and op.time is not None:
@@ -88,6 +90,8 @@ class OperationRecorder:
                 attributes[names.ATTR_LIMITED_BY] = limited
             if op.events:
                 attributes[names.ATTR_EVENTS] = op.events
+            if op.error is not None:
+                attributes[names.ATTR_CODE] = op.code or names.GRAPHQL_VALIDATION_FAILED
             if op.multiplier < 1.0:
                 attributes[names.ATTR_ADAPTIVE_MULTIPLIER] = op.multiplier
             if decision is not None:

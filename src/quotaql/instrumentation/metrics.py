@@ -165,6 +165,7 @@ class PrometheusMetrics:
     identity: Counter
     overflow: Counter
     key_lookups: Counter
+    rejections: Counter
     subscription_events: Counter
     subscriptions_open: Gauge
     pressure: Gauge
@@ -218,6 +219,8 @@ class PrometheusMetrics:
             self._child(self.key_lookups, outcome)
         for store_scope in itertools.product(names.OVERFLOW_STORES, names.OVERFLOW_SCOPES):
             self._child(self.overflow, *store_scope)
+        for code in names.REJECTION_CODES:
+            self._child(self.rejections, code)
         self._backend_lock = threading.Lock()
         self._refund_queues: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
             weakref.WeakKeyDictionary()
@@ -483,6 +486,15 @@ class PrometheusMetrics:
     def refused_by(self, tier: str, quota: str) -> None:
         """Count an operation refused by the budget, by the quota that refused it."""
         self._child(self.quota_refusals, tier, quota).inc()
+
+    def rejection(self, code: str | None) -> None:
+        """Count one rejected operation under its error's ``code`` (None: graphql-core's
+        validation, whose errors carry none; a code of no quotaql refusal: ``other``)."""
+        if code is None:
+            code = names.GRAPHQL_VALIDATION_FAILED
+        elif code not in names.REJECTION_CODES:
+            code = names.OTHER_CODE
+        self._child(self.rejections, code).inc()
 
     def event(self, decision: str, tier: str, charged: float) -> None:
         """Count one subscription event after the first, and the points it was charged."""

@@ -58,6 +58,9 @@ SUBSCRIPTION_EVENTS_TOTAL: Final = "quotaql_subscription_events_total"
 """Counter: subscription events after the first, charged or refused, by ``decision``, ``tier``."""
 SUBSCRIPTIONS_OPEN: Final = "quotaql_subscriptions_open"
 """Gauge: subscriptions open now (summed over a server's processes)."""
+REJECTIONS_TOTAL: Final = "quotaql_rejections_total"
+"""Counter: operations refused before they were priced or by the analysis (the ``rejected``
+decision), by the refusal's ``code`` (``REJECTION_CODES``; any other is ``other``)."""
 
 # Adaptive limits (``[adaptive]``, docs/adaptive.md): per process, set once a second.
 PRESSURE: Final = "quotaql_pressure"
@@ -187,6 +190,24 @@ DECISIONS: Final = (
 )  # fmt: skip
 #: Refused by the budget, by the storage or from the deny cache: a PromQL regex of both.
 BUDGET_REFUSED: Final = f"{BLOCKED}|{DENIED}"
+
+LABEL_CODE: Final = "code"
+"""The ``extensions.code`` of a rejected operation's error (``REJECTION_CODES``)."""
+TOO_MANY_VARIABLE_VALUES: Final = "TOO_MANY_VARIABLE_VALUES"
+"""Rejected: the variables held more than ``[cost] max_variable_values`` values."""
+GRAPHQL_VALIDATION_FAILED: Final = "GRAPHQL_VALIDATION_FAILED"
+"""Rejected by graphql-core's validation (its errors carry no code), or an unknown field."""
+OTHER_CODE: Final = "other"
+"""A rejection whose code is none of ``REJECTION_CODES``."""
+REJECTION_CODES: Final = (
+    "GRAPHQL_PARSE_FAILED", GRAPHQL_VALIDATION_FAILED, "OPERATION_RESOLUTION_FAILURE",
+    "BAD_USER_INPUT", "QUERY_TOO_LARGE", "QUERY_TOO_DEEP", "QUERY_TOO_COMPLEX",
+    "TOO_MANY_ALIASES", "TOO_MANY_ROOT_FIELDS", "TOO_MANY_FIELDS", "TOO_MANY_DIRECTIVES",
+    "SLICING_ARGUMENT_REQUIRED", "FRAGMENT_CYCLE", "INVALID_REQUEST_BODY",
+    TOO_MANY_VARIABLE_VALUES, OTHER_CODE,
+)  # fmt: skip
+"""The values of ``code`` in ``quotaql_rejections_total``: the analysis's codes (quotaql's
+errors), ``BodyLimit``'s refusal of a body, and ``other``; a bounded set whatever clients send."""
 
 LABEL_REASON: Final = "reason"
 """Why a delay tier's operation was refused (``DELAY_REFUSED_REASONS``)."""
@@ -471,6 +492,12 @@ INSTRUMENTS: Final = (
         collected="backend",
     ),
     Instrument(
+        "rejections", "counter", REJECTIONS_TOTAL,
+        "Operations refused before they were priced or by the analysis (the rejected"
+        " decision), by the refusal's code.",
+        (LABEL_CODE,),
+    ),
+    Instrument(
         "subscription_events", "counter", SUBSCRIPTION_EVENTS_TOTAL,
         "Subscription events after the first: charged (allowed) or refused (blocked).",
         (LABEL_DECISION, LABEL_TIER),
@@ -651,6 +678,9 @@ ATTR_EVENTS: Final = "quotaql.subscription.events"
 """Events a subscription delivered (on its span, which ends when the subscription does)."""
 ATTR_ADAPTIVE_MULTIPLIER: Final = "quotaql.adaptive.multiplier"
 """The multiplier the operation's debit was divided by (set only when below 1)."""
+ATTR_CODE: Final = "quotaql.code"
+"""The ``extensions.code`` of the error a refused operation was answered with
+(``TOO_MANY_VARIABLE_VALUES``, ``RATE_LIMITED``...): set only when it was refused."""
 ATTR_IN_FLIGHT: Final = "quotaql.in_flight"
 """The live leases of the operation's first lease set (its tier's, or its subscriptions')
 once it took its own: set only for tiers with a concurrency limit."""

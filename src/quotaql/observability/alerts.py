@@ -414,6 +414,28 @@ def _memory_overflow(config: AlertsConfig) -> _Text:
     )
 
 
+def _variable_values_refused(config: AlertsConfig) -> _Text:
+    """Operations refused for the values their variables held, for a while: a client's
+    bulk operations outgrew ``[cost] max_variable_values`` (raise it, or have the client
+    split them), or a flood of oversized variables (each paid ``min_charge``)."""
+    window, threshold = config.rate_window, config.variable_values_refused_per_second
+    refused = _selector(
+        names.REJECTIONS_TOTAL, (names.LABEL_CODE, "=", names.TOO_MANY_VARIABLE_VALUES)
+    )
+    return _Text(
+        _above(_per_job(refused, window), threshold),
+        "{{ $labels.job }} refuses operations whose variables hold more than"
+        " max_variable_values values",
+        f"Job {{{{ $labels.job }}}} refused {{{{ $value | humanize }}}} operations/s (rate over"
+        f" {window}, above {_num(threshold)}/s) with {names.TOO_MANY_VARIABLE_VALUES}"
+        f" ({names.REJECTIONS_TOTAL}"
+        f'{{{names.LABEL_CODE}="{names.TOO_MANY_VARIABLE_VALUES}"}}), for'
+        f" {config.variable_values_refused_for}: their variables held more values than"
+        f" [cost] max_variable_values. A client's bulk operations outgrew the limit, or a"
+        f" client floods oversized variables (each refusal paid [limits] min_charge).",
+    )
+
+
 def _metrics_absent(config: AlertsConfig) -> _Text:
     """``absent(quotaql_build_info)``: every quotaql process exports it, whatever the scrape
     job is called, so the rule needs no job name; a process that is up but exports no
@@ -455,6 +477,12 @@ _ALERTS: Final = (
     _Alert("QuotaqlDelaysLong", "warning", "delays_long_for", _delays_long),
     _Alert("QuotaqlDelayProcessFull", "warning", "delay_process_full_for", _delay_process_full),
     _Alert("QuotaqlMemoryOverflow", "warning", "memory_overflow_for", _memory_overflow),
+    _Alert(
+        "QuotaqlVariableValuesRefused",
+        "warning",
+        "variable_values_refused_for",
+        _variable_values_refused,
+    ),
     _Alert("QuotaqlMetricsAbsent", "warning", "metrics_absent_for", _metrics_absent),
 )
 ALERT_NAMES: Final = tuple(alert.name for alert in _ALERTS)

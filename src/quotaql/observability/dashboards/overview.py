@@ -198,6 +198,35 @@ COST: Final = Row("Cost", (
           "whose estimate is wrong (runbook: Overage charged)."),
 ))  # fmt: skip
 
+# -- rejections: refused before pricing or by the analysis, by code ---------------------------
+
+CODE: Final = names.LABEL_CODE
+_REJECTIONS: Final = sel(names.REJECTIONS_TOTAL, JOB_MATCH)
+#: The codes of the static limits an honest client may outgrow, in colours that stand out.
+_REJECTION_COLOURS: Final = {
+    names.TOO_MANY_VARIABLE_VALUES: "orange",
+    names.OTHER_CODE: "purple",
+}
+
+REJECTIONS: Final = Row("Rejections", (
+    Graph("Rejections per second by code", "reqps", 16,
+          (rates_by(_REJECTIONS, CODE),),
+          "Operations refused before they were priced or by the analysis (the rejected "
+          "decision), by the code of the error they were answered with: a document that does "
+          "not parse (GRAPHQL_PARSE_FAILED) or validate (GRAPHQL_VALIDATION_FAILED), bad "
+          "variables (BAD_USER_INPUT), a static limit of [cost] (QUERY_TOO_LARGE, "
+          "QUERY_TOO_DEEP, QUERY_TOO_COMPLEX, TOO_MANY_ALIASES, TOO_MANY_FIELDS, ..., "
+          "TOO_MANY_VARIABLE_VALUES: more values in the variables than max_variable_values), "
+          "a body BodyLimit refused (INVALID_REQUEST_BODY). Each paid [limits] min_charge. "
+          "The metric has no tier label: all tiers.", colours=_REJECTION_COLOURS),
+    Bars("Rejections in range by code", "short", 8,
+         ((topk(f"{sum_by(increase_over_range(_REJECTIONS), CODE)} > 0"), labels(CODE)),),
+         "Rejections over the dashboard's time range, per code. A limit that refuses "
+         "honest clients (a bulk mutation past max_variable_values) needs raising; one "
+         "that refuses a few addresses at a high rate is doing its job (docs/runbook.md, "
+         "QuotaqlVariableValuesRefused)."),
+))  # fmt: skip
+
 # -- tuning: how far the estimates are from what came back -------------------------------------
 
 _COORDINATE: Final = names.LABEL_COORDINATE
@@ -442,6 +471,7 @@ ROWS: Final = (
     ADAPTIVE,
     IDENTITY,
     COST,
+    REJECTIONS,
     TUNING,
     SUBSCRIPTIONS,
     CONCURRENCY,
@@ -453,13 +483,14 @@ ROWS: Final = (
 
 
 def overview_dashboard() -> dict[str, Any]:
-    """The quotaql overview: decisions, adaptive limits, identity, cost, tuning,
+    """The quotaql overview: decisions, adaptive limits, identity, cost, rejections, tuning,
     subscriptions, concurrency limits, delays, check latency, storage backend and top
     tenants."""
     return assemble(
         OVERVIEW_UID,
         "quotaql / Overview",
-        "Cost-based rate limiting: decisions, adaptive limits, identity, cost, tuning "
+        "Cost-based rate limiting: decisions, adaptive limits, identity, cost, rejections "
+        "(by code), tuning "
         "(estimates against actual list sizes), subscriptions, concurrency limits, delays, "
         "check latency, storage backend (errors, breaker, deferred refunds, pipeline), "
         "tenants.",
