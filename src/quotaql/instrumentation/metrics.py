@@ -164,6 +164,8 @@ class PrometheusMetrics:
     adaptive_multiplier: Gauge
     adaptive_engaged: Gauge
     adaptive_transitions_total: Counter
+    pressure_ignored_total: Counter
+    adaptive_culprits: Gauge
     in_flight_gauge: Gauge
     delay_seconds: Histogram
     delayed_waiting: Gauge
@@ -445,11 +447,16 @@ class PrometheusMetrics:
     # -- adaptive limits (once a second) ---------------------------------------------------
 
     def adaptive(
-        self, pressures: Mapping[str, float], multipliers: Mapping[str, float], *, engaged: bool
+        self,
+        pressures: Mapping[str, float],
+        multipliers: Mapping[str, float],
+        *,
+        engaged: bool,
+        culprits: int = 0,
     ) -> None:
-        """Set the pressure of each source, the multiplier of each tier and the engaged
-        state. A source or a tier no longer given (a reload dropped it) goes back to 0 and
-        1: no stale value stays behind."""
+        """Set the pressure of each source, the multiplier of each tier, the engaged state
+        and how many subjects pay their own multiplier. A source or a tier no longer given
+        (a reload dropped it) goes back to 0 and 1: no stale value stays behind."""
         for source in self._pressure_sources - set(pressures):
             self._child(self.pressure, source).set(0.0)
         for tier in self._adaptive_tiers - set(multipliers):
@@ -461,15 +468,25 @@ class PrometheusMetrics:
         for tier, value in multipliers.items():
             self._child(self.adaptive_multiplier, tier).set(value)
         self.adaptive_engaged.set(1 if engaged else 0)
+        self.adaptive_culprits.set(culprits)
+
+    def pressure_ignored(self, source: str, reason: str) -> None:
+        """Count one update at which ``source``'s pressure did not count for everyone
+        (``reason`` is one of ``names.PRESSURE_IGNORED_REASONS``)."""
+        self._child(self.pressure_ignored_total, source, reason).inc()
 
     def adaptive_transition(self, to: str) -> None:
         """Count one transition (``to`` is one of ``names.TRANSITIONS``)."""
         self._child(self.adaptive_transitions_total, to).inc()
 
     def adaptive_transitions(self) -> None:
-        """Create both transition series at 0, so that ``increase()`` sees the first one."""
+        """Create both transition series at 0, and those of the measured sources' ignored
+        pressure, so that ``increase()`` sees the first one."""
         for to in names.TRANSITIONS:
             self._child(self.adaptive_transitions_total, to)
+        for source in (names.PRESSURE_LATENCY, names.PRESSURE_ERRORS):
+            for reason in names.PRESSURE_IGNORED_REASONS:
+                self._child(self.pressure_ignored_total, source, reason)
 
     # -- the tuning metrics (quotaql tune) --------------------------------------------------
     # Called for a sampled fraction of the operations. list_sizes() may get dozens of lists

@@ -43,6 +43,9 @@ def subject_class(key: str) -> str:
     """
     if not key.startswith("ip:"):
         return key
+    head, dot, last = key.rpartition(".")
+    if dot and last.isdigit() and head.count(".") == 2 and ":" not in head[3:]:
+        return f"{head}.0/{IPV4_CLASS_PREFIX}"  # a dotted IPv4 address, the common case
     try:
         network = ipaddress.ip_network(key[3:], strict=False)
     except ValueError:  # no address (the identity keeps what it could not parse): as it is
