@@ -20,15 +20,16 @@ They count **subjects, not requests** (a subject's class:
 :func:`~quotaql.instrumentation.subjects.subject_class`, an address by its /24 or /48
 network). The pressure that counts for everyone is the window's without the
 ``min_subjects - 1`` subjects that contribute most to it (those whose own operations are
-furthest past the target), and none at all when the subjects whose operations show it hold
-less than ``min_cost_share`` of the window's cost: fewer than ``min_subjects`` subjects, or a
-few sending cheap failing queries, cannot engage adaptation for every tenant
-(:attr:`Adaptive.ignored` says why a pressure was left out). The subjects that cause the
-pressure **pay first**: while a source's pressure over the whole window is at or above
-``engage_at``, each subject whose own operations are past it (at most
-:data:`MAX_CULPRITS`, the largest contributors) is debited ``cost / m`` at its own multiplier,
-``max(floor, 1 - its own pressure)``, at once, whether adaptation is engaged for everyone or
-not (:meth:`Adaptive.multiplier_for`).
+furthest past the target), and none at all when the operations that show it (failed ones,
+ones slower than ``latency_target``) were charged less than ``min_cost_share`` of what the
+window's operations were: fewer than ``min_subjects`` subjects, or cheap failing queries
+among costly good ones, cannot engage adaptation for every tenant (:attr:`Adaptive.ignored`
+says why a pressure was left out).
+The subjects that cause the pressure **pay first**: while a source's pressure over the
+whole window is at or above ``engage_at``, each subject whose own operations are past it
+(at most :data:`MAX_CULPRITS`, the largest contributors) is debited ``cost / m`` at its own
+multiplier, ``max(floor, 1 - its own pressure)``, at once, whether adaptation is engaged for
+everyone or not (:meth:`Adaptive.multiplier_for`).
 
 Once pressure stays at or above ``engage_at`` for ``engage_for`` seconds adaptation
 **engages**: the multiplier ``m`` moves towards ``max(floor, 1 - pressure)``, at most ``step``
@@ -74,7 +75,6 @@ import numbers
 import random
 import threading
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
 from graphql import GraphQLError
@@ -139,10 +139,10 @@ def quantize(m: float, floor: float) -> float:
     return 1.0 if grid >= 1.0 else max(floor, grid)
 
 
-def fair_weights(counts: Mapping[str, int], share: float) -> dict[str, float]:
-    """The weight of one sample of each tenant, so that no tenant weighs more than ``share``
-    of all the samples (water-filling: the largest tenants are capped at the same total,
-    the others keep theirs).
+def fair_weights(counts: Mapping[str, float], share: float) -> dict[str, float]:
+    """The weight of one unit (a sample, a point of cost) of each tenant, so that no tenant
+    weighs more than ``share`` of all the units (water-filling: the largest tenants are
+    capped at the same total, the others keep theirs).
 
     With fewer than ``1 / share`` tenants no such cap exists; every tenant then weighs the
     same in all (one of three tenants is a third of the traffic, whatever it sends).
@@ -172,10 +172,12 @@ def fair_weights(counts: Mapping[str, int], share: float) -> dict[str, float]:
     return {tenant: min(1.0, cap / count) for tenant, count in counts.items()}
 
 
-def _quantile(pairs: list[tuple[float, float]], q: float) -> float:
+def _quantile(pairs: list[tuple[float, float]], q: float, *, ordered: bool = False) -> float:
     """The ``q`` quantile of weighted values ``(value, weight)``: the smallest value whose
-    cumulative weight reaches ``q`` of the total (within rounding)."""
-    pairs.sort()
+    cumulative weight reaches ``q`` of the total (within rounding). ``ordered``: the pairs
+    are sorted by value already."""
+    if not ordered:
+        pairs.sort()
     total = math.fsum(weight for _, weight in pairs)
     goal = q * total - 1e-9 * total
     cumulative = 0.0
@@ -221,6 +223,18 @@ class _Bucket:
         self.samples: list[_Sample] = []
 
 
+def _seconds(sample: _Sample) -> float:
+    return sample[1]
+
+
+def _counts(samples: list[_Sample]) -> dict[str, float]:
+    """How many samples of ``samples`` each subject has."""
+    counts: dict[str, float] = {}
+    for who, _, _, _ in samples:
+        counts[who] = counts.get(who, 0.0) + 1.0
+    return counts
+
+
 class Measured:
     """What the measured sources say of one window (:meth:`Adaptive.measure`).
 
@@ -230,8 +244,11 @@ class Measured:
         ignored: the sources whose window pressure reached ``engage_at`` and did not count
             for everyone, and why (``names.IGNORED_FEW_SUBJECTS``,
             ``names.IGNORED_COST_SHARE``).
-        subjects: per source, how many subjects' operations were past its target.
-        cost_share: per source, the share of the window's cost those subjects held.
+        subjects: per source, how many subjects' operations were past its target more
+            often than the target allows.
+        cost_share: per source, the share of what the window's operations were charged
+            (each at least 1) that the operations showing the pressure were charged
+            (failed ones; ones slower than ``latency_target``).
         culprits: the subjects (classes) that pay their own multiplier, and what it is.
     """
 
@@ -497,9 +514,10 @@ class Adaptive:
 
     def measure(self, now: float) -> Measured:
         """What the ``latency`` and ``errors`` sources say of the samples in the window
-        ending ``now`` (no pressure below ``min_samples``), each subject's weight capped:
-        the pressure of the whole window, the pressure that counts for everyone, and the
-        subjects that pay their own multiplier (see the module)."""
+        ending ``now`` (no pressure below ``min_samples``): the pressure of the whole
+        window, the pressure that counts for everyone, and the subjects that pay their own
+        multiplier (see the module). Each subject's samples weigh at most
+        ``max_tenant_share`` of the window."""
         config = self.config
         oldest = int(now) - len(self._buckets) + 1
         samples: list[_Sample] = []
@@ -511,25 +529,31 @@ class Adaptive:
         if len(samples) < config.min_samples:
             self._blaming = set()
             return measured
+        samples.sort(key=_seconds)  # once: every subset keeps the order the percentile needs
         share = config.max_tenant_share
-        weights = fair_weights(Counter(who for who, _, _, _ in samples), share)
-        costs: dict[str, float] = {}
-        for who, _, _, cost in samples:
-            costs[who] = costs.get(who, 0.0) + cost
-        total_cost = math.fsum(costs.values())
+        units = fair_weights(_counts(samples), share)
+        engage_at = config.engage_at
         blaming: set[str] = set()
         for source in MEASURED_SOURCES:
-            window = measured.window[source] = self._signal(source, samples, weights)
-            # Each subject's excess over the target, in weight: sum(bad - expected).
-            expected = (
-                config.error_target if source == "errors" else 1.0 - config.latency_percentile
-            )
+            errors = source == "errors"
+            target = config.latency_target
+            window = measured.window[source] = self._signal(source, samples, units)
+            if window <= 0.0:  # the usual case: no pressure to attribute (nor to trim)
+                self._blaming.discard(source)
+                continue
+            expected = config.error_target if errors else 1.0 - config.latency_percentile
+            # Each subject's excess over the target, in weight: sum(weight * (bad - expected)),
+            # and what the operations that show the pressure were charged (each at least 1).
             excess: dict[str, float] = {}
-            for sample in samples:
-                who = sample[0]
-                excess[who] = excess.get(who, 0.0) + weights[who] * (
-                    self._bad(source, sample) - expected
-                )
+            bad_cost = total_cost = 0.0
+            for who, seconds, failed, cost in samples:
+                weight = units[who]
+                bad = failed if errors else seconds > target
+                charged = max(cost, 1.0)
+                total_cost += charged
+                if bad:
+                    bad_cost += charged
+                excess[who] = excess.get(who, 0.0) + weight * ((1.0 if bad else 0.0) - expected)
             causing = sorted((who for who, e in excess.items() if e > 0), key=excess.__getitem__)
             causing.reverse()  # the largest contributors first
             measured.subjects[source] = len(causing)
@@ -539,13 +563,10 @@ class Adaptive:
                 rest = [sample for sample in samples if sample[0] not in left_out]
                 counted = 0.0
                 if rest:
-                    rest_weights = fair_weights(Counter(who for who, _, _, _ in rest), share)
-                    counted = self._signal(source, rest, rest_weights)
-            engage_at = config.engage_at
+                    counted = self._signal(source, rest, fair_weights(_counts(rest), share))
             if counted < engage_at <= window:
                 measured.ignored[source] = names.IGNORED_FEW_SUBJECTS
-            held = math.fsum(costs[who] for who in causing) / total_cost if total_cost else 1.0
-            measured.cost_share[source] = held
+            held = measured.cost_share[source] = bad_cost / total_cost
             if counted > 0 and held < config.min_cost_share:
                 if counted >= engage_at:
                     measured.ignored[source] = names.IGNORED_COST_SHARE
@@ -558,21 +579,20 @@ class Adaptive:
         self._blaming = blaming
         return measured
 
-    def _bad(self, source: str, sample: _Sample) -> float:
-        """1 when ``sample`` is past ``source``'s target (failed; slower than the target)."""
-        if source == "errors":
-            return 1.0 if sample[2] else 0.0
-        return 1.0 if sample[1] > self.config.latency_target else 0.0
-
-    def _signal(self, source: str, samples: list[_Sample], weights: Mapping[str, float]) -> float:
-        """``source``'s pressure of ``samples`` under ``weights``."""
+    def _signal(self, source: str, samples: list[_Sample], units: Mapping[str, float]) -> float:
+        """``source``'s pressure of ``samples`` (sorted by seconds), each weighing its
+        subject's weight."""
         config = self.config
         if source == "latency":
-            pairs = [(seconds, weights[who]) for who, seconds, _, _ in samples]
-            latency = _quantile(pairs, config.latency_percentile)
+            pairs = [(seconds, units[who]) for who, seconds, _, _ in samples]
+            latency = _quantile(pairs, config.latency_percentile, ordered=True)
             return _ramp(latency, config.latency_target, config.latency_saturate)
-        total = math.fsum(weights[who] for who, _, _, _ in samples)
-        failed = math.fsum(weights[who] for who, _, bad, _ in samples if bad)
+        total = failed = 0.0
+        for who, _, bad, _ in samples:
+            weight = units[who]
+            total += weight
+            if bad:
+                failed += weight
         return _ramp(failed / total, config.error_target, config.error_saturate)
 
     def _blame(
@@ -587,7 +607,7 @@ class Adaptive:
             if sample[0] in wanted:
                 own.setdefault(sample[0], []).append(sample)
         for who in causing[:MAX_CULPRITS]:
-            mine = own[who]
+            mine = own[who]  # in the window's order, by seconds
             pressure = self._signal(source, mine, dict.fromkeys((who,), 1.0))
             if pressure >= config.engage_at:
                 m = quantize(max(config.floor, 1.0 - pressure), config.floor)
@@ -606,16 +626,16 @@ class Adaptive:
             why = (
                 f"it comes from fewer than min_subjects ({config.min_subjects}) subjects"
                 if reason == names.IGNORED_FEW_SUBJECTS
-                else f"its subjects hold less than min_cost_share ({config.min_cost_share:g})"
-                " of the window's cost"
+                else f"the operations that show it hold less than min_cost_share"
+                f" ({config.min_cost_share:g}) of the window's cost"
             )
             paying = len(self.culprits)
             self.log.log(
                 logging.WARNING,
                 "pressure_ignored",
                 "quotaql: the %s pressure of the window, %.2f, does not count for everyone:"
-                " %s (%d subjects past the target, holding %.0f%% of the cost); %d subjects"
-                " pay cost / m themselves",
+                " %s (%d subjects past the target; the operations that show it hold %.0f%%"
+                " of the cost); %d subjects pay cost / m themselves",
                 source, measured.window[source], why, measured.subjects[source],
                 100 * measured.cost_share[source], paying,
                 source=source, reason=reason, pressure=measured.window[source],

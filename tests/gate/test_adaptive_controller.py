@@ -562,21 +562,23 @@ def test_many_addresses_of_one_network_are_one_subject() -> None:
     assert set(adaptive.culprits) == {"ip:203.0.113.0/24", "ip:2001:db8:7::/48"}
 
 
-def test_subjects_holding_little_of_the_cost_cannot_engage() -> None:
+def test_cheap_failing_queries_among_costly_ones_cannot_engage() -> None:
     """Ten addresses of ten networks sending failing 1-point queries, against ten tenants'
-    100-point ones: ten subjects, 5 % of the cost."""
+    200-point ones: ten subjects (half the subjects, most of the operations), 2.4 % of what
+    the window's operations were charged."""
     clock = Clock()
     adaptive = latency_controller(clock, sources=("errors",), engage_for=0.0)
     cheap = {f"ip:10.{i}.0.1": (5, 0.01, True) for i in range(10)}
     honest = {f"key:t{i}": (1, 0.01, False) for i in range(10)}
-    costs = dict.fromkeys(honest, 100.0)
+    costs = dict.fromkeys(honest, 200.0)
 
     feed(adaptive, clock, {**honest, **cheap}, 10, costs)
 
     measured = adaptive.measured
     assert measured is not None
     assert measured.subjects["errors"] == 10
-    assert measured.cost_share["errors"] == pytest.approx(50 / 1050)
+    assert measured.window["errors"] == 1.0
+    assert measured.cost_share["errors"] == pytest.approx(50 / 2050)
     assert adaptive.ignored == {"errors": names.IGNORED_COST_SHARE}
     assert adaptive.pressures["errors"] == 0.0
     assert not adaptive.engaged
@@ -637,8 +639,8 @@ def test_ignored_pressure_is_logged_at_most_once_a_minute(
     assert len(records) == 2  # at 1 s and 61 s
     assert records[0].getMessage() == (
         "quotaql: the errors pressure of the window, 1.00, does not count for everyone: it"
-        " comes from fewer than min_subjects (5) subjects (2 subjects past the target, holding"
-        " 38% of the cost); 2 subjects pay cost / m themselves"
+        " comes from fewer than min_subjects (5) subjects (2 subjects past the target; the"
+        " operations that show it hold 38% of the cost); 2 subjects pay cost / m themselves"
     )
 
 

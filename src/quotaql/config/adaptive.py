@@ -62,8 +62,11 @@ class AdaptiveConfig:
             whose operations must show the pressure for it to count for everyone: the
             pressure that engages is the window's without its ``min_subjects - 1`` subjects
             that contribute most (1: every sample counts as it is).
-        min_cost_share: the share of the window's cost that the subjects whose operations
-            show the pressure must hold for it to count for everyone (0: no such check).
+        min_cost_share: the share of what the window's operations were charged that the
+            operations showing the pressure (failed ones; ones slower than
+            ``latency_target``) must hold for it to count for everyone (0: no such check):
+            cheap failing queries among costly good ones engage nothing. Keep it at or below
+            the error share that reaches ``engage_at``.
         engage_at: pressure at or above it, for ``engage_for`` seconds, engages.
         release_at: pressure at or below it, for ``release_for`` seconds, releases (below
             ``engage_at``: the hysteresis).
@@ -87,7 +90,7 @@ class AdaptiveConfig:
     min_samples: int = 50
     max_tenant_share: float = 0.05
     min_subjects: int = 5
-    min_cost_share: float = 0.25
+    min_cost_share: float = 0.05
     engage_at: float = 0.5
     release_at: float = 0.2
     engage_for: float = 5.0
