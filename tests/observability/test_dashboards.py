@@ -72,6 +72,8 @@ METRICS = {
     names.DELAYED_WAITING,
     names.DELAY_REFUSED_TOTAL,
     names.DELAY_CANCELLED_TOTAL,
+    names.PRESSURE_IGNORED_TOTAL,
+    names.ADAPTIVE_CULPRITS,
 }
 
 OVERVIEW_ROWS = [
@@ -86,6 +88,8 @@ OVERVIEW_ROWS = [
             "Adaptive multiplier by tier",
             "Adaptive limits",
             "Adaptive transitions in range",
+            "Pressure left out for everyone",
+            "Subjects paying their own multiplier",
         ],
     ),
     (
@@ -407,7 +411,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 47), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 49), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
