@@ -351,7 +351,7 @@ def test_a_flood_of_subjects_keeps_a_bounded_uniform_sample() -> None:
     assert sample("+Inf") == names.LIST_SUBJECTS_KEPT
     empty = sample("0.0")
     assert empty is not None
-    # Half of a uniform sample of 1,024 (binomial: sd 16): far from all, far from none.
+    # Half of a uniform sample of 256 (binomial: sd 8): far from all, far from none.
     assert 0.4 * names.LIST_SUBJECTS_KEPT < empty < 0.6 * names.LIST_SUBJECTS_KEPT
 
 

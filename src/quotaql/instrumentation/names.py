@@ -113,7 +113,7 @@ sends (``quotaql tune`` lowers a size only as far as most subjects allow)."""
 LIST_SUBJECT_PERIOD: Final = 60.0
 """Seconds of one period of ``quotaql_list_subject_max_items``: each subject that returned a
 list of a coordinate in it is one observation, its longest list."""
-LIST_SUBJECTS_KEPT: Final = 1024
+LIST_SUBJECTS_KEPT: Final = 256
 """The most subjects a process keeps per coordinate and period (a uniform sample of the
 subjects beyond it, chosen by a keyed hash no client can aim at)."""
 COST_ESTIMATE_RATIO: Final = "quotaql_cost_estimate_ratio"
