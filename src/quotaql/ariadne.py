@@ -16,20 +16,30 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import logging
 import weakref
 import wsgiref.headers
 from http import HTTPStatus
 from inspect import isawaitable
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict, cast, overload
 
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
+from ariadne.exceptions import HttpBadRequestError
 from ariadne.wsgi import GraphQL as WSGIGraphQL
 from graphql import ExecutionResult, GraphQLError, OperationType
+from starlette.responses import JSONResponse
 
 from quotaql import web
-from quotaql.asgi import serve_lifespan
+from quotaql.asgi import (
+    DEFAULT_MAX_DEPTH,
+    InvalidBody,
+    charge_body,
+    charge_body_async,
+    read_body,
+    serve_lifespan,
+)
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
 from quotaql.cost_analysis.analyzer import select_operation
 from quotaql.errors import CostAnalysisError
@@ -608,9 +618,40 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
     handlers call its ``execute_graphql_query``); they get ``extensions.cost``, no headers.
     """
 
+    #: How deep the request's JSON (a body, GET ``variables``) may nest.
+    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
+
     def __init__(self, limiter: CostLimiter, **options: Unpack[_HTTPOptions]) -> None:
         super().__init__(**options)
         self._limited_by(limiter)
+
+    async def graphql_http_server(self, request: Request) -> Response:
+        """Ariadne's, with the request's JSON screened (:func:`quotaql.asgi.read_body`):
+        what a framework cannot parse safely is answered 400 ``INVALID_REQUEST_BODY`` and
+        its client pays ``[limits] min_charge`` (a body nested 50,000 deep answered 500)."""
+        try:
+            return await super().graphql_http_server(request)
+        except InvalidBody as refusal:
+            await charge_body_async(self.limiter.gate, refusal, request=request,
+                                    context={"request": request})  # fmt: skip
+            return JSONResponse(refusal.payload(), status_code=refusal.status)
+
+    async def extract_data_from_json_request(self, request: Request) -> Any:
+        return read_body(await request.body(), self.max_body_depth)
+
+    def extract_data_from_get_request(self, request: Request) -> dict[Any, Any]:
+        _screen_variables(request.query_params.get("variables", ""), self.max_body_depth)
+        return super().extract_data_from_get_request(request)
+
+    async def extract_data_from_multipart_request(
+        self, request: Request
+    ) -> dict[Any, Any] | list[Any]:
+        if not _MULTIPART.starlette:
+            raise HttpBadRequestError(_NO_MULTIPART)
+        try:
+            return await super().extract_data_from_multipart_request(request)
+        except RecursionError:  # its operations or map field: json.loads gave up
+            raise InvalidBody("too_deep", self.max_body_depth) from None
 
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
@@ -774,15 +815,44 @@ class CostLimitedWSGI(WSGIGraphQL):
         self.limiter = limiter
         limiter._install(self, is_async=False)
 
+    #: How deep the request's JSON (a body, GET ``variables``) may nest.
+    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
+
     def handle_request(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        with self.limiter._response() as ops:
+        """Ariadne's, with the request's JSON screened (see
+        :meth:`CostLimitedHTTPHandler.graphql_http_server`)."""
+        try:
+            with self.limiter._response() as ops:
 
-            def respond(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
-                response = _WSGIResponse(status, headers)
-                self.limiter._respond(ops, response)
-                return start_response(response.status, headers, *exc_info)
+                def respond(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+                    response = _WSGIResponse(status, headers)
+                    self.limiter._respond(ops, response)
+                    return start_response(response.status, headers, *exc_info)
 
-            return super().handle_request(environ, respond)
+                return super().handle_request(environ, respond)
+        except InvalidBody as refusal:
+            charge_body(self.limiter.gate, refusal, request=environ, context={"request": environ})
+            start_response(f"{refusal.status} {HTTPStatus(refusal.status).phrase}",
+                           [("Content-Type", "application/json; charset=UTF-8")])  # fmt: skip
+            return [json.dumps(refusal.payload()).encode()]
+
+    def extract_data_from_json_request(self, environ: dict[str, Any]) -> Any:
+        if environ.get("CONTENT_LENGTH") == "0":  # an empty body is not JSON either
+            return read_body(b"", self.max_body_depth)
+        length = self.get_request_content_length(environ)
+        return read_body(self.get_request_body(environ, length), self.max_body_depth)
+
+    def extract_data_from_get(self, query_params: dict[str, Any]) -> dict[str, Any]:
+        _screen_variables(query_params.get("variables", ""), self.max_body_depth)
+        return super().extract_data_from_get(query_params)
+
+    def extract_data_from_multipart_request(self, environ: dict[str, Any]) -> Any:
+        if not _MULTIPART.ariadne:
+            raise HttpBadRequestError(_NO_MULTIPART)
+        try:
+            return super().extract_data_from_multipart_request(environ)
+        except RecursionError:  # its operations or map field: json.loads gave up
+            raise InvalidBody("too_deep", self.max_body_depth) from None
 
     def execute_query(self, environ: dict[str, Any], data: Any) -> GraphQLResult:
         gate = self.limiter.gate
@@ -795,6 +865,36 @@ class CostLimitedWSGI(WSGIGraphQL):
             if unpriced is not None and scope.op is not None:
                 gate.reject(scope.op, unpriced)
             return self.limiter._answered(scope, success, result)
+
+
+class _Multipart:
+    """Whether ``multipart/form-data`` can be read: Ariadne's WSGI app and Starlette (its
+    ASGI handler) parse it with python-multipart, which neither requires; without it every
+    multipart request answered 500 (an error raised in their parsing). Then it is answered
+    as a content type the server does not take: 400, by Ariadne."""
+
+    def __init__(self) -> None:
+        import importlib.util  # noqa: PLC0415  # once, at import
+
+        self.ariadne = importlib.util.find_spec("python_multipart") is not None
+        legacy = importlib.util.find_spec("multipart")  # python-multipart before 0.0.13
+        self.starlette = self.ariadne or (
+            legacy is not None and legacy.submodule_search_locations is not None
+        )
+
+
+_MULTIPART = _Multipart()
+_NO_MULTIPART = (
+    "This server reads no multipart/form-data (python-multipart is not installed):"
+    " post application/json."
+)
+
+
+def _screen_variables(variables: Any, max_depth: int) -> None:
+    """A GET request's ``variables``: a JSON object (or null) within ``max_depth``; Ariadne
+    then parses it (json.loads gave a RecursionError, a 500, for variables 1,500 deep)."""
+    if isinstance(variables, str) and variables.strip():
+        read_body(variables.strip(), max_depth, parameter=True)
 
 
 def _errors(result: dict[str, Any]) -> list[GraphQLError] | None:

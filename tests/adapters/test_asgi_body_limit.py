@@ -164,3 +164,18 @@ def test_the_limiter_must_be_a_gate_or_an_adapter() -> None:
         BodyLimit(app("strawberry"), limiter=object())
     with pytest.raises(ValueError, match="max_depth must be an integer >= 0"):
         BodyLimit(app("strawberry"), max_depth=-1)
+
+
+def test_screen_false_caps_the_size_only_for_an_app_that_screens_as_it_parses() -> None:
+    """Ariadne's handler screens the body as it parses it: in front of it, ``BodyLimit``
+    need not parse it first (its refusal is the handler's, the same answer)."""
+    with UvicornServer(BodyLimit(app("ariadne"), max_bytes=CAP, screen=False)) as running:
+        hostile = httpx.post(f"{running.url}/graphql", content=b"[" * 4_000 + b"]" * 4_000,
+                             headers={"content-type": "application/json"}, timeout=10)  # fmt: skip
+        refused(httpx.post(f"{running.url}/graphql", content=big_query(),
+                           headers={"content-type": "application/json"}, timeout=10))  # fmt: skip
+    assert hostile.status_code == 400
+    assert hostile.json()["errors"][0]["extensions"] == {
+        "code": INVALID_REQUEST_BODY,
+        "reason": "too_deep",
+    }

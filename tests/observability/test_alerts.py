@@ -133,6 +133,7 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlRefundsLost",
         "QuotaqlDelaysLong",
         "QuotaqlDelayProcessFull",
+        "QuotaqlMemoryOverflow",
         "QuotaqlMetricsAbsent",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
@@ -214,7 +215,7 @@ def test_the_exprs_compare_with_the_default_thresholds():
     )
     assert exprs["QuotaqlUnknownApiKeys"] == (
         "sum by (job) (rate(quotaql_identity_total"
-        '{source=~"unknown_key|rejected_key"}[5m]))\n  > 0.1'
+        '{source=~"unknown_key|rejected_key|limited_key"}[5m]))\n  > 0.1'
     )
     assert exprs["QuotaqlUnverifiedApiKeys"] == (
         'sum by (job) (rate(quotaql_identity_total{source="unverified_key"}[5m]))\n  > 0'
@@ -231,6 +232,9 @@ def test_the_exprs_compare_with_the_default_thresholds():
     )
     assert exprs["QuotaqlDelayProcessFull"] == (
         'sum by (job) (rate(quotaql_delay_refused_total{reason="process_full"}[5m]))\n  > 0'
+    )
+    assert exprs["QuotaqlMemoryOverflow"] == (
+        "sum by (job) (rate(quotaql_overflow_total[5m]))\n  > 0"
     )
     assert exprs["QuotaqlMetricsAbsent"] == f"absent({names.BUILD_INFO})"
 
@@ -363,6 +367,7 @@ refunds_lost_for = "2m"
 delay_p99_seconds = 2.5
 delays_long_for = "20m"
 delay_process_full_for = "1m"
+memory_overflow_for = "40m"
 metrics_absent_for = "1h30m"
 """
 
@@ -393,6 +398,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
     assert expr["QuotaqlRefundsLost"].endswith("[30m]))\n  > 0")
     assert expr["QuotaqlDelaysLong"].endswith("_bucket[3m])))\n  > 2.5")
     assert expr["QuotaqlDelayProcessFull"].endswith("[3m]))\n  > 0")
+    assert expr["QuotaqlMemoryOverflow"].endswith("[3m]))\n  > 0")
     assert for_ == {
         "QuotaqlBlockedRatioHigh": "20m",
         "QuotaqlBlockSpike": "15m",
@@ -410,6 +416,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlRefundsLost": "2m",
         "QuotaqlDelaysLong": "20m",
         "QuotaqlDelayProcessFull": "1m",
+        "QuotaqlMemoryOverflow": "40m",
         "QuotaqlMetricsAbsent": "1h30m",
     }
     for name, rule in rules.items():

@@ -37,6 +37,7 @@ from quotaql import web
 from quotaql._flow import (
     Acquire,
     Await,
+    Charge,
     Refund,
     ReleaseLease,
     TakeLease,
@@ -74,7 +75,7 @@ from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder
 from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
-from quotaql.gate.settle import refund_amounts, refunded
+from quotaql.gate.settle import settling
 from quotaql.gate.tiers import TierResolver, resolve_tier
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
@@ -204,6 +205,11 @@ class Gate:
                 metrics.watch_refunds(queue)
             if is_pipelined(self.storage):
                 metrics.watch_pipeline(self.storage)
+            if key_resolver is not None:
+                metrics.watch_lookups(self.identity)
+            for memory in (self.storage, self.limiter.core.fallback):  # past max_keys
+                if hasattr(memory, "overflowed_shared"):
+                    metrics.watch_overflow(memory, names.STORE_STATES)
         self._concurrency = ConcurrencyLimiter(self.limiter, self._record)
         if leases is not None:
             self._concurrency.use(leases)
@@ -405,7 +411,8 @@ class Gate:
     def settle(
         self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None = None
     ) -> None:
-        """After execution: count the actual cost from ``data`` and refund what was unused.
+        """After execution: count the actual cost from ``data``, refund what was unused, or
+        charge what it ran above its debit (its overage, ``[limits] charge_overage``).
 
         ``errors`` are the result's errors: what an error erased from ``data`` (a field
         nulled, up to the nearest nullable parent, or all of ``data``) is charged at its
@@ -618,15 +625,7 @@ class Gate:
     def _settle(self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None) -> _Flow:
         self._scaling.observe(op, errors)  # one sample of the signal, once
         sample = self._config.cost.tuning_sample if self.metrics is not None else 0.0
-        amount, amounts = refund_amounts(op, data, errors, self._config.limits, sample)
-        if amount > 0:
-            yield Refund(op.subject.key, amount, op.quotas, amounts, op.decision)
-        op.refunded = amount
-        if amount > 0:
-            if op.span is not None:
-                op.span.add_event(names.EVENT_REFUND, {"quotaql.refund": amount})
-            if op.decision is not None:
-                op.decision = refunded(op.decision, amount, amounts)
+        yield from settling(op, data, errors, self._config.limits, sample)
 
     def _event(self, op: Operation) -> _Flow:
         op.events += 1
@@ -668,6 +667,9 @@ class Gate:
                 return self.limiter.acquire(key, amount, quotas, costs=costs)
             case Refund(key, amount, quotas, amounts, decision):  # of decision's debit
                 return self.limiter.refund(key, amount, quotas, amounts=amounts,
+                                           decision=decision)  # fmt: skip
+            case Charge(key, amount, quotas, amounts, decision):  # over decision's debit
+                return self.limiter.charge(key, amount, quotas, amounts=amounts,
                                            decision=decision)  # fmt: skip
             case TakeLease(key, specs, lease):
                 return self._concurrency.take(key, specs, lease)
@@ -767,7 +769,11 @@ class Gate:
         self._refusals.configure(config)
         self._holdings.configure(config.limits)
         limited = any(charges.in_flight(tier) is not None for tier in config.tiers.values())
-        if not self._concurrency.configure(config.limits.lease_ttl, limited, self.storage):
+        configured = self._concurrency.configure(config.limits.lease_ttl, limited, self.storage)
+        leases = self._concurrency.store
+        if self.metrics is not None and hasattr(leases, "overflowed_shared"):  # past max_keys
+            self.metrics.watch_overflow(leases, names.STORE_LEASES)
+        if not configured:
             self._record.say_once(
                 "leases_in_memory",
                 f"quotaql: the {type(self.storage).__name__} storage has no lease storage of its"

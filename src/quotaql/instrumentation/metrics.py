@@ -20,9 +20,9 @@ refund queue) sum the live workers' (``"livesum"``).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import heapq
+import itertools
 import math
 import os
 import threading
@@ -33,7 +33,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import names
-from quotaql.instrumentation.subjects import subject_class, subject_hash
+from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -153,11 +153,14 @@ class PrometheusMetrics:
     actual_cost: Histogram
     depth: Histogram
     cost_points: Counter
+    overage_total: Counter
     check_duration: Histogram
     backend_errors: Counter
     circuit_open: Gauge
     tenant_requests: Counter
     identity: Counter
+    overflow: Counter
+    key_lookups: Counter
     subscription_events: Counter
     subscriptions_open: Gauge
     pressure: Gauge
@@ -209,6 +212,10 @@ class PrometheusMetrics:
             self._child(self.leases_total, outcome)
         for outcome in names.REFUND_OUTCOMES:
             self._child(self.refunds_total, outcome)
+        for outcome in names.KEY_LOOKUP_OUTCOMES:
+            self._child(self.key_lookups, outcome)
+        for store_scope in itertools.product(names.OVERFLOW_STORES, names.OVERFLOW_SCOPES):
+            self._child(self.overflow, *store_scope)
         self._backend_lock = threading.Lock()
         self._refund_queues: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
             weakref.WeakKeyDictionary()
@@ -218,6 +225,13 @@ class PrometheusMetrics:
             weakref.WeakKeyDictionary()
         )
         self._keepers: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+        self._overflows: weakref.WeakKeyDictionary[Any, tuple[str, int, int]] = (
+            weakref.WeakKeyDictionary()  # memory storage -> (store, network, quota) counted
+        )
+        # identity -> its lookups by outcome when last read
+        self._identities: weakref.WeakKeyDictionary[Any, dict[str, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._sync_at = 0.0
         self._multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self._pressure_sources: set[str] = set()
@@ -350,6 +364,16 @@ class PrometheusMetrics:
         with self._backend_lock:
             self._keepers.setdefault(keeper, (0, 0))
 
+    def watch_overflow(self, storage: Any, store: str) -> None:
+        """Count a memory storage's decisions on overflow states (``store``: states, leases)."""
+        with self._backend_lock:
+            self._overflows.setdefault(storage, (store, 0, 0))
+
+    def watch_lookups(self, identity: Any) -> None:
+        """Count the ``key_resolver`` lookups of an :class:`~quotaql.identity.Identity`."""
+        with self._backend_lock:
+            self._identities.setdefault(identity, {})
+
     def sync(self) -> None:
         """Add what the watched refund queues, pipelines and keepers counted since the last
         call to the metrics (a scrape does it first; under prometheus-client's multiprocess
@@ -379,6 +403,18 @@ class PrometheusMetrics:
                 self._add(self.leases_total, names.LEASE_RENEWED, now_renewed - renewed)
                 self._add(self.leases_total, names.LEASE_RENEW_FAILED, now_failed - failed)
                 self._keepers[keeper] = (now_renewed, now_failed)
+            for storage, (store, *seen) in list(self._overflows.items()):  # network, quota
+                shared = storage.overflowed_shared
+                counts = list(map(max, (storage.overflowed - shared, shared), seen))
+                for scope, count, before in zip(names.OVERFLOW_SCOPES, counts, seen, strict=True):
+                    if count > before:
+                        self._child(self.overflow, store, scope).inc(count - before)
+                self._overflows[storage] = (store, *counts)
+            for identity, seen in list(self._identities.items()):
+                lookups = dict(identity.lookups)
+                for outcome, count in lookups.items():
+                    self._add(self.key_lookups, outcome, count - seen.get(outcome, 0))
+                self._identities[identity] = lookups
 
     def _add(self, counter: Counter, label: str, count: int) -> None:
         """Add what a watched object counted since it was last read, if anything."""
@@ -400,6 +436,7 @@ class PrometheusMetrics:
         charged: float = 0.0,
         refunded: float = 0.0,
         identity: str | None = None,
+        overage: float = 0.0,
     ) -> None:
         """Count one operation (``decision`` is one of ``names.DECISIONS``, ``identity`` one
         of ``names.IDENTITY_SOURCES``)."""
@@ -433,6 +470,8 @@ class PrometheusMetrics:
             charged_points.inc(charged)
         if refunded:
             refunded_points.inc(refunded)
+        if overage:
+            self._child(self.overage_total, tier).inc(overage)
 
     def event(self, decision: str, tier: str, charged: float) -> None:
         """Count one subscription event after the first, and the points it was charged."""
@@ -543,7 +582,7 @@ class PrometheusMetrics:
         longest: dict[_ListSeries, int] = {}
         size_index = _SIZE_INDEX
         top = len(size_index) - 1  # the largest finite edge: above it, the +Inf bucket
-        who = None if subject is None else _class_hash(subject)
+        who = None if subject is None else class_hash(subject)
         now = time.monotonic()
         with self._tuning_lock:
             if self._period_end is not None and now >= self._period_end:
@@ -635,8 +674,14 @@ class PrometheusMetrics:
         self._period_end = None
         waiting = self._waiting
         for series in self._lists.values():
-            if series.subjects.close():
-                waiting[series.subjects.pending] = None
+            pending = series.subject_max
+            for items in series.subjects.close():
+                if pending.values is None:
+                    pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
+                    pending.total += items
+                else:
+                    pending.values.append(items)
+                waiting[pending] = None
 
     def _add_waiting(self) -> None:
         for pending in self._waiting:
@@ -751,73 +796,11 @@ class _Pending:
             self.total = 0.0
 
 
-@functools.lru_cache(maxsize=4096)
-def _class_hash(subject: str) -> int:
-    return subject_hash(subject_class(subject))
-
-
-_NO_HASH: Final = 1 << 64  # above every 64-bit hash
-
-
-class _SubjectMaxima:
-    """One coordinate's subjects of the current period (a bottom-k sample: the
-    ``LIST_SUBJECTS_KEPT`` smallest keyed hashes, a uniform sample of the distinct subjects
-    however many there are) and the longest list of each."""
-
-    __slots__ = ("maxima", "pending", "threshold")
-
-    def __init__(self, pending: _Pending) -> None:
-        self.pending = pending
-        self.maxima: dict[int, int] = {}
-        self.threshold = _NO_HASH
-        """Hashes at or above it are out of the sample (it only goes down in a period)."""
-
-    def add(self, who: int, items: int) -> None:
-        if who >= self.threshold:
-            return
-        maxima = self.maxima
-        known = maxima.get(who)
-        if known is None:
-            maxima[who] = items
-            if len(maxima) >= 2 * names.LIST_SUBJECTS_KEPT:
-                self._keep()
-        elif items > known:
-            maxima[who] = items
-
-    def _keep(self) -> None:
-        """Keep the ``LIST_SUBJECTS_KEPT`` smallest hashes (amortized: once per as many new
-        subjects)."""
-        kept = sorted(self.maxima)[: names.LIST_SUBJECTS_KEPT + 1]
-        if len(kept) > names.LIST_SUBJECTS_KEPT:
-            self.threshold = kept.pop()
-        self.maxima = {who: self.maxima[who] for who in kept}
-
-    def close(self) -> bool:
-        """Tally each kept subject's longest list once, and start a new period; whether
-        anything was tallied."""
-        maxima = self.maxima
-        if not maxima:
-            return False
-        if len(maxima) > names.LIST_SUBJECTS_KEPT:
-            self._keep()
-            maxima = self.maxima
-        pending = self.pending
-        for items in maxima.values():
-            if pending.values is None:
-                pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
-                pending.total += items
-            else:
-                pending.values.append(items)
-        self.maxima = {}
-        self.threshold = _NO_HASH
-        return True
-
-
 class _ListSeries:
     """One coordinate's unsliced-list series, their children resolved once."""
 
     __slots__ = ("assumed", "assumed_gauge", "max_gauge", "max_returned", "operation_max",
-                 "returned", "subjects")  # fmt: skip
+                 "returned", "subject_max", "subjects")  # fmt: skip
 
     def __init__(self, metrics: PrometheusMetrics, coordinate: str) -> None:
         bulk = metrics._bulk
@@ -827,9 +810,8 @@ class _ListSeries:
         )
         self.assumed_gauge: Any = metrics.list_assumed.labels(coordinate)
         self.max_gauge: Any = metrics.list_max_returned.labels(coordinate)
-        self.subjects = _SubjectMaxima(
-            _Pending(metrics.list_subject_max.labels(coordinate), _SIZE_BOUNDS, bulk)
-        )
+        self.subjects = SubjectMaxima(names.LIST_SUBJECTS_KEPT)
+        self.subject_max = _Pending(metrics.list_subject_max.labels(coordinate), _SIZE_BOUNDS, bulk)
         self.assumed = -1.0  # no value yet: the first observation sets the gauge
         self.max_returned = -1
 

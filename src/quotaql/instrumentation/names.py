@@ -21,6 +21,10 @@ QUERY_DEPTH: Final = "quotaql_query_depth"
 """Histogram: operation depth by ``operation_type``."""
 COST_TOTAL: Final = "quotaql_cost_total"
 """Counter: cost points by ``tier`` and ``outcome`` (``charged``, ``refunded``)."""
+OVERAGE_TOTAL: Final = "quotaql_overage_total"
+"""Counter: cost points charged after execution above the debit (the actual cost ran over
+the estimate: ``[limits] charge_overage``), by ``tier``. What operations paid in all is
+``charged - refunded + overage`` of ``quotaql_cost_total`` and this."""
 CHECK_DURATION: Final = "quotaql_check_duration_seconds"
 """Histogram: time of one limiter decision (storage round trips included) by ``backend``."""
 BACKEND_ERRORS_TOTAL: Final = "quotaql_backend_errors_total"
@@ -33,6 +37,14 @@ BUILD_INFO: Final = "quotaql_build_info"
 """Gauge, always 1: the running quotaql ``version``."""
 IDENTITY_TOTAL: Final = "quotaql_identity_total"
 """Counter: operations by how their subject was identified (``source``)."""
+OVERFLOW_TOTAL: Final = "quotaql_overflow_total"
+"""Counter: decisions (``store="states"``) and lease takes (``store="leases"``) of the
+memory storages made on an overflow state, their table being full (``max_keys``), by
+``scope``: a network's (``OVERFLOW_NETWORK``) or a quota's last resort (``OVERFLOW_QUOTA``)."""
+KEY_LOOKUPS_TOTAL: Final = "quotaql_key_lookups_total"
+"""Counter: API keys that needed the ``key_resolver`` (no cached answer), by ``outcome``
+(``KEY_LOOKUP_OUTCOMES``): looked up and known, unknown or failed, or not looked up
+(``limited``: the client's address was over ``[identity] resolver_rate``)."""
 SUBSCRIPTION_EVENTS_TOTAL: Final = "quotaql_subscription_events_total"
 """Counter: subscription events after the first, charged or refused, by ``decision``, ``tier``."""
 SUBSCRIPTIONS_OPEN: Final = "quotaql_subscriptions_open"
@@ -135,6 +147,10 @@ LABEL_COORDINATE: Final = "coordinate"
 """A schema coordinate (``"Type.field"``): bounded by the schema, never by the traffic."""
 LABEL_TO: Final = "to"
 """The state a transition goes to (``TRANSITIONS``)."""
+LABEL_STORE: Final = "store"
+"""Which table of a memory storage overflowed (``OVERFLOW_STORES``)."""
+LABEL_SCOPE: Final = "scope"
+"""Which overflow state a new subject shared (``OVERFLOW_SCOPES``)."""
 
 ALLOWED: Final = "allowed"
 BLOCKED: Final = "blocked"
@@ -191,6 +207,9 @@ SOURCE_REJECTED_KEY: Final = "rejected_key"
 """An unknown key, refused (``unknown_keys = "reject"``)."""
 SOURCE_UNVERIFIED_KEY: Final = "unverified_key"
 """An unknown key taken as a tenant of its own (``unknown_keys = "tenant"``: unsafe)."""
+SOURCE_LIMITED_KEY: Final = "limited_key"
+"""A key not looked up, counted as the client's address: the address had caused
+``[identity] resolver_rate`` lookups already (invented keys, most likely)."""
 IDENTITY_SOURCES: Final = (
     "key",  # a known API key
     "user",  # an authenticated principal
@@ -200,11 +219,34 @@ IDENTITY_SOURCES: Final = (
     SOURCE_REJECTED_KEY,
     SOURCE_UNVERIFIED_KEY,
     SOURCE_ANONYMOUS,
+    SOURCE_LIMITED_KEY,
 )
 #: The sources that say something is wrong: shared, unknown or unverified identities.
 SUSPECT_SOURCES: Final = (
     SOURCE_ANONYMOUS, SOURCE_UNKNOWN_KEY, SOURCE_REJECTED_KEY, SOURCE_UNVERIFIED_KEY,
+    SOURCE_LIMITED_KEY,
 )  # fmt: skip
+#: The values of ``outcome`` in ``quotaql_key_lookups_total``.
+LOOKUP_KNOWN: Final = "known"
+LOOKUP_UNKNOWN: Final = "unknown"
+LOOKUP_FAILED: Final = "failed"
+"""The ``key_resolver`` raised (logged): the key counted as its address, nothing cached."""
+LOOKUP_LIMITED: Final = "limited"
+"""Not looked up: the address was over ``[identity] resolver_rate``."""
+KEY_LOOKUP_OUTCOMES: Final = (LOOKUP_KNOWN, LOOKUP_UNKNOWN, LOOKUP_FAILED, LOOKUP_LIMITED)
+
+#: The values of ``store`` and ``scope`` in ``quotaql_overflow_total``.
+STORE_STATES: Final = "states"
+"""The rate states of a ``MemoryStorage`` (the limiter's local fallback's too)."""
+STORE_LEASES: Final = "leases"
+"""The concurrency lease sets of a ``MemoryLeases``."""
+OVERFLOW_STORES: Final = (STORE_STATES, STORE_LEASES)
+OVERFLOW_NETWORK: Final = "network"
+"""A new address subject shared its network's state (IPv4 /24, IPv6 /48)."""
+OVERFLOW_QUOTA: Final = "quota"
+"""A new subject shared its quota's last-resort state (no address, or no room left for its
+network's)."""
+OVERFLOW_SCOPES: Final = (OVERFLOW_NETWORK, OVERFLOW_QUOTA)
 
 #: The sources of the pressure signal (the ``source`` label of ``quotaql_pressure``).
 PRESSURE_LATENCY: Final = "latency"
@@ -363,6 +405,12 @@ INSTRUMENTS: Final = (
         (LABEL_TIER, LABEL_OUTCOME),
     ),
     Instrument(
+        "overage_total", "counter", OVERAGE_TOTAL,
+        "Cost points charged after execution above the debit: the actual cost ran over"
+        " the estimate (the budget may go below empty).",
+        (LABEL_TIER,),
+    ),
+    Instrument(
         "check_duration", "histogram", CHECK_DURATION,
         "Time of one limiter decision, storage round trips included.",
         (LABEL_BACKEND,), CHECK_DURATION_BUCKETS,
@@ -387,6 +435,21 @@ INSTRUMENTS: Final = (
         "identity", "counter", IDENTITY_TOTAL,
         "Operations by how their subject (who pays) was identified.",
         (LABEL_SOURCE,),
+    ),
+    Instrument(
+        "overflow", "counter", OVERFLOW_TOTAL,
+        "Decisions (store=states) and lease takes (store=leases) of the memory storages made"
+        " on an overflow state, their table full (max_keys): a network's or a quota's last"
+        " resort (scope).",
+        (LABEL_STORE, LABEL_SCOPE),
+        collected="backend",
+    ),
+    Instrument(
+        "key_lookups", "counter", KEY_LOOKUPS_TOTAL,
+        "API keys that needed the key_resolver (no cached answer): known, unknown, failed,"
+        " or limited (not looked up: the client's address was over [identity] resolver_rate).",
+        (LABEL_OUTCOME,),
+        collected="backend",
     ),
     Instrument(
         "subscription_events", "counter", SUBSCRIPTION_EVENTS_TOTAL,
@@ -591,6 +654,11 @@ EVENT_FAIL_OPEN: Final = "quotaql.fail_open"
 EVENT_FAIL_CLOSED: Final = "quotaql.fail_closed"
 EVENT_REFUND: Final = "quotaql.refund"
 """A refund was given back (queued, with deferred refunds)."""
+ATTR_COST_OVERAGE: Final = "quotaql.cost.overage"
+"""Points charged after execution above the debit (set only when the actual cost ran over
+it)."""
+EVENT_OVERAGE: Final = "quotaql.overage"
+"""An overage was charged (attribute ``quotaql.cost.overage``)."""
 EVENT_LEASE_EXPIRED: Final = "quotaql.lease_expired"
 """The operation's lease had expired before its release (a stall, an outage)."""
 ATTR_DELAY: Final = "quotaql.delay_s"
