@@ -76,6 +76,8 @@ METRICS = {
     names.DELAY_REFUSED_TOTAL,
     names.DELAY_CANCELLED_TOTAL,
     names.REJECTIONS_TOTAL,
+    names.PRESSURE_IGNORED_TOTAL,
+    names.ADAPTIVE_CULPRITS,
 }
 
 OVERVIEW_ROWS = [
@@ -90,6 +92,8 @@ OVERVIEW_ROWS = [
             "Adaptive multiplier by tier",
             "Adaptive limits",
             "Adaptive transitions in range",
+            "Pressure left out for everyone",
+            "Subjects paying their own multiplier",
         ],
     ),
     (
@@ -415,7 +419,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 52), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 54), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

@@ -648,8 +648,9 @@ class Gate:
         adaptive = self.adaptive
         if adaptive is not None:
             adaptive.poll()
-            if adaptive.multiplier != op.multiplier:
-                self._scaling.rescale(op, adaptive.multiplier)
+            multiplier = adaptive.multiplier_for(op.subject.key)
+            if multiplier != op.multiplier:
+                self._scaling.rescale(op, multiplier)
         decision: Decision = yield Acquire(op.subject.key, op.charge, op.quotas, op.costs)
         if self.metrics is not None:
             outcome = names.ALLOWED if decision.allowed else names.BLOCKED

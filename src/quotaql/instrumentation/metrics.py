@@ -20,7 +20,6 @@ refund queue) sum the live workers' (``"livesum"``).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import heapq
 import itertools
@@ -34,7 +33,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import names
-from quotaql.instrumentation.subjects import subject_class, subject_hash
+from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -172,6 +171,8 @@ class PrometheusMetrics:
     adaptive_multiplier: Gauge
     adaptive_engaged: Gauge
     adaptive_transitions_total: Counter
+    pressure_ignored_total: Counter
+    adaptive_culprits: Gauge
     in_flight_gauge: Gauge
     delay_seconds: Histogram
     delayed_waiting: Gauge
@@ -509,11 +510,16 @@ class PrometheusMetrics:
     # -- adaptive limits (once a second) ---------------------------------------------------
 
     def adaptive(
-        self, pressures: Mapping[str, float], multipliers: Mapping[str, float], *, engaged: bool
+        self,
+        pressures: Mapping[str, float],
+        multipliers: Mapping[str, float],
+        *,
+        engaged: bool,
+        culprits: int = 0,
     ) -> None:
-        """Set the pressure of each source, the multiplier of each tier and the engaged
-        state. A source or a tier no longer given (a reload dropped it) goes back to 0 and
-        1: no stale value stays behind."""
+        """Set the pressure of each source, the multiplier of each tier, the engaged state
+        and how many subjects pay their own multiplier. A source or a tier no longer given
+        (a reload dropped it) goes back to 0 and 1: no stale value stays behind."""
         for source in self._pressure_sources - set(pressures):
             self._child(self.pressure, source).set(0.0)
         for tier in self._adaptive_tiers - set(multipliers):
@@ -525,15 +531,25 @@ class PrometheusMetrics:
         for tier, value in multipliers.items():
             self._child(self.adaptive_multiplier, tier).set(value)
         self.adaptive_engaged.set(1 if engaged else 0)
+        self.adaptive_culprits.set(culprits)
+
+    def pressure_ignored(self, source: str, reason: str) -> None:
+        """Count one update at which ``source``'s pressure did not count for everyone
+        (``reason`` is one of ``names.PRESSURE_IGNORED_REASONS``)."""
+        self._child(self.pressure_ignored_total, source, reason).inc()
 
     def adaptive_transition(self, to: str) -> None:
         """Count one transition (``to`` is one of ``names.TRANSITIONS``)."""
         self._child(self.adaptive_transitions_total, to).inc()
 
     def adaptive_transitions(self) -> None:
-        """Create both transition series at 0, so that ``increase()`` sees the first one."""
+        """Create both transition series at 0, and those of the measured sources' ignored
+        pressure, so that ``increase()`` sees the first one."""
         for to in names.TRANSITIONS:
             self._child(self.adaptive_transitions_total, to)
+        for source in (names.PRESSURE_LATENCY, names.PRESSURE_ERRORS):
+            for reason in names.PRESSURE_IGNORED_REASONS:
+                self._child(self.pressure_ignored_total, source, reason)
 
     # -- the tuning metrics (quotaql tune) --------------------------------------------------
     # Called for a sampled fraction of the operations. list_sizes() may get dozens of lists
@@ -590,7 +606,7 @@ class PrometheusMetrics:
         longest: dict[_ListSeries, int] = {}
         size_index = _SIZE_INDEX
         top = len(size_index) - 1  # the largest finite edge: above it, the +Inf bucket
-        who = None if subject is None else _class_hash(subject)
+        who = None if subject is None else class_hash(subject)
         now = time.monotonic()
         with self._tuning_lock:
             if self._period_end is not None and now >= self._period_end:
@@ -682,8 +698,14 @@ class PrometheusMetrics:
         self._period_end = None
         waiting = self._waiting
         for series in self._lists.values():
-            if series.subjects.close():
-                waiting[series.subjects.pending] = None
+            pending = series.subject_max
+            for items in series.subjects.close():
+                if pending.values is None:
+                    pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
+                    pending.total += items
+                else:
+                    pending.values.append(items)
+                waiting[pending] = None
 
     def _add_waiting(self) -> None:
         for pending in self._waiting:
@@ -798,73 +820,11 @@ class _Pending:
             self.total = 0.0
 
 
-@functools.lru_cache(maxsize=4096)
-def _class_hash(subject: str) -> int:
-    return subject_hash(subject_class(subject))
-
-
-_NO_HASH: Final = 1 << 64  # above every 64-bit hash
-
-
-class _SubjectMaxima:
-    """One coordinate's subjects of the current period (a bottom-k sample: the
-    ``LIST_SUBJECTS_KEPT`` smallest keyed hashes, a uniform sample of the distinct subjects
-    however many there are) and the longest list of each."""
-
-    __slots__ = ("maxima", "pending", "threshold")
-
-    def __init__(self, pending: _Pending) -> None:
-        self.pending = pending
-        self.maxima: dict[int, int] = {}
-        self.threshold = _NO_HASH
-        """Hashes at or above it are out of the sample (it only goes down in a period)."""
-
-    def add(self, who: int, items: int) -> None:
-        if who >= self.threshold:
-            return
-        maxima = self.maxima
-        known = maxima.get(who)
-        if known is None:
-            maxima[who] = items
-            if len(maxima) >= 2 * names.LIST_SUBJECTS_KEPT:
-                self._keep()
-        elif items > known:
-            maxima[who] = items
-
-    def _keep(self) -> None:
-        """Keep the ``LIST_SUBJECTS_KEPT`` smallest hashes (amortized: once per as many new
-        subjects)."""
-        kept = sorted(self.maxima)[: names.LIST_SUBJECTS_KEPT + 1]
-        if len(kept) > names.LIST_SUBJECTS_KEPT:
-            self.threshold = kept.pop()
-        self.maxima = {who: self.maxima[who] for who in kept}
-
-    def close(self) -> bool:
-        """Tally each kept subject's longest list once, and start a new period; whether
-        anything was tallied."""
-        maxima = self.maxima
-        if not maxima:
-            return False
-        if len(maxima) > names.LIST_SUBJECTS_KEPT:
-            self._keep()
-            maxima = self.maxima
-        pending = self.pending
-        for items in maxima.values():
-            if pending.values is None:
-                pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
-                pending.total += items
-            else:
-                pending.values.append(items)
-        self.maxima = {}
-        self.threshold = _NO_HASH
-        return True
-
-
 class _ListSeries:
     """One coordinate's unsliced-list series, their children resolved once."""
 
     __slots__ = ("assumed", "assumed_gauge", "max_gauge", "max_returned", "operation_max",
-                 "returned", "subjects")  # fmt: skip
+                 "returned", "subject_max", "subjects")  # fmt: skip
 
     def __init__(self, metrics: PrometheusMetrics, coordinate: str) -> None:
         bulk = metrics._bulk
@@ -874,9 +834,8 @@ class _ListSeries:
         )
         self.assumed_gauge: Any = metrics.list_assumed.labels(coordinate)
         self.max_gauge: Any = metrics.list_max_returned.labels(coordinate)
-        self.subjects = _SubjectMaxima(
-            _Pending(metrics.list_subject_max.labels(coordinate), _SIZE_BOUNDS, bulk)
-        )
+        self.subjects = SubjectMaxima(names.LIST_SUBJECTS_KEPT)
+        self.subject_max = _Pending(metrics.list_subject_max.labels(coordinate), _SIZE_BOUNDS, bulk)
         self.assumed = -1.0  # no value yet: the first observation sets the gauge
         self.max_returned = -1
 

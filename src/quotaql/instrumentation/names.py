@@ -72,6 +72,13 @@ ADAPTIVE_ENGAGED: Final = "quotaql_adaptive_engaged"
 """Gauge: 1 while adaptive limits are engaged (in shadow mode: would be), else 0."""
 ADAPTIVE_TRANSITIONS_TOTAL: Final = "quotaql_adaptive_transitions_total"
 """Counter: transitions of adaptive limits, by ``to`` (``engaged``, ``released``)."""
+PRESSURE_IGNORED_TOTAL: Final = "quotaql_pressure_ignored_total"
+"""Counter: updates (once a second) at which a measured ``source``'s pressure over the whole
+window reached ``engage_at`` but did not count for everyone, by ``reason``
+(``PRESSURE_IGNORED_REASONS``)."""
+ADAPTIVE_CULPRITS: Final = "quotaql_adaptive_culprits"
+"""Gauge: the subjects (addresses by /24 or /48 network) that pay their own adaptive
+multiplier now, because their own operations cause the pressure (in shadow mode: would)."""
 
 # Concurrency limits (``max_in_flight``, docs/concurrency.md): leases per tenant.
 IN_FLIGHT: Final = "quotaql_in_flight"
@@ -130,7 +137,7 @@ sends (``quotaql tune`` lowers a size only as far as most subjects allow)."""
 LIST_SUBJECT_PERIOD: Final = 60.0
 """Seconds of one period of ``quotaql_list_subject_max_items``: each subject that returned a
 list of a coordinate in it is one observation, its longest list."""
-LIST_SUBJECTS_KEPT: Final = 1024
+LIST_SUBJECTS_KEPT: Final = 256
 """The most subjects a process keeps per coordinate and period (a uniform sample of the
 subjects beyond it, chosen by a keyed hash no client can aim at)."""
 COST_ESTIMATE_RATIO: Final = "quotaql_cost_estimate_ratio"
@@ -283,6 +290,15 @@ PRESSURE_ERRORS: Final = "errors"
 PRESSURE_CALLABLE: Final = "callable"
 """What ``Gate(pressure=fn)`` returns."""
 PRESSURE_SOURCES: Final = (PRESSURE_LATENCY, PRESSURE_ERRORS, PRESSURE_CALLABLE)
+#: Why a measured source's pressure did not count for everyone (``reason`` of
+#: ``quotaql_pressure_ignored_total``).
+IGNORED_FEW_SUBJECTS: Final = "few_subjects"
+"""Without its ``[adaptive] min_subjects - 1`` largest contributors, the window shows no
+pressure: fewer subjects than that cause it."""
+IGNORED_COST_SHARE: Final = "cost_share"
+"""The subjects whose operations show the pressure hold less than ``[adaptive]
+min_cost_share`` of the window's cost."""
+PRESSURE_IGNORED_REASONS: Final = (IGNORED_FEW_SUBJECTS, IGNORED_COST_SHARE)
 ENGAGED: Final = "engaged"
 RELEASED: Final = "released"
 #: The values of ``to`` in ``quotaql_adaptive_transitions_total``.
@@ -531,6 +547,19 @@ INSTRUMENTS: Final = (
         (LABEL_TO,),
     ),
     Instrument(
+        "pressure_ignored_total", "counter", PRESSURE_IGNORED_TOTAL,
+        "Updates at which a measured source's pressure reached engage_at over the window but"
+        " did not count for everyone: few_subjects (fewer than [adaptive] min_subjects cause"
+        " it), cost_share (they hold less than min_cost_share of the cost).",
+        (LABEL_SOURCE, LABEL_REASON),
+    ),
+    Instrument(
+        "adaptive_culprits", "gauge", ADAPTIVE_CULPRITS,
+        "Subjects that pay their own adaptive multiplier now: their own operations cause"
+        " the pressure (in shadow mode: would).",
+        multiprocess_mode="livemax",
+    ),
+    Instrument(
         "in_flight_gauge", "gauge", IN_FLIGHT,
         "Leases this process holds: operations (and subscriptions) of tiers with a"
         " concurrency limit running now.",
@@ -681,6 +710,8 @@ ATTR_ADAPTIVE_MULTIPLIER: Final = "quotaql.adaptive.multiplier"
 ATTR_CODE: Final = "quotaql.code"
 """The ``extensions.code`` of the error a refused operation was answered with
 (``TOO_MANY_VARIABLE_VALUES``, ``RATE_LIMITED``...): set only when it was refused."""
+ATTR_ADAPTIVE_OWN: Final = "quotaql.adaptive.own_pressure"
+"""True when that multiplier was the subject's own: its operations cause the pressure."""
 ATTR_IN_FLIGHT: Final = "quotaql.in_flight"
 """The live leases of the operation's first lease set (its tier's, or its subscriptions')
 once it took its own: set only for tiers with a concurrency limit."""

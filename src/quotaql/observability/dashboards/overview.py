@@ -109,6 +109,21 @@ ADAPTIVE: Final = Row("Adaptive", (
          "dashboard's time range, over the selected jobs' instances. Many in a row: the "
          "hysteresis (engage_at / release_at, engage_for / release_for) is too narrow.",
          instant=True, with_names=True),
+    Graph("Pressure left out for everyone", "short", 12,
+          (rates_by(sel(names.PRESSURE_IGNORED_TOTAL, JOB_MATCH), SOURCE, names.LABEL_REASON),),
+          _ADAPTIVE_HELP + "Per second, the updates (one a second per instance) at which a "
+          "measured source's pressure over the whole window reached engage_at and did not "
+          "count for everyone: few_subjects (without its min_subjects - 1 largest "
+          "contributors the window shows none: fewer subjects cause it, such as a few "
+          "addresses sending failing or slow queries), cost_share (the operations that show "
+          "it were charged less than min_cost_share of the window's cost). Those subjects "
+          "pay their own multiplier instead (next panel)."),
+    Graph("Subjects paying their own multiplier", "short", 12,
+          ((f"max({sel(names.ADAPTIVE_CULPRITS, JOB_MATCH)})", "subjects"),),
+          _ADAPTIVE_HELP + "Subjects (an address counted by its /24 or /48 network) debited "
+          "cost / their own multiplier on the instance that has most, because their own "
+          "operations fail or are slow past engage_at while the window's pressure is (at "
+          "most 64 an instance). In shadow mode: would be."),
 ))  # fmt: skip
 
 # -- identity ----------------------------------------------------------------------------------
