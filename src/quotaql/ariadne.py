@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse
 from quotaql import web
 from quotaql.asgi import (
     DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_VALUES,
     InvalidBody,
     charge_body,
     charge_body_async,
@@ -611,15 +612,36 @@ class _Limited:
         self.limiter._install(self, is_async=True)
 
 
-class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
+class _Screened:
+    """Reads the request's JSON (a body, GET ``variables``) through the screen
+    (:func:`quotaql.asgi.read_body`), within the two class attributes."""
+
+    #: How deep the request's JSON may nest.
+    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
+    #: How many JSON values it may hold (see ``quotaql.asgi.DEFAULT_MAX_VALUES``).
+    max_body_values: ClassVar[int] = DEFAULT_MAX_VALUES
+
+    def _read(self, body: bytes) -> Any:
+        return read_body(body, self.max_body_depth, max_values=self.max_body_values)
+
+    def _screen_variables(self, variables: Any) -> None:
+        """A GET request's ``variables``: a JSON object (or null) within the bounds;
+        Ariadne then parses it (json.loads gave a RecursionError, a 500, at 1,500 deep)."""
+        if isinstance(variables, str) and variables.strip():
+            read_body(variables.strip(), self.max_body_depth, max_values=self.max_body_values,
+                      parameter=True)  # fmt: skip
+
+    def _too_deep(self) -> InvalidBody:
+        """A multipart field that json.loads gave up on (a RecursionError)."""
+        return InvalidBody("too_deep", self.max_body_depth)
+
+
+class CostLimitedHTTPHandler(_Screened, _Limited, GraphQLHTTPHandler):
     """Ariadne's ASGI HTTP handler, limited by ``limiter`` (see :class:`CostLimiter`).
 
     Queries and mutations over a websocket run through it too (Ariadne's websocket
     handlers call its ``execute_graphql_query``); they get ``extensions.cost``, no headers.
     """
-
-    #: How deep the request's JSON (a body, GET ``variables``) may nest.
-    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
 
     def __init__(self, limiter: CostLimiter, **options: Unpack[_HTTPOptions]) -> None:
         super().__init__(**options)
@@ -637,10 +659,10 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
             return JSONResponse(refusal.payload(), status_code=refusal.status)
 
     async def extract_data_from_json_request(self, request: Request) -> Any:
-        return read_body(await request.body(), self.max_body_depth)
+        return self._read(await request.body())
 
     def extract_data_from_get_request(self, request: Request) -> dict[Any, Any]:
-        _screen_variables(request.query_params.get("variables", ""), self.max_body_depth)
+        self._screen_variables(request.query_params.get("variables", ""))
         return super().extract_data_from_get_request(request)
 
     async def extract_data_from_multipart_request(
@@ -651,7 +673,7 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
         try:
             return await super().extract_data_from_multipart_request(request)
         except RecursionError:  # its operations or map field: json.loads gave up
-            raise InvalidBody("too_deep", self.max_body_depth) from None
+            raise self._too_deep() from None
 
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
@@ -795,7 +817,7 @@ class _WSGIResponse:
         return f"{self.status_code} {phrase}"
 
 
-class CostLimitedWSGI(WSGIGraphQL):
+class CostLimitedWSGI(_Screened, WSGIGraphQL):
     """``ariadne.wsgi.GraphQL``, limited by ``limiter`` (see :class:`CostLimiter`).
 
     Raises:
@@ -814,9 +836,6 @@ class CostLimitedWSGI(WSGIGraphQL):
         super().__init__(schema, **options)
         self.limiter = limiter
         limiter._install(self, is_async=False)
-
-    #: How deep the request's JSON (a body, GET ``variables``) may nest.
-    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
 
     def handle_request(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         """Ariadne's, with the request's JSON screened (see
@@ -838,12 +857,12 @@ class CostLimitedWSGI(WSGIGraphQL):
 
     def extract_data_from_json_request(self, environ: dict[str, Any]) -> Any:
         if environ.get("CONTENT_LENGTH") == "0":  # an empty body is not JSON either
-            return read_body(b"", self.max_body_depth)
+            return self._read(b"")
         length = self.get_request_content_length(environ)
-        return read_body(self.get_request_body(environ, length), self.max_body_depth)
+        return self._read(self.get_request_body(environ, length))
 
     def extract_data_from_get(self, query_params: dict[str, Any]) -> dict[str, Any]:
-        _screen_variables(query_params.get("variables", ""), self.max_body_depth)
+        self._screen_variables(query_params.get("variables", ""))
         return super().extract_data_from_get(query_params)
 
     def extract_data_from_multipart_request(self, environ: dict[str, Any]) -> Any:
@@ -852,7 +871,7 @@ class CostLimitedWSGI(WSGIGraphQL):
         try:
             return super().extract_data_from_multipart_request(environ)
         except RecursionError:  # its operations or map field: json.loads gave up
-            raise InvalidBody("too_deep", self.max_body_depth) from None
+            raise self._too_deep() from None
 
     def execute_query(self, environ: dict[str, Any], data: Any) -> GraphQLResult:
         gate = self.limiter.gate
@@ -888,13 +907,6 @@ _NO_MULTIPART = (
     "This server reads no multipart/form-data (python-multipart is not installed):"
     " post application/json."
 )
-
-
-def _screen_variables(variables: Any, max_depth: int) -> None:
-    """A GET request's ``variables``: a JSON object (or null) within ``max_depth``; Ariadne
-    then parses it (json.loads gave a RecursionError, a 500, for variables 1,500 deep)."""
-    if isinstance(variables, str) and variables.strip():
-        read_body(variables.strip(), max_depth, parameter=True)
 
 
 def _errors(result: dict[str, Any]) -> list[GraphQLError] | None:

@@ -36,6 +36,7 @@ from strawberry.types import ExecutionResult
 from quotaql import web
 from quotaql.asgi import (
     DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_VALUES,
     InvalidBody,
     charge_body,
     charge_body_async,
@@ -58,6 +59,8 @@ class _Screens(BaseView[Any]):
 
     #: How deep the request's JSON may nest (an operation with variables needs a few levels).
     max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
+    #: How many JSON values it may hold (see ``quotaql.asgi.DEFAULT_MAX_VALUES``).
+    max_body_values: ClassVar[int] = DEFAULT_MAX_VALUES
 
     def parse_json(self, data: str | bytes) -> Any:
         """The body (or a multipart ``operations`` / ``map`` field): an operation or a batch.
@@ -65,7 +68,7 @@ class _Screens(BaseView[Any]):
         Raises:
             InvalidBody: it is not one (the view answers 400).
         """
-        return self._decoded(read_body(data, self.max_body_depth), data)
+        return self._decoded(self._read(data), data)
 
     def parse_query_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """A GET request's parameters; ``variables`` and ``extensions`` must be JSON
@@ -74,9 +77,13 @@ class _Screens(BaseView[Any]):
         for name in ("variables", "extensions"):
             text = parsed.get(name)
             if text and isinstance(text, str | bytes):
-                value = read_body(text, self.max_body_depth, parameter=True)
+                value = self._read(text, parameter=True)
                 parsed[name] = self._decoded(value, text)
         return parsed
+
+    def _read(self, data: str | bytes, *, parameter: bool = False) -> Any:
+        return read_body(data, self.max_body_depth, max_values=self.max_body_values,
+                         parameter=parameter)  # fmt: skip
 
     def _decoded(self, value: Any, data: str | bytes) -> Any:
         """The screen's own parse, unless the view decodes JSON its own way."""
@@ -108,7 +115,7 @@ class ScreenedView(_Screens, SyncBaseHTTPView[Any, Any, Any, Any, Any]):
         try:
             return super().parse_http_body(request)
         except UnicodeDecodeError:  # Django's and Flask's adapters decode the body first
-            raise InvalidBody("not_utf8", self.max_body_depth) from None
+            raise InvalidBody("not_utf8") from None
 
     def execute_operation(
         self, request: Any, context: Any, root_value: Any, sub_response: Any
@@ -170,7 +177,8 @@ class AsyncScreenedView(_Screens, AsyncBaseHTTPView[Any, Any, Any, Any, Any, Any
 
 def screened(view_class: View) -> View:
     """``view_class`` (a Strawberry view, router, controller or HTTP consumer) with the
-    request's JSON screened (see the module); ``max_body_depth`` is its class attribute.
+    request's JSON screened (see the module); ``max_body_depth`` and ``max_body_values``
+    are its class attributes.
 
     Raises:
         TypeError: ``view_class`` is not one of Strawberry's HTTP views.

@@ -3,7 +3,8 @@
 Strawberry's views read and parse the body themselves, before the ``CostLimiter`` sees the
 request: each of the eleven answered a body nested 50,000 deep, a body of ``null``, a JSON
 string, number or boolean, and invalid UTF-8 with a 500 and a traceback, and a GET whose
-``variables`` nest 1,500 deep too (measured on Strawberry 0.341, issue 22). Served through
+``variables`` nest 1,500 deep too (measured on Strawberry 0.341, issue 22); a body of
+25,000 empty lists was parsed whole for nothing. Served through
 ``quotaql.plugin.views.screened`` (``serve(..., screened=True)``), every one is answered 400
 ``INVALID_REQUEST_BODY`` with its reason, and its client pays ``[limits] min_charge``.
 """
@@ -38,6 +39,10 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "variables nested 500 deep": (
         b'{"query": "{ subject }", "variables": {"a": ' + b"[" * 500 + b"]" * 500 + b"}}",
         "too_deep",
+    ),
+    "25,000 empty lists in a key nobody reads (75 KB)": (
+        b'{"query": "{ subject }", "x": [' + b"[]," * 24_999 + b"[]]}",
+        "too_many_values",
     ),
     "null": (b"null", "not_an_operation"),
     "a JSON string": (b'"{ subject }"', "not_an_operation"),
