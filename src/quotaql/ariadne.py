@@ -16,29 +16,26 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import logging
 import weakref
 import wsgiref.headers
 from http import HTTPStatus
 from inspect import isawaitable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, overload
 
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
-from ariadne.exceptions import HttpBadRequestError
 from ariadne.wsgi import GraphQL as WSGIGraphQL
 from graphql import ExecutionResult, GraphQLError, OperationType
 from starlette.responses import JSONResponse
 
 from quotaql import web
 from quotaql.asgi import (
-    DEFAULT_MAX_DEPTH,
-    DEFAULT_MAX_VALUES,
     InvalidBody,
+    ScreensBodies,
     charge_body,
     charge_body_async,
-    read_body,
+    reads_multipart,
     serve_lifespan,
 )
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
@@ -612,31 +609,7 @@ class _Limited:
         self.limiter._install(self, is_async=True)
 
 
-class _Screened:
-    """Reads the request's JSON (a body, GET ``variables``) through the screen
-    (:func:`quotaql.asgi.read_body`), within the two class attributes."""
-
-    #: How deep the request's JSON may nest.
-    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
-    #: How many JSON values it may hold (see ``quotaql.asgi.DEFAULT_MAX_VALUES``).
-    max_body_values: ClassVar[int] = DEFAULT_MAX_VALUES
-
-    def _read(self, body: bytes) -> Any:
-        return read_body(body, self.max_body_depth, max_values=self.max_body_values)
-
-    def _screen_variables(self, variables: Any) -> None:
-        """A GET request's ``variables``: a JSON object (or null) within the bounds;
-        Ariadne then parses it (json.loads gave a RecursionError, a 500, at 1,500 deep)."""
-        if isinstance(variables, str) and variables.strip():
-            read_body(variables.strip(), self.max_body_depth, max_values=self.max_body_values,
-                      parameter=True)  # fmt: skip
-
-    def _too_deep(self) -> InvalidBody:
-        """A multipart field that json.loads gave up on (a RecursionError)."""
-        return InvalidBody("too_deep", self.max_body_depth)
-
-
-class CostLimitedHTTPHandler(_Screened, _Limited, GraphQLHTTPHandler):
+class CostLimitedHTTPHandler(ScreensBodies, _Limited, GraphQLHTTPHandler):
     """Ariadne's ASGI HTTP handler, limited by ``limiter`` (see :class:`CostLimiter`).
 
     Queries and mutations over a websocket run through it too (Ariadne's websocket
@@ -659,21 +632,17 @@ class CostLimitedHTTPHandler(_Screened, _Limited, GraphQLHTTPHandler):
             return JSONResponse(refusal.payload(), status_code=refusal.status)
 
     async def extract_data_from_json_request(self, request: Request) -> Any:
-        return self._read(await request.body())
+        return self.read_json(await request.body())
 
     def extract_data_from_get_request(self, request: Request) -> dict[Any, Any]:
-        self._screen_variables(request.query_params.get("variables", ""))
+        _screen_variables(self, request.query_params.get("variables"))
         return super().extract_data_from_get_request(request)
 
     async def extract_data_from_multipart_request(
         self, request: Request
     ) -> dict[Any, Any] | list[Any]:
-        if not _MULTIPART.starlette:
-            raise HttpBadRequestError(_NO_MULTIPART)
-        try:
+        with self.multipart_screen(reads_multipart(legacy=True)):  # Starlette reads it
             return await super().extract_data_from_multipart_request(request)
-        except RecursionError:  # its operations or map field: json.loads gave up
-            raise self._too_deep() from None
 
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
@@ -817,7 +786,7 @@ class _WSGIResponse:
         return f"{self.status_code} {phrase}"
 
 
-class CostLimitedWSGI(_Screened, WSGIGraphQL):
+class CostLimitedWSGI(ScreensBodies, WSGIGraphQL):
     """``ariadne.wsgi.GraphQL``, limited by ``limiter`` (see :class:`CostLimiter`).
 
     Raises:
@@ -851,27 +820,21 @@ class CostLimitedWSGI(_Screened, WSGIGraphQL):
                 return super().handle_request(environ, respond)
         except InvalidBody as refusal:
             charge_body(self.limiter.gate, refusal, request=environ, context={"request": environ})
-            start_response(f"{refusal.status} {HTTPStatus(refusal.status).phrase}",
-                           [("Content-Type", "application/json; charset=UTF-8")])  # fmt: skip
-            return [json.dumps(refusal.payload()).encode()]
+            return refusal.wsgi(start_response)
 
     def extract_data_from_json_request(self, environ: dict[str, Any]) -> Any:
         if environ.get("CONTENT_LENGTH") == "0":  # an empty body is not JSON either
-            return self._read(b"")
+            return self.read_json(b"")
         length = self.get_request_content_length(environ)
-        return self._read(self.get_request_body(environ, length))
+        return self.read_json(self.get_request_body(environ, length))
 
     def extract_data_from_get(self, query_params: dict[str, Any]) -> dict[str, Any]:
-        self._screen_variables(query_params.get("variables", ""))
+        _screen_variables(self, query_params.get("variables"))
         return super().extract_data_from_get(query_params)
 
     def extract_data_from_multipart_request(self, environ: dict[str, Any]) -> Any:
-        if not _MULTIPART.ariadne:
-            raise HttpBadRequestError(_NO_MULTIPART)
-        try:
+        with self.multipart_screen(reads_multipart()):
             return super().extract_data_from_multipart_request(environ)
-        except RecursionError:  # its operations or map field: json.loads gave up
-            raise self._too_deep() from None
 
     def execute_query(self, environ: dict[str, Any], data: Any) -> GraphQLResult:
         gate = self.limiter.gate
@@ -886,27 +849,11 @@ class CostLimitedWSGI(_Screened, WSGIGraphQL):
             return self.limiter._answered(scope, success, result)
 
 
-class _Multipart:
-    """Whether ``multipart/form-data`` can be read: Ariadne's WSGI app and Starlette (its
-    ASGI handler) parse it with python-multipart, which neither requires; without it every
-    multipart request answered 500 (an error raised in their parsing). Then it is answered
-    as a content type the server does not take: 400, by Ariadne."""
-
-    def __init__(self) -> None:
-        import importlib.util  # noqa: PLC0415  # once, at import
-
-        self.ariadne = importlib.util.find_spec("python_multipart") is not None
-        legacy = importlib.util.find_spec("multipart")  # python-multipart before 0.0.13
-        self.starlette = self.ariadne or (
-            legacy is not None and legacy.submodule_search_locations is not None
-        )
-
-
-_MULTIPART = _Multipart()
-_NO_MULTIPART = (
-    "This server reads no multipart/form-data (python-multipart is not installed):"
-    " post application/json."
-)
+def _screen_variables(handler: ScreensBodies, variables: Any) -> None:
+    """A GET request's ``variables``, screened before Ariadne parses them (json.loads gave a
+    RecursionError, a 500, at 1,500 deep): a JSON object, or null."""
+    if isinstance(variables, str) and variables.strip():
+        handler.read_json(variables.strip(), parameter=True)
 
 
 def _errors(result: dict[str, Any]) -> list[GraphQLError] | None:

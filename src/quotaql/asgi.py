@@ -28,14 +28,18 @@ app does it by itself.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib.util
 import json
 import re
 from array import array
+from http import HTTPStatus
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+    from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
 
     Scope = MutableMapping[str, Any]
     Message = MutableMapping[str, Any]
@@ -52,9 +56,11 @@ __all__ = [
     "BodyLimit",
     "InvalidBody",
     "Lifespan",
+    "ScreensBodies",
     "charge_body",
     "charge_body_async",
     "read_body",
+    "reads_multipart",
     "screen_body",
     "serve_lifespan",
 ]
@@ -79,6 +85,8 @@ _REASONS = {
     "too_many_values": "The request body holds more than {limit} JSON values.",
     "not_an_operation": "The request body must be an operation (a JSON object) or a list of them.",
     "not_an_object": "A JSON parameter of the request (variables, extensions) must be an object.",
+    "no_multipart": "This server reads no multipart/form-data (python-multipart is not"
+    " installed): post application/json.",
 }
 
 
@@ -253,6 +261,53 @@ class InvalidBody(ValueError):
         from graphql import GraphQLError  # noqa: PLC0415  # only where graphql-core is in use
 
         return GraphQLError(self.message, extensions=self.extensions)
+
+    def wsgi(self, start_response: Callable[..., Any]) -> list[bytes]:
+        """The answer, from a WSGI application."""
+        status = f"{self.status} {HTTPStatus(self.status).phrase}"
+        start_response(status, [("Content-Type", "application/json; charset=UTF-8")])
+        return [json.dumps(self.payload()).encode()]
+
+
+class ScreensBodies:
+    """A mixin for an adapter that reads the request's JSON itself (Strawberry's views,
+    Ariadne's handlers): it reads it through :func:`read_body`, within two class
+    attributes."""
+
+    #: How deep the request's JSON may nest (an operation with variables needs a few levels).
+    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
+    #: How many values it may hold (see :data:`DEFAULT_MAX_VALUES`).
+    max_body_values: ClassVar[int] = DEFAULT_MAX_VALUES
+
+    def read_json(self, data: bytes | str, *, parameter: bool = False) -> Any:
+        """:func:`read_body` within this adapter's bounds."""
+        return read_body(data, self.max_body_depth, max_values=self.max_body_values,
+                         parameter=parameter)  # fmt: skip
+
+    @contextlib.contextmanager
+    def multipart_screen(self, readable: bool) -> Iterator[None]:
+        """Around a framework's reading of ``multipart/form-data``: refused
+        (``no_multipart``) when the framework cannot read it (``readable``: see
+        :func:`reads_multipart`), and a field ``json.loads`` gives up on (a
+        ``RecursionError``, which frameworks let through as a 500) refused ``too_deep``."""
+        if not readable:
+            raise InvalidBody("no_multipart")
+        try:
+            yield
+        except RecursionError:
+            raise InvalidBody("too_deep", self.max_body_depth) from None
+
+
+@functools.cache
+def reads_multipart(*, legacy: bool = False) -> bool:
+    """Whether python-multipart is installed: Ariadne's WSGI app and Starlette read
+    ``multipart/form-data`` with it, which neither requires (without it, every multipart
+    request answered 500). ``legacy``: its package from before 0.0.13 (``multipart``, which
+    Starlette takes too)."""
+    if importlib.util.find_spec("python_multipart") is not None:
+        return True
+    old = importlib.util.find_spec("multipart") if legacy else None
+    return old is not None and old.submodule_search_locations is not None  # not a module
 
 
 def read_body(

@@ -26,7 +26,7 @@ controller ``strawberry.litestar.make_graphql_controller`` returns.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from strawberry.http.async_base_view import AsyncBaseHTTPView
 from strawberry.http.base import BaseView
@@ -34,14 +34,7 @@ from strawberry.http.sync_base_view import SyncBaseHTTPView
 from strawberry.types import ExecutionResult
 
 from quotaql import web
-from quotaql.asgi import (
-    DEFAULT_MAX_DEPTH,
-    DEFAULT_MAX_VALUES,
-    InvalidBody,
-    charge_body,
-    charge_body_async,
-    read_body,
-)
+from quotaql.asgi import InvalidBody, ScreensBodies, charge_body, charge_body_async
 from quotaql.plugin.extension import CostLimiter
 
 if TYPE_CHECKING:
@@ -54,13 +47,8 @@ __all__ = ["AsyncScreenedView", "ScreenedView", "screened"]
 View = TypeVar("View", bound=type)
 
 
-class _Screens(BaseView[Any]):
+class _Screens(ScreensBodies, BaseView[Any]):
     """What both colours share: the JSON a view parses, screened first."""
-
-    #: How deep the request's JSON may nest (an operation with variables needs a few levels).
-    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
-    #: How many JSON values it may hold (see ``quotaql.asgi.DEFAULT_MAX_VALUES``).
-    max_body_values: ClassVar[int] = DEFAULT_MAX_VALUES
 
     def parse_json(self, data: str | bytes) -> Any:
         """The body (or a multipart ``operations`` / ``map`` field): an operation or a batch.
@@ -68,7 +56,7 @@ class _Screens(BaseView[Any]):
         Raises:
             InvalidBody: it is not one (the view answers 400).
         """
-        return self._decoded(self._read(data), data)
+        return self._decoded(self.read_json(data), data)
 
     def parse_query_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """A GET request's parameters; ``variables`` and ``extensions`` must be JSON
@@ -77,13 +65,9 @@ class _Screens(BaseView[Any]):
         for name in ("variables", "extensions"):
             text = parsed.get(name)
             if text and isinstance(text, str | bytes):
-                value = self._read(text, parameter=True)
+                value = self.read_json(text, parameter=True)
                 parsed[name] = self._decoded(value, text)
         return parsed
-
-    def _read(self, data: str | bytes, *, parameter: bool = False) -> Any:
-        return read_body(data, self.max_body_depth, max_values=self.max_body_values,
-                         parameter=parameter)  # fmt: skip
 
     def _decoded(self, value: Any, data: str | bytes) -> Any:
         """The screen's own parse, unless the view decodes JSON its own way."""
