@@ -1,4 +1,4 @@
-"""ASGI helpers: a request body cap, and a lifespan that flushes quotaql at shutdown.
+"""ASGI helpers: a request body cap and screen, and a lifespan that flushes quotaql at shutdown.
 
 **Body cap.**
 Django (``DATA_UPLOAD_MAX_MEMORY_SIZE``), Flask and Quart (``MAX_CONTENT_LENGTH``), aiohttp
@@ -10,12 +10,16 @@ for a chunked body, as soon as the chunks pass the limit. The answer is HTTP 413
 GraphQL error (``REQUEST_TOO_LARGE``); nothing is parsed, nothing is charged.
 
 **Body screen.** A JSON body is read whole (within the cap) and screened before the
-framework parses it: invalid UTF-8, invalid JSON, JSON nested deeper than ``max_depth``, and a
-body that is neither an operation (a JSON object) nor a batch (a list of them) are answered
-400 with a GraphQL error (``INVALID_REQUEST_BODY``, ``extensions.reason``: ``not_utf8``,
-``not_json``, ``too_deep``, ``not_an_operation``) instead of the framework's 500. Given the
+framework parses it (:func:`read_body`): invalid UTF-8, invalid JSON, JSON nested deeper than
+``max_depth`` or holding ``max_values`` values or more, and a body that is neither an
+operation (a JSON object) nor a batch (a list of them) are answered 400 with a GraphQL error
+(``INVALID_REQUEST_BODY``, ``extensions.reason``: ``not_utf8``, ``not_json``, ``too_deep``,
+``too_many_values``, ``not_an_operation``) instead of the framework's 500. Given the
 ``limiter`` (an adapter or a gate), the screen charges the client's address ``[limits]
-min_charge`` for each such body, as for a document that does not parse.
+min_charge`` for each such body, as for a document that does not parse. The adapters that
+read the body themselves screen it as they parse it with the same function
+(:class:`ScreensBodies`: :func:`quotaql.plugin.views.screened` for Strawberry's views,
+Ariadne's ``CostLimiter`` handlers).
 
 **Shutdown.** A limiter on Redis gives refunds back off the response path, and releases
 concurrency leases in tasks: at shutdown, some may still be waiting. :class:`Lifespan`
