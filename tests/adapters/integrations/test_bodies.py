@@ -16,8 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import strawberry
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
 
 from quotaql.asgi import InvalidBody, read_body, screen_body
+from quotaql.instrumentation.metrics import PrometheusMetrics
+from quotaql.plugin import CostLimiter
+from quotaql.storage.redis import AsyncRedisStorage, RedisStorage
+from tests.adapters.integrations import limited
 from tests.adapters.integrations.limited import (
     CHANNELS_LIMITED_PATH,
     CONFIG_VARIABLE,
@@ -28,6 +37,9 @@ from tests.support.frameworks import SERVERS, LiveServer, serve
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.support.servers import RedisServer
 
 DEEP = 50_000
 HOSTILE: dict[str, tuple[bytes, str]] = {
@@ -208,3 +220,53 @@ def test_the_views_answer_what_the_shared_screen_says(name: str) -> None:
         read_body(body)
     assert caught.value.reason == reason
     assert screen_body(body) == reason
+
+
+# -- on Redis, counted and traced -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("integration", "storage_class"),
+    [("flask", RedisStorage), ("aiohttp", AsyncRedisStorage)],
+    ids=["flask-sync-redis", "aiohttp-async-redis"],
+)
+def test_on_redis_a_hostile_body_is_charged_counted_and_traced(
+    integration: str,
+    storage_class: type[RedisStorage | AsyncRedisStorage],
+    redis_server: RedisServer,
+    redis_client: Any,
+    tmp_path: Path,
+    client: Any,
+) -> None:
+    config = tmp_path / "quotaql.toml"
+    config.write_text(BASE_TOML)
+    registry = CollectorRegistry()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    limiter = CostLimiter.from_config(
+        config,
+        storage=storage_class.from_url(redis_server.url, timeout=1.0),
+        metrics=PrometheusMetrics(registry),
+        tracer_provider=provider,
+    )
+    schema = strawberry.Schema(query=limited.Query, extensions=[limiter])
+    attacker = client("127.0.9.1")
+    with serve(integration, schema, screened=True) as server:
+        for body in (b"null", b"[" * DEEP + b"]" * DEEP, b"\xff"):
+            response = post_body(attacker, server, body)
+            assert response.status_code == 400, f"{response.text[:300]}\n{server.log()}"
+        left = available(server, attacker)
+
+    assert left == pytest.approx(FREE_CAPACITY - 3 * MIN_CHARGE - 10, abs=0.1)
+    assert redis_client.dbsize() > 0  # the budget lives in Redis
+    rejected = [
+        sample.value
+        for metric in registry.collect()
+        if metric.name == "quotaql_requests"
+        for sample in metric.samples
+        if sample.name == "quotaql_requests_total" and sample.labels["decision"] == "rejected"
+    ]
+    assert sum(rejected) == 3
+    decisions = [span.attributes.get("quotaql.decision") for span in exporter.get_finished_spans()]
+    assert decisions.count("rejected") == 3
