@@ -214,7 +214,7 @@ def test_the_exprs_compare_with_the_default_thresholds():
     )
     assert exprs["QuotaqlUnknownApiKeys"] == (
         "sum by (job) (rate(quotaql_identity_total"
-        '{source=~"unknown_key|rejected_key"}[5m]))\n  > 0.1'
+        '{source=~"unknown_key|rejected_key|limited_key"}[5m]))\n  > 0.1'
     )
     assert exprs["QuotaqlUnverifiedApiKeys"] == (
         'sum by (job) (rate(quotaql_identity_total{source="unverified_key"}[5m]))\n  > 0'

@@ -46,12 +46,14 @@ METRICS = {
     names.QUERY_ACTUAL_COST,
     names.QUERY_DEPTH,
     names.COST_TOTAL,
+    names.OVERAGE_TOTAL,
     names.CHECK_DURATION,
     names.BACKEND_ERRORS_TOTAL,
     names.CIRCUIT_OPEN,
     names.TENANT_REQUESTS_TOTAL,
     names.BUILD_INFO,
     names.IDENTITY_TOTAL,
+    names.KEY_LOOKUPS_TOTAL,
     names.SUBSCRIPTION_EVENTS_TOTAL,
     names.SUBSCRIPTIONS_OPEN,
     names.LIST_RETURNED_ITEMS,
@@ -94,6 +96,7 @@ OVERVIEW_ROWS = [
             "Operations by identity source",
             "Anonymous and unknown-key share",
             "Unknown-key and subscription-cap refusals",
+            "API key lookups per second",
         ],
     ),
     (
@@ -102,6 +105,7 @@ OVERVIEW_ROWS = [
             "Cost charged / refunded per second",
             "Estimated cost heatmap",
             "Actual vs estimated cost",
+            "Overage charged per second",
         ],
     ),
     (
@@ -407,7 +411,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 47), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 49), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -479,6 +483,17 @@ def test_blocked_ratio_and_actual_vs_estimated(dashboards: dict[str, dict[str, A
     ]
 
 
+def test_overage_panel(dashboards: dict[str, dict[str, Any]]) -> None:
+    panel = _panel(dashboards["overview"], "Overage charged per second")
+    (target,) = panel["targets"]
+    assert target["expr"] == (
+        f'sum by (tier) (rate({names.OVERAGE_TOTAL}{{job=~"$job", tier=~"$tier"}}'
+        "[$__rate_interval]))"
+    )
+    assert target["legendFormat"] == "{{tier}}"
+    assert "charge_overage" in panel["description"]
+
+
 def test_tuning_panels(dashboards: dict[str, dict[str, Any]]) -> None:
     overview = dashboards["overview"]
 
@@ -538,6 +553,7 @@ SUSPECT = {
     names.SOURCE_UNKNOWN_KEY,
     names.SOURCE_REJECTED_KEY,
     names.SOURCE_UNVERIFIED_KEY,
+    names.SOURCE_LIMITED_KEY,
 }
 
 
@@ -575,6 +591,13 @@ def test_identity_panels_single_out_anonymous_and_unknown_keys(
     assert refused["expr"].startswith(f"sum by (decision) (rate({names.REQUESTS_TOTAL}{{")
     assert {names.UNKNOWN_KEY, names.TOO_MANY_SUBSCRIPTIONS} <= set(names.DECISIONS)
     assert refusals["fieldConfig"]["defaults"]["unit"] == "reqps"
+    # The key_resolver's load: lookups by outcome, the ones not made (limited) in blue.
+    lookups = _panel(overview, "API key lookups per second")
+    (target,) = lookups["targets"]
+    assert target["expr"] == (
+        f'sum by (outcome) (rate({names.KEY_LOOKUPS_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    )
+    assert _fixed_colours(lookups) == {names.LOOKUP_LIMITED: "blue", names.LOOKUP_FAILED: "red"}
 
 
 def test_subscription_panels(dashboards: dict[str, dict[str, Any]]) -> None:

@@ -224,6 +224,8 @@ _IDENTITY_CHECKS: Final[Mapping[str, Check[object]]] = {
     "trusted_hops": _size_in(0, MAX_HOPS),
     "forwarded_header": checks.one_of(FORWARDED_HEADERS),
     "ipv6_prefix": _size_in(1, 128),
+    "resolver_rate": checks.positive_number,
+    "resolver_burst": checks.integer(1),
 }
 IDENTITY_KEYS: Final = tuple(_IDENTITY_CHECKS)
 _ALERT_CHECKS: Final = {key: _alert_check(kind) for key, kind in ALERT_KINDS.items()}

@@ -70,6 +70,7 @@ _MODEL_KEYS: Final = (
     "operation_weights",
     "introspection",
     "weights",
+    "max_list_size",
 )
 # [cost] keys that are neither the model's nor limits.
 _COST_KEYS: Final = ("tuning_sample",)
@@ -83,6 +84,7 @@ _LIMIT_KEYS: Final = (
     "max_fields",
     "max_repeated_fields",
     "max_directives",
+    "max_variable_values",
 )
 _FIELD_COST_KEYS: Final = (
     "weight",
@@ -90,6 +92,7 @@ _FIELD_COST_KEYS: Final = (
     "slicing_arguments",
     "sized_fields",
     "require_one_slicing_argument",
+    "max_size",
 )
 
 _GRAPHQL_NAME: Final = re.compile(_NAME)
@@ -114,6 +117,7 @@ _LIMITS_CHECKS: Final[Mapping[str, Check[object]]] = {
     "max_delayed": checks.size,
     "delayed_share": checks.fraction,
     "delay_sync": checks.one_of(DELAY_SYNC),
+    "charge_overage": checks.boolean,
 }
 _LIMITS_KEYS: Final = tuple(_LIMITS_CHECKS)
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")
@@ -225,6 +229,7 @@ def _parse_cost(cost: Table) -> CostConfig:
     weights, locations = _parse_weights(cost.table("weights"))
     defaults = CostModel()
     default_list_size = cost.get("default_list_size", checks.size)
+    max_list_size = cost.get("max_list_size", checks.size)
     slicing_arguments = cost.get("slicing_arguments", checks.names)
     introspection = cost.get("introspection", _introspection)
     name = cost.get("model", checks.one_of(MODELS))
@@ -237,6 +242,7 @@ def _parse_cost(cost: Table) -> CostConfig:
             connections=checks.default(connections, defaults.connections),
             connections_exclude=frozenset(connections_exclude or ()),
             default_list_size=checks.default(default_list_size, defaults.default_list_size),
+            max_list_size=checks.default(max_list_size, defaults.max_list_size),
             slicing_arguments=checks.default(slicing_arguments, defaults.slicing_arguments),
             operation_weights=_parse_operation_weights(cost.table("operation_weights")),
             introspection=checks.default(introspection, defaults.introspection),
@@ -312,6 +318,7 @@ def _parse_field_cost(table: Table) -> FieldCost:
     slicing_arguments = table.get("slicing_arguments", checks.names)
     sized_fields = table.get("sized_fields", checks.names)
     require_one = table.get("require_one_slicing_argument", checks.boolean)
+    max_size = table.get("max_size", checks.size)
     with table.blame():
         return FieldCost(
             weight=weight,
@@ -319,6 +326,7 @@ def _parse_field_cost(table: Table) -> FieldCost:
             slicing_arguments=slicing_arguments,
             sized_fields=sized_fields,
             require_one_slicing_argument=require_one,
+            max_size=max_size,
         )
 
 

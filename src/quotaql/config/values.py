@@ -93,6 +93,9 @@ class LimitsConfig:
             (``open``), refuse them (``closed``) or count in process memory (``local``).
         default_tier: the tier of a tenant that ``[tenants]`` does not name.
         refund_unused: give back the part of the cost that the operation did not use.
+        charge_overage: charge, after execution, what the operation's actual cost ran
+            above its debit (the budget may go below empty: the subject waits until it
+            refills).
         expose_cost: report the cost and the quota state in the response's extensions.
         http_status: the status of a refused request (400 to 599).
         reload_interval: seconds between checks of the file for edits; 0 never reloads.
@@ -134,6 +137,7 @@ class LimitsConfig:
     on_backend_error: BackendErrorMode = "local"
     default_tier: str = DEFAULT_TIER
     refund_unused: bool = True
+    charge_overage: bool = True
     expose_cost: bool = True
     http_status: int = 429
     reload_interval: float = 2.0

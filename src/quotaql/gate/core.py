@@ -37,6 +37,7 @@ from quotaql import web
 from quotaql._flow import (
     Acquire,
     Await,
+    Charge,
     Refund,
     ReleaseLease,
     TakeLease,
@@ -74,7 +75,7 @@ from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder
 from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
-from quotaql.gate.settle import refund_amounts, refunded
+from quotaql.gate.settle import settling
 from quotaql.gate.tiers import TierResolver, resolve_tier
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
@@ -204,6 +205,8 @@ class Gate:
                 metrics.watch_refunds(queue)
             if is_pipelined(self.storage):
                 metrics.watch_pipeline(self.storage)
+            if key_resolver is not None:
+                metrics.watch_lookups(self.identity)
         self._concurrency = ConcurrencyLimiter(self.limiter, self._record)
         if leases is not None:
             self._concurrency.use(leases)
@@ -405,7 +408,8 @@ class Gate:
     def settle(
         self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None = None
     ) -> None:
-        """After execution: count the actual cost from ``data`` and refund what was unused.
+        """After execution: count the actual cost from ``data``, refund what was unused, or
+        charge what it ran above its debit (its overage, ``[limits] charge_overage``).
 
         ``errors`` are the result's errors: what an error erased from ``data`` (a field
         nulled, up to the nearest nullable parent, or all of ``data``) is charged at its
@@ -618,15 +622,7 @@ class Gate:
     def _settle(self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None) -> _Flow:
         self._scaling.observe(op, errors)  # one sample of the signal, once
         sample = self._config.cost.tuning_sample if self.metrics is not None else 0.0
-        amount, amounts = refund_amounts(op, data, errors, self._config.limits, sample)
-        if amount > 0:
-            yield Refund(op.subject.key, amount, op.quotas, amounts, op.decision)
-        op.refunded = amount
-        if amount > 0:
-            if op.span is not None:
-                op.span.add_event(names.EVENT_REFUND, {"quotaql.refund": amount})
-            if op.decision is not None:
-                op.decision = refunded(op.decision, amount, amounts)
+        yield from settling(op, data, errors, self._config.limits, sample)
 
     def _event(self, op: Operation) -> _Flow:
         op.events += 1
@@ -667,6 +663,9 @@ class Gate:
                 return self.limiter.acquire(key, amount, quotas, costs=costs)
             case Refund(key, amount, quotas, amounts, decision):  # of decision's debit
                 return self.limiter.refund(key, amount, quotas, amounts=amounts,
+                                           decision=decision)  # fmt: skip
+            case Charge(key, amount, quotas, amounts, decision):  # over decision's debit
+                return self.limiter.charge(key, amount, quotas, amounts=amounts,
                                            decision=decision)  # fmt: skip
             case TakeLease(key, specs, lease):
                 return self._concurrency.take(key, specs, lease)

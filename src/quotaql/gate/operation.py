@@ -77,6 +77,8 @@ class Operation:
         sizes: the lists the response held, ``(coordinate, assumed, returned, sliced)``,
             when this operation was sampled for tuning (``[cost] tuning_sample``).
         refunded: what was given back after execution.
+        overage: what was charged after execution above the debit (the actual cost ran
+            over it: ``[limits] charge_overage``).
         error: the refusal to answer instead of running the operation.
         violation: the code of a static limit shadow mode let pass.
         events: subscription events delivered so far.
@@ -117,6 +119,7 @@ class Operation:
         "multiplier",
         "operation_name",
         "outcome",
+        "overage",
         "paid_minimum",
         "quotas",
         "refunded",
@@ -149,6 +152,7 @@ class Operation:
         self.actual: float | None = None
         self.sizes: list[tuple[str, float, int, bool]] | None = None
         self.refunded = 0.0
+        self.overage = 0.0
         self.breakdown: dict[str, float] | None = None
         self.error: GraphQLError | None = None
         self.more: tuple[GraphQLError, ...] = ()

@@ -51,11 +51,12 @@ class OperationRecorder:
                 charged=op.charge if op.debited or op.paid_minimum else 0.0,
                 refunded=op.refunded,
                 identity=op.subject.source,
+                overage=op.overage,
             )
             if report is not None and op.actual is not None:
                 metrics.estimate(operation_type, op.tier.name, report.cost, op.actual)
             if op.sizes:
-                metrics.list_sizes(op.sizes)
+                metrics.list_sizes(op.sizes, op.subject.key)
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {
@@ -73,6 +74,8 @@ class OperationRecorder:
                 attributes[names.ATTR_DEPTH] = report.depth
             if op.actual is not None:
                 attributes[names.ATTR_COST_ACTUAL] = op.actual
+            if op.overage:
+                attributes[names.ATTR_COST_OVERAGE] = op.overage
             if op.events:
                 attributes[names.ATTR_EVENTS] = op.events
             if op.multiplier < 1.0:

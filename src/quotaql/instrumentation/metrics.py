@@ -20,6 +20,7 @@ refund queue) sum the live workers' (``"livesum"``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import math
@@ -32,6 +33,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import names
+from quotaql.instrumentation.subjects import subject_class, subject_hash
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -140,6 +142,9 @@ class PrometheusMetrics:
         registry: where the metrics are registered.
         tenant_allowlist: tenants whose requests are counted under their own label.
         top_tenants: how many more tenants (the busiest, hashed) get their own label.
+        subject_period: seconds of one period of ``quotaql_list_subject_max_items``
+            (``names.LIST_SUBJECT_PERIOD``, a minute: ``quotaql tune`` reports subject-minutes;
+            tests shorten it).
     """
 
     # The instruments: one attribute per row of names.INSTRUMENTS (set by one loop).
@@ -148,11 +153,13 @@ class PrometheusMetrics:
     actual_cost: Histogram
     depth: Histogram
     cost_points: Counter
+    overage_total: Counter
     check_duration: Histogram
     backend_errors: Counter
     circuit_open: Gauge
     tenant_requests: Counter
     identity: Counter
+    key_lookups: Counter
     subscription_events: Counter
     subscriptions_open: Gauge
     pressure: Gauge
@@ -176,6 +183,7 @@ class PrometheusMetrics:
     list_assumed: Gauge
     list_max_returned: Gauge
     list_sliced_ratio: Histogram
+    list_subject_max: Histogram
 
     def __init__(
         self,
@@ -183,9 +191,12 @@ class PrometheusMetrics:
         *,
         tenant_allowlist: Iterable[str] = (),
         top_tenants: int = 0,
+        subject_period: float = names.LIST_SUBJECT_PERIOD,
     ) -> None:
         from prometheus_client import REGISTRY  # noqa: PLC0415
 
+        if not 0 < subject_period < _INF:
+            raise ValueError(f"subject_period must be a positive number, got {subject_period}")
         registry = REGISTRY if registry is None else registry
         self.registry = registry
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -198,6 +209,8 @@ class PrometheusMetrics:
             self._child(self.leases_total, outcome)
         for outcome in names.REFUND_OUTCOMES:
             self._child(self.refunds_total, outcome)
+        for outcome in names.KEY_LOOKUP_OUTCOMES:
+            self._child(self.key_lookups, outcome)
         self._backend_lock = threading.Lock()
         self._refund_queues: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
             weakref.WeakKeyDictionary()
@@ -207,6 +220,10 @@ class PrometheusMetrics:
             weakref.WeakKeyDictionary()
         )
         self._keepers: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+        # identity -> its lookups by outcome when last read
+        self._identities: weakref.WeakKeyDictionary[Any, dict[str, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._sync_at = 0.0
         self._multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self._pressure_sources: set[str] = set()
@@ -217,6 +234,8 @@ class PrometheusMetrics:
         self._waiting: dict[_Pending, None] = {}  # tallies not yet added to their histogram
         self._tuning_lock = threading.Lock()
         self._flush_at = 0.0
+        self._subject_period = subject_period
+        self._period_end: float | None = None  # None: no subject seen since the last period
         # Tally, then add to the histograms' bucket values directly (prometheus-client's
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
@@ -337,6 +356,12 @@ class PrometheusMetrics:
         with self._backend_lock:
             self._keepers.setdefault(keeper, (0, 0))
 
+    def watch_lookups(self, identity: Any) -> None:
+        """Count what the ``key_resolver`` of an :class:`~quotaql.identity.Identity` was
+        asked, and the keys it was not (``quotaql_key_lookups_total``)."""
+        with self._backend_lock:
+            self._identities.setdefault(identity, {})
+
     def sync(self) -> None:
         """Add what the watched refund queues, pipelines and keepers counted since the last
         call to the metrics (a scrape does it first; under prometheus-client's multiprocess
@@ -366,6 +391,11 @@ class PrometheusMetrics:
                 self._add(self.leases_total, names.LEASE_RENEWED, now_renewed - renewed)
                 self._add(self.leases_total, names.LEASE_RENEW_FAILED, now_failed - failed)
                 self._keepers[keeper] = (now_renewed, now_failed)
+            for identity, seen in list(self._identities.items()):
+                lookups = dict(identity.lookups)
+                for outcome, count in lookups.items():
+                    self._add(self.key_lookups, outcome, count - seen.get(outcome, 0))
+                self._identities[identity] = lookups
 
     def _add(self, counter: Counter, label: str, count: int) -> None:
         """Add what a watched object counted since it was last read, if anything."""
@@ -387,6 +417,7 @@ class PrometheusMetrics:
         charged: float = 0.0,
         refunded: float = 0.0,
         identity: str | None = None,
+        overage: float = 0.0,
     ) -> None:
         """Count one operation (``decision`` is one of ``names.DECISIONS``, ``identity`` one
         of ``names.IDENTITY_SOURCES``)."""
@@ -420,6 +451,8 @@ class PrometheusMetrics:
             charged_points.inc(charged)
         if refunded:
             refunded_points.inc(refunded)
+        if overage:
+            self._child(self.overage_total, tier).inc(overage)
 
     def event(self, decision: str, tier: str, charged: float) -> None:
         """Count one subscription event after the first, and the points it was charged."""
@@ -466,7 +499,9 @@ class PrometheusMetrics:
     # coordinate and bucket first, then each histogram child gets one increment per bucket
     # hit (and one of its sum) instead of one observe() per list.
 
-    def list_sizes(self, observations: Sequence[tuple[str, float, int, bool]]) -> None:
+    def list_sizes(
+        self, observations: Sequence[tuple[str, float, int, bool]], subject: str | None = None
+    ) -> None:
         """Record the lists one operation returned, after its actual cost is known.
 
         Each observation is ``(coordinate, assumed, returned, sliced)``, one per list
@@ -482,6 +517,14 @@ class PrometheusMetrics:
         ``LIST_SLICED_RATIO`` (``returned / assumed``; an instance that asked for 0 counts
         as 1.0 when it returned nothing, else as ``names.RATIO_CAP``). An observation with
         a negative or non-finite number is ignored.
+
+        ``subject`` is who paid for the operation (the gate's subject key). Its class
+        (:func:`~quotaql.instrumentation.subjects.subject_class`: an address by its /24 or
+        /48 network) feeds ``LIST_SUBJECT_MAX_ITEMS``: once per period
+        (``subject_period``, a minute) and coordinate, the longest list it returned in the
+        period, so that a subject sending many lists weighs no more than one sending a
+        few. A process keeps at most ``names.LIST_SUBJECTS_KEPT`` subjects per coordinate
+        and period (beyond, a uniform sample of them, by a keyed hash), and only hashes.
 
         The histograms' counts are tallied here and added to prometheus-client's values at
         most once a second, and whenever the registry is collected (a scrape, or
@@ -505,7 +548,11 @@ class PrometheusMetrics:
         longest: dict[_ListSeries, int] = {}
         size_index = _SIZE_INDEX
         top = len(size_index) - 1  # the largest finite edge: above it, the +Inf bucket
+        who = None if subject is None else _class_hash(subject)
+        now = time.monotonic()
         with self._tuning_lock:
+            if self._period_end is not None and now >= self._period_end:
+                self._close_period()
             lists = self._lists
             for coordinate, assumed, returned, is_sliced in observations:
                 if not 0 <= assumed < _INF:
@@ -549,7 +596,10 @@ class PrometheusMetrics:
                 if items > series.max_returned:
                     series.max_returned = items
                     series.max_gauge.set(items)
-            now = time.monotonic()
+                if who is not None:
+                    series.subjects.add(who, items)
+            if who is not None and longest and self._period_end is None:
+                self._period_end = now + self._subject_period
             if now >= self._flush_at:
                 self._flush_at = now + _FLUSH_SECONDS
                 self._add_waiting()
@@ -573,11 +623,25 @@ class PrometheusMetrics:
             pending.values.append(ratio)
         self._waiting[pending] = None
 
-    def flush(self) -> None:
+    def flush(self, *, final: bool = False) -> None:
         """Add the list tallies waiting in this process to the histograms now (collecting
-        the registry does it too; under multiprocess mode, call it when a worker stops)."""
+        the registry does it too), and the subjects' longest lists of a period that is
+        over. ``final``: the current period is over too (under multiprocess mode, call
+        ``flush(final=True)`` when a worker stops)."""
         with self._tuning_lock:
+            end = self._period_end
+            if end is not None and (final or time.monotonic() >= end):
+                self._close_period()
             self._add_waiting()
+
+    def _close_period(self) -> None:
+        """Each coordinate's subjects of the period: their longest lists, observed once
+        each (under ``_tuning_lock``)."""
+        self._period_end = None
+        waiting = self._waiting
+        for series in self._lists.values():
+            if series.subjects.close():
+                waiting[series.subjects.pending] = None
 
     def _add_waiting(self) -> None:
         for pending in self._waiting:
@@ -692,11 +756,73 @@ class _Pending:
             self.total = 0.0
 
 
+@functools.lru_cache(maxsize=4096)
+def _class_hash(subject: str) -> int:
+    return subject_hash(subject_class(subject))
+
+
+_NO_HASH: Final = 1 << 64  # above every 64-bit hash
+
+
+class _SubjectMaxima:
+    """One coordinate's subjects of the current period (a bottom-k sample: the
+    ``LIST_SUBJECTS_KEPT`` smallest keyed hashes, a uniform sample of the distinct subjects
+    however many there are) and the longest list of each."""
+
+    __slots__ = ("maxima", "pending", "threshold")
+
+    def __init__(self, pending: _Pending) -> None:
+        self.pending = pending
+        self.maxima: dict[int, int] = {}
+        self.threshold = _NO_HASH
+        """Hashes at or above it are out of the sample (it only goes down in a period)."""
+
+    def add(self, who: int, items: int) -> None:
+        if who >= self.threshold:
+            return
+        maxima = self.maxima
+        known = maxima.get(who)
+        if known is None:
+            maxima[who] = items
+            if len(maxima) >= 2 * names.LIST_SUBJECTS_KEPT:
+                self._keep()
+        elif items > known:
+            maxima[who] = items
+
+    def _keep(self) -> None:
+        """Keep the ``LIST_SUBJECTS_KEPT`` smallest hashes (amortized: once per as many new
+        subjects)."""
+        kept = sorted(self.maxima)[: names.LIST_SUBJECTS_KEPT + 1]
+        if len(kept) > names.LIST_SUBJECTS_KEPT:
+            self.threshold = kept.pop()
+        self.maxima = {who: self.maxima[who] for who in kept}
+
+    def close(self) -> bool:
+        """Tally each kept subject's longest list once, and start a new period; whether
+        anything was tallied."""
+        maxima = self.maxima
+        if not maxima:
+            return False
+        if len(maxima) > names.LIST_SUBJECTS_KEPT:
+            self._keep()
+            maxima = self.maxima
+        pending = self.pending
+        for items in maxima.values():
+            if pending.values is None:
+                pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
+                pending.total += items
+            else:
+                pending.values.append(items)
+        self.maxima = {}
+        self.threshold = _NO_HASH
+        return True
+
+
 class _ListSeries:
     """One coordinate's unsliced-list series, their children resolved once."""
 
     __slots__ = ("assumed", "assumed_gauge", "max_gauge", "max_returned", "operation_max",
-                 "returned")  # fmt: skip
+                 "returned", "subjects")  # fmt: skip
 
     def __init__(self, metrics: PrometheusMetrics, coordinate: str) -> None:
         bulk = metrics._bulk
@@ -706,6 +832,9 @@ class _ListSeries:
         )
         self.assumed_gauge: Any = metrics.list_assumed.labels(coordinate)
         self.max_gauge: Any = metrics.list_max_returned.labels(coordinate)
+        self.subjects = _SubjectMaxima(
+            _Pending(metrics.list_subject_max.labels(coordinate), _SIZE_BOUNDS, bulk)
+        )
         self.assumed = -1.0  # no value yet: the first observation sets the gauge
         self.max_returned = -1
 

@@ -21,6 +21,10 @@ QUERY_DEPTH: Final = "quotaql_query_depth"
 """Histogram: operation depth by ``operation_type``."""
 COST_TOTAL: Final = "quotaql_cost_total"
 """Counter: cost points by ``tier`` and ``outcome`` (``charged``, ``refunded``)."""
+OVERAGE_TOTAL: Final = "quotaql_overage_total"
+"""Counter: cost points charged after execution above the debit (the actual cost ran over
+the estimate: ``[limits] charge_overage``), by ``tier``. What operations paid in all is
+``charged - refunded + overage`` of ``quotaql_cost_total`` and this."""
 CHECK_DURATION: Final = "quotaql_check_duration_seconds"
 """Histogram: time of one limiter decision (storage round trips included) by ``backend``."""
 BACKEND_ERRORS_TOTAL: Final = "quotaql_backend_errors_total"
@@ -33,6 +37,10 @@ BUILD_INFO: Final = "quotaql_build_info"
 """Gauge, always 1: the running quotaql ``version``."""
 IDENTITY_TOTAL: Final = "quotaql_identity_total"
 """Counter: operations by how their subject was identified (``source``)."""
+KEY_LOOKUPS_TOTAL: Final = "quotaql_key_lookups_total"
+"""Counter: API keys that needed the ``key_resolver`` (no cached answer), by ``outcome``
+(``KEY_LOOKUP_OUTCOMES``): looked up and known, unknown or failed, or not looked up
+(``limited``: the client's address was over ``[identity] resolver_rate``)."""
 SUBSCRIPTION_EVENTS_TOTAL: Final = "quotaql_subscription_events_total"
 """Counter: subscription events after the first, charged or refused, by ``decision``, ``tier``."""
 SUBSCRIPTIONS_OPEN: Final = "quotaql_subscriptions_open"
@@ -99,6 +107,16 @@ LIST_MAX_RETURNED_ITEMS: Final = "quotaql_list_max_returned_items"
 started."""
 LIST_SLICED_RATIO: Final = "quotaql_list_sliced_ratio"
 """Histogram: items returned / items asked for, per sliced list, by ``coordinate``."""
+LIST_SUBJECT_MAX_ITEMS: Final = "quotaql_list_subject_max_items"
+"""Histogram: per subject class and minute (in each process), the items of the subject's
+longest assumed list of ``coordinate``: a subject counts once a minute, however many lists it
+sends (``quotaql tune`` lowers a size only as far as most subjects allow)."""
+LIST_SUBJECT_PERIOD: Final = 60.0
+"""Seconds of one period of ``quotaql_list_subject_max_items``: each subject that returned a
+list of a coordinate in it is one observation, its longest list."""
+LIST_SUBJECTS_KEPT: Final = 1024
+"""The most subjects a process keeps per coordinate and period (a uniform sample of the
+subjects beyond it, chosen by a keyed hash no client can aim at)."""
 COST_ESTIMATE_RATIO: Final = "quotaql_cost_estimate_ratio"
 """Histogram: actual / estimated cost of each priced operation that ran, by
 ``operation_type``, ``tier``."""
@@ -174,6 +192,9 @@ SOURCE_REJECTED_KEY: Final = "rejected_key"
 """An unknown key, refused (``unknown_keys = "reject"``)."""
 SOURCE_UNVERIFIED_KEY: Final = "unverified_key"
 """An unknown key taken as a tenant of its own (``unknown_keys = "tenant"``: unsafe)."""
+SOURCE_LIMITED_KEY: Final = "limited_key"
+"""A key not looked up, counted as the client's address: the address had caused
+``[identity] resolver_rate`` lookups already (invented keys, most likely)."""
 IDENTITY_SOURCES: Final = (
     "key",  # a known API key
     "user",  # an authenticated principal
@@ -183,11 +204,21 @@ IDENTITY_SOURCES: Final = (
     SOURCE_REJECTED_KEY,
     SOURCE_UNVERIFIED_KEY,
     SOURCE_ANONYMOUS,
+    SOURCE_LIMITED_KEY,
 )
 #: The sources that say something is wrong: shared, unknown or unverified identities.
 SUSPECT_SOURCES: Final = (
     SOURCE_ANONYMOUS, SOURCE_UNKNOWN_KEY, SOURCE_REJECTED_KEY, SOURCE_UNVERIFIED_KEY,
+    SOURCE_LIMITED_KEY,
 )  # fmt: skip
+#: The values of ``outcome`` in ``quotaql_key_lookups_total``.
+LOOKUP_KNOWN: Final = "known"
+LOOKUP_UNKNOWN: Final = "unknown"
+LOOKUP_FAILED: Final = "failed"
+"""The ``key_resolver`` raised (logged): the key counted as its address, nothing cached."""
+LOOKUP_LIMITED: Final = "limited"
+"""Not looked up: the address was over ``[identity] resolver_rate``."""
+KEY_LOOKUP_OUTCOMES: Final = (LOOKUP_KNOWN, LOOKUP_UNKNOWN, LOOKUP_FAILED, LOOKUP_LIMITED)
 
 #: The sources of the pressure signal (the ``source`` label of ``quotaql_pressure``).
 PRESSURE_LATENCY: Final = "latency"
@@ -337,6 +368,12 @@ INSTRUMENTS: Final = (
         (LABEL_TIER, LABEL_OUTCOME),
     ),
     Instrument(
+        "overage_total", "counter", OVERAGE_TOTAL,
+        "Cost points charged after execution above the debit: the actual cost ran over"
+        " the estimate (the budget may go below empty).",
+        (LABEL_TIER,),
+    ),
+    Instrument(
         "check_duration", "histogram", CHECK_DURATION,
         "Time of one limiter decision, storage round trips included.",
         (LABEL_BACKEND,), CHECK_DURATION_BUCKETS,
@@ -361,6 +398,13 @@ INSTRUMENTS: Final = (
         "identity", "counter", IDENTITY_TOTAL,
         "Operations by how their subject (who pays) was identified.",
         (LABEL_SOURCE,),
+    ),
+    Instrument(
+        "key_lookups", "counter", KEY_LOOKUPS_TOTAL,
+        "API keys that needed the key_resolver (no cached answer): known, unknown, failed,"
+        " or limited (not looked up: the client's address was over [identity] resolver_rate).",
+        (LABEL_OUTCOME,),
+        collected="backend",
     ),
     Instrument(
         "subscription_events", "counter", SUBSCRIPTION_EVENTS_TOTAL,
@@ -508,6 +552,14 @@ INSTRUMENTS: Final = (
         (LABEL_COORDINATE,), RATIO_BUCKETS,
         collected="tuning",
     ),
+    Instrument(
+        "list_subject_max", "histogram", LIST_SUBJECT_MAX_ITEMS,
+        "Per subject (addresses by /24 or /48 network) and minute, the items of its longest"
+        " list of the coordinate whose size the pricing assumed: a subject counts once a"
+        " minute, however many lists it sends.",
+        (LABEL_COORDINATE,), LIST_SIZE_BUCKETS,
+        collected="tuning",
+    ),
 )  # fmt: skip
 """Every metric quotaql exports, in the order a scrape lists them: one row each, built by one
 loop of :class:`~quotaql.instrumentation.metrics.PrometheusMetrics`."""
@@ -542,6 +594,11 @@ EVENT_FAIL_OPEN: Final = "quotaql.fail_open"
 EVENT_FAIL_CLOSED: Final = "quotaql.fail_closed"
 EVENT_REFUND: Final = "quotaql.refund"
 """A refund was given back (queued, with deferred refunds)."""
+ATTR_COST_OVERAGE: Final = "quotaql.cost.overage"
+"""Points charged after execution above the debit (set only when the actual cost ran over
+it)."""
+EVENT_OVERAGE: Final = "quotaql.overage"
+"""An overage was charged (attribute ``quotaql.cost.overage``)."""
 EVENT_LEASE_EXPIRED: Final = "quotaql.lease_expired"
 """The operation's lease had expired before its release (a stall, an outage)."""
 ATTR_DELAY: Final = "quotaql.delay_s"

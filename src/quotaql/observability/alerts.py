@@ -273,7 +273,9 @@ def _unknown_keys(config: AlertsConfig) -> _Text:
     """Unknown keys, whether counted as their client's address or refused: either way a
     client sends keys no tenant has (guessing them, or a wrong one)."""
     window, threshold = config.rate_window, config.unknown_keys_per_second
-    unknown = _identified_as(names.SOURCE_UNKNOWN_KEY, names.SOURCE_REJECTED_KEY)
+    unknown = _identified_as(
+        names.SOURCE_UNKNOWN_KEY, names.SOURCE_REJECTED_KEY, names.SOURCE_LIMITED_KEY
+    )
     return _Text(
         _above(_per_job(unknown, window), threshold),
         "{{ $labels.job }} receives {{ $value | humanize }} operations/s with unknown API keys",
@@ -281,7 +283,10 @@ def _unknown_keys(config: AlertsConfig) -> _Text:
         f" API key that no tenant has (rate over {window}, above {_num(threshold)}/s;"
         f' {names.LABEL_SOURCE}="{names.SOURCE_UNKNOWN_KEY}": charged to the client\'s'
         f' address, or "{names.SOURCE_REJECTED_KEY}": refused with UNKNOWN_API_KEY, HTTP'
-        f" 401). A client is guessing keys, or sends a wrong, revoked or mistyped one.",
+        f' 401), or a key not even looked up ("{names.SOURCE_LIMITED_KEY}": its address had'
+        f" caused [identity] resolver_rate key_resolver lookups already, so it was charged"
+        f" to that address). A client is guessing keys, or sends a wrong, revoked or"
+        f" mistyped one.",
     )
 
 

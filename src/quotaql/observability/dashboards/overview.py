@@ -122,6 +122,7 @@ _SUSPECT_COLOURS: Final = {
     names.SOURCE_REJECTED_KEY: "orange",
     names.SOURCE_UNKNOWN_KEY: "yellow",
     names.SOURCE_UNVERIFIED_KEY: "purple",
+    names.SOURCE_LIMITED_KEY: "blue",
 }
 #: Refused because of who asks, not what the operation costs.
 _IDENTITY_REFUSALS: Final = sel(
@@ -146,14 +147,17 @@ IDENTITY: Final = Row("Identity", (
           "budget; a proxy or a server setup that loses the client's address), rejected_key "
           "(orange: an unknown key refused with UNKNOWN_API_KEY), unknown_key (yellow: an "
           "unknown key, charged to its client's address), unverified_key (purple: an unknown "
-          'key taken as a tenant of its own, [identity] unknown_keys = "tenant"). The '
+          'key taken as a tenant of its own, [identity] unknown_keys = "tenant"), '
+          "limited_key (blue: a key not looked up, charged to its client's address, whose "
+          "address had caused [identity] resolver_rate key_resolver lookups already). The "
           "identity metric has no tier label: all tiers.", colours=_SUSPECT_COLOURS),
     Graph("Anonymous and unknown-key share", "percentunit", 6,
           ((share(_SUSPECT_IDENTITY, _IDENTITY), "anonymous + unknown keys"),
            (_SUSPECT_SHARE_BY_SOURCE, labels(SOURCE))),
           "Share of all operations whose subject is anonymous (one budget shared by every "
           "client without a key or an address), an unknown or refused API key, or an "
-          "unverified key taken as a tenant: in all (0 when there are none) and per source. "
+          "unverified key taken as a tenant, or a key not looked up (over [identity] "
+          "resolver_rate): in all (0 when there are none) and per source. "
           "Anything lasting above zero is worth a look: QuotaqlAnonymousRequests, "
           "QuotaqlUnknownApiKeys and QuotaqlUnverifiedApiKeys alert on it.",
           max_value=1, colours=_SUSPECT_COLOURS),
@@ -164,6 +168,15 @@ IDENTITY: Final = Row("Identity", (
                      "try, and an address that runs dry gets RATE_LIMITED, counted as blocked) and "
                      "too_many_subscriptions (the subject already holds [limits] max_subscriptions "
                      "open subscriptions)."),
+    Graph("API key lookups per second", "ops", 24,
+          (rates_by(sel(names.KEY_LOOKUPS_TOTAL, JOB_MATCH), OUTCOME),),
+          "API keys that needed the key_resolver (no cached answer), by outcome: known and "
+          "unknown (looked up: a query to your key store each), failed (the resolver raised: "
+          "the key counted as its address), limited (not looked up: the client's address had "
+          "caused [identity] resolver_rate lookups already, after its resolver_burst, so the "
+          "key counted as that address). Lasting limited lookups: a client sends invented "
+          "keys; the resolver's load stays bounded by the rate per address. All tiers.",
+          colours={names.LOOKUP_LIMITED: "blue", names.LOOKUP_FAILED: "red"}),
 ))  # fmt: skip
 
 # -- cost --------------------------------------------------------------------------------------
@@ -174,6 +187,15 @@ COST: Final = Row("Cost", (
                        "when the actual cost was lower (refunded), per tier."),
     shared.cost_heatmap("Estimated cost heatmap"),
     shared.actual_vs_estimated("Actual vs estimated cost"),
+    Graph("Overage charged per second", "short", 24,
+          ((sum_by(rate(sel(names.OVERAGE_TOTAL, *COST_MATCHERS)), TIER), labels(TIER)),),
+          "Cost points charged after execution because an operation's actual cost ran "
+          "above what was debited for it (a list longer than the estimate assumed, a "
+          "resolver that ignores its page size), per tier ([limits] charge_overage). The "
+          "budget may go below empty: the subject waits until it has refilled. Lasting "
+          "overage from many subjects means the cost model's list sizes are too low "
+          "(the Tuning row, quotaql tune); from one subject, a client that found a field "
+          "whose estimate is wrong (runbook: Overage charged)."),
 ))  # fmt: skip
 
 # -- tuning: how far the estimates are from what came back -------------------------------------
@@ -228,8 +250,9 @@ TUNING: Final = Row("Tuning", (
     Graph("Operations costing more than estimated", "percentunit", 6,
           ((ratio(f"({_ESTIMATED} - {_ESTIMATED_WITHIN})", _ESTIMATED, TIER), labels(TIER)),),
           "Share of the sampled operations whose actual cost was above their estimate, per "
-          "tier: their lists were longer than the pricing assumed, so the budget was "
-          "charged less than they cost (0 when none).", max_value=1),
+          "tier: their lists were longer than the pricing assumed, so the difference was "
+          "charged after they ran (the Overage panel; free under [limits] charge_overage = "
+          "false) (0 when none).", max_value=1),
 ))  # fmt: skip
 
 # -- subscriptions -----------------------------------------------------------------------------
