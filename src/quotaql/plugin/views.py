@@ -20,12 +20,16 @@ Example::
 The same for ``strawberry.flask.views.GraphQLView``, ``strawberry.quart.views``,
 ``strawberry.sanic.views``, ``strawberry.aiohttp.views``, ``strawberry.chalice.views``,
 ``strawberry.asgi.GraphQL``, ``strawberry.fastapi.GraphQLRouter``,
-``strawberry.channels.GraphQLHTTPConsumer`` (and their async and sync variants) and the
-controller ``strawberry.litestar.make_graphql_controller`` returns.
+``strawberry.channels.GraphQLHTTPConsumer`` (and their async and sync variants), the
+controller ``strawberry.litestar.make_graphql_controller`` returns, and Channels'
+``GraphQLWSConsumer``. A view's websocket messages are screened too (a message nested
+50,000 deep killed the connection with a ``RecursionError``): one refused closes the
+connection as Strawberry closes it on a message that is not JSON (4400).
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from strawberry.http.async_base_view import AsyncBaseHTTPView
@@ -69,9 +73,19 @@ class _Screens(ScreensBodies, BaseView[Any]):
                 parsed[name] = self._decoded(value, text)
         return parsed
 
+    def decode_json(self, data: str | bytes) -> object:
+        """A websocket message (the HTTP body and GET parameters come through
+        :meth:`parse_json`): screened too, an object within the bounds. A refused one is
+        JSON Strawberry cannot parse (it closes the connection, 4400), not the
+        ``RecursionError`` that killed the connection with a traceback."""
+        try:
+            return self.read_json(data, parameter=True)
+        except InvalidBody as refusal:
+            raise json.JSONDecodeError(refusal.message, "", 0) from None
+
     def _decoded(self, value: Any, data: str | bytes) -> Any:
         """The screen's own parse, unless the view decodes JSON its own way."""
-        if type(self).decode_json is BaseView.decode_json:
+        if type(self).decode_json is _Screens.decode_json:
             return value
         return self.decode_json(data)
 

@@ -12,11 +12,14 @@ string, number or boolean, and invalid UTF-8 with a 500 and a traceback, and a G
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 import strawberry
+import websockets.exceptions
+import websockets.sync.client
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -270,3 +273,52 @@ def test_on_redis_a_hostile_body_is_charged_counted_and_traced(
     assert sum(rejected) == 3
     decisions = [span.attributes.get("quotaql.decision") for span in exporter.get_finished_spans()]
     assert decisions.count("rejected") == 3
+
+
+# -- websocket messages ------------------------------------------------------------------------
+
+WEBSOCKETS = [name for name, server_class in SERVERS.items() if server_class.websockets]
+
+
+@pytest.mark.parametrize("integration", WEBSOCKETS)
+def test_a_websocket_message_nested_50000_deep_closes_the_connection_4400_without_a_traceback(
+    integration: str, tmp_path: Path
+) -> None:
+    """It raised a RecursionError in the view's decode_json: the connection died with a
+    traceback in the log (Litestar: closed 4500 Internal Server Error)."""
+    config = tmp_path / "quotaql.toml"
+    config.write_text(BASE_TOML)
+    deep = "[" * DEEP + "]" * DEEP
+    hostile = '{"type": "subscribe", "id": "2", "payload": {"query": "{ subject }", "variables": '
+    with contextlib.ExitStack() as stack:
+        if integration == "channels":
+            live = serve(integration, CHANNELS_LIMITED_PATH, screened=True,
+                         child_env={CONFIG_VARIABLE: str(config)})  # fmt: skip
+        else:
+            live = serve(integration, limited_schema(config), screened=True)
+        server = stack.enter_context(live)
+        socket = stack.enter_context(
+            websockets.sync.client.connect(
+                server.ws_url,
+                subprotocols=["graphql-transport-ws"],
+                open_timeout=5,
+                max_size=None,
+                source_address=("127.0.9.2", 0),
+            )
+        )
+        socket.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(socket.recv(timeout=5)) == {"type": "connection_ack"}
+        honest = {"type": "subscribe", "id": "1", "payload": {"query": "{ subject }"}}
+        socket.send(json.dumps(honest))
+        answer = json.loads(socket.recv(timeout=5))
+        assert answer["type"] == "next", answer
+        assert answer["payload"]["data"] == {"subject": "ip:127.0.9.2"}
+        assert json.loads(socket.recv(timeout=5)) == {"type": "complete", "id": "1"}
+
+        socket.send(hostile + deep + "}}")
+        with pytest.raises(websockets.exceptions.ConnectionClosedError) as closed:
+            socket.recv(timeout=5)
+        log = server.log()
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4400, closed.value
+    assert "RecursionError" not in log
