@@ -16,28 +16,26 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import logging
 import weakref
 import wsgiref.headers
 from http import HTTPStatus
 from inspect import isawaitable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, overload
 
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
-from ariadne.exceptions import HttpBadRequestError
 from ariadne.wsgi import GraphQL as WSGIGraphQL
 from graphql import ExecutionResult, GraphQLError, OperationType
 from starlette.responses import JSONResponse
 
 from quotaql import web
 from quotaql.asgi import (
-    DEFAULT_MAX_DEPTH,
     InvalidBody,
+    ScreensBodies,
     charge_body,
     charge_body_async,
-    read_body,
+    reads_multipart,
     serve_lifespan,
 )
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
@@ -618,15 +616,12 @@ class _Limited:
         self.limiter._install(self, is_async=True)
 
 
-class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
+class CostLimitedHTTPHandler(ScreensBodies, _Limited, GraphQLHTTPHandler):
     """Ariadne's ASGI HTTP handler, limited by ``limiter`` (see :class:`CostLimiter`).
 
     Queries and mutations over a websocket run through it too (Ariadne's websocket
     handlers call its ``execute_graphql_query``); they get ``extensions.cost``, no headers.
     """
-
-    #: How deep the request's JSON (a body, GET ``variables``) may nest.
-    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
 
     def __init__(self, limiter: CostLimiter, **options: Unpack[_HTTPOptions]) -> None:
         super().__init__(**options)
@@ -644,21 +639,17 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
             return JSONResponse(refusal.payload(), status_code=refusal.status)
 
     async def extract_data_from_json_request(self, request: Request) -> Any:
-        return read_body(await request.body(), self.max_body_depth)
+        return self.read_json(await request.body())
 
     def extract_data_from_get_request(self, request: Request) -> dict[Any, Any]:
-        _screen_variables(request.query_params.get("variables", ""), self.max_body_depth)
+        _screen_variables(self, request.query_params.get("variables"))
         return super().extract_data_from_get_request(request)
 
     async def extract_data_from_multipart_request(
         self, request: Request
     ) -> dict[Any, Any] | list[Any]:
-        if not _MULTIPART.starlette:
-            raise HttpBadRequestError(_NO_MULTIPART)
-        try:
+        with self.multipart_screen(reads_multipart(legacy=True)):  # Starlette reads it
             return await super().extract_data_from_multipart_request(request)
-        except RecursionError:  # its operations or map field: json.loads gave up
-            raise InvalidBody("too_deep", self.max_body_depth) from None
 
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
@@ -802,7 +793,7 @@ class _WSGIResponse:
         return f"{self.status_code} {phrase}"
 
 
-class CostLimitedWSGI(WSGIGraphQL):
+class CostLimitedWSGI(ScreensBodies, WSGIGraphQL):
     """``ariadne.wsgi.GraphQL``, limited by ``limiter`` (see :class:`CostLimiter`).
 
     Raises:
@@ -822,9 +813,6 @@ class CostLimitedWSGI(WSGIGraphQL):
         self.limiter = limiter
         limiter._install(self, is_async=False)
 
-    #: How deep the request's JSON (a body, GET ``variables``) may nest.
-    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
-
     def handle_request(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         """Ariadne's, with the request's JSON screened (see
         :meth:`CostLimitedHTTPHandler.graphql_http_server`)."""
@@ -839,27 +827,21 @@ class CostLimitedWSGI(WSGIGraphQL):
                 return super().handle_request(environ, respond)
         except InvalidBody as refusal:
             charge_body(self.limiter.gate, refusal, request=environ, context={"request": environ})
-            start_response(f"{refusal.status} {HTTPStatus(refusal.status).phrase}",
-                           [("Content-Type", "application/json; charset=UTF-8")])  # fmt: skip
-            return [json.dumps(refusal.payload()).encode()]
+            return refusal.wsgi(start_response)
 
     def extract_data_from_json_request(self, environ: dict[str, Any]) -> Any:
         if environ.get("CONTENT_LENGTH") == "0":  # an empty body is not JSON either
-            return read_body(b"", self.max_body_depth)
+            return self.read_json(b"")
         length = self.get_request_content_length(environ)
-        return read_body(self.get_request_body(environ, length), self.max_body_depth)
+        return self.read_json(self.get_request_body(environ, length))
 
     def extract_data_from_get(self, query_params: dict[str, Any]) -> dict[str, Any]:
-        _screen_variables(query_params.get("variables", ""), self.max_body_depth)
+        _screen_variables(self, query_params.get("variables"))
         return super().extract_data_from_get(query_params)
 
     def extract_data_from_multipart_request(self, environ: dict[str, Any]) -> Any:
-        if not _MULTIPART.ariadne:
-            raise HttpBadRequestError(_NO_MULTIPART)
-        try:
+        with self.multipart_screen(reads_multipart()):
             return super().extract_data_from_multipart_request(environ)
-        except RecursionError:  # its operations or map field: json.loads gave up
-            raise InvalidBody("too_deep", self.max_body_depth) from None
 
     def execute_query(self, environ: dict[str, Any], data: Any) -> GraphQLResult:
         gate = self.limiter.gate
@@ -874,34 +856,11 @@ class CostLimitedWSGI(WSGIGraphQL):
             return self.limiter._answered(scope, success, result)
 
 
-class _Multipart:
-    """Whether ``multipart/form-data`` can be read: Ariadne's WSGI app and Starlette (its
-    ASGI handler) parse it with python-multipart, which neither requires; without it every
-    multipart request answered 500 (an error raised in their parsing). Then it is answered
-    as a content type the server does not take: 400, by Ariadne."""
-
-    def __init__(self) -> None:
-        import importlib.util  # noqa: PLC0415  # once, at import
-
-        self.ariadne = importlib.util.find_spec("python_multipart") is not None
-        legacy = importlib.util.find_spec("multipart")  # python-multipart before 0.0.13
-        self.starlette = self.ariadne or (
-            legacy is not None and legacy.submodule_search_locations is not None
-        )
-
-
-_MULTIPART = _Multipart()
-_NO_MULTIPART = (
-    "This server reads no multipart/form-data (python-multipart is not installed):"
-    " post application/json."
-)
-
-
-def _screen_variables(variables: Any, max_depth: int) -> None:
-    """A GET request's ``variables``: a JSON object (or null) within ``max_depth``; Ariadne
-    then parses it (json.loads gave a RecursionError, a 500, for variables 1,500 deep)."""
+def _screen_variables(handler: ScreensBodies, variables: Any) -> None:
+    """A GET request's ``variables``, screened before Ariadne parses them (json.loads gave a
+    RecursionError, a 500, at 1,500 deep): a JSON object, or null."""
     if isinstance(variables, str) and variables.strip():
-        read_body(variables.strip(), max_depth, parameter=True)
+        handler.read_json(variables.strip(), parameter=True)
 
 
 def _errors(result: dict[str, Any]) -> list[GraphQLError] | None:

@@ -20,13 +20,17 @@ Example::
 The same for ``strawberry.flask.views.GraphQLView``, ``strawberry.quart.views``,
 ``strawberry.sanic.views``, ``strawberry.aiohttp.views``, ``strawberry.chalice.views``,
 ``strawberry.asgi.GraphQL``, ``strawberry.fastapi.GraphQLRouter``,
-``strawberry.channels.GraphQLHTTPConsumer`` (and their async and sync variants) and the
-controller ``strawberry.litestar.make_graphql_controller`` returns.
+``strawberry.channels.GraphQLHTTPConsumer`` (and their async and sync variants), the
+controller ``strawberry.litestar.make_graphql_controller`` returns, and Channels'
+``GraphQLWSConsumer``. A view's websocket messages are screened too (a message nested
+50,000 deep killed the connection with a ``RecursionError``): one refused closes the
+connection as Strawberry closes it on a message that is not JSON (4400).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+import json
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from strawberry.http.async_base_view import AsyncBaseHTTPView
 from strawberry.http.base import BaseView
@@ -34,13 +38,7 @@ from strawberry.http.sync_base_view import SyncBaseHTTPView
 from strawberry.types import ExecutionResult
 
 from quotaql import web
-from quotaql.asgi import (
-    DEFAULT_MAX_DEPTH,
-    InvalidBody,
-    charge_body,
-    charge_body_async,
-    read_body,
-)
+from quotaql.asgi import InvalidBody, ScreensBodies, charge_body, charge_body_async
 from quotaql.plugin.extension import CostLimiter
 
 if TYPE_CHECKING:
@@ -53,11 +51,8 @@ __all__ = ["AsyncScreenedView", "ScreenedView", "screened"]
 View = TypeVar("View", bound=type)
 
 
-class _Screens(BaseView[Any]):
+class _Screens(ScreensBodies, BaseView[Any]):
     """What both colours share: the JSON a view parses, screened first."""
-
-    #: How deep the request's JSON may nest (an operation with variables needs a few levels).
-    max_body_depth: ClassVar[int] = DEFAULT_MAX_DEPTH
 
     def parse_json(self, data: str | bytes) -> Any:
         """The body (or a multipart ``operations`` / ``map`` field): an operation or a batch.
@@ -65,7 +60,7 @@ class _Screens(BaseView[Any]):
         Raises:
             InvalidBody: it is not one (the view answers 400).
         """
-        return self._decoded(read_body(data, self.max_body_depth), data)
+        return self._decoded(self.read_json(data), data)
 
     def parse_query_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """A GET request's parameters; ``variables`` and ``extensions`` must be JSON
@@ -74,13 +69,23 @@ class _Screens(BaseView[Any]):
         for name in ("variables", "extensions"):
             text = parsed.get(name)
             if text and isinstance(text, str | bytes):
-                value = read_body(text, self.max_body_depth, parameter=True)
+                value = self.read_json(text, parameter=True)
                 parsed[name] = self._decoded(value, text)
         return parsed
 
+    def decode_json(self, data: str | bytes) -> object:
+        """A websocket message (the HTTP body and GET parameters come through
+        :meth:`parse_json`): screened too, an object within the bounds. A refused one is
+        JSON Strawberry cannot parse (it closes the connection, 4400), not the
+        ``RecursionError`` that killed the connection with a traceback."""
+        try:
+            return self.read_json(data, parameter=True)
+        except InvalidBody as refusal:
+            raise json.JSONDecodeError(refusal.message, "", 0) from None
+
     def _decoded(self, value: Any, data: str | bytes) -> Any:
         """The screen's own parse, unless the view decodes JSON its own way."""
-        if type(self).decode_json is BaseView.decode_json:
+        if type(self).decode_json is _Screens.decode_json:
             return value
         return self.decode_json(data)
 
@@ -108,7 +113,7 @@ class ScreenedView(_Screens, SyncBaseHTTPView[Any, Any, Any, Any, Any]):
         try:
             return super().parse_http_body(request)
         except UnicodeDecodeError:  # Django's and Flask's adapters decode the body first
-            raise InvalidBody("not_utf8", self.max_body_depth) from None
+            raise InvalidBody("not_utf8") from None
 
     def execute_operation(
         self, request: Any, context: Any, root_value: Any, sub_response: Any
@@ -170,7 +175,8 @@ class AsyncScreenedView(_Screens, AsyncBaseHTTPView[Any, Any, Any, Any, Any, Any
 
 def screened(view_class: View) -> View:
     """``view_class`` (a Strawberry view, router, controller or HTTP consumer) with the
-    request's JSON screened (see the module); ``max_body_depth`` is its class attribute.
+    request's JSON screened (see the module); ``max_body_depth`` and ``max_body_values``
+    are its class attributes.
 
     Raises:
         TypeError: ``view_class`` is not one of Strawberry's HTTP views.

@@ -3,7 +3,8 @@
 Strawberry's views read and parse the body themselves, before the ``CostLimiter`` sees the
 request: each of the eleven answered a body nested 50,000 deep, a body of ``null``, a JSON
 string, number or boolean, and invalid UTF-8 with a 500 and a traceback, and a GET whose
-``variables`` nest 1,500 deep too (measured on Strawberry 0.341, issue 22). Served through
+``variables`` nest 1,500 deep too (measured on Strawberry 0.341, issue 22); a body of
+25,000 empty lists was parsed whole for nothing. Served through
 ``quotaql.plugin.views.screened`` (``serve(..., screened=True)``), every one is answered 400
 ``INVALID_REQUEST_BODY`` with its reason, and its client pays ``[limits] min_charge``.
 """
@@ -11,12 +12,24 @@ string, number or boolean, and invalid UTF-8 with a 500 and a traceback, and a G
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import strawberry
+import websockets.exceptions
+import websockets.sync.client
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
 
 from quotaql.asgi import InvalidBody, read_body, screen_body
+from quotaql.instrumentation.metrics import PrometheusMetrics
+from quotaql.plugin import CostLimiter
+from quotaql.storage.redis import AsyncRedisStorage, RedisStorage
+from tests.adapters.integrations import limited
 from tests.adapters.integrations.limited import (
     CHANNELS_LIMITED_PATH,
     CONFIG_VARIABLE,
@@ -27,6 +40,9 @@ from tests.support.frameworks import SERVERS, LiveServer, serve
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.support.servers import RedisServer
 
 DEEP = 50_000
 HOSTILE: dict[str, tuple[bytes, str]] = {
@@ -38,6 +54,10 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "variables nested 500 deep": (
         b'{"query": "{ subject }", "variables": {"a": ' + b"[" * 500 + b"]" * 500 + b"}}",
         "too_deep",
+    ),
+    "25,000 empty lists in a key nobody reads (75 KB)": (
+        b'{"query": "{ subject }", "x": [' + b"[]," * 24_999 + b"[]]}",
+        "too_many_values",
     ),
     "null": (b"null", "not_an_operation"),
     "a JSON string": (b'"{ subject }"', "not_an_operation"),
@@ -203,3 +223,102 @@ def test_the_views_answer_what_the_shared_screen_says(name: str) -> None:
         read_body(body)
     assert caught.value.reason == reason
     assert screen_body(body) == reason
+
+
+# -- on Redis, counted and traced -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("integration", "storage_class"),
+    [("flask", RedisStorage), ("aiohttp", AsyncRedisStorage)],
+    ids=["flask-sync-redis", "aiohttp-async-redis"],
+)
+def test_on_redis_a_hostile_body_is_charged_counted_and_traced(
+    integration: str,
+    storage_class: type[RedisStorage | AsyncRedisStorage],
+    redis_server: RedisServer,
+    redis_client: Any,
+    tmp_path: Path,
+    client: Any,
+) -> None:
+    config = tmp_path / "quotaql.toml"
+    config.write_text(BASE_TOML)
+    registry = CollectorRegistry()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    limiter = CostLimiter.from_config(
+        config,
+        storage=storage_class.from_url(redis_server.url, timeout=1.0),
+        metrics=PrometheusMetrics(registry),
+        tracer_provider=provider,
+    )
+    schema = strawberry.Schema(query=limited.Query, extensions=[limiter])
+    attacker = client("127.0.9.1")
+    with serve(integration, schema, screened=True) as server:
+        for body in (b"null", b"[" * DEEP + b"]" * DEEP, b"\xff"):
+            response = post_body(attacker, server, body)
+            assert response.status_code == 400, f"{response.text[:300]}\n{server.log()}"
+        left = available(server, attacker)
+
+    assert left == pytest.approx(FREE_CAPACITY - 3 * MIN_CHARGE - 10, abs=0.1)
+    assert redis_client.dbsize() > 0  # the budget lives in Redis
+    rejected = [
+        sample.value
+        for metric in registry.collect()
+        if metric.name == "quotaql_requests"
+        for sample in metric.samples
+        if sample.name == "quotaql_requests_total" and sample.labels["decision"] == "rejected"
+    ]
+    assert sum(rejected) == 3
+    decisions = [span.attributes.get("quotaql.decision") for span in exporter.get_finished_spans()]
+    assert decisions.count("rejected") == 3
+
+
+# -- websocket messages ------------------------------------------------------------------------
+
+WEBSOCKETS = [name for name, server_class in SERVERS.items() if server_class.websockets]
+
+
+@pytest.mark.parametrize("integration", WEBSOCKETS)
+def test_a_websocket_message_nested_50000_deep_closes_the_connection_4400_without_a_traceback(
+    integration: str, tmp_path: Path
+) -> None:
+    """It raised a RecursionError in the view's decode_json: the connection died with a
+    traceback in the log (Litestar: closed 4500 Internal Server Error)."""
+    config = tmp_path / "quotaql.toml"
+    config.write_text(BASE_TOML)
+    deep = "[" * DEEP + "]" * DEEP
+    hostile = '{"type": "subscribe", "id": "2", "payload": {"query": "{ subject }", "variables": '
+    with contextlib.ExitStack() as stack:
+        if integration == "channels":
+            live = serve(integration, CHANNELS_LIMITED_PATH, screened=True,
+                         child_env={CONFIG_VARIABLE: str(config)})  # fmt: skip
+        else:
+            live = serve(integration, limited_schema(config), screened=True)
+        server = stack.enter_context(live)
+        socket = stack.enter_context(
+            websockets.sync.client.connect(
+                server.ws_url,
+                subprotocols=["graphql-transport-ws"],
+                open_timeout=5,
+                max_size=None,
+                source_address=("127.0.9.2", 0),
+            )
+        )
+        socket.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(socket.recv(timeout=5)) == {"type": "connection_ack"}
+        honest = {"type": "subscribe", "id": "1", "payload": {"query": "{ subject }"}}
+        socket.send(json.dumps(honest))
+        answer = json.loads(socket.recv(timeout=5))
+        assert answer["type"] == "next", answer
+        assert answer["payload"]["data"] == {"subject": "ip:127.0.9.2"}
+        assert json.loads(socket.recv(timeout=5)) == {"type": "complete", "id": "1"}
+
+        socket.send(hostile + deep + "}}")
+        with pytest.raises(websockets.exceptions.ConnectionClosedError) as closed:
+            socket.recv(timeout=5)
+        log = server.log()
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4400, closed.value
+    assert "RecursionError" not in log
