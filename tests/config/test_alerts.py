@@ -120,6 +120,7 @@ def test_defaults_are_documented_values():
     assert alerts.many_tenants_limited == 10
     assert (alerts.delay_p99_seconds, alerts.delays_long_for) == (1.0, "10m")
     assert alerts.delay_process_full_for == "5m"
+    assert alerts.redis_eviction_refused_for == "1m"
     # every field is documented in the class docstring
     for field in dataclasses.fields(AlertsConfig):
         assert f"{field.name}:" in (AlertsConfig.__doc__ or ""), field.name
@@ -242,7 +243,7 @@ def test_unknown_key_without_a_close_match_lists_the_keys(write):
 
     assert_located(error, "alerts.severity", 2)
     assert error.reason.startswith("unknown key; expected one of: 'runbook_base_url', ")
-    assert error.reason.endswith("'metrics_absent_for'")
+    assert error.reason.endswith("'metrics_absent_for', 'redis_eviction_refused_for'")
 
 
 def test_alerts_that_is_not_a_table_is_rejected(write):

@@ -134,6 +134,7 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlDelaysLong",
         "QuotaqlDelayProcessFull",
         "QuotaqlMetricsAbsent",
+        "QuotaqlRedisEvictionRefused",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
 
@@ -364,6 +365,7 @@ delay_p99_seconds = 2.5
 delays_long_for = "20m"
 delay_process_full_for = "1m"
 metrics_absent_for = "1h30m"
+redis_eviction_refused_for = "5m"
 """
 
 
@@ -411,6 +413,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlDelaysLong": "20m",
         "QuotaqlDelayProcessFull": "1m",
         "QuotaqlMetricsAbsent": "1h30m",
+        "QuotaqlRedisEvictionRefused": "5m",
     }
     for name, rule in rules.items():
         assert rule["annotations"]["runbook_url"] == (

@@ -66,6 +66,7 @@ METRICS = {
     names.LEASES_TOTAL,
     names.REFUNDS_TOTAL,
     names.REFUND_QUEUE,
+    names.REDIS_EVICTION,
     names.PIPELINE_COMMANDS_TOTAL,
     names.PIPELINE_BATCHES_TOTAL,
     names.DELAY_SECONDS,
@@ -144,6 +145,8 @@ OVERVIEW_ROWS = [
             "Deferred refunds per second",
             "Refund queue",
             "Redis pipeline: commands per write",
+            "Redis eviction check by verdict",
+            "Redis eviction policies",
         ],
     ),
     ("Tenants", ["Top blocked tenants", "Top tenants by requests", "Top cost by tier"]),
@@ -407,7 +410,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 47), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 49), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

@@ -140,6 +140,10 @@ class AlertsConfig:
             ``QuotaqlDelayProcessFull`` fires (5m).
         metrics_absent_for: how long ``quotaql_build_info`` may be missing before
             ``QuotaqlMetricsAbsent`` fires (10m).
+        redis_eviction_refused_for: how long a process's Redis storage must refuse its
+            server for an evicting ``maxmemory-policy``
+            (``quotaql_redis_eviction{verdict="refused"}``) before
+            ``QuotaqlRedisEvictionRefused`` fires (1m).
     """
 
     runbook_base_url: str = _DEFAULT_RUNBOOK
@@ -174,6 +178,7 @@ class AlertsConfig:
     delays_long_for: str = "10m"
     delay_process_full_for: str = "5m"
     metrics_absent_for: str = "10m"
+    redis_eviction_refused_for: str = "1m"
 
     def __post_init__(self) -> None:
         for name, kind in ALERT_KINDS.items():
@@ -220,4 +225,5 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "delays_long_for": "duration",
     "delay_process_full_for": "duration",
     "metrics_absent_for": "duration",
+    "redis_eviction_refused_for": "duration",
 }
