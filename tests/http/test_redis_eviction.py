@@ -97,13 +97,14 @@ def make_app(kind: str, path: Path, storage: Any, registry: CollectorRegistry | 
 def fill_with_cache_data(server: RedisServer) -> None:
     """Another application's data, without TTLs (volatile-lru never evicts it), up to
     ``HEADROOM`` below ``maxmemory``: the instance is nearly full, as shared ones get."""
-    chunk = 32 * 1024  # in pieces: one big SET would need its size again as a buffer
     with server.client() as client:
-        for index in range(MAXMEMORY // chunk):
-            used = int(str(server.info("memory")["used_memory"]))
-            if used + chunk > MAXMEMORY - HEADROOM:
+        for index in range(MAXMEMORY // 1024):
+            free = MAXMEMORY - HEADROOM - int(str(server.info("memory")["used_memory"]))
+            if free < 2048:
                 break
-            client.set(f"cache:{index}", b"x" * chunk)
+            # In pieces (one big SET would need its size again as a buffer), smaller as the
+            # room left shrinks: the instance ends within 2 KB of the headroom.
+            client.set(f"cache:{index}", b"x" * min(32 * 1024, free // 2))
 
 
 async def drain(url: str) -> list[int]:
