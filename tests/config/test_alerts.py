@@ -128,6 +128,7 @@ def test_defaults_are_documented_values():
         0.0,
         "15m",
     )
+    assert alerts.redis_eviction_refused_for == "1m"
     # every field is documented in the class docstring
     for field in dataclasses.fields(AlertsConfig):
         assert f"{field.name}:" in (AlertsConfig.__doc__ or ""), field.name
@@ -250,7 +251,7 @@ def test_unknown_key_without_a_close_match_lists_the_keys(write):
 
     assert_located(error, "alerts.severity", 2)
     assert error.reason.startswith("unknown key; expected one of: 'runbook_base_url', ")
-    assert error.reason.endswith("'metrics_absent_for'")
+    assert error.reason.endswith("'metrics_absent_for', 'redis_eviction_refused_for'")
 
 
 def test_alerts_that_is_not_a_table_is_rejected(write):

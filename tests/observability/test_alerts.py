@@ -136,6 +136,7 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlMemoryOverflow",
         "QuotaqlVariableValuesRefused",
         "QuotaqlMetricsAbsent",
+        "QuotaqlRedisEvictionRefused",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
 
@@ -376,6 +377,7 @@ memory_overflow_for = "40m"
 variable_values_refused_per_second = 0.02
 variable_values_refused_for = "40m"
 metrics_absent_for = "1h30m"
+redis_eviction_refused_for = "5m"
 """
 
 
@@ -427,6 +429,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlMemoryOverflow": "40m",
         "QuotaqlVariableValuesRefused": "40m",
         "QuotaqlMetricsAbsent": "1h30m",
+        "QuotaqlRedisEvictionRefused": "5m",
     }
     for name, rule in rules.items():
         assert rule["annotations"]["runbook_url"] == (

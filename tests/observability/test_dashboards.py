@@ -69,6 +69,7 @@ METRICS = {
     names.LEASES_TOTAL,
     names.REFUNDS_TOTAL,
     names.REFUND_QUEUE,
+    names.REDIS_EVICTION,
     names.PIPELINE_COMMANDS_TOTAL,
     names.PIPELINE_BATCHES_TOTAL,
     names.DELAY_SECONDS,
@@ -156,6 +157,8 @@ OVERVIEW_ROWS = [
             "Refund queue",
             "Redis pipeline: commands per write",
             "Memory storage overflow per second",
+            "Redis eviction check by verdict",
+            "Redis eviction policies",
         ],
     ),
     ("Tenants", ["Top blocked tenants", "Top tenants by requests", "Top cost by tier"]),
@@ -419,7 +422,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 54), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 56), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

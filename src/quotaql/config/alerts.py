@@ -150,6 +150,10 @@ class AlertsConfig:
             keeps sending them; a stray one stays quiet.
         metrics_absent_for: how long ``quotaql_build_info`` may be missing before
             ``QuotaqlMetricsAbsent`` fires (10m).
+        redis_eviction_refused_for: how long a process's Redis storage must refuse its
+            server for an evicting ``maxmemory-policy``
+            (``quotaql_redis_eviction{verdict="refused"}``) before
+            ``QuotaqlRedisEvictionRefused`` fires (1m).
     """
 
     runbook_base_url: str = _DEFAULT_RUNBOOK
@@ -187,6 +191,7 @@ class AlertsConfig:
     variable_values_refused_per_second: float = 0.0
     variable_values_refused_for: str = "15m"
     metrics_absent_for: str = "10m"
+    redis_eviction_refused_for: str = "1m"
 
     def __post_init__(self) -> None:
         for name, kind in ALERT_KINDS.items():
@@ -236,4 +241,5 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "variable_values_refused_per_second": "non_negative",
     "variable_values_refused_for": "duration",
     "metrics_absent_for": "duration",
+    "redis_eviction_refused_for": "duration",
 }

@@ -38,6 +38,7 @@ from quotaql.config.values import (
     LimitsConfig,
     Mode,
     OnLimit,
+    RedisConfig,
     TenantConfig,
     TierConfig,
     time_quota,
@@ -504,6 +505,17 @@ def _parse_tenants(tenants: Table) -> _Tenants:
     return _Tenants(entries)
 
 
+#: The ``[redis]`` keys and their checks.
+_REDIS_CHECKS: Final[Mapping[str, Check[object]]] = {"allow_eviction": checks.boolean}
+
+
+def _parse_redis(table: Table) -> RedisConfig:
+    table.check_keys(_REDIS_CHECKS)
+    values = table.read(_REDIS_CHECKS)
+    with table.blame():
+        return RedisConfig(**values)
+
+
 def _parse_global(table: Table) -> _Global:
     table.check_keys(_QUOTA_KEYS)
     return _Global(_parse_quota_keys(table) if table.path[0] in table.doc.data else None)
@@ -522,6 +534,7 @@ _TABLES: Final[Mapping[str, Callable[[Table], object]]] = {
     "alerts": features.read_alerts,
     "identity": features.read_identity,
     "adaptive": features.read_adaptive,
+    "redis": _parse_redis,
 }
 
 
@@ -549,6 +562,7 @@ def _build(doc: Document) -> Config:
     alerts = _parsed(tables, "alerts", AlertsConfig)
     identity = _parsed(tables, "identity", IdentityConfig)
     adaptive = _parsed(tables, "adaptive", AdaptiveConfig)
+    redis = _parsed(tables, "redis", RedisConfig)
     limits_keys = doc.data.get("limits", {})
     if not isinstance(limits_keys, dict):  # _parse_limits rejected it already
         raise TypeError("[limits] is not a table")
@@ -609,6 +623,7 @@ def _build(doc: Document) -> Config:
             identity=identity,
             declares_tiers=tier_keys.present,
             adaptive=adaptive,
+            redis=redis,
         )
 
 

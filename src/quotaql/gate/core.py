@@ -59,7 +59,7 @@ from quotaql.errors import (
     CostAnalysisError,
     LimitExceeded,
 )
-from quotaql.gate import charges, worktime
+from quotaql.gate import charges, startup, worktime
 from quotaql.gate.answer import BatchAnswers, extensions
 from quotaql.gate.delay import DelayLine
 from quotaql.gate.holdings import Holdings
@@ -226,6 +226,7 @@ class Gate:
         self._holdings = Holdings(self._concurrency, self._record, self._refusals.refuse)
         self._responses = BatchAnswers()
         self._configured(self._config)
+        startup.check(self.storage, metrics)  # an evicting Redis: no start
 
     @property
     def adaptive(self) -> Adaptive | None:
@@ -739,6 +740,16 @@ class Gate:
 
     # -- shutdown -----------------------------------------------------------------------------
 
+    async def astart(self) -> None:
+        """At start-up on an event loop (:class:`quotaql.asgi.Lifespan` calls it): check
+        the storage's Redis before the first request (a sync storage was at construction).
+
+        Raises:
+            EvictionRefused: its ``maxmemory-policy`` may evict quotaql's keys, and
+                ``[redis] allow_eviction`` does not allow it (docs/operations.md).
+        """
+        await startup.check_async(self.storage)
+
     def flush(self, timeout: float = 5.0) -> int:
         """Apply the refunds the limiter still holds (deferred refunds, see
         docs/limiter.md), at shutdown: how many are left after ``timeout`` seconds.
@@ -780,6 +791,7 @@ class Gate:
         """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
         what an unsafe setting of it means."""
         self._scaling.configure(config)
+        startup.configure(self.storage, config)
         self._refusals.configure(config)
         self._holdings.configure(config.limits)
         limited = any(charges.in_flight(tier) is not None for tier in config.tiers.values())

@@ -183,6 +183,7 @@ class PrometheusMetrics:
     refund_queue: Gauge
     pipeline_commands: Counter
     pipeline_batches: Counter
+    redis_eviction: Gauge
     build_info: Gauge
     estimate_ratio: Histogram
     list_returned: Histogram
@@ -238,6 +239,9 @@ class PrometheusMetrics:
         self._identities: weakref.WeakKeyDictionary[Any, dict[str, int]] = (
             weakref.WeakKeyDictionary()
         )
+        # Redis storages whose eviction check is exported, and the verdicts set to 1 so far.
+        self._evictions: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._eviction_labels: set[tuple[str, str]] = set()
         self._sync_at = 0.0
         self._multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self._pressure_sources: set[str] = set()
@@ -380,6 +384,25 @@ class PrometheusMetrics:
         with self._backend_lock:
             self._identities.setdefault(identity, {})
 
+    def watch_eviction(self, storage: Any) -> None:
+        """Export what a Redis storage's eviction check found (``quotaql_redis_eviction``,
+        read at each scrape: storage/eviction.py)."""
+        with self._backend_lock:
+            self._evictions.add(storage)
+
+    def _sync_eviction(self) -> None:
+        """1 for each watched storage's verdict, 0 for a verdict no longer found."""
+        found: set[tuple[str, str]] = set()
+        for storage in list(self._evictions):
+            check = storage.eviction.check
+            if check is not None:
+                found.add((check.policy, check.verdict))
+        for labels in self._eviction_labels - found:
+            self._child(self.redis_eviction, *labels).set(0)
+        for labels in found:
+            self._child(self.redis_eviction, *labels).set(1)
+        self._eviction_labels |= found
+
     def sync(self) -> None:
         """Add what the watched refund queues, pipelines and keepers counted since the last
         call to the metrics (a scrape does it first; under prometheus-client's multiprocess
@@ -421,6 +444,7 @@ class PrometheusMetrics:
                 for outcome, count in lookups.items():
                     self._add(self.key_lookups, outcome, count - seen.get(outcome, 0))
                 self._identities[identity] = lookups
+            self._sync_eviction()
 
     def _add(self, counter: Counter, label: str, count: int) -> None:
         """Add what a watched object counted since it was last read, if anything."""

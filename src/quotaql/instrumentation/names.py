@@ -232,6 +232,20 @@ DELAY_SUBJECT_FULL: Final = "subject_full"
 delayed_share`` of ``max_delayed``): it was decided as if its tier refused, and did not fit."""
 DELAY_REFUSED_REASONS: Final = (DELAY_QUEUE, DELAY_PROCESS_FULL, DELAY_SYNC, DELAY_SUBJECT_FULL)
 
+LABEL_POLICY: Final = "policy"
+"""A Redis ``maxmemory-policy`` (``noeviction``, ``allkeys-lru``, ...; ``unknown``)."""
+LABEL_VERDICT: Final = "verdict"
+"""What the eviction check of a Redis storage found (``EVICTION_VERDICTS``)."""
+EVICTION_SAFE: Final = "safe"
+"""``noeviction`` on every master, or ``maxmemory 0`` (no limit: nothing is evicted)."""
+EVICTION_ALLOWED: Final = "allowed"
+"""A master may evict quotaql's keys, and ``[redis] allow_eviction`` accepts it."""
+EVICTION_REFUSED: Final = "refused"
+"""A master may evict quotaql's keys: the storage refuses every call (the fail mode decides)."""
+EVICTION_UNVERIFIED: Final = "unverified"
+"""``CONFIG GET`` was refused (ACL, renamed command): the policy could not be read."""
+EVICTION_VERDICTS: Final = (EVICTION_SAFE, EVICTION_ALLOWED, EVICTION_REFUSED, EVICTION_UNVERIFIED)
+
 #: Where a subject came from (``quotaql.identity.IdentitySource``): the values of ``source``.
 SOURCE_ANONYMOUS: Final = "anonymous"
 """No key, no principal, no address (the server reports no peer): one shared budget."""
@@ -384,6 +398,12 @@ DELAY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 """The buckets of ``quotaql_delay_seconds``: from a few milliseconds (a turn a refill away)
 to a minute (``max_delay`` is rarely longer). 1.0, the default threshold of the
 ``QuotaqlDelaysLong`` alert (``[alerts] delay_p99_seconds``), is an edge, so it is exact."""
+
+# Redis eviction (docs/operations.md, "Redis: the eviction policy").
+REDIS_EVICTION: Final = "quotaql_redis_eviction"
+"""Gauge, 1 for the current verdict of each Redis storage's eviction check, by ``policy``
+(its ``maxmemory-policy``, ``unknown`` when ``CONFIG GET`` is refused) and ``verdict``
+(``EVICTION_VERDICTS``); no series before the first check."""
 
 # -- the instruments -------------------------------------------------------------------------
 
@@ -626,6 +646,15 @@ INSTRUMENTS: Final = (
         collected="backend",
     ),
     Instrument(
+        "redis_eviction", "gauge", REDIS_EVICTION,
+        "1 for the verdict of the Redis storage's eviction check: safe (noeviction, or"
+        " maxmemory 0), allowed ([redis] allow_eviction: budgets may be evicted), refused"
+        " (the storage refuses every call) or unverified (CONFIG GET refused).",
+        (LABEL_POLICY, LABEL_VERDICT),
+        multiprocess_mode="livemax",
+        collected="backend",
+    ),
+    Instrument(
         "build_info", "gauge", BUILD_INFO,
         "The running quotaql version (always 1).",
         (LABEL_VERSION,),
@@ -746,3 +775,6 @@ DELAYED: Final = "delayed"
 """Log event: an operation of a delay tier waits for its turn (``quotaql_delay_seconds``)."""
 DELAY_CANCELLED: Final = "delay_cancelled"
 """Log event: an operation left while waiting for its turn, and was refunded."""
+REDIS_EVICTION_EVENT: Final = "redis_eviction"
+"""Log event: what a Redis storage's eviction check found (a refusal, an allowed or
+unverified policy, a policy that would evict under a ``maxmemory``)."""

@@ -449,6 +449,24 @@ def _metrics_absent(config: AlertsConfig) -> _Text:
     )
 
 
+def _redis_eviction_refused(config: AlertsConfig) -> _Text:
+    """A process whose Redis storage refuses its server: a ``maxmemory-policy`` that may
+    evict quotaql's keys (an evicted budget is a full one), not allowed by ``[redis]
+    allow_eviction``. Its every operation is decided by the fail mode meanwhile."""
+    refused = _selector(names.REDIS_EVICTION, (names.LABEL_VERDICT, "=", names.EVICTION_REFUSED))
+    return _Text(
+        _above(_max_by((_JOB, _INSTANCE, names.LABEL_POLICY), refused), 0),
+        "quotaql on {{ $labels.instance }} refuses its Redis: maxmemory-policy"
+        " {{ $labels.policy }} may evict budgets",
+        f"The Redis storage of {{{{ $labels.instance }}}} (job {{{{ $labels.job }}}}) found"
+        f" maxmemory-policy {{{{ $labels.policy }}}} under a maxmemory on its server"
+        f' ({names.REDIS_EVICTION}{{{names.LABEL_VERDICT}="{names.EVICTION_REFUSED}"}}), for'
+        f" {config.redis_eviction_refused_for}: Redis may evict quotaql's keys, and an evicted"
+        f" budget is a full one. It refuses every call (none is sent), and"
+        f" limits.on_backend_error decides every operation meanwhile.",
+    )
+
+
 class _Alert(NamedTuple):
     """One alert of the rule file (:func:`_rule` writes it): its name, its severity, the
     ``[alerts]`` key of its ``for``, and the function that writes its text from the table."""
@@ -484,6 +502,12 @@ _ALERTS: Final = (
         _variable_values_refused,
     ),
     _Alert("QuotaqlMetricsAbsent", "warning", "metrics_absent_for", _metrics_absent),
+    _Alert(
+        "QuotaqlRedisEvictionRefused",
+        "critical",
+        "redis_eviction_refused_for",
+        _redis_eviction_refused,
+    ),
 )
 ALERT_NAMES: Final = tuple(alert.name for alert in _ALERTS)
 """Every alert, in the order of the rule file and of ``docs/runbook.md``."""

@@ -416,6 +416,24 @@ _REFUND_COLOURS: Final = {
 _COMMANDS: Final = sum_by(rate(sel(names.PIPELINE_COMMANDS_TOTAL, JOB_MATCH)), BACKEND)
 _BATCHES: Final = sum_by(rate(sel(names.PIPELINE_BATCHES_TOTAL, JOB_MATCH)), BACKEND)
 
+# What the Redis storages' eviction check found (docs/operations.md, the eviction policy).
+_VERDICT: Final = names.LABEL_VERDICT
+_POLICY: Final = names.LABEL_POLICY
+_EVICTION: Final = sel(names.REDIS_EVICTION, JOB_MATCH)
+_EVICTION_COLOURS: Final = {
+    names.EVICTION_REFUSED: "red",
+    names.EVICTION_ALLOWED: "orange",
+    names.EVICTION_UNVERIFIED: "yellow",
+    names.EVICTION_SAFE: "green",
+}
+_EVICTION_HELP: Final = (
+    "The Redis storages read maxmemory-policy and maxmemory before their first call: an "
+    "evicted budget is a full one. safe: noeviction (or maxmemory 0); refused: an evicting "
+    "policy, so the storage sends nothing and the fail mode decides "
+    "(QuotaqlRedisEvictionRefused); allowed: an evicting policy that [redis] allow_eviction "
+    "accepts (budgets may be evicted); unverified: CONFIG GET refused, check by hand. "
+)
+
 BACKEND_ROW: Final = Row("Backend", (
     Graph("Backend errors per second", "ops", 16,
           (rates_by(sel(names.BACKEND_ERRORS_TOTAL, JOB_MATCH), BACKEND, names.LABEL_ERROR_TYPE),),
@@ -455,6 +473,15 @@ BACKEND_ROW: Final = Row("Backend", (
           "Lasting: raise max_keys or move to Redis (QuotaqlMemoryOverflow).",
           colours={f"states {names.OVERFLOW_QUOTA}": "red",
                    f"leases {names.OVERFLOW_QUOTA}": "red"}),
+    Graph("Redis eviction check by verdict", "short", 16,
+          ((f"max by ({_VERDICT}) ({_EVICTION})", labels(_VERDICT)),),
+          _EVICTION_HELP + "Processes report 1 for their verdict (a cluster: its worst "
+          "master's).", colours=_EVICTION_COLOURS),
+    Stat("Redis eviction policies", "none", 8,
+         f"max by ({_POLICY}, {_VERDICT}) ({_EVICTION}) > 0",
+         f"{labels(_POLICY)}: {labels(_VERDICT)}",
+         _EVICTION_HELP + "Each maxmemory-policy found now, with its verdict.",
+         instant=True, with_names=True),
 ))  # fmt: skip
 
 # -- top tenants (opt-in per-tenant metric) ----------------------------------------------------
