@@ -13,24 +13,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import ipaddress
 import os
 from typing import Final
 
+from quotaql.storage.keys import overflow_network
+
 __all__ = [
-    "IPV4_CLASS_PREFIX",
-    "IPV6_CLASS_PREFIX",
     "SubjectMaxima",
     "class_hash",
     "subject_class",
     "subject_hash",
 ]
-
-IPV4_CLASS_PREFIX: Final = 24
-"""IPv4 subjects are counted by this network (``ip:203.0.113.9`` is ``ip:203.0.113.0/24``)."""
-IPV6_CLASS_PREFIX: Final = 48
-"""IPv6 subjects are counted by this network (``ip:2001:db8:1:2::/64`` is
-``ip:2001:db8:1::/48``)."""
 
 # A secret of this process: which subjects a bounded sample keeps (the smallest hashes) is
 # then unknown to a client, who cannot invent subjects that push the others out.
@@ -39,8 +32,9 @@ _SECRET: Final = os.urandom(16)
 
 @functools.lru_cache(maxsize=4096)
 def subject_class(key: str) -> str:
-    """The class ``key`` is counted in: an address subject (``ip:...``) by its network
-    (:data:`IPV4_CLASS_PREFIX`, :data:`IPV6_CLASS_PREFIX`), any other subject as itself.
+    """The class ``key`` is counted in: an address subject (``ip:...``) by its network, the
+    one a memory storage's overflow shares (:func:`~quotaql.storage.keys.overflow_network`:
+    IPv4 /24, IPv6 /48), any other subject as itself.
 
     Example:
         >>> subject_class("ip:203.0.113.9"), subject_class("ip:2001:db8:1:2::/64")
@@ -48,19 +42,8 @@ def subject_class(key: str) -> str:
         >>> subject_class("key:acme")
         'key:acme'
     """
-    if not key.startswith("ip:"):
-        return key
-    head, dot, last = key.rpartition(".")
-    if dot and last.isdigit() and head.count(".") == 2 and ":" not in head[3:]:
-        return f"{head}.0/{IPV4_CLASS_PREFIX}"  # a dotted IPv4 address, the common case
-    try:
-        network = ipaddress.ip_network(key[3:], strict=False)
-    except ValueError:  # no address (the identity keeps what it could not parse): as it is
-        return key
-    prefix = IPV4_CLASS_PREFIX if network.version == 4 else IPV6_CLASS_PREFIX
-    if network.prefixlen <= prefix:
-        return f"ip:{network}"
-    return f"ip:{network.supernet(new_prefix=prefix)}"
+    network = overflow_network(key)
+    return key if network is None else f"ip:{network}"
 
 
 def subject_hash(key: str) -> int:
