@@ -71,7 +71,7 @@ from quotaql.gate.operation import (
     operation_type,
 )
 from quotaql.gate.pricing import price
-from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder
+from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder, watch
 from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
@@ -84,7 +84,6 @@ from quotaql.instrumentation.tracing import Tracing
 from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
 from quotaql.limiter.concurrency import ConcurrencyLimiter
 from quotaql.policy.modes import Mode
-from quotaql.storage.base import is_pipelined
 from quotaql.storage.memory import MemoryStorage
 
 if TYPE_CHECKING:
@@ -200,16 +199,7 @@ class Gate:
             recorder=self._recorder,
         )
         if metrics is not None:
-            queue = self.limiter.refund_queue
-            if queue is not None:
-                metrics.watch_refunds(queue)
-            if is_pipelined(self.storage):
-                metrics.watch_pipeline(self.storage)
-            if key_resolver is not None:
-                metrics.watch_lookups(self.identity)
-            for memory in (self.storage, self.limiter.core.fallback):  # past max_keys
-                if hasattr(memory, "overflowed_shared"):
-                    metrics.watch_overflow(memory, names.STORE_STATES)
+            watch(metrics, self.limiter, self.identity if key_resolver is not None else None)
         self._concurrency = ConcurrencyLimiter(self.limiter, self._record)
         if leases is not None:
             self._concurrency.use(leases)

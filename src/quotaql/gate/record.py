@@ -8,15 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 from quotaql.instrumentation import names
 from quotaql.instrumentation.tracing import hashed_tenant
+from quotaql.storage.base import is_pipelined
 
 if TYPE_CHECKING:
     from quotaql.gate.operation import Operation
     from quotaql.instrumentation.logs import StructuredLog
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter.concurrency import Lease
+    from quotaql.limiter.rate import AsyncLimiter, Limiter
     from quotaql.storage.leases import LeaseKeeper
 
-__all__ = ["SHADOW_MESSAGE", "OperationRecorder"]
+__all__ = ["SHADOW_MESSAGE", "OperationRecorder", "watch"]
 
 SHADOW_MESSAGE = "quotaql: shadow mode would have blocked %s"
 
@@ -168,3 +170,20 @@ def _limited_by(op: Operation) -> str | None:
 
 
 _BUDGET_REFUSED = frozenset({names.BLOCKED, names.DENIED})
+
+
+def watch(metrics: PrometheusMetrics, limiter: Limiter | AsyncLimiter, identity: Any) -> None:
+    """Have ``metrics`` read what the limiter's parts count themselves: the deferred
+    refunds, the storage's pipeline, the memory storages' overflow past ``max_keys``, and
+    ``identity``'s ``key_resolver`` lookups (None: no resolver)."""
+    queue = limiter.refund_queue
+    if queue is not None:
+        metrics.watch_refunds(queue)
+    storage = limiter.core.storage
+    if is_pipelined(storage):
+        metrics.watch_pipeline(storage)
+    if identity is not None:
+        metrics.watch_lookups(identity)
+    for memory in (storage, limiter.core.fallback):
+        if hasattr(memory, "overflowed_shared"):
+            metrics.watch_overflow(memory, names.STORE_STATES)
