@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 from quotaql import web
 from quotaql._flow import Await
 from quotaql.config.identity import MAX_HOPS, IdentityConfig, UnknownKeys
+from quotaql.instrumentation.subjects import subject_class
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -236,6 +237,10 @@ _VOUCHED_TTL: Final = 86_400.0
 # The fewest addresses whose lookup budgets are kept, whatever key_cache_size says: with a
 # table of a few, two addresses taking turns would each find a fresh burst every time.
 _MIN_BUDGETS: Final = 1_024
+# How many times an address's lookups its network (IPv4 /24, IPv6 /48: the class
+# instrumentation.subjects counts subjects in) may cause: an IPv6 client owns its /48's 65,536
+# /64 networks, each an address with a burst of its own; the network's budget bounds them all.
+_NETWORK_LOOKUPS: Final = 8
 
 #: What became of a key that needed the ``key_resolver`` (``quotaql_key_lookups_total``):
 #: looked up and known, unknown, failed (the hook raised), or not looked up (``limited``:
@@ -286,10 +291,16 @@ class _KeyCache:
 
 class _LookupBudget:
     """The ``key_resolver`` lookups each client address may still cause: a token bucket per
-    address (``burst`` lookups, refilled at ``rate`` a second), in a bounded table.
+    address (``burst`` lookups, refilled at ``rate`` a second), and one per network
+    (:data:`_NETWORK_LOOKUPS` times as many), in a bounded table.
 
-    The least recently seen address leaves a full table first; it comes back with a full
-    burst, as a new address would (an address's budget is worth what its burst is).
+    A lookup takes a token from both or from neither: an IPv6 client that rotates through
+    the 65,536 /64 networks of its /48 (or an IPv4 client through its /24) finds a fresh
+    address bucket each time, but not a fresh network one.
+
+    The least recently seen bucket leaves a full table first; it comes back with a full
+    burst, as a new address would (an address's budget is worth what its burst is). A
+    network's bucket is seen with each of its addresses' lookups: it is the last to go.
     """
 
     def __init__(self, size: int, clock: Callable[[], float]) -> None:
@@ -298,21 +309,31 @@ class _LookupBudget:
         self._lock = threading.Lock()
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # tokens, at
 
-    def take(self, address: str, rate: float, burst: int) -> bool:
-        """One lookup for ``address``, if its budget has one."""
+    def take(self, address: str, network: str | None, rate: float, burst: int) -> bool:
+        """One lookup for ``address`` (and its ``network``, if it has one), if both budgets
+        have one."""
         now = self.clock()
         with self._lock:
-            entry = self._buckets.get(address)
-            if entry is None:
-                tokens = float(burst)
+            tokens = self._tokens(address, now, rate, float(burst))
+            if network is None:
+                allowed = tokens >= 1.0
             else:
-                tokens = min(float(burst), entry[0] + max(0.0, now - entry[1]) * rate)
-                self._buckets.move_to_end(address)
-            allowed = tokens >= 1.0
+                scale = float(_NETWORK_LOOKUPS)
+                shared = self._tokens(network, now, rate * scale, burst * scale)
+                allowed = tokens >= 1.0 and shared >= 1.0
+                self._buckets[network] = (shared - 1.0 if allowed else shared, now)
             self._buckets[address] = (tokens - 1.0 if allowed else tokens, now)
             while len(self._buckets) > self.size:
                 self._buckets.popitem(last=False)
             return allowed
+
+    def _tokens(self, name: str, now: float, rate: float, burst: float) -> float:
+        """The tokens in ``name``'s bucket now (a full one for a name not in the table)."""
+        entry = self._buckets.get(name)
+        if entry is None:
+            return burst
+        self._buckets.move_to_end(name)
+        return min(burst, entry[0] + max(0.0, now - entry[1]) * rate)
 
 
 class Identity:
@@ -470,7 +491,9 @@ class Identity:
         if not self._vouched.get(key)[0]:
             address = _client(request, config)
             where = ANONYMOUS if address is None else address_subject(address, config)
-            if not self._budget.take(where, config.resolver_rate, config.resolver_burst):
+            network = subject_class(where)
+            shared = None if network == where else network
+            if not self._budget.take(where, shared, config.resolver_rate, config.resolver_burst):
                 self._count("limited")
                 return _LIMITED
         found = yield from self._call("key_resolver", self.key_resolver, (key, context), can_await)

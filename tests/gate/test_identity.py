@@ -189,6 +189,31 @@ def test_an_address_drives_the_resolver_at_most_resolver_rate_lookups_a_second()
     assert identity.lookups == {"known": 0, "unknown": 13, "failed": 0, "limited": 306}
 
 
+def test_a_network_drives_the_resolver_at_most_eight_times_what_one_address_does() -> None:
+    # Each /64 of a /48 (or address of a /24) is an address with a burst of its own: the
+    # network's budget bounds them together, and leaves other networks theirs.
+    now = [0.0]
+    resolver = CountingResolver()
+    identity = Identity(key_resolver=resolver, clock=lambda: now[0])
+    config = IdentityConfig(resolver_rate=1.0, resolver_burst=2)
+    for i in range(200):
+        identity.subject(scope(f"2001:db8:1:{i:x}::1", x_api_key=f"v6-{i}"), None, config, {})
+        identity.subject(scope(f"198.51.100.{i}", x_api_key=f"v4-{i}"), None, config, {})
+    assert sum(key.startswith("v6-") for key in resolver.calls) == 16
+    assert sum(key.startswith("v4-") for key in resolver.calls) == 16
+    other = identity.subject(scope("2001:db8:2::1", x_api_key="elsewhere"), None, config, {})
+    assert (other.source, resolver.calls[-1]) == ("unknown_key", "elsewhere")
+    now[0] = 1.0  # the /48 refills 8 lookups a second, however many /64s ask
+    for i in range(200, 300):
+        identity.subject(scope(f"2001:db8:1:{i:x}::1", x_api_key=f"v6-{i}"), None, config, {})
+    assert sum(key.startswith("v6-") for key in resolver.calls) == 24
+    # A client limited per /48 (or wider) has one budget: its network's is its own.
+    wide = IdentityConfig(resolver_rate=1.0, resolver_burst=2, ipv6_prefix=48)
+    for i in range(10):
+        identity.subject(scope(f"2001:db8:3:{i:x}::1", x_api_key=f"w-{i}"), None, wide, {})
+    assert sum(key.startswith("w-") for key in resolver.calls) == 2
+
+
 def test_cached_and_once_accepted_keys_never_wait_for_their_addresses_budget() -> None:
     # A NAT: one client floods invented keys, acme's key comes from the same address.
     now = [0.0]

@@ -111,8 +111,11 @@ def ask(client: httpx.Client, query: str = "{ hello }", key: str | None = None) 
     return client.post("/graphql", json={"query": query}, headers=headers)
 
 
-def flood(url: str, keys: list[str], in_flight: int = 8) -> list[int]:
-    """POST ``{ hello }`` once with each of ``keys``, ``in_flight`` at a time: the statuses.
+def flood(
+    url: str, keys: list[str], in_flight: int = 8, addresses: list[str] | None = None
+) -> list[int]:
+    """POST ``{ hello }`` once with each of ``keys``, ``in_flight`` at a time: the statuses
+    (each from its ``addresses`` entry, told by the trusted proxy's ``X-Forwarded-For``).
 
     Concurrent, as a flood is (one request at a time waits out TCP's delayed ACKs)."""
 
@@ -120,14 +123,18 @@ def flood(url: str, keys: list[str], in_flight: int = 8) -> list[int]:
         limit = asyncio.Semaphore(in_flight)
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
 
-            async def one(key: str) -> int:
+            async def one(key: str, address: str | None) -> int:
+                headers = {"X-API-Key": key}
+                if address is not None:
+                    headers["X-Forwarded-For"] = address
                 async with limit:
                     response = await client.post(
-                        "/graphql", json={"query": "{ hello }"}, headers={"X-API-Key": key}
+                        "/graphql", json={"query": "{ hello }"}, headers=headers
                     )
                     return response.status_code
 
-            return await asyncio.gather(*(one(key) for key in keys))
+            sent = addresses if addresses is not None else [None] * len(keys)
+            return await asyncio.gather(*(one(k, a) for k, a in zip(keys, sent, strict=True)))
 
     return asyncio.run(run())
 
@@ -198,3 +205,57 @@ def test_an_honest_tenant_behind_the_flooding_address_keeps_getting_in(served: S
         assert time.monotonic() < deadline, answer.json()
         time.sleep(0.1)
     assert answer.json()["extensions"]["cost"]["throttleStatus"]["maximumAvailable"] == 1000
+
+
+@pytest.fixture(params=["strawberry", "ariadne"])
+def proxied(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
+    """As ``served``, behind a trusted proxy (the test client, on 127.0.0.1) that tells each
+    request's client address in ``X-Forwarded-For``."""
+    path = tmp_path / "quotaql.toml"
+    path.write_text(TOML + '[identity]\ntrusted_proxies = ["127.0.0.1/32"]\n', encoding="utf-8")
+    resolver, registry = Resolver(), CollectorRegistry()
+    kind = str(request.param)
+    limiter = app(kind, path, resolver, metrics=PrometheusMetrics(registry))
+    with (
+        UvicornServer(limiter) as server,
+        httpx.Client(base_url=server.url, timeout=10) as client,
+    ):
+        yield Served(kind, resolver, client, registry, InMemorySpanExporter())
+
+
+ROTATED = 600  # invented keys, one from each of as many /64 networks of one /48
+
+
+def test_rotating_ipv6_networks_within_a_48_finds_no_fresh_lookup_budget(proxied: Served) -> None:
+    # An IPv6 client owns a /48 (65,536 /64s, each an address subject with a burst of its
+    # own): one invented key from each /64 was one lookup each, 600 of 600.
+    resolver, client = proxied.resolver, proxied.client
+    tenant = "2001:db8:7:ffff::1"  # acme, in the same /48 (a site whose other host floods)
+    assert available(ask_from(client, tenant, "sk_live_acme")) == 1000
+    addresses = [f"2001:db8:7:{i:x}::1" for i in range(ROTATED)]
+    started = time.monotonic()
+    statuses = flood(
+        str(client.base_url), [f"invented-{i}" for i in range(ROTATED)], addresses=addresses
+    )
+    elapsed = time.monotonic() - started
+    assert statuses.count(200) == ROTATED  # each counted as its /64's address (3 exports)
+    scale = 8  # the /48's lookups: 8 times an address's
+    assert resolver.invented() <= scale * lookups_allowed(elapsed)
+    limited = proxied.registry.get_sample_value(names.KEY_LOOKUPS_TOTAL, {"outcome": "limited"})
+    assert limited == ROTATED - resolver.invented() > 0
+    # acme keeps getting in, without a lookup; another /48 has a budget of its own.
+    assert available(ask_from(client, tenant, "sk_live_acme")) == 1000
+    assert resolver.calls.count("sk_live_acme") == 1
+    assert ask_from(client, "2001:db8:8::1", "invented-other").status_code == 200
+    assert resolver.calls[-1] == "invented-other"
+
+
+def available(response: httpx.Response) -> int:
+    assert response.status_code == 200, response.text
+    found: int = response.json()["extensions"]["cost"]["throttleStatus"]["maximumAvailable"]
+    return found
+
+
+def ask_from(client: httpx.Client, address: str, key: str) -> httpx.Response:
+    headers = {"X-API-Key": key, "X-Forwarded-For": address}
+    return client.post("/graphql", json={"query": "{ hello }"}, headers=headers)

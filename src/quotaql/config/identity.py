@@ -54,8 +54,9 @@ class IdentityConfig:
         resolver_rate: the ``key_resolver`` lookups one client address (IPv6: its
             ``ipv6_prefix`` network) may cause per second, in each process, after its
             ``resolver_burst``: a key that would need one more counts as its client's
-            address, without a lookup. Answers in the cache, and keys the resolver accepted
-            before (revalidated when their cache entry expires), need none.
+            address, without a lookup. Its network (IPv4 /24, IPv6 /48) may cause 8 times as
+            many, one budget for all its addresses. Answers in the cache, and keys the
+            resolver accepted before (revalidated when their cache entry expires), need none.
         resolver_burst: the lookups an address may cause at once before ``resolver_rate``
             applies.
     """
