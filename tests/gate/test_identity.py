@@ -471,8 +471,10 @@ def test_ipv6_clients_are_counted_per_network() -> None:
         ({"api_key_header": "x api key"}, "api_key_header must be an HTTP header name"),
         ({"resolver_rate": 0}, "resolver_rate must be a finite number above 0"),
         ({"resolver_rate": float("inf")}, "resolver_rate must be a finite number above 0"),
-        ({"resolver_burst": 0}, "resolver_burst must be an integer >= 1"),
-        ({"resolver_burst": 2.5}, "resolver_burst must be an integer >= 1"),
+        ({"resolver_burst": 0}, "resolver_burst must be an integer from 1 to 1000000000"),
+        ({"resolver_burst": 2.5}, "resolver_burst must be an integer from 1 to 1000000000"),
+        # Past a float's range, each lookup raised OverflowError on the request path.
+        ({"resolver_burst": 10**400}, "resolver_burst must be an integer from 1 to 1000000000"),
     ],
 )
 def test_bad_identity_settings_are_config_errors(kwargs: dict[str, Any], message: str) -> None:
@@ -485,8 +487,9 @@ def test_bad_identity_settings_are_config_errors(kwargs: dict[str, Any], message
     [
         ("resolver_rate = 0", "expected a finite number > 0, got 0"),
         ('resolver_rate = "fast"', "expected a finite number > 0, got"),
-        ("resolver_burst = 0", "expected an integer >= 1, got 0"),
-        ("resolver_burst = 1.5", "expected an integer >= 1, got"),
+        ("resolver_burst = 0", "expected an integer from 1 to 1000000000, got 0"),
+        ("resolver_burst = 1.5", "expected an integer from 1 to 1000000000, got"),
+        (f"resolver_burst = {10**400}", "expected an integer from 1 to 1000000000, got 1000"),
     ],
 )
 def test_bad_lookup_budgets_in_the_file_name_the_file_line_and_key(

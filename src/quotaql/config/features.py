@@ -23,6 +23,7 @@ from quotaql.config.document import describe_value
 from quotaql.config.identity import (
     FORWARDED_HEADERS,
     MAX_HOPS,
+    MAX_RESOLVER_BURST,
     UNKNOWN_KEY_MODES,
     IdentityConfig,
 )
@@ -226,7 +227,7 @@ _IDENTITY_CHECKS: Final[Mapping[str, Check[object]]] = {
     "forwarded_header": checks.one_of(FORWARDED_HEADERS),
     "ipv6_prefix": _size_in(1, 128),
     "resolver_rate": checks.positive_number,
-    "resolver_burst": checks.integer(1),
+    "resolver_burst": checks.integer(1, MAX_RESOLVER_BURST),
 }
 IDENTITY_KEYS: Final = tuple(_IDENTITY_CHECKS)
 _ALERT_CHECKS: Final = {key: _alert_check(kind) for key, kind in ALERT_KINDS.items()}

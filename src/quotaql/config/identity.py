@@ -12,6 +12,7 @@ from quotaql.errors import ConfigError
 __all__ = [
     "FORWARDED_HEADERS",
     "MAX_HOPS",
+    "MAX_RESOLVER_BURST",
     "UNKNOWN_KEY_MODES",
     "ForwardedHeader",
     "IdentityConfig",
@@ -27,6 +28,9 @@ FORWARDED_HEADERS: Final[tuple[ForwardedHeader, ...]] = get_args(ForwardedHeader
 # Proxy headers are read from the right; more entries than this are never looked at, so a
 # hostile header of thousands of entries costs what a short one does.
 MAX_HOPS: Final = 32
+#: The most ``resolver_burst`` says (a billion lookups at once bound nothing; past a float's
+#: range a bucket could not hold it).
+MAX_RESOLVER_BURST: Final = 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +104,14 @@ class IdentityConfig:
             raise ConfigError(f"resolver_rate must be a finite number above 0, got {rate!r}")
         object.__setattr__(self, "resolver_rate", float(rate))
         burst = self.resolver_burst
-        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
-            raise ConfigError(f"resolver_burst must be an integer >= 1, got {burst!r}")
+        if (
+            isinstance(burst, bool)
+            or not isinstance(burst, int)
+            or not 1 <= burst <= MAX_RESOLVER_BURST
+        ):
+            raise ConfigError(
+                f"resolver_burst must be an integer from 1 to {MAX_RESOLVER_BURST}, got {burst!r}"
+            )
         proxies: object = self.trusted_proxies
         if isinstance(proxies, str) or not isinstance(proxies, list | tuple):
             raise ConfigError(f"trusted_proxies must be a list of CIDRs, got {proxies!r}")
