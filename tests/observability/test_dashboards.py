@@ -54,6 +54,7 @@ METRICS = {
     names.BUILD_INFO,
     names.IDENTITY_TOTAL,
     names.KEY_LOOKUPS_TOTAL,
+    names.OVERFLOW_TOTAL,
     names.SUBSCRIPTION_EVENTS_TOTAL,
     names.SUBSCRIPTIONS_OPEN,
     names.LIST_RETURNED_ITEMS,
@@ -150,6 +151,7 @@ OVERVIEW_ROWS = [
             "Deferred refunds per second",
             "Refund queue",
             "Redis pipeline: commands per write",
+            "Memory storage overflow per second",
         ],
     ),
     ("Tenants", ["Top blocked tenants", "Top tenants by requests", "Top cost by tier"]),
@@ -413,7 +415,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 51), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 52), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -751,6 +753,12 @@ def test_backend_refund_and_pipeline_panels(dashboards: dict[str, dict[str, Any]
         o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in overrides
     }
     assert (colours[names.REFUND_LOST_OUTCOME], colours[names.REFUND_UNKNOWN]) == ("red", "orange")
+    # Past max_keys: decisions on a network's overflow state or on a quota's last resort.
+    assert exprs("Memory storage overflow per second") == [
+        f'sum by (store, scope) (rate({names.OVERFLOW_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    ]
+    overflow = _fixed_colours(_panel(overview, "Memory storage overflow per second"))
+    assert overflow == {"states quota": "red", "leases quota": "red"}
 
 
 def test_rejection_panels_count_by_code(dashboards: dict[str, dict[str, Any]]) -> None:

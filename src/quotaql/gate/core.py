@@ -207,6 +207,9 @@ class Gate:
                 metrics.watch_pipeline(self.storage)
             if key_resolver is not None:
                 metrics.watch_lookups(self.identity)
+            for memory in (self.storage, self.limiter.core.fallback):  # past max_keys
+                if hasattr(memory, "overflowed_shared"):
+                    metrics.watch_overflow(memory, names.STORE_STATES)
         self._concurrency = ConcurrencyLimiter(self.limiter, self._record)
         if leases is not None:
             self._concurrency.use(leases)
@@ -765,7 +768,11 @@ class Gate:
         self._refusals.configure(config)
         self._holdings.configure(config.limits)
         limited = any(charges.in_flight(tier) is not None for tier in config.tiers.values())
-        if not self._concurrency.configure(config.limits.lease_ttl, limited, self.storage):
+        configured = self._concurrency.configure(config.limits.lease_ttl, limited, self.storage)
+        leases = self._concurrency.store
+        if self.metrics is not None and hasattr(leases, "overflowed_shared"):  # past max_keys
+            self.metrics.watch_overflow(leases, names.STORE_LEASES)
+        if not configured:
             self._record.say_once(
                 "leases_in_memory",
                 f"quotaql: the {type(self.storage).__name__} storage has no lease storage of its"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import heapq
+import itertools
 import math
 import os
 import threading
@@ -159,8 +160,9 @@ class PrometheusMetrics:
     circuit_open: Gauge
     tenant_requests: Counter
     identity: Counter
-    key_lookups: Counter
     rejections: Counter
+    overflow: Counter
+    key_lookups: Counter
     subscription_events: Counter
     subscriptions_open: Gauge
     pressure: Gauge
@@ -214,6 +216,8 @@ class PrometheusMetrics:
             self._child(self.key_lookups, outcome)
         for code in names.REJECTION_CODES:
             self._child(self.rejections, code)
+        for store_scope in itertools.product(names.OVERFLOW_STORES, names.OVERFLOW_SCOPES):
+            self._child(self.overflow, *store_scope)
         self._backend_lock = threading.Lock()
         self._refund_queues: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
             weakref.WeakKeyDictionary()
@@ -223,6 +227,9 @@ class PrometheusMetrics:
             weakref.WeakKeyDictionary()
         )
         self._keepers: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+        self._overflows: weakref.WeakKeyDictionary[Any, tuple[str, int, int]] = (
+            weakref.WeakKeyDictionary()  # memory storage -> (store, network, quota) counted
+        )
         # identity -> its lookups by outcome when last read
         self._identities: weakref.WeakKeyDictionary[Any, dict[str, int]] = (
             weakref.WeakKeyDictionary()
@@ -359,9 +366,13 @@ class PrometheusMetrics:
         with self._backend_lock:
             self._keepers.setdefault(keeper, (0, 0))
 
+    def watch_overflow(self, storage: Any, store: str) -> None:
+        """Count a memory storage's decisions on overflow states (``store``: states, leases)."""
+        with self._backend_lock:
+            self._overflows.setdefault(storage, (store, 0, 0))
+
     def watch_lookups(self, identity: Any) -> None:
-        """Count what the ``key_resolver`` of an :class:`~quotaql.identity.Identity` was
-        asked, and the keys it was not (``quotaql_key_lookups_total``)."""
+        """Count the ``key_resolver`` lookups of an :class:`~quotaql.identity.Identity`."""
         with self._backend_lock:
             self._identities.setdefault(identity, {})
 
@@ -394,6 +405,13 @@ class PrometheusMetrics:
                 self._add(self.leases_total, names.LEASE_RENEWED, now_renewed - renewed)
                 self._add(self.leases_total, names.LEASE_RENEW_FAILED, now_failed - failed)
                 self._keepers[keeper] = (now_renewed, now_failed)
+            for storage, (store, *seen) in list(self._overflows.items()):  # network, quota
+                shared = storage.overflowed_shared
+                counts = list(map(max, (storage.overflowed - shared, shared), seen))
+                for scope, count, before in zip(names.OVERFLOW_SCOPES, counts, seen, strict=True):
+                    if count > before:
+                        self._child(self.overflow, store, scope).inc(count - before)
+                self._overflows[storage] = (store, *counts)
             for identity, seen in list(self._identities.items()):
                 lookups = dict(identity.lookups)
                 for outcome, count in lookups.items():

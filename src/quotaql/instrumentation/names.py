@@ -37,6 +37,10 @@ BUILD_INFO: Final = "quotaql_build_info"
 """Gauge, always 1: the running quotaql ``version``."""
 IDENTITY_TOTAL: Final = "quotaql_identity_total"
 """Counter: operations by how their subject was identified (``source``)."""
+OVERFLOW_TOTAL: Final = "quotaql_overflow_total"
+"""Counter: decisions (``store="states"``) and lease takes (``store="leases"``) of the
+memory storages made on an overflow state, their table being full (``max_keys``), by
+``scope``: a network's (``OVERFLOW_NETWORK``) or a quota's last resort (``OVERFLOW_QUOTA``)."""
 KEY_LOOKUPS_TOTAL: Final = "quotaql_key_lookups_total"
 """Counter: API keys that needed the ``key_resolver`` (no cached answer), by ``outcome``
 (``KEY_LOOKUP_OUTCOMES``): looked up and known, unknown or failed, or not looked up
@@ -139,6 +143,10 @@ LABEL_COORDINATE: Final = "coordinate"
 """A schema coordinate (``"Type.field"``): bounded by the schema, never by the traffic."""
 LABEL_TO: Final = "to"
 """The state a transition goes to (``TRANSITIONS``)."""
+LABEL_STORE: Final = "store"
+"""Which table of a memory storage overflowed (``OVERFLOW_STORES``)."""
+LABEL_SCOPE: Final = "scope"
+"""Which overflow state a new subject shared (``OVERFLOW_SCOPES``)."""
 
 ALLOWED: Final = "allowed"
 BLOCKED: Final = "blocked"
@@ -240,6 +248,19 @@ LOOKUP_FAILED: Final = "failed"
 LOOKUP_LIMITED: Final = "limited"
 """Not looked up: the address was over ``[identity] resolver_rate``."""
 KEY_LOOKUP_OUTCOMES: Final = (LOOKUP_KNOWN, LOOKUP_UNKNOWN, LOOKUP_FAILED, LOOKUP_LIMITED)
+
+#: The values of ``store`` and ``scope`` in ``quotaql_overflow_total``.
+STORE_STATES: Final = "states"
+"""The rate states of a ``MemoryStorage`` (the limiter's local fallback's too)."""
+STORE_LEASES: Final = "leases"
+"""The concurrency lease sets of a ``MemoryLeases``."""
+OVERFLOW_STORES: Final = (STORE_STATES, STORE_LEASES)
+OVERFLOW_NETWORK: Final = "network"
+"""A new address subject shared its network's state (IPv4 /24, IPv6 /48)."""
+OVERFLOW_QUOTA: Final = "quota"
+"""A new subject shared its quota's last-resort state (no address, or no room left for its
+network's)."""
+OVERFLOW_SCOPES: Final = (OVERFLOW_NETWORK, OVERFLOW_QUOTA)
 
 #: The sources of the pressure signal (the ``source`` label of ``quotaql_pressure``).
 PRESSURE_LATENCY: Final = "latency"
@@ -419,6 +440,14 @@ INSTRUMENTS: Final = (
         "identity", "counter", IDENTITY_TOTAL,
         "Operations by how their subject (who pays) was identified.",
         (LABEL_SOURCE,),
+    ),
+    Instrument(
+        "overflow", "counter", OVERFLOW_TOTAL,
+        "Decisions (store=states) and lease takes (store=leases) of the memory storages made"
+        " on an overflow state, their table full (max_keys): a network's or a quota's last"
+        " resort (scope).",
+        (LABEL_STORE, LABEL_SCOPE),
+        collected="backend",
     ),
     Instrument(
         "key_lookups", "counter", KEY_LOOKUPS_TOTAL,

@@ -393,6 +393,27 @@ def _delay_process_full(config: AlertsConfig) -> _Text:
     )
 
 
+def _memory_overflow(config: AlertsConfig) -> _Text:
+    """A memory storage's table full of live states: new subjects no longer get a budget of
+    their own but share one per network, or per quota as the last resort. A bound reached,
+    not a failure; it fires only when it lasts."""
+    window = config.rate_window
+    return _Text(
+        _above(_per_job(names.OVERFLOW_TOTAL, window), 0),
+        "{{ $labels.job }} decides new subjects on shared overflow budgets: its memory"
+        " storage is full",
+        f"Job {{{{ $labels.job }}}} made {{{{ $value | humanize }}}} decisions/s (rate over"
+        f" {window}) on overflow states ({names.OVERFLOW_TOTAL}) for"
+        f" {config.memory_overflow_for}: a memory storage's table holds max_keys states"
+        f" that all still matter, so a new subject gets no budget of its own. A new"
+        f" address shares one with its network (IPv4 /24, IPv6 /48:"
+        f' {names.LABEL_SCOPE}="{names.OVERFLOW_NETWORK}"), any other new subject, and an'
+        f" address once the network states are full, one per quota"
+        f' ({names.LABEL_SCOPE}="{names.OVERFLOW_QUOTA}"): new clients of a flooded network'
+        f" are refused with it.",
+    )
+
+
 def _variable_values_refused(config: AlertsConfig) -> _Text:
     """Operations refused for the values their variables held, for a while: a client's
     bulk operations outgrew ``[cost] max_variable_values`` (raise it, or have the client
@@ -455,6 +476,7 @@ _ALERTS: Final = (
     _Alert("QuotaqlRefundsLost", "warning", "refunds_lost_for", _refunds_lost),
     _Alert("QuotaqlDelaysLong", "warning", "delays_long_for", _delays_long),
     _Alert("QuotaqlDelayProcessFull", "warning", "delay_process_full_for", _delay_process_full),
+    _Alert("QuotaqlMemoryOverflow", "warning", "memory_overflow_for", _memory_overflow),
     _Alert(
         "QuotaqlVariableValuesRefused",
         "warning",

@@ -429,6 +429,17 @@ BACKEND_ROW: Final = Row("Backend", (
           "The async Redis storage pipelines the calls an event loop makes at once: the "
           "mean number of commands each write carried (1: no batching, the load is light; "
           "it grows with the load, not the latency), and the writes per second."),
+    Graph("Memory storage overflow per second", "ops", 24,
+          (rates_by(sel(names.OVERFLOW_TOTAL, JOB_MATCH), names.LABEL_STORE, names.LABEL_SCOPE),),
+          "Decisions (states) and lease takes (leases) of the memory storages (the default "
+          "MemoryStorage, the local fallback during a Redis outage, MemoryLeases) made on an "
+          "overflow state because the table held max_keys states that all still matter: a "
+          "new address shares its network's (scope network: its IPv4 /24 or IPv6 /48), "
+          "any other new subject, and an address once the network states are full, its "
+          "quota's last resort (scope quota, in red: every such new subject shares it). "
+          "Lasting: raise max_keys or move to Redis (QuotaqlMemoryOverflow).",
+          colours={f"states {names.OVERFLOW_QUOTA}": "red",
+                   f"leases {names.OVERFLOW_QUOTA}": "red"}),
 ))  # fmt: skip
 
 # -- top tenants (opt-in per-tenant metric) ----------------------------------------------------
