@@ -27,6 +27,7 @@ __all__ = [
     "TooManyDirectives",
     "TooManyFields",
     "TooManyRootFields",
+    "TooManyVariableValues",
 ]
 
 
@@ -221,6 +222,13 @@ class TooManyDirectives(LimitExceeded, code="TOO_MANY_DIRECTIVES", subject="Numb
 
 class QueryTooLarge(LimitExceeded, code="QUERY_TOO_LARGE", subject="Document size"):
     """The document has more tokens or characters than the parser accepts."""
+
+
+class TooManyVariableValues(
+    LimitExceeded, code="TOO_MANY_VARIABLE_VALUES", subject="Number of variable values"
+):
+    """The request's variables hold more values than ``max_variable_values`` (each
+    scalar, list and object counts one), counted on the JSON before anything coerces it."""
 
 
 def _number(value: float) -> str:

@@ -41,6 +41,7 @@ from quotaql.config.values import (
     RedisConfig,
     TenantConfig,
     TierConfig,
+    time_quota,
 )
 from quotaql.cost_analysis.model import MODELS, SAFE_LIMITS, CostLimits, CostModel, FieldCost
 from quotaql.errors import ConfigError
@@ -71,6 +72,7 @@ _MODEL_KEYS: Final = (
     "operation_weights",
     "introspection",
     "weights",
+    "max_list_size",
 )
 # [cost] keys that are neither the model's nor limits.
 _COST_KEYS: Final = ("tuning_sample",)
@@ -84,6 +86,7 @@ _LIMIT_KEYS: Final = (
     "max_fields",
     "max_repeated_fields",
     "max_directives",
+    "max_variable_values",
 )
 _FIELD_COST_KEYS: Final = (
     "weight",
@@ -91,6 +94,7 @@ _FIELD_COST_KEYS: Final = (
     "slicing_arguments",
     "sized_fields",
     "require_one_slicing_argument",
+    "max_size",
 )
 
 _GRAPHQL_NAME: Final = re.compile(_NAME)
@@ -115,6 +119,8 @@ _LIMITS_CHECKS: Final[Mapping[str, Check[object]]] = {
     "max_delayed": checks.size,
     "delayed_share": checks.fraction,
     "delay_sync": checks.one_of(DELAY_SYNC),
+    "charge_overage": checks.boolean,
+    "time": lambda doc, path, value: _time(doc, path, value, off=None),
 }
 _LIMITS_KEYS: Final = tuple(_LIMITS_CHECKS)
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")
@@ -132,6 +138,7 @@ _TIER_KEYS: Final = (
     "on_limit",
     "max_delay",
     "max_queued",
+    "time",
 )
 #: A root field's entry: a rate quota, a concurrency limit, or both.
 _FIELD_KEYS: Final = (*_QUOTA_KEYS, "max_in_flight")
@@ -226,6 +233,7 @@ def _parse_cost(cost: Table) -> CostConfig:
     weights, locations = _parse_weights(cost.table("weights"))
     defaults = CostModel()
     default_list_size = cost.get("default_list_size", checks.size)
+    max_list_size = cost.get("max_list_size", checks.size)
     slicing_arguments = cost.get("slicing_arguments", checks.names)
     introspection = cost.get("introspection", _introspection)
     name = cost.get("model", checks.one_of(MODELS))
@@ -238,6 +246,7 @@ def _parse_cost(cost: Table) -> CostConfig:
             connections=checks.default(connections, defaults.connections),
             connections_exclude=frozenset(connections_exclude or ()),
             default_list_size=checks.default(default_list_size, defaults.default_list_size),
+            max_list_size=checks.default(max_list_size, defaults.max_list_size),
             slicing_arguments=checks.default(slicing_arguments, defaults.slicing_arguments),
             operation_weights=_parse_operation_weights(cost.table("operation_weights")),
             introspection=checks.default(introspection, defaults.introspection),
@@ -313,6 +322,7 @@ def _parse_field_cost(table: Table) -> FieldCost:
     slicing_arguments = table.get("slicing_arguments", checks.names)
     sized_fields = table.get("sized_fields", checks.names)
     require_one = table.get("require_one_slicing_argument", checks.boolean)
+    max_size = table.get("max_size", checks.size)
     with table.blame():
         return FieldCost(
             weight=weight,
@@ -320,6 +330,7 @@ def _parse_field_cost(table: Table) -> FieldCost:
             slicing_arguments=slicing_arguments,
             sized_fields=sized_fields,
             require_one_slicing_argument=require_one,
+            max_size=max_size,
         )
 
 
@@ -359,6 +370,7 @@ class _TierKeys:
     on_limit: OnLimit | None
     max_delay: float | None
     max_queued: int | None
+    time: Quota | bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,6 +466,7 @@ def _parse_tiers(tiers: Table) -> _Tiers:
             on_limit,
             max_delay,
             max_queued,
+            _default_time(tier.get("time", _tier_time)),
         )
     return _Tiers(tiers, tiers.path[0] in tiers.doc.data, entries)
 
@@ -674,7 +687,47 @@ def _build_tier(name: str, tier: _TierKeys, base: tuple[Algorithm, str]) -> Tier
             on_limit=checks.default(tier.on_limit, "refuse"),
             max_delay=tier.max_delay,
             max_queued=tier.max_queued,
+            time=tier.time,
         )
+
+
+_TIME_KEYS: Final = ("capacity_ms", "refill_ms_per_second")
+
+
+def _time(doc: Document, path: KeyPath, value: object, *, off: T) -> Quota | T:
+    """A ``time`` key: ``{ capacity_ms = ..., refill_ms_per_second = ... }`` (the time
+    quota, :func:`~quotaql.config.values.time_quota`), or ``false`` (``off``: none)."""
+    if value is False:
+        return off
+    if not isinstance(value, dict):
+        raise doc.error(
+            path,
+            "expected a table { capacity_ms = ..., refill_ms_per_second = ... }, or false for"
+            f" none, got {describe_value(value)}",
+        )
+    table = Table(doc, path, value)
+    table.check_keys(_TIME_KEYS)
+    missing = [key for key in _TIME_KEYS if key not in value]
+    if missing:
+        raise doc.error(path, f"a time quota needs capacity_ms and refill_ms_per_second;"
+                              f" missing: {', '.join(missing)}")  # fmt: skip
+    capacity = checks.positive_number(doc, (*path, "capacity_ms"), value["capacity_ms"])
+    refill = checks.positive_number(
+        doc, (*path, "refill_ms_per_second"), value["refill_ms_per_second"]
+    )
+    with table.blame():
+        return time_quota(capacity, refill)
+
+
+def _default_time(own: Quota | bool | None) -> Quota | bool:
+    """A tier's time quota as its table says: its own, none (False), or (absent) True, the
+    ``[limits] time`` one."""
+    return True if own is None else own
+
+
+def _tier_time(doc: Document, path: KeyPath, value: object) -> Quota | bool:
+    """A tier's ``time``: its own time quota, or False (none for this tier)."""
+    return _time(doc, path, value, off=False)
 
 
 def _build_quota(
