@@ -17,6 +17,7 @@ FULL = """\
 # quotaql settings
 [cost]
 default_list_size = 25
+max_list_size = 400
 slicing_arguments = ["first", "limit"]
 operation_weights = { mutation = 20, subscription = 1.5 }
 introspection = "counted"
@@ -31,7 +32,7 @@ max_length = 1000000
 "Post" = 2
 "Query.search" = 5
 "Query.search(term:)" = 1
-"User.followers" = { weight = 1, assumed_size = 50, slicing_arguments = ["first"] }
+"User.followers" = { weight = 1, assumed_size = 50, slicing_arguments = ["first"], max_size = 200 }
 """
 
 
@@ -61,6 +62,7 @@ def test_full_file_round_trips_into_exact_model_and_limits(write):
 
     assert cfg.model == CostModel(
         default_list_size=25,
+        max_list_size=400,
         slicing_arguments=("first", "limit"),
         operation_weights={"mutation": 20, "subscription": 1.5},
         introspection="counted",
@@ -68,7 +70,9 @@ def test_full_file_round_trips_into_exact_model_and_limits(write):
             "Post": 2,
             "Query.search": 5,
             "Query.search(term:)": 1,
-            "User.followers": FieldCost(weight=1, assumed_size=50, slicing_arguments=("first",)),
+            "User.followers": FieldCost(
+                weight=1, assumed_size=50, slicing_arguments=("first",), max_size=200
+            ),
         },
     )
     assert dict(cfg.model.operation_weights) == {
@@ -86,6 +90,7 @@ def test_full_file_round_trips_into_exact_model_and_limits(write):
         max_fields=SAFE_LIMITS.max_fields,  # not in the file: the safe defaults
         max_repeated_fields=SAFE_LIMITS.max_repeated_fields,
         max_directives=SAFE_LIMITS.max_directives,
+        max_variable_values=SAFE_LIMITS.max_variable_values,
     )
 
 
@@ -94,10 +99,10 @@ def test_model_source_is_the_path_and_locations_give_each_weight_line(write):
 
     assert model.source == "quotaql.toml"
     assert model.locations == {
-        "Post": 15,
-        "Query.search": 16,
-        "Query.search(term:)": 17,
-        "User.followers": 18,
+        "Post": 16,
+        "Query.search": 17,
+        "Query.search(term:)": 18,
+        "User.followers": 19,
     }
 
 
@@ -105,6 +110,15 @@ def test_model_source_is_the_path_and_locations_give_each_weight_line(write):
 def test_empty_file_or_empty_cost_table_gives_defaults(write, text):
     assert load_cost_config(write(text)) == CostConfig(model=CostModel(), limits=SAFE_LIMITS)
     assert CostLimits() != SAFE_LIMITS  # safe, not unlimited
+
+
+def test_max_variable_values_is_on_by_default_and_false_turns_it_off(write):
+    assert load_cost_config(write("[cost]\n")).limits.max_variable_values == 5_000
+    off = load_cost_config(write("[cost]\nmax_variable_values = false\n"))
+    assert off.limits.max_variable_values is None
+    assert off.limits.max_fields == SAFE_LIMITS.max_fields  # the others keep their defaults
+    raised = load_cost_config(write("[cost]\nmax_variable_values = 200000\n"))
+    assert raised.limits.max_variable_values == 200_000
 
 
 def test_weights_in_subtable_form_build_field_costs_located_at_their_header(write):
@@ -300,7 +314,7 @@ def test_unknown_table_without_a_close_match_lists_known_tables(write):
     assert (error.key, error.line) == ("storage", 3)
     assert error.reason == (
         "unknown table; expected one of: 'cost', 'limits', 'tiers', 'tenants', 'global',"
-        " 'alerts', 'identity', 'adaptive'"
+        " 'alerts', 'identity', 'adaptive', 'redis'"
     )
 
 
@@ -344,6 +358,8 @@ def test_unknown_operation_type_suggests_closest(write):
         ('default_list_size = "10"', "cost.default_list_size", 'integer >= 0, got a string ("10")'),
         ("default_list_size = 1.5", "cost.default_list_size", "integer >= 0, got a float (1.5)"),
         ("default_list_size = -1", "cost.default_list_size", "integer >= 0, got -1"),
+        ("max_list_size = 2.5", "cost.max_list_size", "integer >= 0, got a float (2.5)"),
+        ("max_list_size = -1", "cost.max_list_size", "integer >= 0, got -1"),
         (
             "max_depth = true",
             "cost.max_depth",
@@ -355,6 +371,11 @@ def test_unknown_operation_type_suggests_closest(write):
             "integer >= 0, or false for no limit, got a float (1000000.0)",
         ),
         ("max_aliases = -3", "cost.max_aliases", "integer >= 0, or false for no limit, got -3"),
+        (
+            'max_variable_values = "many"',
+            "cost.max_variable_values",
+            'integer >= 0, or false for no limit, got a string ("many")',
+        ),
         ('max_cost = "5"', "cost.max_cost", 'finite number >= 0, got a string ("5")'),
         ("max_cost = inf", "cost.max_cost", "finite number >= 0, got a float (inf)"),
         ("max_cost = -0.5", "cost.max_cost", "finite number >= 0, got -0.5"),
@@ -372,6 +393,11 @@ def test_unknown_operation_type_suggests_closest(write):
             'weights."User.followers" = { assumed_size = -1 }',
             'cost.weights."User.followers".assumed_size',
             "integer >= 0, got -1",
+        ),
+        (
+            'weights."User.followers" = { max_size = "all" }',
+            'cost.weights."User.followers".max_size',
+            'integer >= 0, got a string ("all")',
         ),
         (
             'weights."User.followers" = { require_one_slicing_argument = "yes" }',

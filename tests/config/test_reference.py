@@ -35,7 +35,7 @@ from quotaql.config import (
     load_config,
     reader,
 )
-from quotaql.config.values import DEFAULT_TIME
+from quotaql.config.values import DEFAULT_TIME, RedisConfig
 from quotaql.cost_analysis.model import (
     DEFAULT_OPERATION_WEIGHTS,
     SAFE_LIMITS,
@@ -153,6 +153,7 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         features.ADAPTIVE_FIELDS.get(key, key): key for key in features.ADAPTIVE_KEYS
     }
     assert set(adaptive_fields) == set(_field_names(AdaptiveConfig))
+    assert set(reader._REDIS_CHECKS) == set(_field_names(RedisConfig))
     assert set(reader._TENANT_KEYS) == {
         *reader._QUOTA_KEYS,
         *_field_names(TenantConfig, "name", "quota"),
@@ -220,6 +221,10 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         "[alerts]": (
             tuple(thresholds.ALERT_KINDS),
             _instance_defaults(AlertsConfig(), tuple(thresholds.ALERT_KINDS)),
+        ),
+        "[redis]": (
+            tuple(reader._REDIS_CHECKS),
+            _instance_defaults(RedisConfig(), tuple(reader._REDIS_CHECKS)),
         ),
         "[adaptive]": (
             features.ADAPTIVE_KEYS,

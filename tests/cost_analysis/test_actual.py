@@ -660,7 +660,7 @@ class Runner:
             argument.name.value: value_from_ast_untyped(argument.value)
             for argument in node.arguments or ()
         }
-        # An explicit null sizes nothing: the assumed size, not the schema default.
+        # An explicit null bounds nothing: max_list_size, not the schema default.
         return slicing.size(given)
 
     def sizes(self, source: Any, info: Any) -> int:

@@ -153,10 +153,11 @@ def test_errors_as_in_a_json_response(schema):
     assert data is None
     as_json = [error.formatted for error in errors]
     assert as_json[0]["path"] == ["products"]
-    # first: null sizes the list with the argument's default (10).
-    assert analyze(schema, query).cost == 10
-    assert actual_cost(schema, query, data, errors=as_json) == 10
-    assert actual_cost(schema, query, data, errors=errors) == 10
+    # first: null sizes the list at its upper bound (max_list_size 1000): nulled by the
+    # error, it costs its estimate.
+    assert analyze(schema, query).cost == 1000
+    assert actual_cost(schema, query, data, errors=as_json) == 1000
+    assert actual_cost(schema, query, data, errors=errors) == 1000
 
 
 # -- errors in lists and objects ------------------------------------------------------

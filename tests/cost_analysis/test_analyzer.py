@@ -95,27 +95,71 @@ def test_a_null_slicing_variable_sizes_nothing_and_a_required_slice_is_refused(w
         analyze(worked_schema, "{ users(first: null) { id } }")
 
 
-def test_a_null_slicing_argument_falls_to_the_assumed_or_default_list_size():
-    # Issue 12 §2: null slices nothing, so the size is assumedSize, else default_list_size
-    # (never the argument's schema default, 4 here).
-    schema = build(
-        """
-        type Item { id: ID }
-        type Query {
-          items(first: Int = 4): [Item]
-            @listSize(slicingArguments: ["first"], requireOneSlicingArgument: false)
-          assumed(first: Int = 4): [Item]
-            @listSize(slicingArguments: ["first"], assumedSize: 50, requireOneSlicingArgument: false)
-        }
-        """
-    )
+NULL_SDL = """
+type Item { id: ID }
+type Query {
+  items(first: Int = 4): [Item]
+    @listSize(slicingArguments: ["first"], requireOneSlicingArgument: false)
+  assumed(first: Int = 4): [Item]
+    @listSize(slicingArguments: ["first"], assumedSize: 5000, requireOneSlicingArgument: false)
+  nulled(first: Int = null, last: Int = null): [Item]
+  pages(first: Int, last: Int): [Item]
+    @listSize(slicingArguments: ["first", "last"], requireOneSlicingArgument: false)
+  strict(first: Int = null): [Item] @listSize(slicingArguments: ["first"])
+}
+"""
+
+
+def test_a_null_slicing_argument_prices_the_list_at_max_list_size():
+    # Issue 22: a null bounds nothing (`items[:None]` is every item), so the list is as
+    # long as it may be: max_list_size (1000), never the schema default 4 nor the assumed
+    # size. Not written, the schema default applies.
+    schema = build(NULL_SDL)
     assert analyze(schema, "{ items { id } }").cost == 4
-    assert analyze(schema, "{ items(first: null) { id } }").cost == 10
+    assert analyze(schema, "{ items(first: null) { id } }").cost == 1000
     query = "query Q($n: Int) { items(first: $n) { id } }"
-    assert analyze(schema, query, variables={"n": None}).cost == 10
+    assert analyze(schema, query, variables={"n": None}).cost == 1000
     assert analyze(schema, query, variables={}).cost == 4
-    assert analyze(schema, "{ assumed(first: null) { id } }").cost == 50
-    assert analyze(schema, "{ assumed { id } }").cost == 4
+    defaulted = "query Q($n: Int = null) { items(first: $n) { id } }"
+    assert analyze(schema, defaulted, variables={}).cost == 1000
+    # A schema default of null (Strawberry's `first: int | None = None`): null when left out.
+    assert analyze(schema, "{ nulled { id } }").cost == 1000
+    # Never below the assumed size, which is what leaving the argument out would price.
+    assert analyze(schema, "{ assumed(first: null) { id } }").cost == 5000
+    ibm = CostModel(model="ibm")
+    report = analyze(schema, "{ items(first: null) { id } }", model=ibm)
+    assert (report.field_cost, report.type_cost) == (1, 1001)
+
+
+def test_a_null_beside_a_size_bounds_nothing():
+    # Relay clients page both ways with one query: `first: 10, last: null` is 10 items.
+    schema = build(NULL_SDL)
+    assert analyze(schema, "{ pages(first: 10, last: null) { id } }").cost == 10
+    assert analyze(schema, "{ nulled(last: 3) { id } }").cost == 3
+    assert analyze(schema, "{ pages(first: null, last: null) { id } }").cost == 1000
+
+
+def test_max_list_size_and_a_fields_max_size_set_the_bound():
+    schema = build(NULL_SDL)
+    model = CostModel(max_list_size=300)
+    assert analyze(schema, "{ items(first: null) { id } }", model=model).cost == 300
+    capped = CostModel(max_list_size=300, weights={"Query.items": FieldCost(max_size=50)})
+    assert analyze(schema, "{ items(first: null) { id } }", model=capped).cost == 50
+    assert analyze(schema, "{ nulled { id } }", model=capped).cost == 300
+    with pytest.raises(ConfigError, match="max_list_size must be an integer >= 0"):
+        CostModel(max_list_size=-1)
+    with pytest.raises(ConfigError, match="max_size must be an integer >= 0"):
+        FieldCost(max_size=1.5)  # type: ignore[arg-type]
+
+
+def test_a_null_where_one_slicing_argument_is_required_is_refused():
+    # requireOneSlicingArgument: a null, written or the schema's default, gives none.
+    schema = build(NULL_SDL)
+    with pytest.raises(SlicingArgumentRequired, match="1 null, which sizes nothing"):
+        analyze(schema, "{ strict(first: null) { id } }")
+    with pytest.raises(SlicingArgumentRequired, match=r"\(got 0\)"):
+        analyze(schema, "{ strict { id } }")
+    assert analyze(schema, "{ strict(first: 7) { id } }").cost == 7
 
 
 def test_largest_of_several_slicing_arguments_wins(shop_schema):

@@ -584,21 +584,23 @@ CASES: list[Case] = [
     ),
     Case(
         "s2-explicit-null-literal",
-        "GraphQL CoerceArgumentValues (a null given is null); SPEC §9.2.4 assumedSize fallback;"
-        " AR collect_slicing_sizes: 10",
+        "GraphQL CoerceArgumentValues (a null given is null, not the default 4); quotaql"
+        " departs: max_list_size 1000, the most a resolver's items[:None] may return (AR"
+        " collect_slicing_sizes: list_size 10; SPEC §9.2.4 assumedSize: 10)",
         NULL_SLICE,
         "{ items(first: null) { id } }",
-        apollo=10,
-        ibm=(11, 1, 11),
+        apollo=1000,
+        ibm=(1001, 1, 1001),
     ),
     Case(
         "s2-null-variable",
-        "AR infer_size_from_argument (None for null) → list_size 10",
+        "quotaql departs: max_list_size 1000 (AR infer_size_from_argument: None for null →"
+        " list_size 10)",
         NULL_SLICE,
         "query($n: Int) { items(first: $n) { id } }",
         variables={"n": None},
-        apollo=10,
-        ibm=(11, 1, 11),
+        apollo=1000,
+        ibm=(1001, 1, 1001),
     ),
     Case(
         "s2-variable-not-sent-takes-the-argument-default",
@@ -611,10 +613,19 @@ CASES: list[Case] = [
         ibm=(5, 1, 5),
     ),
     Case(
-        "s2-null-falls-to-assumedSize-50",
-        "SPEC §9.2.4 assumedSize; AR slicing_sizes.max().or(assumed_size)",
+        "s2-null-is-max-list-size-not-assumedSize-50",
+        "quotaql departs: max_list_size 1000 (SPEC §9.2.4 assumedSize and AR"
+        " slicing_sizes.max().or(assumed_size): 50)",
         NULL_SLICE_ASSUMED,
         "{ items(first: null) { id } }",
+        apollo=1000,
+        ibm=(1001, 1, 1001),
+    ),
+    Case(
+        "s2-null-not-written-is-assumedSize-50",
+        "SPEC §9.2.4 assumedSize 'for queries that do not use a slicing argument'; AR 50",
+        NULL_SLICE_ASSUMED,
+        "{ items { id } }",
         apollo=50,
         ibm=(51, 1, 51),
     ),
@@ -626,20 +637,22 @@ CASES: list[Case] = [
         error=SlicingArgumentRequired,
     ),
     Case(
-        "s2-convention-null-falls-to-default-list-size",
-        "catalogue §2 last row: no @listSize, convention `first`, null → list_size 10",
+        "s2-convention-null-is-max-list-size",
+        "catalogue §2 last row: no @listSize, convention `first`, null; quotaql departs:"
+        " max_list_size 1000 (AR: list_size 10)",
         NULL_SLICE_CONVENTION,
         "{ items(first: null) { id } }",
-        apollo=10,
-        ibm=(11, 1, 11),
+        apollo=1000,
+        ibm=(1001, 1, 1001),
     ),
     Case(
         "s2-AR-backward_compatibility-assumed_size_fallback",
-        "AR static_cost.rs assumed_size_fallback: {'ids': null} → 50",
+        "AR static_cost.rs assumed_size_fallback: {'ids': null} → 50; quotaql departs:"
+        " max_list_size 1000",
         AR_CUSTOM,
         "query Q($ids: [ID!]) { itemsByIdsWithAssumedSize(ids: $ids) { id } }",
         variables={"ids": None},
-        apollo=50,
+        apollo=1000,
         complete=True,
         model=D100,
     ),

@@ -387,7 +387,7 @@ def test_values_that_coerce_differently_are_not_one_key() -> None:
         with pytest.raises(InvalidVariables):
             analyze(schema, flag, {"a": wrong})
     size = parse("query($n: Int) { users(first: $n) { id } }")
-    assert analyze(schema, size, {"n": None}).cost == 10  # an explicit null: assumed size
+    assert analyze(schema, size, {"n": None}).cost == 1000  # an explicit null: max_list_size
     assert analyze(schema, size, {}).cost == 100  # absent: the argument's default
     assert analyze(schema, size, {"n": 7}).cost == 7
     with pytest.raises(InvalidVariables):

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 SCHEMAS: dict[str, GraphQLSchema] = {"worked": build(WORKED_SDL), "shop": build(SHOP_SDL)}
 CONVENTION = ("first", "last", "limit")
 DEFAULT_LIST_SIZE = 10
+MAX_LIST_SIZE = 1000  # CostModel().max_list_size: a null slice
 MAX_DEPTH = 4
 OPERATION_WEIGHTS = {"query": 0.0, "mutation": 10.0}
 
@@ -240,18 +241,25 @@ class Slicing:
         """The slice for the arguments written (``given``, None for an explicit null).
 
         Each slicing argument counts with its value, or, not written, its schema default
-        (IBM §8.2); an explicit null sizes nothing; the largest size wins, else the
-        assumed size (``@listSize(assumedSize:)`` or the default list size).
+        (IBM §8.2); the largest size wins. An explicit null bounds nothing (a resolver's
+        ``items[:None]`` returns them all): with no size beside it, the list is as long
+        as it may be (``max_list_size``, never below the assumed size). Else the assumed
+        size (``@listSize(assumedSize:)`` or the default list size).
         """
         defaults = dict(self.defaults)
         values = []
+        null = False
         for name in self.arguments:
             value = given[name] if name in given else defaults.get(name)
             if isinstance(value, list):
                 values.append(float(len(value)))
             elif value is not None:
                 values.append(float(value))  # type: ignore[arg-type]
-        return max(values) if values else self.assumed
+            elif name in given:
+                null = True
+        if values:
+            return max(values)
+        return max(float(MAX_LIST_SIZE), self.assumed) if null else self.assumed
 
 
 def _connection(definition: GraphQLField) -> tuple[tuple[str, ...], frozenset[str]] | None:
@@ -441,7 +449,7 @@ def fields(
         elif arg_name in slicing.arguments:
             give = arg_name in chosen if slicing.require_one else draw(st.booleans())
             if give:
-                # An explicit null sizes nothing; never where one slicing argument is
+                # An explicit null bounds nothing; never where one slicing argument is
                 # required (refused) or the argument is non-null (invalid).
                 null = (
                     not slicing.require_one
@@ -506,8 +514,9 @@ class Oracle:
     - ``n``: 1 for a field that is not a list; for a field its parent's ``sizedFields``
       names, the parent's slice; for a list field with ``sizedFields``, its own assumed
       size (the slice sizes the children, never the field: IBM §8.3); otherwise the
-      largest non-null slicing argument (one not written counts with its schema default,
-      an explicit null sizes nothing), else the assumed size.
+      largest non-null slicing argument (one not written counts with its schema default),
+      else, when a slicing argument is written null, ``max_list_size`` (never below the
+      assumed size), else the assumed size.
     - ``own``: the field's ``@cost``, else its type's weight (objects 1 unless the type
       has ``@cost``, scalars 0, interfaces and unions the largest of their types).
     - ``args``: per argument written (and not null), its ``@cost``, else 1 for an input
@@ -885,8 +894,8 @@ def _field_tree(text: str, schema_key: str) -> Operation:
         ("shop", "{ discounted(limit: 2) { related(limit: 3) { id } } }", (12, 3, 0, 1)),
         # sizedFields: the slice sizes `nodes`, the connection counts once, totalCount 2.
         ("shop", "{ orders(first: 4) { nodes { id } totalCount } }", (1 + 4 + 2, 3, 0, 1)),
-        # An explicit null sizes nothing: the default list size 10, not the default 5.
-        ("worked", "{ users(first: 1) { friends(first: null) { id } } }", (1 + 10, 3, 0, 1)),
+        # An explicit null bounds nothing: max_list_size 1000, not the default 5.
+        ("worked", "{ users(first: 1) { friends(first: null) { id } } }", (1 + 1000, 3, 0, 1)),
         # A union: the dearest member's selections, aliases counted per member (max).
         (
             "shop",

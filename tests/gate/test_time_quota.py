@@ -321,6 +321,42 @@ def test_an_exclusive_phase_is_its_operation_s_alone() -> None:
     assert waiting.ms < 3
 
 
+def test_an_operation_never_settled_takes_no_share_once_it_is_gone() -> None:
+    """An adapter that dropped an operation in execution (never settled, never finished)
+    must not halve every later operation's measure on that thread for good."""
+    import gc
+
+    leaked = Work()
+    worktime.run(leaked)
+    del leaked
+    gc.collect()
+    work = Work()
+    worktime.run(work)
+    burn(20)
+    worktime.ran(work)
+    assert work.ms == pytest.approx(20, abs=6)
+
+
+def test_the_time_check_of_a_new_subject_takes_no_room_in_a_full_memory_storage() -> None:
+    """Checked at cost 0, the time quota writes nothing: a full table does not overflow
+    for it, and a charge that went to an overflow state is read back from there."""
+    from quotaql.limiter import Limiter
+    from quotaql.policy.quota import Quota
+
+    storage = MemoryStorage(max_keys=1, clock=lambda: 1_000.0)
+    limiter = Limiter(storage)
+    tenant, time_q = Quota("tenant", capacity=10, refill_per_second=1), DEFAULT_TIME
+    decision = limiter.acquire("ip:198.51.100.7", 1, [tenant, time_q], costs=[1, 0])
+    assert decision.allowed
+    assert (len(storage), storage.overflowed) == (1, 0)  # the tenant's state only
+    # The table is full: a new subject's time is charged to its network's overflow state...
+    limiter.charge("ip:198.51.100.8", 20_000, [time_q])
+    # ... and its next check reads it there: in debt, refused.
+    refused = limiter.acquire("ip:198.51.100.8", 1, [tenant, time_q], costs=[1, 0])
+    assert not refused.allowed
+    assert refused.limited_by == "time"
+
+
 def test_a_phase_that_ends_on_another_thread_counts_nothing() -> None:
     import threading
 

@@ -38,6 +38,7 @@ from quotaql.config.values import (
     LimitsConfig,
     Mode,
     OnLimit,
+    RedisConfig,
     TenantConfig,
     TierConfig,
     time_quota,
@@ -71,6 +72,7 @@ _MODEL_KEYS: Final = (
     "operation_weights",
     "introspection",
     "weights",
+    "max_list_size",
 )
 # [cost] keys that are neither the model's nor limits.
 _COST_KEYS: Final = ("tuning_sample",)
@@ -84,6 +86,7 @@ _LIMIT_KEYS: Final = (
     "max_fields",
     "max_repeated_fields",
     "max_directives",
+    "max_variable_values",
 )
 _FIELD_COST_KEYS: Final = (
     "weight",
@@ -91,6 +94,7 @@ _FIELD_COST_KEYS: Final = (
     "slicing_arguments",
     "sized_fields",
     "require_one_slicing_argument",
+    "max_size",
 )
 
 _GRAPHQL_NAME: Final = re.compile(_NAME)
@@ -229,6 +233,7 @@ def _parse_cost(cost: Table) -> CostConfig:
     weights, locations = _parse_weights(cost.table("weights"))
     defaults = CostModel()
     default_list_size = cost.get("default_list_size", checks.size)
+    max_list_size = cost.get("max_list_size", checks.size)
     slicing_arguments = cost.get("slicing_arguments", checks.names)
     introspection = cost.get("introspection", _introspection)
     name = cost.get("model", checks.one_of(MODELS))
@@ -241,6 +246,7 @@ def _parse_cost(cost: Table) -> CostConfig:
             connections=checks.default(connections, defaults.connections),
             connections_exclude=frozenset(connections_exclude or ()),
             default_list_size=checks.default(default_list_size, defaults.default_list_size),
+            max_list_size=checks.default(max_list_size, defaults.max_list_size),
             slicing_arguments=checks.default(slicing_arguments, defaults.slicing_arguments),
             operation_weights=_parse_operation_weights(cost.table("operation_weights")),
             introspection=checks.default(introspection, defaults.introspection),
@@ -316,6 +322,7 @@ def _parse_field_cost(table: Table) -> FieldCost:
     slicing_arguments = table.get("slicing_arguments", checks.names)
     sized_fields = table.get("sized_fields", checks.names)
     require_one = table.get("require_one_slicing_argument", checks.boolean)
+    max_size = table.get("max_size", checks.size)
     with table.blame():
         return FieldCost(
             weight=weight,
@@ -323,6 +330,7 @@ def _parse_field_cost(table: Table) -> FieldCost:
             slicing_arguments=slicing_arguments,
             sized_fields=sized_fields,
             require_one_slicing_argument=require_one,
+            max_size=max_size,
         )
 
 
@@ -497,6 +505,17 @@ def _parse_tenants(tenants: Table) -> _Tenants:
     return _Tenants(entries)
 
 
+#: The ``[redis]`` keys and their checks.
+_REDIS_CHECKS: Final[Mapping[str, Check[object]]] = {"allow_eviction": checks.boolean}
+
+
+def _parse_redis(table: Table) -> RedisConfig:
+    table.check_keys(_REDIS_CHECKS)
+    values = table.read(_REDIS_CHECKS)
+    with table.blame():
+        return RedisConfig(**values)
+
+
 def _parse_global(table: Table) -> _Global:
     table.check_keys(_QUOTA_KEYS)
     return _Global(_parse_quota_keys(table) if table.path[0] in table.doc.data else None)
@@ -515,6 +534,7 @@ _TABLES: Final[Mapping[str, Callable[[Table], object]]] = {
     "alerts": features.read_alerts,
     "identity": features.read_identity,
     "adaptive": features.read_adaptive,
+    "redis": _parse_redis,
 }
 
 
@@ -542,6 +562,7 @@ def _build(doc: Document) -> Config:
     alerts = _parsed(tables, "alerts", AlertsConfig)
     identity = _parsed(tables, "identity", IdentityConfig)
     adaptive = _parsed(tables, "adaptive", AdaptiveConfig)
+    redis = _parsed(tables, "redis", RedisConfig)
     limits_keys = doc.data.get("limits", {})
     if not isinstance(limits_keys, dict):  # _parse_limits rejected it already
         raise TypeError("[limits] is not a table")
@@ -602,6 +623,7 @@ def _build(doc: Document) -> Config:
             identity=identity,
             declares_tiers=tier_keys.present,
             adaptive=adaptive,
+            redis=redis,
         )
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "LimitsConfig",
     "Mode",
     "OnLimit",
+    "RedisConfig",
     "TenantConfig",
     "TierConfig",
     "time_quota",
@@ -398,6 +399,25 @@ class TenantConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """The ``[redis]`` table of ``quotaql.toml``: what the Redis storages accept of their
+    server (docs/operations.md).
+
+    Attributes:
+        allow_eviction: run on a Redis whose ``maxmemory-policy`` may evict quotaql's keys
+            (``allkeys-*``, ``volatile-*`` under a ``maxmemory``), where an evicted budget
+            is a full one; without it such a Redis is refused at start-up. Read when the
+            gate starts and at each reload (a check that passed is not made again).
+    """
+
+    allow_eviction: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.allow_eviction, bool):
+            raise ConfigError(f"allow_eviction must be true or false, got {self.allow_eviction!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """Everything ``quotaql.toml`` says.
 
@@ -427,6 +447,7 @@ class Config:
         adaptive: the ``[adaptive]`` table: which tiers adaptive limits scale, and how.
         adaptive_tiers: the names of the tiers adaptive limits scale (``adaptive.tiers``,
             else every tier that is not ``essential``), whatever the mode.
+        redis: the ``[redis]`` table: what the Redis storages accept of their server.
     """
 
     cost: CostConfig
@@ -440,6 +461,7 @@ class Config:
     declares_tiers: bool = field(default=False, compare=False)
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     adaptive_tiers: frozenset[str] = field(init=False, repr=False, compare=False)
+    redis: RedisConfig = field(default_factory=RedisConfig)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))

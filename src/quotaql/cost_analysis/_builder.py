@@ -458,7 +458,7 @@ class Builder:
         for argument in node.arguments or ():
             written[argument.name.value] = argument.value
         size: float | None = None
-        given = found = nulls = 0
+        given = found = nulls = from_query_nulls = 0
         for path, default in slicing:
             top = path[0]
             value_node = written.get(top)
@@ -479,32 +479,39 @@ class Builder:
                         value = _MISSING
                         break
                     value = value.get(part, part_default)
-            if value is None and from_query:
-                if path in compiled.required_paths and not self.static:
+            if value is None:
+                if from_query and path in compiled.required_paths and not self.static:
                     raise InvalidArgument(
                         f"Argument '{top}' of '{compiled.coordinate}' has an invalid value:"
                         " null for a non-null argument.",
                         locations=locations(value_node),
                     )
+                # A null slices nothing: a resolver's `items[:first]` returns them all.
                 nulls += 1
-            if value is _MISSING or value is None:
-                continue  # an explicit null slices nothing: the assumed size applies
+                from_query_nulls += from_query
+                continue
+            if value is _MISSING:
+                continue  # not given: the assumed size applies
             measured = self._size(compiled, path, value, value_node)
             found += 1
             given += from_query
             if size is None or measured > size:
                 size = measured
         if compiled.require_one and (given > 1 or found == 0):
-            if self.static and given == 0:
+            if self.static and given == 0 and from_query_nulls == 0:
                 return compiled.fixed_size, False
             names = ", ".join(f"'{'.'.join(path)}'" for path, _ in slicing)
-            null = f"; {nulls} null, which sizes nothing" if nulls else ""
+            null = f"; {from_query_nulls} null, which sizes nothing" if from_query_nulls else ""
             raise SlicingArgumentRequired(
                 f"Field '{compiled.coordinate}' requires exactly one of the arguments"
                 f" {names} (got {given}{null}).",
                 locations=locations(node),
             )
         if size is None:
+            if nulls:
+                # Only nulls: the list's upper bound. (Beside a size, as Relay clients send
+                # `first: 10, last: null`, a null bounds nothing and the size applies.)
+                return compiled.null_size, True
             fallback = compiled.slicing_fallback
             return (compiled.fixed_size if fallback is None else fallback), False
         return size, given > 0

@@ -100,6 +100,7 @@ class CompiledField:
         "list_depth",
         "list_paths",
         "nested_defaults",
+        "null_size",
         "require_one",
         "required_paths",
         "sized_tree",
@@ -135,6 +136,10 @@ class CompiledField:
         self.require_one = False
         # The size used when no slicing argument gives one (assumedSize or the default).
         self.fixed_size = 1.0
+        # The size when a slicing argument is null (a resolver's `items[:None]` is all of
+        # them): the field's max_size, else the model's max_list_size, never below
+        # fixed_size.
+        self.null_size = 1.0
         # sizedFields as a tree: a name mapped to None is sized by the slicing argument;
         # mapped to a tree, the size applies further down ("results { page }").
         self.sized_tree: dict[str, Any] | None = None
@@ -368,6 +373,7 @@ class _Compiler:
             field.b = max(field.b, *(found.b for found in implementations))
             field.t = max(field.t, *(found.t for found in implementations))
             field.fixed_size = max(field.fixed_size, *(f.fixed_size for f in implementations))
+            field.null_size = max(field.null_size, *(f.null_size for f in implementations))
             field.free_leaf = field.free_leaf and all(f.free_leaf for f in implementations)
 
     def _argument_costs(
@@ -496,6 +502,12 @@ class _Compiler:
         if assumed is None:
             assumed = self.model.default_list_size
         compiled.fixed_size = float(assumed)
+        bound = self.model.max_list_size
+        if field_cost is not None and field_cost.max_size is not None:
+            bound = field_cost.max_size
+        compiled.null_size = max(
+            float(bound), compiled.fixed_size, compiled.slicing_fallback or 0.0
+        )
 
     def _connection(self, field: GraphQLField) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
         """A Relay connection field's slicing arguments and sized fields, if it is one."""

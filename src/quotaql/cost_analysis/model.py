@@ -67,6 +67,8 @@ class FieldCost:
         slicing_arguments: arguments whose value is the list size.
         sized_fields: child fields the size applies to (Relay ``edges`` / ``nodes``).
         require_one_slicing_argument: reject operations that give none (or several).
+        max_size: the most items the list may return: its size when a slicing argument
+            is null (replaces the model's ``max_list_size`` for this field).
     """
 
     weight: float | None = None
@@ -74,16 +76,17 @@ class FieldCost:
     slicing_arguments: tuple[str, ...] | None = None
     sized_fields: tuple[str, ...] | None = None
     require_one_slicing_argument: bool | None = None
+    max_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.weight is not None:
             object.__setattr__(self, "weight", float(_check_number("weight", self.weight)))
-        if self.assumed_size is not None and (
-            isinstance(self.assumed_size, bool)
-            or not isinstance(self.assumed_size, int)
-            or self.assumed_size < 0
-        ):
-            raise ConfigError(f"assumed_size must be an integer >= 0, got {self.assumed_size!r}")
+        for name in ("assumed_size", "max_size"):
+            size = getattr(self, name)
+            if size is not None and (
+                isinstance(size, bool) or not isinstance(size, int) or size < 0
+            ):
+                raise ConfigError(f"{name} must be an integer >= 0, got {size!r}")
         for name in ("slicing_arguments", "sized_fields"):
             value = getattr(self, name)
             if value is not None:
@@ -109,6 +112,11 @@ class CostModel:
             specification's field cost and type cost, computed apart; the budget is
             debited by the larger of the two).
         default_list_size: size of a list field that no argument or ``@listSize`` sizes.
+        max_list_size: the size of a list whose slicing argument is null (written
+            ``null``, a variable sent as null, or a null default), since a resolver
+            slicing ``items[:first]`` then returns everything: the most items a list may
+            return (never less than its assumed size). A :class:`FieldCost`'s
+            ``max_size`` overrides it for one field.
         slicing_arguments: argument names that size a list field without ``@listSize``
             (an ``Int`` argument called ``first``, ``last`` or ``limit``); ``()`` turns
             the convention off.
@@ -130,6 +138,7 @@ class CostModel:
 
     model: ModelName = "apollo"
     default_list_size: int = 10
+    max_list_size: int = 1000
     slicing_arguments: tuple[str, ...] = ("first", "last", "limit")
     connections: bool = True
     connections_exclude: frozenset[str] = frozenset()
@@ -153,6 +162,9 @@ class CostModel:
         size = self.default_list_size
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ConfigError(f"default_list_size must be an integer >= 0, got {size!r}")
+        bound = self.max_list_size
+        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 0:
+            raise ConfigError(f"max_list_size must be an integer >= 0, got {bound!r}")
         names: object = self.slicing_arguments
         if isinstance(names, str) or not all(
             isinstance(name, str) for name in self.slicing_arguments
@@ -202,6 +214,9 @@ class CostLimits:
             response name, fragments expanded (graphql-core's overlapping-fields rule
             compares each pair of them).
         max_directives: most directives on one field, fragment or operation.
+        max_variable_values: most values the request's variables may hold, each scalar,
+            list and object counting one; counted on the JSON before anything coerces it
+            (graphql-core's coercion of a list costs ~2 µs an item).
 
     A ``CostLimits()`` limits nothing (the analyzer's API); a configuration starts from
     :data:`SAFE_LIMITS`.
@@ -216,6 +231,7 @@ class CostLimits:
     max_fields: int | None = None
     max_repeated_fields: int | None = None
     max_directives: int | None = None
+    max_variable_values: int | None = None
 
     @property
     def screens(self) -> bool:
@@ -264,6 +280,9 @@ SAFE_LIMITS: CostLimits = CostLimits(
     max_fields=1_000,
     max_repeated_fields=30,
     max_directives=20,
+    # ~10 ms of graphql-core's coercion (~2 µs a value), measured over uvicorn: within the
+    # 20 ms of worker time one point of min_charge pays for (docs/cost-model.md, Variables).
+    max_variable_values=5_000,
 )
 
 

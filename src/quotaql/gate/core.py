@@ -59,7 +59,7 @@ from quotaql.errors import (
     CostAnalysisError,
     LimitExceeded,
 )
-from quotaql.gate import charges, worktime
+from quotaql.gate import charges, startup, worktime
 from quotaql.gate.answer import BatchAnswers, extensions
 from quotaql.gate.delay import DelayLine
 from quotaql.gate.holdings import Holdings
@@ -71,7 +71,7 @@ from quotaql.gate.operation import (
     operation_type,
 )
 from quotaql.gate.pricing import price
-from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder
+from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder, watch
 from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
@@ -84,7 +84,6 @@ from quotaql.instrumentation.tracing import Tracing
 from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
 from quotaql.limiter.concurrency import ConcurrencyLimiter
 from quotaql.policy.modes import Mode
-from quotaql.storage.base import is_pipelined
 from quotaql.storage.memory import MemoryStorage
 
 if TYPE_CHECKING:
@@ -200,11 +199,7 @@ class Gate:
             recorder=self._recorder,
         )
         if metrics is not None:
-            queue = self.limiter.refund_queue
-            if queue is not None:
-                metrics.watch_refunds(queue)
-            if is_pipelined(self.storage):
-                metrics.watch_pipeline(self.storage)
+            watch(metrics, self.limiter, self.identity if key_resolver is not None else None)
         self._concurrency = ConcurrencyLimiter(self.limiter, self._record)
         if leases is not None:
             self._concurrency.use(leases)
@@ -221,6 +216,7 @@ class Gate:
         self._holdings = Holdings(self._concurrency, self._record, self._refusals.refuse)
         self._responses = BatchAnswers()
         self._configured(self._config)
+        startup.check(self.storage, metrics)  # an evicting Redis: no start
 
     @property
     def adaptive(self) -> Adaptive | None:
@@ -643,8 +639,9 @@ class Gate:
         adaptive = self.adaptive
         if adaptive is not None:
             adaptive.poll()
-            if adaptive.multiplier != op.multiplier:
-                self._scaling.rescale(op, adaptive.multiplier)
+            multiplier = adaptive.multiplier_for(op.subject.key)
+            if multiplier != op.multiplier:
+                self._scaling.rescale(op, multiplier)
         decision: Decision = yield Acquire(op.subject.key, op.charge, op.quotas, op.costs)
         if self.metrics is not None:
             outcome = names.ALLOWED if decision.allowed else names.BLOCKED
@@ -733,6 +730,16 @@ class Gate:
 
     # -- shutdown -----------------------------------------------------------------------------
 
+    async def astart(self) -> None:
+        """At start-up on an event loop (:class:`quotaql.asgi.Lifespan` calls it): check
+        the storage's Redis before the first request (a sync storage was at construction).
+
+        Raises:
+            EvictionRefused: its ``maxmemory-policy`` may evict quotaql's keys, and
+                ``[redis] allow_eviction`` does not allow it (docs/operations.md).
+        """
+        await startup.check_async(self.storage)
+
     def flush(self, timeout: float = 5.0) -> int:
         """Apply the refunds the limiter still holds (deferred refunds, see
         docs/limiter.md), at shutdown: how many are left after ``timeout`` seconds.
@@ -774,10 +781,15 @@ class Gate:
         """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
         what an unsafe setting of it means."""
         self._scaling.configure(config)
+        startup.configure(self.storage, config)
         self._refusals.configure(config)
         self._holdings.configure(config.limits)
         limited = any(charges.in_flight(tier) is not None for tier in config.tiers.values())
-        if not self._concurrency.configure(config.limits.lease_ttl, limited, self.storage):
+        configured = self._concurrency.configure(config.limits.lease_ttl, limited, self.storage)
+        leases = self._concurrency.store
+        if self.metrics is not None and hasattr(leases, "overflowed_shared"):  # past max_keys
+            self.metrics.watch_overflow(leases, names.STORE_LEASES)
+        if not configured:
             self._record.say_once(
                 "leases_in_memory",
                 f"quotaql: the {type(self.storage).__name__} storage has no lease storage of its"

@@ -300,7 +300,7 @@ class Work:
     """One operation's worker time: what was measured (ns), and the phases open now
     (:mod:`quotaql.gate.worktime` measures it)."""
 
-    __slots__ = ("charged", "ns", "phase", "running")
+    __slots__ = ("__weakref__", "charged", "ns", "phase", "running")
 
     def __init__(self) -> None:
         self.ns = 0.0

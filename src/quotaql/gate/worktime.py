@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql._flow import Acquire, Charge
@@ -85,11 +86,12 @@ LEDGER_SIZE: Final = 100_000
 
 
 class _Thread(threading.local):
-    """A thread's shared phases: how many operations are in execution on it, and the CPU
-    time each was entitled to since the thread started (``share``, ns), as of ``last``."""
+    """A thread's shared phases: the operations in execution on it (held weakly: one its
+    adapter never settled nor finished leaves when it is collected, not never), and the
+    CPU time each was entitled to since the thread started (``share``, ns), as of ``last``."""
 
     def __init__(self) -> None:
-        self.active = 0
+        self.running: weakref.WeakSet[Work] = weakref.WeakSet()
         self.share = 0.0
         self.last = CLOCK()
 
@@ -99,8 +101,9 @@ _threads = _Thread()
 
 def _advance(state: _Thread, now: int) -> None:
     """Give the thread's CPU time since ``state.last`` to the operations in execution."""
-    if state.active > 0:
-        state.share += (now - state.last) / state.active
+    active = len(state.running)
+    if active > 0:
+        state.share += (now - state.last) / active
     state.last = now
 
 
@@ -134,7 +137,7 @@ def run(work: Work) -> None:
         return
     state = _threads
     _advance(state, CLOCK())
-    state.active += 1
+    state.running.add(work)
     work.running = (state, threading.get_ident(), state.share)
 
 
@@ -149,7 +152,7 @@ def ran(work: Work) -> None:
     if thread == threading.get_ident():
         _advance(state, CLOCK())
         work.ns += state.share - began
-    state.active = max(0, state.active - 1)
+    state.running.discard(work)
 
 
 class Ledger:
