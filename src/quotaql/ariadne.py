@@ -42,7 +42,7 @@ from quotaql.asgi import (
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
 from quotaql.cost_analysis.analyzer import select_operation
 from quotaql.errors import CostAnalysisError
-from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
+from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope, worktime
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
@@ -328,10 +328,13 @@ class CostLimiter(Adapter):
         op = scope.op if scope is not None else None
         if op is not None and op.refused:
             raise op.errors[0]
+        if op is not None:  # parsing to validation (Ariadne's): measured up to admission
+            worktime.start(op.work)
         try:
             document = gate.parse_document(data["query"])
         except GraphQLError as error:
             if op is not None:
+                worktime.stop(op.work)
                 gate.fail(op, [error])
             raise
         refusal = gate.screen(op, document)
@@ -502,6 +505,8 @@ class _SyncAdmission(_Admission):
         self, context: Any, operation_name: str | None, variables: Any, document: DocumentNode
     ) -> Any:
         scope = self._scope()
+        if scope.op is not None:  # parsed and validated: its worker time measured
+            worktime.stop(scope.op.work)
         op = self.limiter.gate.admit(
             self.target.schema, document, variables, operation_name,
             context=context, request=scope.request, op=scope.op,  # what the handler began
@@ -517,6 +522,8 @@ class _AsyncAdmission(_Admission):
         self, context: Any, operation_name: str | None, variables: Any, document: DocumentNode
     ) -> Any:
         scope = self._scope()
+        if scope.op is not None:  # parsed and validated: its worker time measured
+            worktime.stop(scope.op.work)
         op = await self.limiter.gate.admit_async(
             self.target.schema, document, variables, operation_name,
             context=context, request=scope.request, op=scope.op,  # what the handler began

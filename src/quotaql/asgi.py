@@ -531,7 +531,8 @@ class _Flushes(Protocol):
 
 class Lifespan:
     """``Lifespan(app, *limiters)``: ``app`` (which handles no lifespan events) with quotaql
-    flushed at shutdown.
+    started (each gate's storage checked: a Redis that may evict its keys fails the
+    startup) and flushed at shutdown.
 
     Example::
 
@@ -564,11 +565,21 @@ class Lifespan:
 async def serve_lifespan(
     receive: Receive, send: Send, gates: Sequence[_Flushes], timeout: float = 5.0
 ) -> None:
-    """Answer one ASGI lifespan scope: started at once; at shutdown, each gate flushed
-    (a flush that fails is reported as the shutdown's failure, after the others ran)."""
+    """Answer one ASGI lifespan scope: at startup, each gate's ``astart`` (its storage's
+    Redis checked: an evicting one fails the startup, and the server does not start); at
+    shutdown, each gate flushed (a flush that fails is reported as the shutdown's failure,
+    after the others ran)."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            try:
+                for gate in gates:  # each gate's storage checked before the first request
+                    start = getattr(gate, "astart", None)
+                    if start is not None:
+                        await start()
+            except Exception as error:  # the server is told, and does not start
+                await send({"type": "lifespan.startup.failed", "message": str(error)})
+                return
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             failed: list[str] = []

@@ -8,6 +8,7 @@ from typing import Any
 __all__ = [
     "ConfigError",
     "CostAnalysisError",
+    "EvictionRefused",
     "FragmentCycle",
     "InvalidArgument",
     "InvalidQuery",
@@ -89,6 +90,13 @@ class StorageTimeout(StorageError):
 class StorageNotReached(StorageError):
     """The call was not sent to the storage (a full queue, a closed storage): unlike other
     storage errors, it is known to have changed nothing."""
+
+
+class EvictionRefused(StorageNotReached):
+    """The storage refuses its Redis: a ``maxmemory-policy`` that evicts keys (an evicted
+    budget is a full one again), which ``[redis] allow_eviction`` does not allow. Raised at
+    start-up, and instead of every call (none is sent) until the policy changes: the
+    limiter's fail mode answers."""
 
 
 class CostAnalysisError(QuotaqlError, code="COST_ANALYSIS_FAILED"):

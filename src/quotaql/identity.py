@@ -233,6 +233,9 @@ _LIMITED: Any = object()
 # How long a key the resolver accepted is remembered as one (its lookups, once its cache
 # entry expired, do not wait for its address's budget): a day, or until it is refused.
 _VOUCHED_TTL: Final = 86_400.0
+# The fewest addresses whose lookup budgets are kept, whatever key_cache_size says: with a
+# table of a few, two addresses taking turns would each find a fresh burst every time.
+_MIN_BUDGETS: Final = 1_024
 
 #: What became of a key that needed the ``key_resolver`` (``quotaql_key_lookups_total``):
 #: looked up and known, unknown, failed (the hook raised), or not looked up (``limited``:
@@ -290,7 +293,7 @@ class _LookupBudget:
     """
 
     def __init__(self, size: int, clock: Callable[[], float]) -> None:
-        self.size = max(1, size)
+        self.size = size
         self.clock = clock
         self._lock = threading.Lock()
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # tokens, at
@@ -374,7 +377,7 @@ class Identity:
         # budget, so that a flood of invented keys from a shared address (a NAT) never
         # keeps a known tenant's key from being revalidated.
         self._vouched = _KeyCache(key_cache_size, _VOUCHED_TTL, clock)
-        self._budget = _LookupBudget(key_cache_size, clock)
+        self._budget = _LookupBudget(max(key_cache_size, _MIN_BUDGETS), clock)
         self._counts_lock = threading.Lock()
         self.lookups: dict[LookupOutcome, int] = dict.fromkeys(LOOKUP_OUTCOMES, 0)
 

@@ -314,7 +314,7 @@ def test_unknown_table_without_a_close_match_lists_known_tables(write):
     assert (error.key, error.line) == ("storage", 3)
     assert error.reason == (
         "unknown table; expected one of: 'cost', 'limits', 'tiers', 'tenants', 'global',"
-        " 'alerts', 'identity', 'adaptive'"
+        " 'alerts', 'identity', 'adaptive', 'redis'"
     )
 
 

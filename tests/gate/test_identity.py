@@ -237,11 +237,17 @@ def test_a_key_not_looked_up_counts_as_its_address_whatever_unknown_keys_says(
 
 
 def test_the_lookup_budgets_are_bounded() -> None:
-    identity = Identity(key_resolver=CountingResolver(), key_cache_size=100)
+    identity = Identity(key_resolver=CountingResolver(), key_cache_size=2_000)
     config = IdentityConfig(resolver_burst=1)
-    for i in range(1000):
+    for i in range(3_000):
         identity.subject(scope(f"10.0.{i // 250}.{i % 250}", x_api_key=f"k{i}"), None, config, {})
-    assert len(identity._budget._buckets) == 100
+    assert len(identity._budget._buckets) == 2_000
+    # Never a table of a few, even without a cache: addresses taking turns stay limited.
+    uncached = Identity(key_resolver=(resolver := CountingResolver()), key_cache_size=0)
+    for i in range(100):
+        for peer in ("198.51.100.1", "198.51.100.2"):
+            uncached.subject(scope(peer, x_api_key=f"{peer}-{i}"), None, config, {})
+    assert len(resolver.calls) == 2
 
 
 def test_a_failing_hook_is_logged_and_counts_as_no_answer(caplog: pytest.LogCaptureFixture) -> None:

@@ -98,6 +98,41 @@ def test_allowed_blocked_and_rejected_operations_are_counted(
     assert sample(registry, names.TENANT_REQUESTS_TOTAL, tenant="other", decision="rejected") == 1
 
 
+def test_rejections_are_counted_by_their_code(write_config: Callable[..., Path]) -> None:
+    schema, registry = build(write_config)
+
+    def rejections(code: str) -> float:
+        return sample(registry, names.REJECTIONS_TOTAL, code=code)
+
+    # Every code is exported from the start (at 0), so that increase() sees the first one.
+    assert [rejections(code) for code in names.REJECTION_CODES] == [0.0] * 16
+    too_many = "query Q($v: Int) { products(first: $v) { name } }"
+    for _ in range(2):
+        schema.execute_sync(too_many, variable_values={"v": list(range(5_000))},
+                            context_value=context("x"))  # fmt: skip
+    schema.execute_sync("query Q($n: Int!) { products(first: $n) { name } }",
+                        context_value=context("x"))  # fmt: skip
+    schema.execute_sync("{ products(first: 1) { nope } }", context_value=context("x"))
+    schema.execute_sync(too_many, variable_values={"v": 1}, context_value=context("x"))
+    assert rejections(names.TOO_MANY_VARIABLE_VALUES) == 2
+    assert rejections("BAD_USER_INPUT") == 1
+    assert rejections(names.GRAPHQL_VALIDATION_FAILED) == 1
+    assert requests(registry, names.REJECTED) == 3
+    assert requests(registry, names.REJECTED, "unknown") == 1  # the document never validated
+    assert requests(registry, names.ALLOWED) == 1
+    # Each paid the minimum charge (1); the allowed one its price (2, refunded to 2).
+    assert sample(registry, names.COST_TOTAL, tier="free", outcome="charged") == 4 + 2
+
+
+def test_a_rejection_of_an_unknown_code_counts_as_other() -> None:
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    metrics.rejection("SOMETHING_A_CLIENT_MADE_UP")
+    metrics.rejection(None)
+    assert sample(registry, names.REJECTIONS_TOTAL, code=names.OTHER_CODE) == 1
+    assert sample(registry, names.REJECTIONS_TOTAL, code=names.GRAPHQL_VALIDATION_FAILED) == 1
+
+
 def test_build_info_is_one(write_config: Callable[..., Path]) -> None:
     _, registry = build(write_config)
     (metric,) = [m for m in registry.collect() if m.name == names.BUILD_INFO]

@@ -54,6 +54,7 @@ METRICS = {
     names.BUILD_INFO,
     names.IDENTITY_TOTAL,
     names.KEY_LOOKUPS_TOTAL,
+    names.OVERFLOW_TOTAL,
     names.SUBSCRIPTION_EVENTS_TOTAL,
     names.SUBSCRIPTIONS_OPEN,
     names.LIST_RETURNED_ITEMS,
@@ -68,12 +69,16 @@ METRICS = {
     names.LEASES_TOTAL,
     names.REFUNDS_TOTAL,
     names.REFUND_QUEUE,
+    names.REDIS_EVICTION,
     names.PIPELINE_COMMANDS_TOTAL,
     names.PIPELINE_BATCHES_TOTAL,
     names.DELAY_SECONDS,
     names.DELAYED_WAITING,
     names.DELAY_REFUSED_TOTAL,
     names.DELAY_CANCELLED_TOTAL,
+    names.REJECTIONS_TOTAL,
+    names.PRESSURE_IGNORED_TOTAL,
+    names.ADAPTIVE_CULPRITS,
 }
 
 OVERVIEW_ROWS = [
@@ -88,6 +93,8 @@ OVERVIEW_ROWS = [
             "Adaptive multiplier by tier",
             "Adaptive limits",
             "Adaptive transitions in range",
+            "Pressure left out for everyone",
+            "Subjects paying their own multiplier",
         ],
     ),
     (
@@ -108,6 +115,7 @@ OVERVIEW_ROWS = [
             "Overage charged per second",
         ],
     ),
+    ("Rejections", ["Rejections per second by code", "Rejections in range by code"]),
     (
         "Tuning",
         [
@@ -148,6 +156,9 @@ OVERVIEW_ROWS = [
             "Deferred refunds per second",
             "Refund queue",
             "Redis pipeline: commands per write",
+            "Memory storage overflow per second",
+            "Redis eviction check by verdict",
+            "Redis eviction policies",
         ],
     ),
     ("Tenants", ["Top blocked tenants", "Top tenants by requests", "Top cost by tier"]),
@@ -411,7 +422,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 49), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 56), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -749,6 +760,31 @@ def test_backend_refund_and_pipeline_panels(dashboards: dict[str, dict[str, Any]
         o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in overrides
     }
     assert (colours[names.REFUND_LOST_OUTCOME], colours[names.REFUND_UNKNOWN]) == ("red", "orange")
+    # Past max_keys: decisions on a network's overflow state or on a quota's last resort.
+    assert exprs("Memory storage overflow per second") == [
+        f'sum by (store, scope) (rate({names.OVERFLOW_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    ]
+    overflow = _fixed_colours(_panel(overview, "Memory storage overflow per second"))
+    assert overflow == {"states quota": "red", "leases quota": "red"}
+
+
+def test_rejection_panels_count_by_code(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+    (by_code,) = _panel(overview, "Rejections per second by code")["targets"]
+    assert by_code["expr"] == (
+        f'sum by (code) (rate({names.REJECTIONS_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    )
+    (in_range,) = _panel(overview, "Rejections in range by code")["targets"]
+    assert in_range["expr"] == (
+        f'topk(10, sum by (code) (increase({names.REJECTIONS_TOTAL}{{job=~"$job"}}[$__range])) > 0)'
+    )
+    overrides = _panel(overview, "Rejections per second by code")["fieldConfig"]["overrides"]
+    colours = {
+        o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in overrides
+    }
+    assert colours[names.TOO_MANY_VARIABLE_VALUES] == "orange"
+    titles = [title for title, _ in _rows(overview)]
+    assert titles.index("Rejections") == titles.index("Cost") + 1
 
 
 def test_tenant_refusals_count_every_refusing_decision(

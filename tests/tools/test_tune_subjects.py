@@ -351,7 +351,7 @@ def test_a_flood_of_subjects_keeps_a_bounded_uniform_sample() -> None:
     assert sample("+Inf") == names.LIST_SUBJECTS_KEPT
     empty = sample("0.0")
     assert empty is not None
-    # Half of a uniform sample of 1,024 (binomial: sd 16): far from all, far from none.
+    # Half of a uniform sample of 256 (binomial: sd 8): far from all, far from none.
     assert 0.4 * names.LIST_SUBJECTS_KEPT < empty < 0.6 * names.LIST_SUBJECTS_KEPT
 
 
@@ -371,3 +371,34 @@ def test_a_subject_counts_once_a_period_by_its_longest_list() -> None:
     metrics.list_sizes([("Customer.orders", 50, 2, False)], "key:a")  # a new period
     metrics.flush(final=True)
     assert registry.get_sample_value(count, labels) == 3
+
+
+def test_a_size_goes_down_no_lower_than_most_subjects_longest_lists(tmp_path: Path) -> None:
+    """Three clients send a thousand empty lists each; thirty others lists of 1 to 5. By the
+    lists p99 is 0; by the subjects it is 5: lowered to 5 (all the way with
+    --allow-decrease), and the evidence says why not to 0."""
+
+    def traffic(metrics: PrometheusMetrics) -> None:
+        for i in range(3):
+            for _ in range(20):
+                metrics.list_sizes([("Customer.orders", 50, 0, False)] * 50, f"key:bulk-{i}")
+        for i in range(30):
+            metrics.list_sizes([("Customer.orders", 50, 1 + i % 5, False)], f"key:t{i}")
+
+    result = invoke(
+        "--config",
+        str(orders_config(tmp_path)),
+        "--metrics",
+        str(dump_of(traffic, tmp_path)),
+        "--allow-decrease",
+    )
+
+    report = report_lines(result.stdout)
+    assert "Customer.orders: assumed_size 50 -> 5 (its lists were much shorter than assumed)" in (
+        report
+    )
+    assert (
+        "  lowered no further than p99 of the subjects' longest lists, 5 (33 subject-minutes;"
+        " the lists alone say 0)"
+    ) in report
+    assert '+"Customer.orders" = { assumed_size = 5 }' in result.stdout

@@ -54,6 +54,7 @@ ADAPTIVE_NUMBERS: Final = (
     "error_saturate",
     "window",
     "max_tenant_share",
+    "min_cost_share",
     "engage_at",
     "release_at",
     "engage_for",
@@ -235,6 +236,7 @@ _ADAPTIVE_CHECKS: Final[Mapping[str, Check[object]]] = {
     "tiers": _tier_names,
     **{name: _ranged(name) for name in ADAPTIVE_NUMBERS},
     "min_samples": _size_in(1),
+    "min_subjects": _size_in(1),
     "global": checks.boolean,
 }
 ADAPTIVE_KEYS: Final = tuple(_ADAPTIVE_CHECKS)

@@ -33,6 +33,7 @@ __all__ = [
     "CostHeader",
     "Operation",
     "Outcome",
+    "Work",
     "concurrency_wait",
     "current_operation",
     "enter",
@@ -96,6 +97,9 @@ class Operation:
             while it holds one of the process's ``max_delayed`` places, else why it may
             not (``names.DELAY_PROCESS_FULL``, ``names.DELAY_SYNC``); None for a tier
             that refuses, and for an operation that never waits (a subscription).
+        time: the time quota its worker time is charged to (None: none, or mode ``off``).
+        work: its worker time (:class:`~quotaql.gate.worktime.Work`): what was measured,
+            and the phases open now.
     """
 
     __slots__ = (
@@ -133,9 +137,11 @@ class Operation:
         "status",
         "subject",
         "tier",
+        "time",
         "variables",
         "violation",
         "waits",
+        "work",
     )
 
     def __init__(
@@ -176,6 +182,8 @@ class Operation:
         self.started: float | None = None
         self.lease: Lease | None = None
         self.waits: bool | str | None = None
+        self.time: Quota | None = None
+        self.work = Work()
         self.outcome = Outcome.VALIDATED if header == "validate" else Outcome.ALLOWED
 
     def decided(self, decision: Decision) -> None:
@@ -286,6 +294,26 @@ class Operation:
         if not decision.allowed and self.error is None:
             return {}  # a shadow refusal: no refusal headers
         return rate_limit_headers(decision, self.quotas)
+
+
+class Work:
+    """One operation's worker time: what was measured (ns), and the phases open now
+    (:mod:`quotaql.gate.worktime` measures it)."""
+
+    __slots__ = ("charged", "ns", "phase", "running")
+
+    def __init__(self) -> None:
+        self.ns = 0.0
+        self.phase: tuple[int, int] | None = None  # an exclusive phase: (thread, start)
+        # Execution (a shared phase): its thread's state (``quotaql.gate.worktime``), the
+        # thread, and the thread's share of time at the start.
+        self.running: tuple[Any, int, float] | None = None
+        self.charged = False
+
+    @property
+    def ms(self) -> float:
+        """What was measured, in milliseconds."""
+        return self.ns / 1e6
 
 
 _current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(

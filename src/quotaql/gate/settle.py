@@ -7,6 +7,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from quotaql._flow import Charge, Refund
+from quotaql.gate import worktime
 from quotaql.instrumentation import names
 
 if TYPE_CHECKING:
@@ -102,31 +103,33 @@ def settling(
     errors: Sequence[GraphQLError] | None,
     limits: LimitsConfig,
     tuning_sample: float,
+    ledger: worktime.Ledger,
 ) -> Generator[Any, Any, None]:
     """The flow that settles ``op`` once it ran: its actual cost measured, then what it
     did not use given back (a :class:`~quotaql._flow.Refund`, deferred on Redis) or what
     it ran above its debit charged (a :class:`~quotaql._flow.Charge`, at once), to the
-    same quotas, in one storage call; ``op.decision`` then says what is left."""
+    same quotas, in one storage call, with the worker time it took (its time quota, in
+    the same call); ``op.decision`` then says what is left."""
     amount, amounts = refund_amounts(op, data, errors, limits, tuning_sample)
     key = op.subject.key
+    op.refunded = amount
     if amount > 0:
         yield Refund(key, amount, op.quotas, amounts, op.decision)
-        op.refunded = amount
         if op.span is not None:
             op.span.add_event(names.EVENT_REFUND, {"quotaql.refund": amount})
         if op.decision is not None:
             op.decision = refunded(op.decision, amount, amounts)
-        return
-    op.refunded = 0.0
     over, overs = overage_amounts(op, limits)
-    if over > 0:
-        yield Charge(key, over, op.quotas, overs, op.decision)
-        op.overage = over
-        if op.span is not None:
-            op.span.add_event(names.EVENT_OVERAGE, {names.ATTR_COST_OVERAGE: over})
-        if op.decision is not None:
-            op.decision = refunded(op.decision, -over, None if overs is None else
-                                   tuple(-each for each in overs))  # fmt: skip
+    overage = Charge(key, over, op.quotas, overs, op.decision) if over > 0 else None
+    yield from worktime.charge(op, ledger, overage)
+    if overage is None:
+        return
+    op.overage = over
+    if op.span is not None:
+        op.span.add_event(names.EVENT_OVERAGE, {names.ATTR_COST_OVERAGE: over})
+    if op.decision is not None:
+        op.decision = refunded(op.decision, -over, None if overs is None else
+                               tuple(-each for each in overs))  # fmt: skip
 
 
 def refunded(decision: Decision, amount: float, amounts: Sequence[float] | None) -> Decision:

@@ -20,9 +20,7 @@ refund queue) sum the live workers' (``"livesum"``).
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import heapq
+import itertools
 import math
 import os
 import threading
@@ -33,7 +31,8 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import names
-from quotaql.instrumentation.subjects import subject_class, subject_hash
+from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
+from quotaql.instrumentation.tenants import TenantLabels
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -73,57 +72,6 @@ def _quotaql_version() -> str:
         return "unknown"
 
 
-class TenantLabels:
-    """Which tenants get their own label value: an allowlist, then a bounded top-N.
-
-    The top-N is counted with the Space-Saving algorithm over ``8 × top_n`` counters (a
-    bounded memory however many tenants there are); a tenant enters the labelled set once
-    it ranks in the top ``top_n`` while the set has room, and keeps its label afterwards, so
-    at most ``len(allowlist) + top_n + 1`` values ever exist. Allowlisted tenants appear as
-    they are; top-N tenants as ``h:<12 hex digits of SHA-256>`` (a tenant is often an API
-    key, which must not end up in a metrics database).
-    """
-
-    def __init__(self, allowlist: Iterable[str] = (), top_n: int = 0) -> None:
-        if top_n < 0:
-            raise ValueError(f"top_n must be >= 0, got {top_n}")
-        self.allowlist = frozenset(allowlist)
-        self.top_n = top_n
-        self._labelled: dict[str, str] = {}
-        self._counts: dict[str, int] = {}
-        self._capacity = 8 * top_n
-        self._lock = threading.Lock()
-
-    def label(self, tenant: str) -> str:
-        """The label value for ``tenant``."""
-        if tenant in self.allowlist:
-            return tenant
-        known = self._labelled.get(tenant)
-        if known is not None:
-            return known
-        if len(self._labelled) >= self.top_n:  # no room left (or no top-N): no counting
-            return names.OTHER_TENANT
-        with self._lock:
-            return self._count(tenant)
-
-    def _count(self, tenant: str) -> str:
-        counts = self._counts
-        if tenant in counts:
-            counts[tenant] += 1
-        elif len(counts) < self._capacity:
-            counts[tenant] = 1
-        else:  # Space-Saving: the new tenant takes over the smallest counter
-            smallest = min(counts, key=counts.__getitem__)
-            counts[tenant] = counts.pop(smallest) + 1
-        if len(self._labelled) < self.top_n and tenant in heapq.nlargest(
-            self.top_n, counts, key=counts.__getitem__
-        ):
-            digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()
-            self._labelled[tenant] = f"h:{digest[:12]}"
-            return self._labelled[tenant]
-        return names.OTHER_TENANT
-
-
 class PrometheusMetrics:
     """The metrics of DESIGN.md §5 on ``registry`` (prometheus-client's global one by default).
 
@@ -154,18 +102,25 @@ class PrometheusMetrics:
     depth: Histogram
     cost_points: Counter
     overage_total: Counter
+    time_seconds: Counter
+    operation_time: Histogram
+    quota_refusals: Counter
     check_duration: Histogram
     backend_errors: Counter
     circuit_open: Gauge
     tenant_requests: Counter
     identity: Counter
+    overflow: Counter
     key_lookups: Counter
+    rejections: Counter
     subscription_events: Counter
     subscriptions_open: Gauge
     pressure: Gauge
     adaptive_multiplier: Gauge
     adaptive_engaged: Gauge
     adaptive_transitions_total: Counter
+    pressure_ignored_total: Counter
+    adaptive_culprits: Gauge
     in_flight_gauge: Gauge
     delay_seconds: Histogram
     delayed_waiting: Gauge
@@ -176,6 +131,7 @@ class PrometheusMetrics:
     refund_queue: Gauge
     pipeline_commands: Counter
     pipeline_batches: Counter
+    redis_eviction: Gauge
     build_info: Gauge
     estimate_ratio: Histogram
     list_returned: Histogram
@@ -211,6 +167,10 @@ class PrometheusMetrics:
             self._child(self.refunds_total, outcome)
         for outcome in names.KEY_LOOKUP_OUTCOMES:
             self._child(self.key_lookups, outcome)
+        for store_scope in itertools.product(names.OVERFLOW_STORES, names.OVERFLOW_SCOPES):
+            self._child(self.overflow, *store_scope)
+        for code in names.REJECTION_CODES:
+            self._child(self.rejections, code)
         self._backend_lock = threading.Lock()
         self._refund_queues: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
             weakref.WeakKeyDictionary()
@@ -220,10 +180,16 @@ class PrometheusMetrics:
             weakref.WeakKeyDictionary()
         )
         self._keepers: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+        self._overflows: weakref.WeakKeyDictionary[Any, tuple[str, int, int]] = (
+            weakref.WeakKeyDictionary()  # memory storage -> (store, network, quota) counted
+        )
         # identity -> its lookups by outcome when last read
         self._identities: weakref.WeakKeyDictionary[Any, dict[str, int]] = (
             weakref.WeakKeyDictionary()
         )
+        # Redis storages whose eviction check is exported, and the verdicts set to 1 so far.
+        self._evictions: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._eviction_labels: set[tuple[str, str]] = set()
         self._sync_at = 0.0
         self._multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self._pressure_sources: set[str] = set()
@@ -356,11 +322,34 @@ class PrometheusMetrics:
         with self._backend_lock:
             self._keepers.setdefault(keeper, (0, 0))
 
+    def watch_overflow(self, storage: Any, store: str) -> None:
+        """Count a memory storage's decisions on overflow states (``store``: states, leases)."""
+        with self._backend_lock:
+            self._overflows.setdefault(storage, (store, 0, 0))
+
     def watch_lookups(self, identity: Any) -> None:
-        """Count what the ``key_resolver`` of an :class:`~quotaql.identity.Identity` was
-        asked, and the keys it was not (``quotaql_key_lookups_total``)."""
+        """Count the ``key_resolver`` lookups of an :class:`~quotaql.identity.Identity`."""
         with self._backend_lock:
             self._identities.setdefault(identity, {})
+
+    def watch_eviction(self, storage: Any) -> None:
+        """Export what a Redis storage's eviction check found (``quotaql_redis_eviction``,
+        read at each scrape: storage/eviction.py)."""
+        with self._backend_lock:
+            self._evictions.add(storage)
+
+    def _sync_eviction(self) -> None:
+        """1 for each watched storage's verdict, 0 for a verdict no longer found."""
+        found: set[tuple[str, str]] = set()
+        for storage in list(self._evictions):
+            check = storage.eviction.check
+            if check is not None:
+                found.add((check.policy, check.verdict))
+        for labels in self._eviction_labels - found:
+            self._child(self.redis_eviction, *labels).set(0)
+        for labels in found:
+            self._child(self.redis_eviction, *labels).set(1)
+        self._eviction_labels |= found
 
     def sync(self) -> None:
         """Add what the watched refund queues, pipelines and keepers counted since the last
@@ -391,11 +380,19 @@ class PrometheusMetrics:
                 self._add(self.leases_total, names.LEASE_RENEWED, now_renewed - renewed)
                 self._add(self.leases_total, names.LEASE_RENEW_FAILED, now_failed - failed)
                 self._keepers[keeper] = (now_renewed, now_failed)
+            for storage, (store, *seen) in list(self._overflows.items()):  # network, quota
+                shared = storage.overflowed_shared
+                counts = list(map(max, (storage.overflowed - shared, shared), seen))
+                for scope, count, before in zip(names.OVERFLOW_SCOPES, counts, seen, strict=True):
+                    if count > before:
+                        self._child(self.overflow, store, scope).inc(count - before)
+                self._overflows[storage] = (store, *counts)
             for identity, seen in list(self._identities.items()):
                 lookups = dict(identity.lookups)
                 for outcome, count in lookups.items():
                     self._add(self.key_lookups, outcome, count - seen.get(outcome, 0))
                 self._identities[identity] = lookups
+            self._sync_eviction()
 
     def _add(self, counter: Counter, label: str, count: int) -> None:
         """Add what a watched object counted since it was last read, if anything."""
@@ -454,6 +451,24 @@ class PrometheusMetrics:
         if overage:
             self._child(self.overage_total, tier).inc(overage)
 
+    def worked(self, operation_type: str, tier: str, seconds: float) -> None:
+        """Count the worker time one operation took (charged to its subject's time quota)."""
+        self._child(self.time_seconds, tier).inc(seconds)
+        self._child(self.operation_time, operation_type, tier).observe(seconds)
+
+    def refused_by(self, tier: str, quota: str) -> None:
+        """Count an operation refused by the budget, by the quota that refused it."""
+        self._child(self.quota_refusals, tier, quota).inc()
+
+    def rejection(self, code: str | None) -> None:
+        """Count one rejected operation under its error's ``code`` (None: graphql-core's
+        validation, whose errors carry none; a code of no quotaql refusal: ``other``)."""
+        if code is None:
+            code = names.GRAPHQL_VALIDATION_FAILED
+        elif code not in names.REJECTION_CODES:
+            code = names.OTHER_CODE
+        self._child(self.rejections, code).inc()
+
     def event(self, decision: str, tier: str, charged: float) -> None:
         """Count one subscription event after the first, and the points it was charged."""
         self._child(self.subscription_events, decision, tier).inc()
@@ -467,11 +482,16 @@ class PrometheusMetrics:
     # -- adaptive limits (once a second) ---------------------------------------------------
 
     def adaptive(
-        self, pressures: Mapping[str, float], multipliers: Mapping[str, float], *, engaged: bool
+        self,
+        pressures: Mapping[str, float],
+        multipliers: Mapping[str, float],
+        *,
+        engaged: bool,
+        culprits: int = 0,
     ) -> None:
-        """Set the pressure of each source, the multiplier of each tier and the engaged
-        state. A source or a tier no longer given (a reload dropped it) goes back to 0 and
-        1: no stale value stays behind."""
+        """Set the pressure of each source, the multiplier of each tier, the engaged state
+        and how many subjects pay their own multiplier. A source or a tier no longer given
+        (a reload dropped it) goes back to 0 and 1: no stale value stays behind."""
         for source in self._pressure_sources - set(pressures):
             self._child(self.pressure, source).set(0.0)
         for tier in self._adaptive_tiers - set(multipliers):
@@ -483,15 +503,25 @@ class PrometheusMetrics:
         for tier, value in multipliers.items():
             self._child(self.adaptive_multiplier, tier).set(value)
         self.adaptive_engaged.set(1 if engaged else 0)
+        self.adaptive_culprits.set(culprits)
+
+    def pressure_ignored(self, source: str, reason: str) -> None:
+        """Count one update at which ``source``'s pressure did not count for everyone
+        (``reason`` is one of ``names.PRESSURE_IGNORED_REASONS``)."""
+        self._child(self.pressure_ignored_total, source, reason).inc()
 
     def adaptive_transition(self, to: str) -> None:
         """Count one transition (``to`` is one of ``names.TRANSITIONS``)."""
         self._child(self.adaptive_transitions_total, to).inc()
 
     def adaptive_transitions(self) -> None:
-        """Create both transition series at 0, so that ``increase()`` sees the first one."""
+        """Create both transition series at 0, and those of the measured sources' ignored
+        pressure, so that ``increase()`` sees the first one."""
         for to in names.TRANSITIONS:
             self._child(self.adaptive_transitions_total, to)
+        for source in (names.PRESSURE_LATENCY, names.PRESSURE_ERRORS):
+            for reason in names.PRESSURE_IGNORED_REASONS:
+                self._child(self.pressure_ignored_total, source, reason)
 
     # -- the tuning metrics (quotaql tune) --------------------------------------------------
     # Called for a sampled fraction of the operations. list_sizes() may get dozens of lists
@@ -548,7 +578,7 @@ class PrometheusMetrics:
         longest: dict[_ListSeries, int] = {}
         size_index = _SIZE_INDEX
         top = len(size_index) - 1  # the largest finite edge: above it, the +Inf bucket
-        who = None if subject is None else _class_hash(subject)
+        who = None if subject is None else class_hash(subject)
         now = time.monotonic()
         with self._tuning_lock:
             if self._period_end is not None and now >= self._period_end:
@@ -640,8 +670,14 @@ class PrometheusMetrics:
         self._period_end = None
         waiting = self._waiting
         for series in self._lists.values():
-            if series.subjects.close():
-                waiting[series.subjects.pending] = None
+            pending = series.subject_max
+            for items in series.subjects.close():
+                if pending.values is None:
+                    pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
+                    pending.total += items
+                else:
+                    pending.values.append(items)
+                waiting[pending] = None
 
     def _add_waiting(self) -> None:
         for pending in self._waiting:
@@ -756,73 +792,11 @@ class _Pending:
             self.total = 0.0
 
 
-@functools.lru_cache(maxsize=4096)
-def _class_hash(subject: str) -> int:
-    return subject_hash(subject_class(subject))
-
-
-_NO_HASH: Final = 1 << 64  # above every 64-bit hash
-
-
-class _SubjectMaxima:
-    """One coordinate's subjects of the current period (a bottom-k sample: the
-    ``LIST_SUBJECTS_KEPT`` smallest keyed hashes, a uniform sample of the distinct subjects
-    however many there are) and the longest list of each."""
-
-    __slots__ = ("maxima", "pending", "threshold")
-
-    def __init__(self, pending: _Pending) -> None:
-        self.pending = pending
-        self.maxima: dict[int, int] = {}
-        self.threshold = _NO_HASH
-        """Hashes at or above it are out of the sample (it only goes down in a period)."""
-
-    def add(self, who: int, items: int) -> None:
-        if who >= self.threshold:
-            return
-        maxima = self.maxima
-        known = maxima.get(who)
-        if known is None:
-            maxima[who] = items
-            if len(maxima) >= 2 * names.LIST_SUBJECTS_KEPT:
-                self._keep()
-        elif items > known:
-            maxima[who] = items
-
-    def _keep(self) -> None:
-        """Keep the ``LIST_SUBJECTS_KEPT`` smallest hashes (amortized: once per as many new
-        subjects)."""
-        kept = sorted(self.maxima)[: names.LIST_SUBJECTS_KEPT + 1]
-        if len(kept) > names.LIST_SUBJECTS_KEPT:
-            self.threshold = kept.pop()
-        self.maxima = {who: self.maxima[who] for who in kept}
-
-    def close(self) -> bool:
-        """Tally each kept subject's longest list once, and start a new period; whether
-        anything was tallied."""
-        maxima = self.maxima
-        if not maxima:
-            return False
-        if len(maxima) > names.LIST_SUBJECTS_KEPT:
-            self._keep()
-            maxima = self.maxima
-        pending = self.pending
-        for items in maxima.values():
-            if pending.values is None:
-                pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
-                pending.total += items
-            else:
-                pending.values.append(items)
-        self.maxima = {}
-        self.threshold = _NO_HASH
-        return True
-
-
 class _ListSeries:
     """One coordinate's unsliced-list series, their children resolved once."""
 
     __slots__ = ("assumed", "assumed_gauge", "max_gauge", "max_returned", "operation_max",
-                 "returned", "subjects")  # fmt: skip
+                 "returned", "subject_max", "subjects")  # fmt: skip
 
     def __init__(self, metrics: PrometheusMetrics, coordinate: str) -> None:
         bulk = metrics._bulk
@@ -832,9 +806,8 @@ class _ListSeries:
         )
         self.assumed_gauge: Any = metrics.list_assumed.labels(coordinate)
         self.max_gauge: Any = metrics.list_max_returned.labels(coordinate)
-        self.subjects = _SubjectMaxima(
-            _Pending(metrics.list_subject_max.labels(coordinate), _SIZE_BOUNDS, bulk)
-        )
+        self.subjects = SubjectMaxima(names.LIST_SUBJECTS_KEPT)
+        self.subject_max = _Pending(metrics.list_subject_max.labels(coordinate), _SIZE_BOUNDS, bulk)
         self.assumed = -1.0  # no value yet: the first observation sets the gauge
         self.max_returned = -1
 

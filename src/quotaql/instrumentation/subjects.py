@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import ipaddress
 import os
 from typing import Final
 
-__all__ = ["IPV4_CLASS_PREFIX", "IPV6_CLASS_PREFIX", "subject_class", "subject_hash"]
+from quotaql.storage.keys import overflow_network
 
-IPV4_CLASS_PREFIX: Final = 24
-"""IPv4 subjects are counted by this network (``ip:203.0.113.9`` is ``ip:203.0.113.0/24``)."""
-IPV6_CLASS_PREFIX: Final = 48
-"""IPv6 subjects are counted by this network (``ip:2001:db8:1:2::/64`` is
-``ip:2001:db8:1::/48``)."""
+__all__ = [
+    "SubjectMaxima",
+    "class_hash",
+    "subject_class",
+    "subject_hash",
+]
 
 # A secret of this process: which subjects a bounded sample keeps (the smallest hashes) is
 # then unknown to a client, who cannot invent subjects that push the others out.
@@ -32,8 +32,9 @@ _SECRET: Final = os.urandom(16)
 
 @functools.lru_cache(maxsize=4096)
 def subject_class(key: str) -> str:
-    """The class ``key`` is counted in: an address subject (``ip:...``) by its network
-    (:data:`IPV4_CLASS_PREFIX`, :data:`IPV6_CLASS_PREFIX`), any other subject as itself.
+    """The class ``key`` is counted in: an address subject (``ip:...``) by its network, the
+    one a memory storage's overflow shares (:func:`~quotaql.storage.keys.overflow_network`:
+    IPv4 /24, IPv6 /48), any other subject as itself.
 
     Example:
         >>> subject_class("ip:203.0.113.9"), subject_class("ip:2001:db8:1:2::/64")
@@ -41,16 +42,8 @@ def subject_class(key: str) -> str:
         >>> subject_class("key:acme")
         'key:acme'
     """
-    if not key.startswith("ip:"):
-        return key
-    try:
-        network = ipaddress.ip_network(key[3:], strict=False)
-    except ValueError:  # no address (the identity keeps what it could not parse): as it is
-        return key
-    prefix = IPV4_CLASS_PREFIX if network.version == 4 else IPV6_CLASS_PREFIX
-    if network.prefixlen <= prefix:
-        return f"ip:{network}"
-    return f"ip:{network.supernet(new_prefix=prefix)}"
+    network = overflow_network(key)
+    return key if network is None else f"ip:{network}"
 
 
 def subject_hash(key: str) -> int:
@@ -60,3 +53,56 @@ def subject_hash(key: str) -> int:
         key.encode("utf-8", "surrogatepass"), digest_size=8, key=_SECRET
     ).digest()
     return int.from_bytes(digest, "big")
+
+
+@functools.lru_cache(maxsize=4096)
+def class_hash(subject: str) -> int:
+    """:func:`subject_hash` of the class of ``subject``."""
+    return subject_hash(subject_class(subject))
+
+
+_NO_HASH: Final = 1 << 64  # above every 64-bit hash
+
+
+class SubjectMaxima:
+    """The subjects of one period and the largest number each was seen with, at most
+    ``kept`` of them: a bottom-k sample (the ``kept`` smallest keyed hashes: a uniform
+    sample of the distinct subjects however many there are, and one no client can aim at).
+    At most ``2 * kept`` entries while a period fills."""
+
+    __slots__ = ("kept", "maxima", "threshold")
+
+    def __init__(self, kept: int) -> None:
+        self.kept = kept
+        self.maxima: dict[int, int] = {}
+        self.threshold = _NO_HASH
+        """Hashes at or above it are out of the sample (it only goes down in a period)."""
+
+    def add(self, who: int, value: int) -> None:
+        """``who`` (a :func:`class_hash`) was seen with ``value``."""
+        if who >= self.threshold:
+            return
+        maxima = self.maxima
+        known = maxima.get(who)
+        if known is None:
+            maxima[who] = value
+            if len(maxima) >= 2 * self.kept:
+                self._keep()
+        elif value > known:
+            maxima[who] = value
+
+    def _keep(self) -> None:
+        """Keep the ``kept`` smallest hashes (amortized: once per as many new subjects)."""
+        kept = sorted(self.maxima)[: self.kept + 1]
+        if len(kept) > self.kept:
+            self.threshold = kept.pop()
+        self.maxima = {who: self.maxima[who] for who in kept}
+
+    def close(self) -> list[int]:
+        """Each kept subject's largest value, once; a new period starts."""
+        if len(self.maxima) > self.kept:
+            self._keep()
+        values = list(self.maxima.values())
+        self.maxima = {}
+        self.threshold = _NO_HASH
+        return values

@@ -20,7 +20,7 @@ from strawberry.types.graphql import OperationType
 
 from quotaql import web
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
-from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
+from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope, worktime
 from quotaql.identity import ANONYMOUS
 from quotaql.policy.modes import Mode
 
@@ -157,6 +157,7 @@ class _Extension(SchemaExtension):
             self._unpriced(op, op.errors)
             self._refused(op)
         yield
+        self._validated(op)
         errors = self._invalid(op) if op is not None else None
         if errors and op is not None:
             self._unpriced(op, errors)
@@ -219,14 +220,27 @@ class _Extension(SchemaExtension):
         raise op.errors[0]
 
     def _parse(self) -> GraphQLError | None:
-        """Parse here (once), within the parser limits: the error to charge, if any."""
+        """Parse here (once), within the parser limits: the error to charge, if any. The
+        worker time of parsing, the static pass and validation is measured from here to
+        :meth:`_validated` (a parse error stops it at once)."""
         ctx = self.execution_context
+        op = self._op
+        if op is not None:
+            worktime.start(op.work)
         if ctx.graphql_document is None and ctx.query:
             try:
                 ctx.graphql_document = self._gate.parse_document(ctx.query)
             except GraphQLError as error:
+                if op is not None:
+                    worktime.stop(op.work)
                 return error
         return None
+
+    @staticmethod
+    def _validated(op: Operation | None) -> None:
+        """Validation ended: the worker time measured since :meth:`_parse` is ``op``'s."""
+        if op is not None:
+            worktime.stop(op.work)
 
     def _screen(self, op: Operation) -> GraphQLError | None:
         """The static pass, before Strawberry validates (which it then does not)."""
@@ -432,6 +446,7 @@ class _AsyncExtension(_Extension):
             await self._gate.reject_async(op, op.errors)
             self._refused(op)
         yield
+        self._validated(op)
         errors = self._invalid(op) if op is not None else None
         if errors and op is not None:
             await self._gate.reject_async(op, errors)

@@ -109,6 +109,21 @@ ADAPTIVE: Final = Row("Adaptive", (
          "dashboard's time range, over the selected jobs' instances. Many in a row: the "
          "hysteresis (engage_at / release_at, engage_for / release_for) is too narrow.",
          instant=True, with_names=True),
+    Graph("Pressure left out for everyone", "short", 12,
+          (rates_by(sel(names.PRESSURE_IGNORED_TOTAL, JOB_MATCH), SOURCE, names.LABEL_REASON),),
+          _ADAPTIVE_HELP + "Per second, the updates (one a second per instance) at which a "
+          "measured source's pressure over the whole window reached engage_at and did not "
+          "count for everyone: few_subjects (without its min_subjects - 1 largest "
+          "contributors the window shows none: fewer subjects cause it, such as a few "
+          "addresses sending failing or slow queries), cost_share (the operations that show "
+          "it were charged less than min_cost_share of the window's cost). Those subjects "
+          "pay their own multiplier instead (next panel)."),
+    Graph("Subjects paying their own multiplier", "short", 12,
+          ((f"max({sel(names.ADAPTIVE_CULPRITS, JOB_MATCH)})", "subjects"),),
+          _ADAPTIVE_HELP + "Subjects (an address counted by its /24 or /48 network) debited "
+          "cost / their own multiplier on the instance that has most, because their own "
+          "operations fail or are slow past engage_at while the window's pressure is (at "
+          "most 64 an instance). In shadow mode: would be."),
 ))  # fmt: skip
 
 # -- identity ----------------------------------------------------------------------------------
@@ -196,6 +211,35 @@ COST: Final = Row("Cost", (
           "overage from many subjects means the cost model's list sizes are too low "
           "(the Tuning row, quotaql tune); from one subject, a client that found a field "
           "whose estimate is wrong (runbook: Overage charged)."),
+))  # fmt: skip
+
+# -- rejections: refused before pricing or by the analysis, by code ---------------------------
+
+CODE: Final = names.LABEL_CODE
+_REJECTIONS: Final = sel(names.REJECTIONS_TOTAL, JOB_MATCH)
+#: The codes of the static limits an honest client may outgrow, in colours that stand out.
+_REJECTION_COLOURS: Final = {
+    names.TOO_MANY_VARIABLE_VALUES: "orange",
+    names.OTHER_CODE: "purple",
+}
+
+REJECTIONS: Final = Row("Rejections", (
+    Graph("Rejections per second by code", "reqps", 16,
+          (rates_by(_REJECTIONS, CODE),),
+          "Operations refused before they were priced or by the analysis (the rejected "
+          "decision), by the code of the error they were answered with: a document that does "
+          "not parse (GRAPHQL_PARSE_FAILED) or validate (GRAPHQL_VALIDATION_FAILED), bad "
+          "variables (BAD_USER_INPUT), a static limit of [cost] (QUERY_TOO_LARGE, "
+          "QUERY_TOO_DEEP, QUERY_TOO_COMPLEX, TOO_MANY_ALIASES, TOO_MANY_FIELDS, ..., "
+          "TOO_MANY_VARIABLE_VALUES: more values in the variables than max_variable_values), "
+          "a body BodyLimit refused (INVALID_REQUEST_BODY). Each paid [limits] min_charge. "
+          "The metric has no tier label: all tiers.", colours=_REJECTION_COLOURS),
+    Bars("Rejections in range by code", "short", 8,
+         ((topk(f"{sum_by(increase_over_range(_REJECTIONS), CODE)} > 0"), labels(CODE)),),
+         "Rejections over the dashboard's time range, per code. A limit that refuses "
+         "honest clients (a bulk mutation past max_variable_values) needs raising; one "
+         "that refuses a few addresses at a high rate is doing its job (docs/runbook.md, "
+         "QuotaqlVariableValuesRefused)."),
 ))  # fmt: skip
 
 # -- tuning: how far the estimates are from what came back -------------------------------------
@@ -372,6 +416,24 @@ _REFUND_COLOURS: Final = {
 _COMMANDS: Final = sum_by(rate(sel(names.PIPELINE_COMMANDS_TOTAL, JOB_MATCH)), BACKEND)
 _BATCHES: Final = sum_by(rate(sel(names.PIPELINE_BATCHES_TOTAL, JOB_MATCH)), BACKEND)
 
+# What the Redis storages' eviction check found (docs/operations.md, the eviction policy).
+_VERDICT: Final = names.LABEL_VERDICT
+_POLICY: Final = names.LABEL_POLICY
+_EVICTION: Final = sel(names.REDIS_EVICTION, JOB_MATCH)
+_EVICTION_COLOURS: Final = {
+    names.EVICTION_REFUSED: "red",
+    names.EVICTION_ALLOWED: "orange",
+    names.EVICTION_UNVERIFIED: "yellow",
+    names.EVICTION_SAFE: "green",
+}
+_EVICTION_HELP: Final = (
+    "The Redis storages read maxmemory-policy and maxmemory before their first call: an "
+    "evicted budget is a full one. safe: noeviction (or maxmemory 0); refused: an evicting "
+    "policy, so the storage sends nothing and the fail mode decides "
+    "(QuotaqlRedisEvictionRefused); allowed: an evicting policy that [redis] allow_eviction "
+    "accepts (budgets may be evicted); unverified: CONFIG GET refused, check by hand. "
+)
+
 BACKEND_ROW: Final = Row("Backend", (
     Graph("Backend errors per second", "ops", 16,
           (rates_by(sel(names.BACKEND_ERRORS_TOTAL, JOB_MATCH), BACKEND, names.LABEL_ERROR_TYPE),),
@@ -400,6 +462,26 @@ BACKEND_ROW: Final = Row("Backend", (
           "The async Redis storage pipelines the calls an event loop makes at once: the "
           "mean number of commands each write carried (1: no batching, the load is light; "
           "it grows with the load, not the latency), and the writes per second."),
+    Graph("Memory storage overflow per second", "ops", 24,
+          (rates_by(sel(names.OVERFLOW_TOTAL, JOB_MATCH), names.LABEL_STORE, names.LABEL_SCOPE),),
+          "Decisions (states) and lease takes (leases) of the memory storages (the default "
+          "MemoryStorage, the local fallback during a Redis outage, MemoryLeases) made on an "
+          "overflow state because the table held max_keys states that all still matter: a "
+          "new address shares its network's (scope network: its IPv4 /24 or IPv6 /48), "
+          "any other new subject, and an address once the network states are full, its "
+          "quota's last resort (scope quota, in red: every such new subject shares it). "
+          "Lasting: raise max_keys or move to Redis (QuotaqlMemoryOverflow).",
+          colours={f"states {names.OVERFLOW_QUOTA}": "red",
+                   f"leases {names.OVERFLOW_QUOTA}": "red"}),
+    Graph("Redis eviction check by verdict", "short", 16,
+          ((f"max by ({_VERDICT}) ({_EVICTION})", labels(_VERDICT)),),
+          _EVICTION_HELP + "Processes report 1 for their verdict (a cluster: its worst "
+          "master's).", colours=_EVICTION_COLOURS),
+    Stat("Redis eviction policies", "none", 8,
+         f"max by ({_POLICY}, {_VERDICT}) ({_EVICTION}) > 0",
+         f"{labels(_POLICY)}: {labels(_VERDICT)}",
+         _EVICTION_HELP + "Each maxmemory-policy found now, with its verdict.",
+         instant=True, with_names=True),
 ))  # fmt: skip
 
 # -- top tenants (opt-in per-tenant metric) ----------------------------------------------------
@@ -431,6 +513,7 @@ ROWS: Final = (
     ADAPTIVE,
     IDENTITY,
     COST,
+    REJECTIONS,
     TUNING,
     SUBSCRIPTIONS,
     CONCURRENCY,
@@ -442,13 +525,14 @@ ROWS: Final = (
 
 
 def overview_dashboard() -> dict[str, Any]:
-    """The quotaql overview: decisions, adaptive limits, identity, cost, tuning,
+    """The quotaql overview: decisions, adaptive limits, identity, cost, rejections, tuning,
     subscriptions, concurrency limits, delays, check latency, storage backend and top
     tenants."""
     return assemble(
         OVERVIEW_UID,
         "quotaql / Overview",
-        "Cost-based rate limiting: decisions, adaptive limits, identity, cost, tuning "
+        "Cost-based rate limiting: decisions, adaptive limits, identity, cost, rejections "
+        "(by code), tuning "
         "(estimates against actual list sizes), subscriptions, concurrency limits, delays, "
         "check latency, storage backend (errors, breaker, deferred refunds, pipeline), "
         "tenants.",
