@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse
 from quotaql import web
 from quotaql.asgi import (
     InvalidBody,
+    ScreenedWebSocket,
     ScreensBodies,
     charge_body,
     charge_body_async,
@@ -682,9 +683,14 @@ class CostLimitedHTTPHandler(ScreensBodies, _Limited, GraphQLHTTPHandler):
             return self.limiter._answered(scope, success, result)
 
 
-class _LimitedWebsocket(_Limited):
+class _LimitedWebsocket(ScreensBodies, _Limited):
     """A websocket handler of Ariadne's that keeps the ``connection_init`` payload where
-    the identity finds an API key in it (a browser cannot set headers on a websocket)."""
+    the identity finds an API key in it (a browser cannot set headers on a websocket), and
+    reads each message through the body screen (:class:`quotaql.asgi.ScreenedWebSocket`)."""
+
+    async def handle_websocket(self, websocket: WebSocket) -> None:
+        screened = cast("WebSocket", ScreenedWebSocket(websocket, self))
+        await super().handle_websocket(screened)  # type: ignore[misc]
 
     async def handle_websocket_connection_init_message(
         self, websocket: WebSocket, message: dict[str, Any], *args: Any

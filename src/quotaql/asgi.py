@@ -60,6 +60,7 @@ __all__ = [
     "BodyLimit",
     "InvalidBody",
     "Lifespan",
+    "ScreenedWebSocket",
     "ScreensBodies",
     "charge_body",
     "charge_body_async",
@@ -300,6 +301,38 @@ class ScreensBodies:
             yield
         except RecursionError:
             raise InvalidBody("too_deep", self.max_body_depth) from None
+
+
+class ScreenedWebSocket:
+    """A Starlette ``WebSocket`` whose ``receive_json`` reads each message through the
+    screen of ``screen`` (an object within its bounds): a message refused (nested 50,000
+    deep, not JSON, a binary frame) closes the connection 4400 with its reason and ends
+    the handler's loop (``WebSocketDisconnect``), where ``json.loads`` raised in it (a
+    ``RecursionError`` or a ``ValueError``: the connection died with a traceback). Every
+    other attribute is the websocket's."""
+
+    def __init__(self, websocket: Any, screen: ScreensBodies) -> None:
+        self.websocket = websocket
+        self.screen = screen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.websocket, name)
+
+    async def receive_json(self, mode: str = "text") -> Any:
+        from starlette.websockets import WebSocketDisconnect  # noqa: PLC0415  # its users have it
+
+        message = await self.websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", 1000), message.get("reason"))
+        data = message.get("text" if mode == "text" else "bytes")
+        try:
+            value = self.screen.read_json(data, parameter=True) if data is not None else None
+            if value is None:
+                raise InvalidBody("not_an_object")
+        except InvalidBody as refusal:
+            await self.websocket.close(4400, refusal.message)
+            raise WebSocketDisconnect(4400, refusal.message) from None
+        return value
 
 
 @functools.cache

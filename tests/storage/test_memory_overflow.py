@@ -242,7 +242,8 @@ def test_overflow_decisions_are_counted_by_store_and_scope() -> None:
 
 
 def test_the_gate_counts_its_storages_fallbacks_and_lease_sets_overflows() -> None:
-    toml = "[tiers.free]\ncapacity = 100\nrefill_per_second = 1\nmax_in_flight = 2\n"
+    # No time quota: one state per subject, the points' (the time quota's would be a second).
+    toml = "[limits]\ntime = false\n[tiers.free]\ncapacity = 100\nrefill_per_second = 1\nmax_in_flight = 2\n"
     registry = CollectorRegistry()
     leases = MemoryLeases(max_keys=1)
     gate = Gate(

@@ -11,10 +11,13 @@ with its reason, and its client pays ``[limits] min_charge``.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import websockets.exceptions
+import websockets.sync.client
 
 from quotaql.ariadne import CostLimiter
 from quotaql.asgi import reads_multipart
@@ -116,3 +119,38 @@ def test_honest_requests_pass_the_screen_unchanged(server: Any) -> None:
     for response in (posted, got):
         assert response.status_code == 200, response.text[:300]
         assert response.json()["data"] == {"hello": "world"}
+
+
+@pytest.mark.parametrize("protocol", ["graphql-transport-ws", "graphql-ws"])
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ('{"type": "subscribe", "id": "1", "payload": ' + "[" * DEEP + "]" * DEEP + "}", "deep"),
+        ('{"type": ', "not JSON"),
+        (b'{"type": "connection_init"}', "a binary frame"),
+        ("null", "null"),
+    ],
+    ids=["nested 50,000 deep", "not JSON", "a binary frame", "null"],
+)
+def test_a_hostile_websocket_message_closes_the_connection_4400_without_a_traceback(
+    protocol: str, message: str | bytes, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Starlette's receive_json raised in Ariadne's loop (a RecursionError, a ValueError, a
+    KeyError for a binary frame, a TypeError for null): the connection died unclosed, with
+    a traceback."""
+    app = CostLimiter().asgi(shop.make_schema(), websocket_protocol=protocol)
+    with (
+        UvicornServer(app) as served,
+        websockets.sync.client.connect(
+            served.ws_url, subprotocols=[protocol], open_timeout=5, max_size=None
+        ) as socket,
+    ):
+        socket.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(socket.recv(timeout=5))["type"] == "connection_ack"
+        socket.send(message)
+        with pytest.raises(websockets.exceptions.ConnectionClosedError) as closed:
+            socket.recv(timeout=5)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4400, (reason, closed.value)
+    assert "Traceback" not in caplog.text
+    assert not [record for record in caplog.records if record.exc_info]

@@ -271,6 +271,8 @@ def test_on_redis_a_hostile_body_is_charged_counted_and_traced(
         if sample.name == "quotaql_requests_total" and sample.labels["decision"] == "rejected"
     ]
     assert sum(rejected) == 3
+    code = {"code": "INVALID_REQUEST_BODY"}
+    assert registry.get_sample_value("quotaql_rejections_total", code) == 3
     decisions = [span.attributes.get("quotaql.decision") for span in exporter.get_finished_spans()]
     assert decisions.count("rejected") == 3
 
