@@ -24,6 +24,7 @@ __all__ = [
     "StorageTimeout",
     "TooManyAliases",
     "TooManyDirectives",
+    "TooManyFieldPairs",
     "TooManyFields",
     "TooManyRootFields",
 ]
@@ -205,6 +206,13 @@ class TooManyRootFields(
 class TooManyFields(LimitExceeded, code="TOO_MANY_FIELDS", subject="Number of fields"):
     """The document selects more fields than ``max_fields`` (fragments expanded), or one
     selection set repeats a response name more than ``max_repeated_fields`` times."""
+
+
+class TooManyFieldPairs(
+    LimitExceeded, code="TOO_MANY_FIELD_PAIRS", subject="Number of field pairs"
+):
+    """Validating the document would compare more pairs of fields and fragment spreads
+    than ``max_field_pairs`` (graphql-core's overlapping-fields rule)."""
 
 
 class TooManyDirectives(LimitExceeded, code="TOO_MANY_DIRECTIVES", subject="Number of directives"):

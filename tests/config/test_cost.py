@@ -90,6 +90,7 @@ def test_full_file_round_trips_into_exact_model_and_limits(write):
         max_fields=SAFE_LIMITS.max_fields,  # not in the file: the safe defaults
         max_repeated_fields=SAFE_LIMITS.max_repeated_fields,
         max_directives=SAFE_LIMITS.max_directives,
+        max_field_pairs=SAFE_LIMITS.max_field_pairs,
     )
 
 

@@ -72,6 +72,7 @@ METRICS = {
     names.DELAYED_WAITING,
     names.DELAY_REFUSED_TOTAL,
     names.DELAY_CANCELLED_TOTAL,
+    names.REJECTIONS_TOTAL,
 }
 
 OVERVIEW_ROWS = [
@@ -104,6 +105,7 @@ OVERVIEW_ROWS = [
             "Actual vs estimated cost",
         ],
     ),
+    ("Refused documents", ["Refused before running per second, by code"]),
     (
         "Tuning",
         [
@@ -407,7 +409,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 47), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 48), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -700,6 +702,17 @@ def test_delay_panels(dashboards: dict[str, dict[str, Any]]) -> None:
     titles = [title for title, _ in _rows(overview)]
     assert titles.index("Delay") == titles.index("Concurrency") + 1
     assert titles.index("Latency") == titles.index("Delay") + 1
+
+
+def test_refused_documents_panel(dashboards: dict[str, dict[str, Any]]) -> None:
+    panel = _panel(dashboards["overview"], "Refused before running per second, by code")
+    assert [t["expr"] for t in panel["targets"]] == [
+        f'sum by (code) (rate({names.REJECTIONS_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    ]
+    assert panel["fieldConfig"]["defaults"]["unit"] == "reqps"
+    assert "TOO_MANY_FIELD_PAIRS" in panel["description"]
+    titles = [title for title, _ in _rows(dashboards["overview"])]
+    assert titles.index("Refused documents") == titles.index("Cost") + 1
 
 
 def test_backend_refund_and_pipeline_panels(dashboards: dict[str, dict[str, Any]]) -> None:

@@ -84,6 +84,7 @@ _LIMIT_KEYS: Final = (
     "max_fields",
     "max_repeated_fields",
     "max_directives",
+    "max_field_pairs",
 )
 _FIELD_COST_KEYS: Final = (
     "weight",

@@ -214,6 +214,10 @@ class CostLimits:
             response name, fragments expanded (graphql-core's overlapping-fields rule
             compares each pair of them).
         max_directives: most directives on one field, fragment or operation.
+        max_field_pairs: most pairs graphql-core's overlapping-fields rule may compare:
+            fields sharing a response name in a merged selection set, and fragment
+            spreads with each other and with the selection sets beside them (the static
+            pass's count, an upper bound).
 
     A ``CostLimits()`` limits nothing (the analyzer's API); a configuration starts from
     :data:`SAFE_LIMITS`.
@@ -228,6 +232,7 @@ class CostLimits:
     max_fields: int | None = None
     max_repeated_fields: int | None = None
     max_directives: int | None = None
+    max_field_pairs: int | None = None
 
     @property
     def screens(self) -> bool:
@@ -239,6 +244,7 @@ class CostLimits:
             or self.max_fields is not None
             or self.max_repeated_fields is not None
             or self.max_directives is not None
+            or self.max_field_pairs is not None
         )
 
     def __post_init__(self) -> None:
@@ -264,6 +270,10 @@ class CostLimits:
             )
 
 
+#: The default ``max_field_pairs``: the worst document within it costs graphql-core's
+#: validation no more than 50 ms (docs/cost-model.md, "Validation work").
+MAX_FIELD_PAIRS = 2_000
+
 #: The limits every configuration starts from (``[cost]`` keys override each): chosen so
 #: that the introspection queries of GraphiQL, Apollo's tools and Strawberry pass, and so
 #: that no document within them costs graphql-core's validation more than a few
@@ -276,6 +286,7 @@ SAFE_LIMITS: CostLimits = CostLimits(
     max_fields=1_000,
     max_repeated_fields=30,
     max_directives=20,
+    max_field_pairs=MAX_FIELD_PAIRS,
 )
 
 

@@ -52,6 +52,8 @@ class OperationRecorder:
                 refunded=op.refunded,
                 identity=op.subject.source,
             )
+            if outcome == names.REJECTED:
+                metrics.rejected(op.code)
             if report is not None and op.actual is not None:
                 metrics.estimate(operation_type, op.tier.name, report.cost, op.actual)
             if op.sizes:
@@ -73,6 +75,8 @@ class OperationRecorder:
                 attributes[names.ATTR_DEPTH] = report.depth
             if op.actual is not None:
                 attributes[names.ATTR_COST_ACTUAL] = op.actual
+            if op.error is not None and (code := op.code) is not None:
+                attributes[names.ATTR_ERROR_CODE] = code
             if op.events:
                 attributes[names.ATTR_EVENTS] = op.events
             if op.multiplier < 1.0:

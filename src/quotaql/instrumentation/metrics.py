@@ -171,6 +171,7 @@ class PrometheusMetrics:
     pipeline_batches: Counter
     build_info: Gauge
     estimate_ratio: Histogram
+    rejections: Counter
     list_returned: Histogram
     list_operation_max: Histogram
     list_assumed: Gauge
@@ -420,6 +421,15 @@ class PrometheusMetrics:
             charged_points.inc(charged)
         if refunded:
             refunded_points.inc(refunded)
+
+    def rejected(self, code: str | None) -> None:
+        """Count an operation refused before it ran, by its error code (one of
+        ``names.REJECTION_CODES``; None: graphql-core's validation, which gives none)."""
+        if code is None:
+            code = "GRAPHQL_VALIDATION_FAILED"
+        elif code not in names.REJECTION_CODES:
+            code = names.OTHER_CODE
+        self._child(self.rejections, code).inc()
 
     def event(self, decision: str, tier: str, charged: float) -> None:
         """Count one subscription event after the first, and the points it was charged."""

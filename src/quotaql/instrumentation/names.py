@@ -103,6 +103,12 @@ COST_ESTIMATE_RATIO: Final = "quotaql_cost_estimate_ratio"
 """Histogram: actual / estimated cost of each priced operation that ran, by
 ``operation_type``, ``tier``."""
 
+# Refusals before an operation ran (decision ``rejected``), by what refused it.
+REJECTIONS_TOTAL: Final = "quotaql_rejections_total"
+"""Counter: operations refused before they ran (``decision="rejected"``: a document that
+does not parse or validate, a static limit, the analysis), by ``code`` (``REJECTION_CODES``,
+any other ``other``)."""
+
 # -- labels and their values -----------------------------------------------------------------
 
 LABEL_DECISION: Final = "decision"
@@ -164,6 +170,19 @@ DELAY_SUBJECT_FULL: Final = "subject_full"
 """Its subject held its share of this process's waiting places already (``[limits]
 delayed_share`` of ``max_delayed``): it was decided as if its tier refused, and did not fit."""
 DELAY_REFUSED_REASONS: Final = (DELAY_QUEUE, DELAY_PROCESS_FULL, DELAY_SYNC, DELAY_SUBJECT_FULL)
+
+LABEL_CODE: Final = "code"
+"""The ``extensions.code`` of a refusal (``REJECTION_CODES``, or ``OTHER_CODE``)."""
+#: The codes ``quotaql_rejections_total`` counts by name (quotaql's errors, graphql-core's
+#: parse and validation failures); a code not listed counts as ``OTHER_CODE``.
+REJECTION_CODES: Final = (
+    "GRAPHQL_PARSE_FAILED", "GRAPHQL_VALIDATION_FAILED", "OPERATION_RESOLUTION_FAILURE",
+    "BAD_USER_INPUT", "QUERY_TOO_LARGE", "QUERY_TOO_DEEP", "QUERY_TOO_COMPLEX",
+    "TOO_MANY_ALIASES", "TOO_MANY_ROOT_FIELDS", "TOO_MANY_FIELDS", "TOO_MANY_FIELD_PAIRS",
+    "TOO_MANY_DIRECTIVES", "SLICING_ARGUMENT_REQUIRED", "FRAGMENT_CYCLE", "LIMIT_EXCEEDED",
+    "COST_ANALYSIS_FAILED",
+)  # fmt: skip
+OTHER_CODE: Final = "other"
 
 #: Where a subject came from (``quotaql.identity.IdentitySource``): the values of ``source``.
 SOURCE_ANONYMOUS: Final = "anonymous"
@@ -468,6 +487,12 @@ INSTRUMENTS: Final = (
         multiprocess_mode="max",
     ),
     Instrument(
+        "rejections", "counter", REJECTIONS_TOTAL,
+        "Operations refused before they ran (a document that does not parse or validate,"
+        " a static limit, the analysis), by error code.",
+        (LABEL_CODE,),
+    ),
+    Instrument(
         "estimate_ratio", "histogram", COST_ESTIMATE_RATIO,
         "Actual cost / estimated cost of each priced operation that ran.",
         _PRICED, RATIO_BUCKETS,
@@ -535,6 +560,9 @@ ATTR_EVENTS: Final = "quotaql.subscription.events"
 """Events a subscription delivered (on its span, which ends when the subscription does)."""
 ATTR_ADAPTIVE_MULTIPLIER: Final = "quotaql.adaptive.multiplier"
 """The multiplier the operation's debit was divided by (set only when below 1)."""
+ATTR_ERROR_CODE: Final = "quotaql.error.code"
+"""The ``extensions.code`` of a refused operation's first error (``TOO_MANY_FIELD_PAIRS``,
+``RATE_LIMITED``, ...): set only when it was refused."""
 ATTR_IN_FLIGHT: Final = "quotaql.in_flight"
 """The live leases of the operation's first lease set (its tier's, or its subscriptions')
 once it took its own: set only for tiers with a concurrency limit."""

@@ -328,6 +328,20 @@ DELAY: Final = Row("Delay", (
           "charge, since it never ran."),
 ))  # fmt: skip
 
+# -- refused documents ---------------------------------------------------------------------------
+
+REFUSED: Final = Row("Refused documents", (
+    Graph("Refused before running per second, by code", "reqps", 24,
+          (rates_by(sel(names.REJECTIONS_TOTAL, JOB_MATCH), names.LABEL_CODE),),
+          "Operations refused before they ran (decision rejected), by error code: a document "
+          "that does not parse (GRAPHQL_PARSE_FAILED) or validate (GRAPHQL_VALIDATION_FAILED), "
+          "a static limit of the document (QUERY_TOO_LARGE, QUERY_TOO_DEEP, TOO_MANY_FIELDS, "
+          "TOO_MANY_FIELD_PAIRS: validation would compare more pairs than [cost] "
+          "max_field_pairs, ...), the analysis (QUERY_TOO_COMPLEX, BAD_USER_INPUT, "
+          "SLICING_ARGUMENT_REQUIRED). Each paid [limits] min_charge. A rise of one code from "
+          "many clients after a deploy means a limit refuses honest documents (runbook)."),
+))  # fmt: skip
+
 # -- latency -----------------------------------------------------------------------------------
 
 LATENCY: Final = Row("Latency", (
@@ -408,6 +422,7 @@ ROWS: Final = (
     ADAPTIVE,
     IDENTITY,
     COST,
+    REFUSED,
     TUNING,
     SUBSCRIPTIONS,
     CONCURRENCY,
