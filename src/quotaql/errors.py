@@ -9,6 +9,7 @@ __all__ = [
     "ConfigError",
     "CostAnalysisError",
     "FragmentCycle",
+    "IntrospectionDisabled",
     "InvalidArgument",
     "InvalidQuery",
     "InvalidVariables",
@@ -136,6 +137,10 @@ class SlicingArgumentRequired(CostAnalysisError, code="SLICING_ARGUMENT_REQUIRED
 
 class FragmentCycle(CostAnalysisError, code="FRAGMENT_CYCLE"):
     """A fragment spreads itself, directly or through other fragments."""
+
+
+class IntrospectionDisabled(CostAnalysisError, code="INTROSPECTION_DISABLED"):
+    """The operation selects ``__schema`` or ``__type`` where ``[cost] introspection = "off"``."""
 
 
 class LimitExceeded(CostAnalysisError, code="LIMIT_EXCEEDED"):

@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from strawberry.asgi import GraphQL
 
+from quotaql.errors import CostAnalysisError
 from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics, TenantLabels, metrics_app
 from quotaql.plugin import CostLimiter
@@ -96,6 +97,26 @@ def test_allowed_blocked_and_rejected_operations_are_counted(
     # Tenants: the allowlisted one by name, the others as "other" (no top-N here).
     assert sample(registry, names.TENANT_REQUESTS_TOTAL, tenant="key:vip", decision="allowed") == 2
     assert sample(registry, names.TENANT_REQUESTS_TOTAL, tenant="other", decision="rejected") == 1
+
+
+def test_rejections_are_counted_by_their_code(write_config: Callable[..., Path]) -> None:
+    schema, registry = build(write_config)
+    spreads = "{ hello " + " ".join(f"...X{i}" for i in range(70)) + " }"
+    for document in (spreads, spreads, "{ nope }", "{ hello"):
+        assert schema.execute_sync(document, context_value=context("x")).errors
+    assert sample(registry, names.REJECTIONS_TOTAL, code="TOO_MANY_FIELD_PAIRS") == 2
+    assert sample(registry, names.REJECTIONS_TOTAL, code="GRAPHQL_VALIDATION_FAILED") == 1
+    assert sample(registry, names.REJECTIONS_TOTAL, code="GRAPHQL_PARSE_FAILED") == 1
+    metrics = PrometheusMetrics(CollectorRegistry())
+    metrics.rejected("SOME_CUSTOM_RULE")  # a code quotaql does not know: bounded as "other"
+    assert sample(metrics.registry, names.REJECTIONS_TOTAL, code=names.OTHER_CODE) == 1
+
+
+def test_every_code_of_the_analysis_is_a_rejection_code() -> None:
+    def codes(error: type[CostAnalysisError]) -> set[str]:
+        return {error.code}.union(*(codes(sub) for sub in error.__subclasses__()))
+
+    assert codes(CostAnalysisError) <= set(names.REJECTION_CODES)
 
 
 def test_build_info_is_one(write_config: Callable[..., Path]) -> None:

@@ -10,9 +10,35 @@ from typing import Literal
 from quotaql._graphql_compat import GRAPHQL_CORE_VERSION, HAS_PARSER_LIMITS
 from quotaql.errors import ConfigError
 
-__all__ = ["SAFE_LIMITS", "CostLimits", "CostModel", "FieldCost", "ModelName", "OperationType"]
+__all__ = [
+    "INTROSPECTION_WEIGHTS",
+    "SAFE_LIMITS",
+    "CostLimits",
+    "CostModel",
+    "FieldCost",
+    "IntrospectionMode",
+    "ModelName",
+    "OperationType",
+]
 
 OperationType = Literal["query", "mutation", "subscription"]
+#: How introspection (``__schema``, ``__type``) is priced: ``"counted"`` by its work,
+#: ``"free"`` at 0, ``"off"`` refused (``INTROSPECTION_DISABLED``).
+IntrospectionMode = Literal["counted", "free", "off"]
+INTROSPECTION_MODES: tuple[IntrospectionMode, ...] = ("counted", "free", "off")
+#: The weights of the introspection types when introspection is counted (each overridable
+#: by ``[cost.weights]``): what graphql-core's execution of them costs against a query of
+#: one point, measured on this project's machine (docs/cost-model.md, "Introspection").
+#: ``__Schema`` stands for the introspection document itself (one per ``__schema``); every
+#: other introspection object costs a fraction of a point.
+INTROSPECTION_WEIGHTS: Mapping[str, float] = {
+    "__Schema": 5.0,
+    "__Type": 0.015,
+    "__Field": 0.015,
+    "__InputValue": 0.015,
+    "__EnumValue": 0.015,
+    "__Directive": 0.015,
+}
 #: The two pricing models: Apollo Router's combined cost, or the IBM specification's
 #: field cost and type cost (docs/cost-model.md, "Two models").
 ModelName = Literal["apollo", "ibm"]
@@ -127,8 +153,12 @@ class CostModel:
             ["first", "last"], sizedFields: ["edges", "nodes"])`` would; an explicit
             ``@listSize`` always wins.
         connections_exclude: connection types the convention leaves alone.
-        introspection: ``"free"`` prices ``__schema`` / ``__type`` at 0 (they still count
-            for depth); ``"counted"`` prices them like any other field.
+        introspection: ``"counted"`` (the default) prices ``__schema`` / ``__type`` by
+            their work: the introspection types weigh :data:`INTROSPECTION_WEIGHTS` and
+            their lists are as long as the schema makes them (``__Schema.types`` the
+            number of types, ``__Type.fields`` the fields per type on average, ...);
+            ``"free"`` prices them at 0 (they still count for depth); ``"off"`` refuses
+            them (``INTROSPECTION_DISABLED``).
         weights: overrides by schema coordinate: ``"Type"`` (type weight),
             ``"Type.field"`` (a number, or a :class:`FieldCost`), ``"Type.field(arg:)"``
             (argument weight).
@@ -145,7 +175,7 @@ class CostModel:
     operation_weights: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_OPERATION_WEIGHTS)
     )
-    introspection: Literal["free", "counted"] = "free"
+    introspection: IntrospectionMode = "counted"
     weights: Mapping[str, float | FieldCost] = field(default_factory=dict)
     source: str | None = field(default=None, compare=False, repr=False)
     locations: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
@@ -173,9 +203,9 @@ class CostModel:
                 f"slicing_arguments must be a list of names, got {self.slicing_arguments!r}"
             )
         object.__setattr__(self, "slicing_arguments", tuple(self.slicing_arguments))
-        if self.introspection not in ("free", "counted"):
+        if self.introspection not in INTROSPECTION_MODES:
             raise ConfigError(
-                f"introspection must be 'free' or 'counted', got {self.introspection!r}"
+                f"introspection must be 'counted', 'free' or 'off', got {self.introspection!r}"
             )
         operation_weights = dict(DEFAULT_OPERATION_WEIGHTS)
         for name, value in self.operation_weights.items():

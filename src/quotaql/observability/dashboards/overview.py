@@ -338,7 +338,8 @@ REFUSED: Final = Row("Refused documents", (
           "a static limit of the document (QUERY_TOO_LARGE, QUERY_TOO_DEEP, TOO_MANY_FIELDS, "
           "TOO_MANY_FIELD_PAIRS: validation would compare more pairs than [cost] "
           "max_field_pairs, ...), the analysis (QUERY_TOO_COMPLEX, BAD_USER_INPUT, "
-          "SLICING_ARGUMENT_REQUIRED). Each paid [limits] min_charge. A rise of one code from "
+          "SLICING_ARGUMENT_REQUIRED, INTROSPECTION_DISABLED: [cost] introspection = "
+          '"off"). Each paid [limits] min_charge. A rise of one code from '
           "many clients after a deploy means a limit refuses honest documents (runbook)."),
 ))  # fmt: skip
 
