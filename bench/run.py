@@ -24,8 +24,9 @@ if str(BENCH_DIR) not in sys.path:
 
 import _harness  # noqa: E402
 
-# Modules named bench_*.py that are not benchmarks: the app bench_http.py serves.
-HELPERS = frozenset({"bench_http_app"})
+# Modules named bench_*.py that are not benchmarks: the apps bench_http.py and bench_attacks.py
+# serve.
+HELPERS = frozenset({"bench_http_app", "bench_attacks_app"})
 
 
 def available() -> list[str]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Acquire",
     "Await",
+    "Charge",
     "Refund",
     "ReleaseLease",
     "TakeLease",
@@ -41,6 +42,18 @@ class Acquire(NamedTuple):
 class Refund(NamedTuple):
     """Give ``amount`` (or each quota its own of ``amounts``) back, for the debit of
     ``decision``."""
+
+    key: str
+    amount: float
+    quotas: Sequence[Quota]
+    amounts: Sequence[float] | None = None
+    decision: Decision | None = None
+
+
+class Charge(NamedTuple):
+    """Debit ``amount`` (or each quota its own of ``amounts``) more, whether it fits or not:
+    what an operation ran above what ``decision`` debited (its overage). The quotas may go
+    below empty; the subject waits until they refill."""
 
     key: str
     amount: float

@@ -16,6 +16,21 @@ Both measured sources weigh each tenant's samples so that no tenant holds more t
 ``max_tenant_share`` of the window (:func:`fair_weights`): one tenant's slow or failing
 queries cannot move the percentile for everyone, many tenants' can (that is an overload).
 
+They count **subjects, not requests** (a subject's class:
+:func:`~quotaql.instrumentation.subjects.subject_class`, an address by its /24 or /48
+network). The pressure that counts for everyone is the window's without the
+``min_subjects - 1`` subjects that contribute most to it (those whose own operations are
+furthest past the target), and none at all when the operations that show it (failed ones,
+ones slower than ``latency_target``) were charged less than ``min_cost_share`` of what the
+window's operations were: fewer than ``min_subjects`` subjects, or cheap failing queries
+among costly good ones, cannot engage adaptation for every tenant (:attr:`Adaptive.ignored`
+says why a pressure was left out).
+The subjects that cause the pressure **pay first**: while a source's pressure over the
+whole window is at or above ``engage_at``, each subject whose own operations are past it
+(at most :data:`MAX_CULPRITS`, the largest contributors) is debited ``cost / m`` at its own
+multiplier, ``max(floor, 1 - its own pressure)``, at once, whether adaptation is engaged for
+everyone or not (:meth:`Adaptive.multiplier_for`).
+
 Once pressure stays at or above ``engage_at`` for ``engage_for`` seconds adaptation
 **engages**: the multiplier ``m`` moves towards ``max(floor, 1 - pressure)``, at most ``step``
 per second, quantized to :data:`QUANTUM`. It is **released** once pressure stays at or below
@@ -60,7 +75,6 @@ import numbers
 import random
 import threading
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
 from graphql import GraphQLError
@@ -74,6 +88,7 @@ from quotaql.config.adaptive import (
 )
 from quotaql.errors import ConfigError
 from quotaql.instrumentation import names
+from quotaql.instrumentation.subjects import subject_class
 from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
@@ -88,6 +103,7 @@ __all__ = [
     "Adaptive",
     "AdaptiveConfig",
     "AdaptiveMode",
+    "Measured",
     "PressureSource",
     "fair_weights",
     "quantize",
@@ -106,7 +122,12 @@ SAMPLES_PER_SECOND: Final = 512
 """The samples kept per second of the window (a uniform reservoir of the operations that
 settled in it): memory and the once-a-second update stay bounded whatever the traffic."""
 FAILURE_LOG_INTERVAL: Final = 60.0
-"""Seconds between two ``pressure_failed`` records while the callable keeps failing."""
+"""Seconds between two ``pressure_failed`` records while the callable keeps failing (and
+between two ``pressure_ignored`` records of one source)."""
+MAX_CULPRITS: Final = 64
+"""The most subjects that pay their own multiplier at once (the largest contributors to the
+pressure): a flood of addresses cannot make the table grow."""
+MEASURED_SOURCES: Final[tuple[str, ...]] = ("latency", "errors")
 
 
 def quantize(m: float, floor: float) -> float:
@@ -118,10 +139,10 @@ def quantize(m: float, floor: float) -> float:
     return 1.0 if grid >= 1.0 else max(floor, grid)
 
 
-def fair_weights(counts: Mapping[str, int], share: float) -> dict[str, float]:
-    """The weight of one sample of each tenant, so that no tenant weighs more than ``share``
-    of all the samples (water-filling: the largest tenants are capped at the same total,
-    the others keep theirs).
+def fair_weights(counts: Mapping[str, float], share: float) -> dict[str, float]:
+    """The weight of one unit (a sample, a point of cost) of each tenant, so that no tenant
+    weighs more than ``share`` of all the units (water-filling: the largest tenants are
+    capped at the same total, the others keep theirs).
 
     With fewer than ``1 / share`` tenants no such cap exists; every tenant then weighs the
     same in all (one of three tenants is a third of the traffic, whatever it sends).
@@ -151,10 +172,12 @@ def fair_weights(counts: Mapping[str, int], share: float) -> dict[str, float]:
     return {tenant: min(1.0, cap / count) for tenant, count in counts.items()}
 
 
-def _quantile(pairs: list[tuple[float, float]], q: float) -> float:
+def _quantile(pairs: list[tuple[float, float]], q: float, *, ordered: bool = False) -> float:
     """The ``q`` quantile of weighted values ``(value, weight)``: the smallest value whose
-    cumulative weight reaches ``q`` of the total (within rounding)."""
-    pairs.sort()
+    cumulative weight reaches ``q`` of the total (within rounding). ``ordered``: the pairs
+    are sorted by value already."""
+    if not ordered:
+        pairs.sort()
     total = math.fsum(weight for _, weight in pairs)
     goal = q * total - 1e-9 * total
     cumulative = 0.0
@@ -185,15 +208,59 @@ def unexpected_error(errors: Iterable[Any] | None) -> bool:
     return False
 
 
+_Sample = tuple[str, float, bool, float]
+"""``(subject class, seconds, failed, cost)``."""
+
+
 class _Bucket:
-    """One second of samples: ``(tenant, seconds, failed)``, a uniform reservoir."""
+    """One second of samples, a uniform reservoir."""
 
     __slots__ = ("samples", "second", "seen")
 
     def __init__(self) -> None:
         self.second = -1
         self.seen = 0
-        self.samples: list[tuple[str, float, bool]] = []
+        self.samples: list[_Sample] = []
+
+
+def _seconds(sample: _Sample) -> float:
+    return sample[1]
+
+
+def _counts(samples: list[_Sample]) -> dict[str, float]:
+    """How many samples of ``samples`` each subject has."""
+    counts: dict[str, float] = {}
+    for who, _, _, _ in samples:
+        counts[who] = counts.get(who, 0.0) + 1.0
+    return counts
+
+
+class Measured:
+    """What the measured sources say of one window (:meth:`Adaptive.measure`).
+
+    Attributes:
+        counted: each measured source's pressure that counts for everyone.
+        window: each measured source's pressure over every sample of the window.
+        ignored: the sources whose window pressure reached ``engage_at`` and did not count
+            for everyone, and why (``names.IGNORED_FEW_SUBJECTS``,
+            ``names.IGNORED_COST_SHARE``).
+        subjects: per source, how many subjects' operations were past its target more
+            often than the target allows.
+        cost_share: per source, the share of what the window's operations were charged
+            (each at least 1) that the operations showing the pressure were charged
+            (failed ones; ones slower than ``latency_target``).
+        culprits: the subjects (classes) that pay their own multiplier, and what it is.
+    """
+
+    __slots__ = ("cost_share", "counted", "culprits", "ignored", "subjects", "window")
+
+    def __init__(self) -> None:
+        self.counted: dict[str, float] = dict.fromkeys(MEASURED_SOURCES, 0.0)
+        self.window: dict[str, float] = dict.fromkeys(MEASURED_SOURCES, 0.0)
+        self.ignored: dict[str, str] = {}
+        self.subjects: dict[str, int] = dict.fromkeys(MEASURED_SOURCES, 0)
+        self.cost_share: dict[str, float] = dict.fromkeys(MEASURED_SOURCES, 0.0)
+        self.culprits: dict[str, float] = {}
 
 
 class Adaptive:
@@ -215,7 +282,13 @@ class Adaptive:
     Attributes:
         multiplier: what adaptive tiers' charges are divided by now: the computed
             multiplier in ``enforce`` mode, 1 otherwise. One attribute: the hot path reads it.
+            A subject that causes the pressure may pay less (:meth:`multiplier_for`).
         computed: the multiplier the controller computed (also in ``shadow`` mode).
+        culprits: the subjects (classes) that pay their own multiplier because their own
+            operations cause the pressure, and that multiplier (also in ``shadow`` mode).
+        ignored: the measured sources whose pressure was not counted for everyone at the
+            last update, and why (see :class:`Measured`).
+        measured: what the measured sources said at the last update (None before).
         measures: a configured source needs the operations' samples (:meth:`observe`).
         engaged: adaptation is engaged (in shadow mode: would be).
         pressure: the latest pressure, the largest of ``pressures``.
@@ -224,20 +297,26 @@ class Adaptive:
     """
 
     __slots__ = (
+        "_blaming",
         "_buckets",
         "_crossed_since",
         "_failure_logged",
         "_failures",
+        "_ignored_logged",
         "_lock",
         "_m",
+        "_own",
         "_pressure",
         "_updated",
         "_updating",
         "clock",
         "computed",
         "config",
+        "culprits",
         "engaged",
+        "ignored",
         "log",
+        "measured",
         "measures",
         "multiplier",
         "next_update",
@@ -279,6 +358,12 @@ class Adaptive:
         self._updated: float | None = None
         self._failures = 0
         self._failure_logged: float | None = None
+        self._ignored_logged: dict[str, float] = {}
+        self.culprits: dict[str, float] = {}
+        self._own: dict[str, float] = {}  # the culprits whose multiplier applies (enforce)
+        self._blaming: set[str] = set()  # the sources that named culprits at the last update
+        self.ignored: dict[str, str] = {}
+        self.measured: Measured | None = None
         self.next_update = -math.inf
         self.config = config
         self.tiers: tuple[str, ...] = tuple(tiers)
@@ -313,15 +398,32 @@ class Adaptive:
                 self._crossed_since = None
             self.engaged = False
             self._m = 1.0
+            self.culprits, self._blaming = {}, set()
         self._m = min(1.0, max(config.floor, self._m))
         self.computed = quantize(self._m, config.floor) if self._m < 1.0 else 1.0
         self.multiplier = self.computed if config.mode is Mode.ENFORCE else 1.0
+        self.culprits = {who: max(config.floor, m) for who, m in self.culprits.items()}
+        self._own = self.culprits if config.mode is Mode.ENFORCE else {}
 
     # -- the hot path ----------------------------------------------------------------------
 
-    def observe(self, tenant: str, seconds: float, failed: bool, now: float) -> None:
+    def multiplier_for(self, subject: str) -> float:
+        """What an operation of ``subject`` (its key: ``key:acme``, ``ip:203.0.113.9``) of
+        an adaptive tier is divided by now: :attr:`multiplier`, or the subject's own when
+        its operations cause the pressure and it is lower."""
+        own = self._own
+        if own:
+            mine = own.get(subject_class(subject))
+            if mine is not None and mine < self.multiplier:
+                return mine
+        return self.multiplier
+
+    def observe(
+        self, tenant: str, seconds: float, failed: bool, now: float, cost: float = 1.0
+    ) -> None:
         """One operation that ran: ``tenant`` (who paid), how long it took from admission to
-        settlement, whether it ended with an unexpected error, and the clock now."""
+        settlement, whether it ended with an unexpected error, the clock now, and what it
+        was charged (``cost``: its weight in the cost share of the subjects)."""
         second = int(now)
         with self._lock:
             buckets = self._buckets
@@ -334,11 +436,11 @@ class Adaptive:
             bucket.seen += 1
             samples = bucket.samples
             if len(samples) < SAMPLES_PER_SECOND:
-                samples.append((tenant, seconds, failed))
+                samples.append((subject_class(tenant), seconds, failed, cost))
                 return
             slot = int(random.random() * bucket.seen)  # noqa: S311  (a reservoir, not a secret)
             if slot < SAMPLES_PER_SECOND:
-                samples[slot] = (tenant, seconds, failed)
+                samples[slot] = (subject_class(tenant), seconds, failed, cost)
 
     def poll(self, now: float | None = None) -> None:
         """Update the signal and the multiplier if a second has passed since the last
@@ -376,11 +478,16 @@ class Adaptive:
         self._updated = now
         pressures: dict[str, float] = {}
         if config.measures:
-            latency, errors = self.measure(now)
-            if "latency" in config.sources:
-                pressures["latency"] = latency
-            if "errors" in config.sources:
-                pressures["errors"] = errors
+            measured = self.measured = self.measure(now)
+            for source in MEASURED_SOURCES:
+                if source in config.sources:
+                    pressures[source] = measured.counted[source]
+            self.ignored = {s: r for s, r in measured.ignored.items() if s in config.sources}
+            self.culprits = measured.culprits
+            self._own = self.culprits if config.mode is Mode.ENFORCE else {}
+            self._say_ignored(measured, now)
+        else:
+            self.culprits, self._own, self.ignored = {}, {}, {}
         if "callable" in config.sources:
             pressures["callable"] = self._read_callable(now)
         self.pressures = pressures
@@ -405,27 +512,135 @@ class Adaptive:
         if self.on_update is not None:
             self.on_update(self)
 
-    def measure(self, now: float) -> tuple[float, float]:
-        """The ``latency`` and ``errors`` pressures of the samples in the window ending
-        ``now`` (0 and 0 below ``min_samples``), each tenant's weight capped."""
+    def measure(self, now: float) -> Measured:
+        """What the ``latency`` and ``errors`` sources say of the samples in the window
+        ending ``now`` (no pressure below ``min_samples``): the pressure of the whole
+        window, the pressure that counts for everyone, and the subjects that pay their own
+        multiplier (see the module). Each subject's samples weigh at most
+        ``max_tenant_share`` of the window."""
         config = self.config
         oldest = int(now) - len(self._buckets) + 1
-        samples: list[tuple[str, float, bool]] = []
+        samples: list[_Sample] = []
         with self._lock:
             for bucket in self._buckets:
                 if oldest <= bucket.second <= now:
                     samples.extend(bucket.samples)
+        measured = Measured()
         if len(samples) < config.min_samples:
-            return 0.0, 0.0
-        weights = fair_weights(Counter(tenant for tenant, _, _ in samples), config.max_tenant_share)
-        pairs = [(seconds, weights[tenant]) for tenant, seconds, _ in samples]
-        total = math.fsum(weight for _, weight in pairs)
-        failed = math.fsum(weights[tenant] for tenant, _, bad in samples if bad)
-        latency = _quantile(pairs, config.latency_percentile)
-        return (
-            _ramp(latency, config.latency_target, config.latency_saturate),
-            _ramp(failed / total, config.error_target, config.error_saturate),
-        )
+            self._blaming = set()
+            return measured
+        samples.sort(key=_seconds)  # once: every subset keeps the order the percentile needs
+        share = config.max_tenant_share
+        units = fair_weights(_counts(samples), share)
+        engage_at = config.engage_at
+        blaming: set[str] = set()
+        for source in MEASURED_SOURCES:
+            errors = source == "errors"
+            target = config.latency_target
+            window = measured.window[source] = self._signal(source, samples, units)
+            if window <= 0.0:  # the usual case: no pressure to attribute (nor to trim)
+                self._blaming.discard(source)
+                continue
+            expected = config.error_target if errors else 1.0 - config.latency_percentile
+            # Each subject's excess over the target, in weight: sum(weight * (bad - expected)),
+            # and what the operations that show the pressure were charged (each at least 1).
+            excess: dict[str, float] = {}
+            bad_cost = total_cost = 0.0
+            for who, seconds, failed, cost in samples:
+                weight = units[who]
+                bad = failed if errors else seconds > target
+                charged = max(cost, 1.0)
+                total_cost += charged
+                if bad:
+                    bad_cost += charged
+                excess[who] = excess.get(who, 0.0) + weight * ((1.0 if bad else 0.0) - expected)
+            causing = sorted((who for who, e in excess.items() if e > 0), key=excess.__getitem__)
+            causing.reverse()  # the largest contributors first
+            measured.subjects[source] = len(causing)
+            counted = window
+            if config.min_subjects > 1 and causing:
+                left_out = set(causing[: config.min_subjects - 1])
+                rest = [sample for sample in samples if sample[0] not in left_out]
+                counted = 0.0
+                if rest:
+                    counted = self._signal(source, rest, fair_weights(_counts(rest), share))
+            if counted < engage_at <= window:
+                measured.ignored[source] = names.IGNORED_FEW_SUBJECTS
+            held = measured.cost_share[source] = bad_cost / total_cost
+            if counted > 0 and held < config.min_cost_share:
+                if counted >= engage_at:
+                    measured.ignored[source] = names.IGNORED_COST_SHARE
+                counted = 0.0
+            measured.counted[source] = counted
+            hold = config.release_at if source in self._blaming else engage_at
+            if window >= hold and source in config.sources:
+                blaming.add(source)
+                self._blame(source, causing, samples, measured.culprits)
+        self._blaming = blaming
+        return measured
+
+    def _signal(self, source: str, samples: list[_Sample], units: Mapping[str, float]) -> float:
+        """``source``'s pressure of ``samples`` (sorted by seconds), each weighing its
+        subject's weight."""
+        config = self.config
+        if source == "latency":
+            pairs = [(seconds, units[who]) for who, seconds, _, _ in samples]
+            latency = _quantile(pairs, config.latency_percentile, ordered=True)
+            return _ramp(latency, config.latency_target, config.latency_saturate)
+        total = failed = 0.0
+        for who, _, bad, _ in samples:
+            weight = units[who]
+            total += weight
+            if bad:
+                failed += weight
+        return _ramp(failed / total, config.error_target, config.error_saturate)
+
+    def _blame(
+        self, source: str, causing: list[str], samples: list[_Sample], culprits: dict[str, float]
+    ) -> None:
+        """The largest contributors whose own pressure is at or above ``engage_at`` pay
+        ``max(floor, 1 - their own pressure)`` (at most :data:`MAX_CULPRITS` of them)."""
+        config = self.config
+        wanted = set(causing[:MAX_CULPRITS])
+        own: dict[str, list[_Sample]] = {}
+        for sample in samples:
+            if sample[0] in wanted:
+                own.setdefault(sample[0], []).append(sample)
+        for who in causing[:MAX_CULPRITS]:
+            mine = own[who]  # in the window's order, by seconds
+            pressure = self._signal(source, mine, dict.fromkeys((who,), 1.0))
+            if pressure >= config.engage_at:
+                m = quantize(max(config.floor, 1.0 - pressure), config.floor)
+                culprits[who] = min(m, culprits.get(who, 1.0))
+
+    def _say_ignored(self, measured: Measured, now: float) -> None:
+        """Log a source's pressure left out for everyone (at most once a minute each)."""
+        if self.log is None:
+            return
+        for source, reason in measured.ignored.items():
+            logged = self._ignored_logged.get(source)
+            if logged is not None and now - logged < FAILURE_LOG_INTERVAL:
+                continue
+            self._ignored_logged[source] = now
+            config = self.config
+            why = (
+                f"it comes from fewer than min_subjects ({config.min_subjects}) subjects"
+                if reason == names.IGNORED_FEW_SUBJECTS
+                else f"the operations that show it hold less than min_cost_share"
+                f" ({config.min_cost_share:g}) of the window's cost"
+            )
+            paying = len(self.culprits)
+            self.log.log(
+                logging.WARNING,
+                "pressure_ignored",
+                "quotaql: the %s pressure of the window, %.2f, does not count for everyone:"
+                " %s (%d subjects past the target; the operations that show it hold %.0f%%"
+                " of the cost); %d subjects pay cost / m themselves",
+                source, measured.window[source], why, measured.subjects[source],
+                100 * measured.cost_share[source], paying,
+                source=source, reason=reason, pressure=measured.window[source],
+                subjects=measured.subjects[source], culprits=paying,
+            )  # fmt: skip
 
     def _read_callable(self, now: float) -> float:
         function = self._pressure

@@ -27,13 +27,22 @@ from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
 from ariadne.wsgi import GraphQL as WSGIGraphQL
 from graphql import ExecutionResult, GraphQLError, OperationType
+from starlette.responses import JSONResponse
 
 from quotaql import web
-from quotaql.asgi import serve_lifespan
+from quotaql.asgi import (
+    InvalidBody,
+    ScreenedWebSocket,
+    ScreensBodies,
+    charge_body,
+    charge_body_async,
+    reads_multipart,
+    serve_lifespan,
+)
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
 from quotaql.cost_analysis.analyzer import select_operation
 from quotaql.errors import CostAnalysisError
-from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
+from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope, worktime
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
@@ -319,10 +328,13 @@ class CostLimiter(Adapter):
         op = scope.op if scope is not None else None
         if op is not None and op.refused:
             raise op.errors[0]
+        if op is not None:  # parsing to validation (Ariadne's): measured up to admission
+            worktime.start(op.work)
         try:
             document = gate.parse_document(data["query"])
         except GraphQLError as error:
             if op is not None:
+                worktime.stop(op.work)
                 gate.fail(op, [error])
             raise
         refusal = gate.screen(op, document)
@@ -493,6 +505,8 @@ class _SyncAdmission(_Admission):
         self, context: Any, operation_name: str | None, variables: Any, document: DocumentNode
     ) -> Any:
         scope = self._scope()
+        if scope.op is not None:  # parsed and validated: its worker time measured
+            worktime.stop(scope.op.work)
         op = self.limiter.gate.admit(
             self.target.schema, document, variables, operation_name,
             context=context, request=scope.request, op=scope.op,  # what the handler began
@@ -508,6 +522,8 @@ class _AsyncAdmission(_Admission):
         self, context: Any, operation_name: str | None, variables: Any, document: DocumentNode
     ) -> Any:
         scope = self._scope()
+        if scope.op is not None:  # parsed and validated: its worker time measured
+            worktime.stop(scope.op.work)
         op = await self.limiter.gate.admit_async(
             self.target.schema, document, variables, operation_name,
             context=context, request=scope.request, op=scope.op,  # what the handler began
@@ -601,7 +617,7 @@ class _Limited:
         self.limiter._install(self, is_async=True)
 
 
-class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
+class CostLimitedHTTPHandler(ScreensBodies, _Limited, GraphQLHTTPHandler):
     """Ariadne's ASGI HTTP handler, limited by ``limiter`` (see :class:`CostLimiter`).
 
     Queries and mutations over a websocket run through it too (Ariadne's websocket
@@ -611,6 +627,30 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
     def __init__(self, limiter: CostLimiter, **options: Unpack[_HTTPOptions]) -> None:
         super().__init__(**options)
         self._limited_by(limiter)
+
+    async def graphql_http_server(self, request: Request) -> Response:
+        """Ariadne's, with the request's JSON screened (:func:`quotaql.asgi.read_body`):
+        what a framework cannot parse safely is answered 400 ``INVALID_REQUEST_BODY`` and
+        its client pays ``[limits] min_charge`` (a body nested 50,000 deep answered 500)."""
+        try:
+            return await super().graphql_http_server(request)
+        except InvalidBody as refusal:
+            await charge_body_async(self.limiter.gate, refusal, request=request,
+                                    context={"request": request})  # fmt: skip
+            return JSONResponse(refusal.payload(), status_code=refusal.status)
+
+    async def extract_data_from_json_request(self, request: Request) -> Any:
+        return self.read_json(await request.body())
+
+    def extract_data_from_get_request(self, request: Request) -> dict[Any, Any]:
+        _screen_variables(self, request.query_params.get("variables"))
+        return super().extract_data_from_get_request(request)
+
+    async def extract_data_from_multipart_request(
+        self, request: Request
+    ) -> dict[Any, Any] | list[Any]:
+        with self.multipart_screen(reads_multipart(legacy=True)):  # Starlette reads it
+            return await super().extract_data_from_multipart_request(request)
 
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
@@ -643,9 +683,14 @@ class CostLimitedHTTPHandler(_Limited, GraphQLHTTPHandler):
             return self.limiter._answered(scope, success, result)
 
 
-class _LimitedWebsocket(_Limited):
+class _LimitedWebsocket(ScreensBodies, _Limited):
     """A websocket handler of Ariadne's that keeps the ``connection_init`` payload where
-    the identity finds an API key in it (a browser cannot set headers on a websocket)."""
+    the identity finds an API key in it (a browser cannot set headers on a websocket), and
+    reads each message through the body screen (:class:`quotaql.asgi.ScreenedWebSocket`)."""
+
+    async def handle_websocket(self, websocket: WebSocket) -> None:
+        screened = cast("WebSocket", ScreenedWebSocket(websocket, self))
+        await super().handle_websocket(screened)  # type: ignore[misc]
 
     async def handle_websocket_connection_init_message(
         self, websocket: WebSocket, message: dict[str, Any], *args: Any
@@ -754,7 +799,7 @@ class _WSGIResponse:
         return f"{self.status_code} {phrase}"
 
 
-class CostLimitedWSGI(WSGIGraphQL):
+class CostLimitedWSGI(ScreensBodies, WSGIGraphQL):
     """``ariadne.wsgi.GraphQL``, limited by ``limiter`` (see :class:`CostLimiter`).
 
     Raises:
@@ -775,14 +820,34 @@ class CostLimitedWSGI(WSGIGraphQL):
         limiter._install(self, is_async=False)
 
     def handle_request(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        with self.limiter._response() as ops:
+        """Ariadne's, with the request's JSON screened (see
+        :meth:`CostLimitedHTTPHandler.graphql_http_server`)."""
+        try:
+            with self.limiter._response() as ops:
 
-            def respond(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
-                response = _WSGIResponse(status, headers)
-                self.limiter._respond(ops, response)
-                return start_response(response.status, headers, *exc_info)
+                def respond(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+                    response = _WSGIResponse(status, headers)
+                    self.limiter._respond(ops, response)
+                    return start_response(response.status, headers, *exc_info)
 
-            return super().handle_request(environ, respond)
+                return super().handle_request(environ, respond)
+        except InvalidBody as refusal:
+            charge_body(self.limiter.gate, refusal, request=environ, context={"request": environ})
+            return refusal.wsgi(start_response)
+
+    def extract_data_from_json_request(self, environ: dict[str, Any]) -> Any:
+        if environ.get("CONTENT_LENGTH") == "0":  # an empty body is not JSON either
+            return self.read_json(b"")
+        length = self.get_request_content_length(environ)
+        return self.read_json(self.get_request_body(environ, length))
+
+    def extract_data_from_get(self, query_params: dict[str, Any]) -> dict[str, Any]:
+        _screen_variables(self, query_params.get("variables"))
+        return super().extract_data_from_get(query_params)
+
+    def extract_data_from_multipart_request(self, environ: dict[str, Any]) -> Any:
+        with self.multipart_screen(reads_multipart()):
+            return super().extract_data_from_multipart_request(environ)
 
     def execute_query(self, environ: dict[str, Any], data: Any) -> GraphQLResult:
         gate = self.limiter.gate
@@ -795,6 +860,13 @@ class CostLimitedWSGI(WSGIGraphQL):
             if unpriced is not None and scope.op is not None:
                 gate.reject(scope.op, unpriced)
             return self.limiter._answered(scope, success, result)
+
+
+def _screen_variables(handler: ScreensBodies, variables: Any) -> None:
+    """A GET request's ``variables``, screened before Ariadne parses them (json.loads gave a
+    RecursionError, a 500, at 1,500 deep): a JSON object, or null."""
+    if isinstance(variables, str) and variables.strip():
+        handler.read_json(variables.strip(), parameter=True)
 
 
 def _errors(result: dict[str, Any]) -> list[GraphQLError] | None:

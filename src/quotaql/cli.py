@@ -451,6 +451,18 @@ def alerts(out_dir: Path, config_path: Path | None) -> None:
     help="Lower a size only when it is more than this many times what the lists need.",
 )
 @click.option(
+    "--max-decrease",
+    type=click.FloatRange(min=1, max=1e9),
+    default=2.0,
+    show_default=True,
+    help="Lower a size to no less than itself divided by this (without --allow-decrease).",
+)
+@click.option(
+    "--allow-decrease",
+    is_flag=True,
+    help="Lower a size as far as the evidence supports, past --max-decrease.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=0, max=600, min_open=True),
     default=10.0,
@@ -467,6 +479,8 @@ def tune(
     quantile: float,
     min_lists: int,
     over_factor: float,
+    max_decrease: float,
+    allow_decrease: bool,
     timeout: float,
     write: bool,
 ) -> None:
@@ -489,7 +503,13 @@ def tune(
         raise click.BadParameter(
             'give the matchers without braces: job="api",env="prod"', param_hint="--selector"
         )
-    options = tuning.Options(quantile=quantile, min_lists=min_lists, over_factor=over_factor)
+    options = tuning.Options(
+        quantile=quantile,
+        min_lists=min_lists,
+        over_factor=over_factor,
+        max_decrease=max_decrease,
+        allow_decrease=allow_decrease,
+    )
     try:
         if prometheus_url:
             evidence = tuning.read_prometheus(

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from graphql import GraphQLError
 
+from quotaql.policy.quota import TIME_QUOTA
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -100,6 +102,10 @@ def _counted(value: float) -> str:
     return f"{text} point" if text == "1" else f"{text} points"
 
 
+def _milliseconds(value: float) -> str:
+    return f"{_points(value)} ms"
+
+
 def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{math.ceil(value)} s"
 
@@ -153,7 +159,13 @@ def rate_limit_error(decision: Decision, *, unpriced: bool = False) -> QuotaqlGr
     else:
         retry = decision.retry_after or 0.0
         extensions["retryAfter"] = retry
-        if unpriced:
+        if decision.limited_by == TIME_QUOTA:
+            message = (
+                "Your operations have taken all the worker time they may"
+                f" ({_milliseconds(limit)} at most, refilled over time); retry in"
+                f" {_seconds(retry)}."
+            )
+        elif unpriced:
             message = (
                 f"Only {_points(remaining)} of {whose} {_points(limit)} points remain, less"
                 f" than any request costs ({_points(cost)}); retry in {_seconds(retry)}."

@@ -8,6 +8,7 @@ from typing import Any
 __all__ = [
     "ConfigError",
     "CostAnalysisError",
+    "EvictionRefused",
     "FragmentCycle",
     "IntrospectionDisabled",
     "InvalidArgument",
@@ -28,6 +29,7 @@ __all__ = [
     "TooManyFieldPairs",
     "TooManyFields",
     "TooManyRootFields",
+    "TooManyVariableValues",
 ]
 
 
@@ -90,6 +92,13 @@ class StorageTimeout(StorageError):
 class StorageNotReached(StorageError):
     """The call was not sent to the storage (a full queue, a closed storage): unlike other
     storage errors, it is known to have changed nothing."""
+
+
+class EvictionRefused(StorageNotReached):
+    """The storage refuses its Redis: a ``maxmemory-policy`` that evicts keys (an evicted
+    budget is a full one again), which ``[redis] allow_eviction`` does not allow. Raised at
+    start-up, and instead of every call (none is sent) until the policy changes: the
+    limiter's fail mode answers."""
 
 
 class CostAnalysisError(QuotaqlError, code="COST_ANALYSIS_FAILED"):
@@ -226,6 +235,13 @@ class TooManyDirectives(LimitExceeded, code="TOO_MANY_DIRECTIVES", subject="Numb
 
 class QueryTooLarge(LimitExceeded, code="QUERY_TOO_LARGE", subject="Document size"):
     """The document has more tokens or characters than the parser accepts."""
+
+
+class TooManyVariableValues(
+    LimitExceeded, code="TOO_MANY_VARIABLE_VALUES", subject="Number of variable values"
+):
+    """The request's variables hold more values than ``max_variable_values`` (each
+    scalar, list and object counts one), counted on the JSON before anything coerces it."""
 
 
 def _number(value: float) -> str:

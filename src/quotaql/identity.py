@@ -7,7 +7,11 @@ trusts (``docs/identity.md``):
 - an API key counts as its own tenant only when it is *known* (listed under ``[tenants]``
   by its raw value, or accepted by a ``key_resolver``); an unknown key counts as the
   client's address (``unknown_keys = "address"``), is refused (``"reject"``), or, unsafe
-  on a public API, becomes a tenant anyway (``"tenant"``);
+  on a public API, becomes a tenant anyway (``"tenant"``); every request pays at least
+  for the work it caused, so a client address drives the resolver at most
+  ``[identity] resolver_rate`` lookups a second: an invented key past that counts as its
+  address without a lookup, while cached answers and keys the resolver accepted before
+  never wait for the address's budget;
 - the client's address is the socket peer's, unless that peer is a trusted proxy: then
   ``X-Forwarded-For`` (or ``Forwarded``) is read right to left, skipping trusted hops, and
   the first untrusted address is the client, so a spoofed leftmost entry changes nothing;
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 from quotaql import web
 from quotaql._flow import Await
 from quotaql.config.identity import MAX_HOPS, IdentityConfig, UnknownKeys
+from quotaql.instrumentation.subjects import subject_class
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -45,11 +50,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANONYMOUS",
+    "LOOKUP_OUTCOMES",
     "Identify",
     "Identity",
     "IdentityConfig",
     "IdentitySource",
     "KeyResolver",
+    "LookupOutcome",
     "Principal",
     "Subject",
     "UnknownKeys",
@@ -68,6 +75,7 @@ IdentitySource = Literal[
     "rejected_key",  # an unknown key, refused (unknown_keys = "reject")
     "unverified_key",  # an unknown key taken as a tenant (unknown_keys = "tenant")
     "anonymous",  # no key, no principal, no address
+    "limited_key",  # a key not looked up (its address was over resolver_rate): the address
 ]
 
 #: ``key_resolver(key, context) -> tenant | None``, or a coroutine function answering that.
@@ -221,6 +229,24 @@ def address_subject(address: str | _IP, config: IdentityConfig) -> str:
 
 # What a hook that failed answered (logged): going on as if it had answered None.
 _FAILED: Any = object()
+# What _resolved answers for a key it did not look up: its address was over resolver_rate.
+_LIMITED: Any = object()
+# How long a key the resolver accepted is remembered as one (its lookups, once its cache
+# entry expired, do not wait for its address's budget): a day, or until it is refused.
+_VOUCHED_TTL: Final = 86_400.0
+# The fewest addresses whose lookup budgets are kept, whatever key_cache_size says: with a
+# table of a few, two addresses taking turns would each find a fresh burst every time.
+_MIN_BUDGETS: Final = 1_024
+# How many times an address's lookups its network (IPv4 /24, IPv6 /48: the class
+# instrumentation.subjects counts subjects in) may cause: an IPv6 client owns its /48's 65,536
+# /64 networks, each an address with a burst of its own; the network's budget bounds them all.
+_NETWORK_LOOKUPS: Final = 8
+
+#: What became of a key that needed the ``key_resolver`` (``quotaql_key_lookups_total``):
+#: looked up and known, unknown, failed (the hook raised), or not looked up (``limited``:
+#: its address was over ``[identity] resolver_rate``).
+LookupOutcome = Literal["known", "unknown", "failed", "limited"]
+LOOKUP_OUTCOMES: Final[tuple[LookupOutcome, ...]] = ("known", "unknown", "failed", "limited")
 
 
 class _KeyCache:
@@ -249,6 +275,10 @@ class _KeyCache:
             self._entries.move_to_end(key)
             return True, entry[1]
 
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
     def put(self, key: str, tenant: str | None) -> None:
         if self.size <= 0 or self.ttl <= 0:
             return
@@ -257,6 +287,53 @@ class _KeyCache:
             self._entries.move_to_end(key)
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
+
+
+class _LookupBudget:
+    """The ``key_resolver`` lookups each client address may still cause: a token bucket per
+    address (``burst`` lookups, refilled at ``rate`` a second), and one per network
+    (:data:`_NETWORK_LOOKUPS` times as many), in a bounded table.
+
+    A lookup takes a token from both or from neither: an IPv6 client that rotates through
+    the 65,536 /64 networks of its /48 (or an IPv4 client through its /24) finds a fresh
+    address bucket each time, but not a fresh network one.
+
+    The least recently seen bucket leaves a full table first; it comes back with a full
+    burst, as a new address would (an address's budget is worth what its burst is). A
+    network's bucket is seen with each of its addresses' lookups: it is the last to go.
+    """
+
+    def __init__(self, size: int, clock: Callable[[], float]) -> None:
+        self.size = size
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # tokens, at
+
+    def take(self, address: str, network: str | None, rate: float, burst: int) -> bool:
+        """One lookup for ``address`` (and its ``network``, if it has one), if both budgets
+        have one."""
+        now = self.clock()
+        with self._lock:
+            tokens = self._tokens(address, now, rate, float(burst))
+            if network is None:
+                allowed = tokens >= 1.0
+            else:
+                scale = float(_NETWORK_LOOKUPS)
+                shared = self._tokens(network, now, rate * scale, burst * scale)
+                allowed = tokens >= 1.0 and shared >= 1.0
+                self._buckets[network] = (shared - 1.0 if allowed else shared, now)
+            self._buckets[address] = (tokens - 1.0 if allowed else tokens, now)
+            while len(self._buckets) > self.size:
+                self._buckets.popitem(last=False)
+            return allowed
+
+    def _tokens(self, name: str, now: float, rate: float, burst: float) -> float:
+        """The tokens in ``name``'s bucket now (a full one for a name not in the table)."""
+        entry = self._buckets.get(name)
+        if entry is None:
+            return burst
+        self._buckets.move_to_end(name)
+        return min(burst, entry[0] + max(0.0, now - entry[1]) * rate)
 
 
 class Identity:
@@ -289,6 +366,11 @@ class Identity:
             that request's key counts as its client's address (never refused under
             ``unknown_keys = "reject"``: an outage of the lookup is not a wrong key).
         key_cache_ttl: how long one is kept, in seconds.
+
+    Attributes:
+        lookups: what became of the keys that needed the ``key_resolver``, by
+            ``LookupOutcome`` (``quotaql_key_lookups_total``): known, unknown, failed,
+            limited (not looked up: their address was over ``[identity] resolver_rate``).
     """
 
     def __init__(
@@ -312,6 +394,13 @@ class Identity:
         )
         self._known = _KeyCache(key_cache_size, key_cache_ttl, clock)
         self._unknown = _KeyCache(key_cache_size, key_cache_ttl, clock)
+        # Keys the resolver accepted: looked up again without waiting for their address's
+        # budget, so that a flood of invented keys from a shared address (a NAT) never
+        # keeps a known tenant's key from being revalidated.
+        self._vouched = _KeyCache(key_cache_size, _VOUCHED_TTL, clock)
+        self._budget = _LookupBudget(max(key_cache_size, _MIN_BUDGETS), clock)
+        self._counts_lock = threading.Lock()
+        self.lookups: dict[LookupOutcome, int] = dict.fromkeys(LOOKUP_OUTCOMES, 0)
 
     def may_await(self) -> bool:
         """Resolving may need to await: an async hook, or (without a ``principal`` hook) a
@@ -360,16 +449,18 @@ class Identity:
             key = _connection_param(context, request, config.api_key_header)
         key = key.strip() if key is not None else None
         principal = yield from self._principal(request, context, can_await)
-        rejected = False
+        rejected = limited = False
         if key:
             if self.key_resolver is None:  # [tenants] lists the known keys
                 tenant = key if len(key) <= _MAX_KEY_LENGTH and key in tenants else None
             else:
-                tenant = yield from self._resolved(key, context, can_await)
-            failed = tenant is _FAILED  # not known, not known to be unknown: its address
+                tenant = yield from self._resolved(key, request, context, config, can_await)
+            # Not known, not known to be unknown (failed, or not looked up): its address.
+            limited = tenant is _LIMITED
+            failed = limited or tenant is _FAILED
             if tenant is not None and not failed:
                 return Subject(f"key:{tenant}", "key", tenant=tenant, user=principal)
-            if config.unknown_keys == "tenant":  # its own namespace: never a known tenant's
+            if config.unknown_keys == "tenant" and not limited:  # its own: never a tenant's
                 value = key[:_MAX_KEY_LENGTH]
                 return Subject(f"ukey:{value}", "unverified_key", user=principal)
             rejected = config.unknown_keys == "reject" and not failed
@@ -380,11 +471,14 @@ class Identity:
             return Subject(ANONYMOUS, "rejected_key" if rejected else "anonymous")
         source: IdentitySource = "address"
         if key:
-            source = "rejected_key" if rejected else "unknown_key"
+            source = "rejected_key" if rejected else "limited_key" if limited else "unknown_key"
         return Subject(address_subject(address, config), source, address=str(address))
 
-    def _resolved(self, key: str, context: Any, can_await: bool) -> Generator[Await, Any, Any]:
-        """The ``key_resolver``'s tenant of ``key`` (cached), None, or ``_FAILED``."""
+    def _resolved(
+        self, key: str, request: Any, context: Any, config: IdentityConfig, can_await: bool
+    ) -> Generator[Await, Any, Any]:
+        """The ``key_resolver``'s tenant of ``key`` (cached), None, ``_FAILED``, or
+        ``_LIMITED`` (not looked up: its address is over ``resolver_rate``)."""
         if len(key) > _MAX_KEY_LENGTH or self.key_resolver is None:
             return None  # no real key is this long; a hostile one is not looked up
         cached, tenant = self._known.get(key)
@@ -392,15 +486,34 @@ class Identity:
             return tenant
         if self._unknown.get(key)[0]:
             return None
+        # A lookup is work the request causes before it is charged: its address pays for
+        # it from a budget of lookups, unless the resolver accepted this key before.
+        if not self._vouched.get(key)[0]:
+            address = _client(request, config)
+            where = ANONYMOUS if address is None else address_subject(address, config)
+            network = subject_class(where)
+            shared = None if network == where else network
+            if not self._budget.take(where, shared, config.resolver_rate, config.resolver_burst):
+                self._count("limited")
+                return _LIMITED
         found = yield from self._call("key_resolver", self.key_resolver, (key, context), can_await)
         if found is _FAILED:
+            self._count("failed")
             return _FAILED  # an outage of the lookup is not an answer: asked again next time
         tenant = _clean(found) if found is not None else None
         if tenant is None:
             self._unknown.put(key, None)
+            self._vouched.forget(key)  # revoked: its next lookups wait for the budget
+            self._count("unknown")
         else:
             self._known.put(key, tenant)
+            self._vouched.put(key, tenant)
+            self._count("known")
         return tenant
+
+    def _count(self, outcome: LookupOutcome) -> None:
+        with self._counts_lock:
+            self.lookups[outcome] += 1
 
     def _principal(
         self, request: Any, context: Any, can_await: bool

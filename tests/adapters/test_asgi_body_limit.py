@@ -93,6 +93,7 @@ HOSTILE = {
     + b"[" * 500
     + b"]" * 500
     + b"}}",
+    "25,000 values": b'{"query": "{ hello }", "x": [' + b"1," * 24_999 + b"1]}",
 }
 
 
@@ -113,7 +114,13 @@ def test_a_hostile_body_is_refused_400_before_the_framework_reads_it(
     assert response.status_code == 400, response.text
     (error,) = response.json()["errors"]
     assert error["extensions"]["code"] == INVALID_REQUEST_BODY
-    assert error["extensions"]["reason"] in {"not_utf8", "not_json", "too_deep", "not_an_operation"}
+    assert error["extensions"]["reason"] in {
+        "not_utf8",
+        "not_json",
+        "too_deep",
+        "too_many_values",
+        "not_an_operation",
+    }
 
 
 def test_an_operation_with_nested_variables_passes(server: UvicornServer) -> None:
@@ -164,3 +171,18 @@ def test_the_limiter_must_be_a_gate_or_an_adapter() -> None:
         BodyLimit(app("strawberry"), limiter=object())
     with pytest.raises(ValueError, match="max_depth must be an integer >= 0"):
         BodyLimit(app("strawberry"), max_depth=-1)
+
+
+def test_screen_false_caps_the_size_only_for_an_app_that_screens_as_it_parses() -> None:
+    """Ariadne's handler screens the body as it parses it: in front of it, ``BodyLimit``
+    need not parse it first (its refusal is the handler's, the same answer)."""
+    with UvicornServer(BodyLimit(app("ariadne"), max_bytes=CAP, screen=False)) as running:
+        hostile = httpx.post(f"{running.url}/graphql", content=b"[" * 4_000 + b"]" * 4_000,
+                             headers={"content-type": "application/json"}, timeout=10)  # fmt: skip
+        refused(httpx.post(f"{running.url}/graphql", content=big_query(),
+                           headers={"content-type": "application/json"}, timeout=10))  # fmt: skip
+    assert hostile.status_code == 400
+    assert hostile.json()["errors"][0]["extensions"] == {
+        "code": INVALID_REQUEST_BODY,
+        "reason": "too_deep",
+    }

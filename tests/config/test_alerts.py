@@ -40,6 +40,8 @@ many_tenants_limited_for = "20m"
 delay_p99_seconds = 5
 delays_long_for = "30m"
 delay_process_full_for = "0s"
+variable_values_refused_per_second = 0.5
+variable_values_refused_for = "1h"
 metrics_absent_for = "1d"
 """
 
@@ -97,6 +99,8 @@ def test_every_key_parses_to_its_exact_value(write):
         delay_p99_seconds=5.0,
         delays_long_for="30m",
         delay_process_full_for="0s",
+        variable_values_refused_per_second=0.5,
+        variable_values_refused_for="1h",
         metrics_absent_for="1d",
     )
     # TOML integers become floats where a number is expected, so equality is predictable.
@@ -120,6 +124,11 @@ def test_defaults_are_documented_values():
     assert alerts.many_tenants_limited == 10
     assert (alerts.delay_p99_seconds, alerts.delays_long_for) == (1.0, "10m")
     assert alerts.delay_process_full_for == "5m"
+    assert (alerts.variable_values_refused_per_second, alerts.variable_values_refused_for) == (
+        0.0,
+        "15m",
+    )
+    assert alerts.redis_eviction_refused_for == "1m"
     # every field is documented in the class docstring
     for field in dataclasses.fields(AlertsConfig):
         assert f"{field.name}:" in (AlertsConfig.__doc__ or ""), field.name
@@ -242,7 +251,7 @@ def test_unknown_key_without_a_close_match_lists_the_keys(write):
 
     assert_located(error, "alerts.severity", 2)
     assert error.reason.startswith("unknown key; expected one of: 'runbook_base_url', ")
-    assert error.reason.endswith("'metrics_absent_for'")
+    assert error.reason.endswith("'metrics_absent_for', 'redis_eviction_refused_for'")
 
 
 def test_alerts_that_is_not_a_table_is_rejected(write):

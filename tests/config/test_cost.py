@@ -90,6 +90,7 @@ def test_full_file_round_trips_into_exact_model_and_limits(write):
         max_fields=SAFE_LIMITS.max_fields,  # not in the file: the safe defaults
         max_repeated_fields=SAFE_LIMITS.max_repeated_fields,
         max_directives=SAFE_LIMITS.max_directives,
+        max_variable_values=SAFE_LIMITS.max_variable_values,
         max_field_pairs=SAFE_LIMITS.max_field_pairs,
     )
 
@@ -110,6 +111,15 @@ def test_model_source_is_the_path_and_locations_give_each_weight_line(write):
 def test_empty_file_or_empty_cost_table_gives_defaults(write, text):
     assert load_cost_config(write(text)) == CostConfig(model=CostModel(), limits=SAFE_LIMITS)
     assert CostLimits() != SAFE_LIMITS  # safe, not unlimited
+
+
+def test_max_variable_values_is_on_by_default_and_false_turns_it_off(write):
+    assert load_cost_config(write("[cost]\n")).limits.max_variable_values == 5_000
+    off = load_cost_config(write("[cost]\nmax_variable_values = false\n"))
+    assert off.limits.max_variable_values is None
+    assert off.limits.max_fields == SAFE_LIMITS.max_fields  # the others keep their defaults
+    raised = load_cost_config(write("[cost]\nmax_variable_values = 200000\n"))
+    assert raised.limits.max_variable_values == 200_000
 
 
 def test_weights_in_subtable_form_build_field_costs_located_at_their_header(write):
@@ -305,7 +315,7 @@ def test_unknown_table_without_a_close_match_lists_known_tables(write):
     assert (error.key, error.line) == ("storage", 3)
     assert error.reason == (
         "unknown table; expected one of: 'cost', 'limits', 'tiers', 'tenants', 'global',"
-        " 'alerts', 'identity', 'adaptive'"
+        " 'alerts', 'identity', 'adaptive', 'redis'"
     )
 
 
@@ -362,6 +372,11 @@ def test_unknown_operation_type_suggests_closest(write):
             "integer >= 0, or false for no limit, got a float (1000000.0)",
         ),
         ("max_aliases = -3", "cost.max_aliases", "integer >= 0, or false for no limit, got -3"),
+        (
+            'max_variable_values = "many"',
+            "cost.max_variable_values",
+            'integer >= 0, or false for no limit, got a string ("many")',
+        ),
         ('max_cost = "5"', "cost.max_cost", 'finite number >= 0, got a string ("5")'),
         ("max_cost = inf", "cost.max_cost", "finite number >= 0, got a float (inf)"),
         ("max_cost = -0.5", "cost.max_cost", "finite number >= 0, got -0.5"),

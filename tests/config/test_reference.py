@@ -35,6 +35,7 @@ from quotaql.config import (
     load_config,
     reader,
 )
+from quotaql.config.values import DEFAULT_TIME, RedisConfig
 from quotaql.cost_analysis.model import (
     DEFAULT_OPERATION_WEIGHTS,
     SAFE_LIMITS,
@@ -152,6 +153,7 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         features.ADAPTIVE_FIELDS.get(key, key): key for key in features.ADAPTIVE_KEYS
     }
     assert set(adaptive_fields) == set(_field_names(AdaptiveConfig))
+    assert set(reader._REDIS_CHECKS) == set(_field_names(RedisConfig))
     assert set(reader._TENANT_KEYS) == {
         *reader._QUOTA_KEYS,
         *_field_names(TenantConfig, "name", "quota"),
@@ -173,7 +175,14 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         ),
         "[limits]": (
             reader._LIMITS_KEYS,
-            _instance_defaults(LimitsConfig(), reader._LIMITS_KEYS),
+            {
+                **_instance_defaults(LimitsConfig(), reader._LIMITS_KEYS),
+                # The time quota as its table writes it.
+                "time": {
+                    "capacity_ms": DEFAULT_TIME.capacity,
+                    "refill_ms_per_second": DEFAULT_TIME.refill_per_second,
+                },
+            },
         ),
         "[tiers.<name>]": (
             reader._TIER_KEYS,
@@ -191,6 +200,7 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
                 "on_limit": _field_default(TierConfig, "on_limit"),
                 "max_delay": _field_default(TierConfig, "max_delay"),
                 "max_queued": _field_default(TierConfig, "max_queued"),
+                "time": None,  # unset: [limits] time (TierConfig.time is True)
             },
         ),
         "[tiers.<name>.operations.<Operation>]": (reader._QUOTA_KEYS, quota_defaults),
@@ -211,6 +221,10 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         "[alerts]": (
             tuple(thresholds.ALERT_KINDS),
             _instance_defaults(AlertsConfig(), tuple(thresholds.ALERT_KINDS)),
+        ),
+        "[redis]": (
+            tuple(reader._REDIS_CHECKS),
+            _instance_defaults(RedisConfig(), tuple(reader._REDIS_CHECKS)),
         ),
         "[adaptive]": (
             features.ADAPTIVE_KEYS,

@@ -22,6 +22,7 @@ from graphql import (
     OperationDefinitionNode,
     OperationType,
     SelectionSetNode,
+    execute_sync,
     parse,
 )
 from graphql import version_info as graphql_version_info
@@ -29,6 +30,7 @@ from graphql.language import parser as graphql_parser
 
 from quotaql.cost_analysis import CostLimits, analyze
 from quotaql.cost_analysis.analyzer import MAX_NESTING
+from quotaql.cost_analysis.model import SAFE_LIMITS
 from quotaql.errors import (
     CostAnalysisError,
     FragmentCycle,
@@ -43,6 +45,7 @@ from quotaql.errors import (
     SlicingArgumentRequired,
     TooManyAliases,
     TooManyRootFields,
+    TooManyVariableValues,
 )
 
 from .conftest import WORKED_SDL, build
@@ -730,17 +733,23 @@ def test_variables_that_are_not_an_object(worked_schema, variables):
     assert type(variables).__name__ in raised.value.message
 
 
-def test_deeply_nested_variable_value_is_invalid_not_a_recursion_error(shop_schema):
+def test_deeply_nested_variable_value_is_priced_without_recursion_and_refused_when_run(
+    shop_schema,
+):
+    # The pricing leaves a list to the execution to coerce: it reads only its length (one
+    # item), with no recursion; graphql-core refuses the value before any resolver runs.
     value: object = "1"
     for _ in range(100_000):
         value = [value]
-    with pytest.raises(InvalidVariables) as raised:
-        analyze(
-            shop_schema,
-            "query ($ids: [ID!]!) { nodes(ids: $ids) { id } }",
-            variables={"ids": value},
-        )
-    assert raised.value.code == "BAD_USER_INPUT"
+    query = "query ($ids: [ID!]!) { nodes(ids: $ids) { id } }"
+    assert analyze(shop_schema, query, variables={"ids": value}).cost == 4  # a list of one
+    result = execute_sync(shop_schema, parse(query), variable_values={"ids": value})
+    assert result.data is None
+    assert result.errors
+    # Within the default limits it is refused before that: it holds 100,000 lists.
+    with pytest.raises(TooManyVariableValues) as raised:
+        analyze(shop_schema, query, variables={"ids": value}, limits=SAFE_LIMITS)
+    assert raised.value.code == "TOO_MANY_VARIABLE_VALUES"
 
 
 @pytest.mark.parametrize(

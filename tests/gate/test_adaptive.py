@@ -50,6 +50,7 @@ type Subscription { ticks: Int @cost(weight: "30") }
 """
 )
 TEN = "{ products(first: 10) { id } }"  # costs 10
+BROKEN = "{ broken { id } }"  # costs 1, and its resolver crashes
 TOML = """
 [limits]
 deny_cache_size = 0
@@ -458,6 +459,51 @@ def test_client_errors_and_invalid_documents_are_no_pressure(tmp_path: Path) -> 
     assert world.adaptive.engaged
 
 
+def test_two_failing_tenants_pay_their_own_multiplier_and_nobody_else_does(
+    tmp_path: Path,
+) -> None:
+    """Two tenants of ten whose every operation fails: the window's errors pressure is 1,
+    from two subjects; it engages nothing for the others, and the two pay the floor. The
+    metrics count the pressure left out, the span says whose multiplier applied."""
+    registry = CollectorRegistry()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    world = World(
+        tmp_path, sources='["errors"]', tenants=TENANTS, engage_for=2,
+        extra="min_samples = 20\nwindow = 10\n", metrics=PrometheusMetrics(registry),
+        tracer_provider=provider,
+    )  # fmt: skip
+    queries = {f"t{i}": TEN for i in range(2, 10)} | {"t0": BROKEN, "t1": BROKEN}
+
+    rounds(world, 10, queries)
+    assert world.adaptive.ignored == {"errors": names.IGNORED_FEW_SUBJECTS}
+    assert not world.adaptive.engaged
+    exporter.clear()
+    failing, honest = world.run("t0", BROKEN), world.run("t5")
+
+    assert (failing.multiplier, failing.costs) == (0.25, (4.0,))  # a 1-point query debits 4
+    assert (honest.multiplier, honest.costs) == (1.0, None)
+    sample = registry.get_sample_value
+    ignored = {"source": "errors", "reason": names.IGNORED_FEW_SUBJECTS}
+    assert (sample(names.PRESSURE_IGNORED_TOTAL, ignored) or 0) >= 5
+    assert sample(names.PRESSURE_IGNORED_TOTAL, {**ignored, "reason": "cost_share"}) == 0.0
+    assert sample(names.ADAPTIVE_CULPRITS) == 2.0
+    assert sample(names.PRESSURE, {"source": "errors"}) == 0.0
+    assert sample(names.ADAPTIVE_ENGAGED) == 0.0
+    spans = [span.attributes or {} for span in exporter.get_finished_spans()]
+    assert [span.get(names.ATTR_ADAPTIVE_MULTIPLIER) for span in spans] == [0.25, None]
+    assert [span.get(names.ATTR_ADAPTIVE_OWN) for span in spans] == [True, None]
+
+    # An outage: the database behind ``broken`` is down, and five tenants of ten use it in
+    # their usual queries (their cost: a third of the window's).
+    queries.update({f"t{i}": TEN[:-1] + "broken { id } }" for i in range(5)})
+    rounds(world, 10, queries)
+    assert world.adaptive.ignored == {}
+    assert world.adaptive.engaged
+    assert world.run("t9").multiplier < 1.0
+
+
 # -- the deny cache ---------------------------------------------------------------------------
 
 
@@ -555,7 +601,9 @@ def test_an_unfair_share_is_said_at_startup(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger=names.LOGGER):
-        World(tmp_path, sources='["latency"]', extra="max_tenant_share = 0.2")
+        World(tmp_path, sources='["latency"]', extra="max_tenant_share = 0.2\nmin_subjects = 1")
+        World(tmp_path, sources='["latency"]', extra="max_tenant_share = 0.2")  # one subject
+        # of five never engages alone: nothing to say
     (record,) = caplog.records
     assert record.quotaql_event == "adaptive_unfair"
     assert "max_tenant_share = 0.2 lets one tenant alone reach engage_at" in record.getMessage()

@@ -20,6 +20,7 @@ import pytest
 from graphql import GraphQLError
 
 from quotaql.adaptive import (
+    MAX_CULPRITS,
     PRESSURE_SOURCES,
     QUANTUM,
     SAMPLES_PER_SECOND,
@@ -377,14 +378,20 @@ def test_a_slow_callable_is_logged_and_read_at_most_once_a_second_under_load(
 
 
 def feed(
-    adaptive: Adaptive, clock: Clock, tenants: dict[str, tuple[int, float, bool]], seconds: int
+    adaptive: Adaptive,
+    clock: Clock,
+    tenants: dict[str, tuple[int, float, bool]],
+    seconds: int,
+    costs: dict[str, float] | None = None,
 ) -> None:
     """For ``seconds`` seconds, each tenant settles ``n`` operations a second that took
-    ``latency`` seconds (and failed or not); the controller polls after each second."""
+    ``latency`` seconds (and failed or not), each of cost ``costs[tenant]`` (default 1);
+    the controller polls after each second."""
+    costs = costs or {}
     for _ in range(seconds):
         for tenant, (count, latency, failed) in tenants.items():
             for _ in range(count):
-                adaptive.observe(tenant, latency, failed, clock.now)
+                adaptive.observe(tenant, latency, failed, clock.now, costs.get(tenant, 1.0))
         clock.now += 1.0
         adaptive.poll()
 
@@ -416,8 +423,8 @@ def test_one_tenant_s_slow_queries_alone_do_not_engage() -> None:
     feed(adaptive, clock, tenants, 30)
     assert adaptive.pressures == {"latency": 0.0}
     assert not adaptive.engaged
-    # Without the cap the same samples are an overload.
-    uncapped = latency_controller(Clock(), max_tenant_share=1.0)
+    # Without the cap (and without counting subjects) the same samples are an overload.
+    uncapped = latency_controller(Clock(), max_tenant_share=1.0, min_subjects=1)
     feed(uncapped, uncapped.clock, tenants, 5)  # type: ignore[arg-type]
     assert uncapped.engaged
 
@@ -429,15 +436,18 @@ def test_with_many_tenants_one_weighs_at_most_its_share() -> None:
 
     feed(adaptive, clock, tenants, 10)
     assert not adaptive.engaged
-    latency, errors = adaptive.measure(clock.now)
-    assert latency == 0.0
-    assert errors == pytest.approx((0.05 - 0.01) / (0.1 - 0.01))  # its share, capped: < 0.5
+    measured = adaptive.measure(clock.now)
+    assert measured.window["latency"] == 0.0
+    # Its share, capped: < 0.5 over the window; and none without it (one subject).
+    assert measured.window["errors"] == pytest.approx((0.05 - 0.01) / (0.1 - 0.01))
+    assert measured.counted == {"latency": 0.0, "errors": 0.0}
+    assert measured.ignored == {}  # below engage_at anyway: nothing to say
 
 
 def test_unexpected_errors_engage_and_client_errors_never_do() -> None:
     clock = Clock()
     adaptive = latency_controller(clock)
-    tenants = {f"t{i}": (5, 0.01, i < 3) for i in range(10)}  # 30 % unexpected errors
+    tenants = {f"t{i}": (5, 0.01, i < 6) for i in range(10)}  # 60 % unexpected errors
 
     feed(adaptive, clock, tenants, 4)
     assert adaptive.pressures["errors"] == 1.0
@@ -481,8 +491,157 @@ def test_a_flood_of_samples_keeps_a_bounded_reservoir_per_second() -> None:
     samples = [len(bucket.samples) for bucket in adaptive._buckets]
     assert max(samples) == SAMPLES_PER_SECOND
     assert sum(samples) == SAMPLES_PER_SECOND
-    latency, _ = adaptive.measure(clock.now)  # a uniform sample: half slow, p90 slow
-    assert latency == 1.0
+    measured = adaptive.measure(clock.now)  # a uniform sample: half slow, p90 slow
+    assert measured.window["latency"] == measured.counted["latency"] == 1.0
+
+
+# -- subjects, not requests ------------------------------------------------------------------
+
+ATTACKERS = ("ip:198.51.100.7", "ip:203.0.113.9")
+HONEST = {f"key:t{i}": (2, 0.01, False) for i in range(8)}
+
+
+def test_two_failing_addresses_never_engage_and_pay_their_own_multiplier() -> None:
+    """The attack: two addresses send 5 failing 1-point queries a second each, eight honest
+    tenants 2 good ones. The window is 38 % failures (pressure 1), from two subjects: it
+    counts for nobody else; those two pay the floor at once."""
+    clock = Clock()
+    adaptive = latency_controller(clock, sources=("errors",), engage_for=0.0)
+    tenants = {**HONEST, **dict.fromkeys(ATTACKERS, (5, 0.01, True))}
+
+    feed(adaptive, clock, tenants, 20)
+
+    measured = adaptive.measured
+    assert measured is not None
+    assert measured.window["errors"] == 1.0
+    assert measured.counted["errors"] == 0.0
+    assert adaptive.pressures == {"errors": 0.0}
+    assert adaptive.ignored == {"errors": names.IGNORED_FEW_SUBJECTS}
+    assert measured.subjects["errors"] == 2
+    assert not adaptive.engaged
+    assert adaptive.multiplier == 1.0
+    assert adaptive.culprits == {
+        "ip:198.51.100.0/24": 0.25,
+        "ip:203.0.113.0/24": 0.25,
+    }
+    assert adaptive.multiplier_for("ip:198.51.100.7") == 0.25
+    assert adaptive.multiplier_for("ip:198.51.100.200") == 0.25  # its network
+    assert adaptive.multiplier_for("key:t0") == 1.0
+    # Without counting subjects, the same traffic engages for everyone (as it did).
+    naive = latency_controller(Clock(), sources=("errors",), engage_for=0.0, min_subjects=1)
+    feed(naive, naive.clock, tenants, 20)  # type: ignore[arg-type]
+    assert naive.engaged
+    assert naive.multiplier == 0.25
+
+
+def test_five_failing_subjects_engage_for_everyone() -> None:
+    clock = Clock()
+    adaptive = latency_controller(clock, sources=("errors",), engage_for=0.0)
+    failing = {f"key:f{i}": (2, 0.01, True) for i in range(5)}
+
+    feed(adaptive, clock, {**HONEST, **failing}, 10)
+
+    assert adaptive.pressures["errors"] == 1.0  # the fifth alone is an eighth of the rest
+    assert adaptive.ignored == {}
+    assert adaptive.engaged
+    assert adaptive.multiplier < 1.0
+    assert adaptive.multiplier_for("key:t0") == adaptive.multiplier
+    assert adaptive.multiplier_for("key:f0") == 0.25  # who causes it pays first
+
+
+def test_many_addresses_of_one_network_are_one_subject() -> None:
+    clock = Clock()
+    adaptive = latency_controller(clock, sources=("errors",), engage_for=0.0)
+    one_network = {f"ip:203.0.113.{i}": (2, 0.01, True) for i in range(6)}
+    one_ipv6 = {f"ip:2001:db8:7:{i:x}::/64": (2, 0.01, True) for i in range(6)}
+
+    feed(adaptive, clock, {**HONEST, **one_network, **one_ipv6}, 10)
+
+    assert adaptive.ignored == {"errors": names.IGNORED_FEW_SUBJECTS}
+    assert not adaptive.engaged
+    assert set(adaptive.culprits) == {"ip:203.0.113.0/24", "ip:2001:db8:7::/48"}
+
+
+def test_cheap_failing_queries_among_costly_ones_cannot_engage() -> None:
+    """Ten addresses of ten networks sending failing 1-point queries, against ten tenants'
+    200-point ones: ten subjects (half the subjects, most of the operations), 2.4 % of what
+    the window's operations were charged."""
+    clock = Clock()
+    adaptive = latency_controller(clock, sources=("errors",), engage_for=0.0)
+    cheap = {f"ip:10.{i}.0.1": (5, 0.01, True) for i in range(10)}
+    honest = {f"key:t{i}": (1, 0.01, False) for i in range(10)}
+    costs = dict.fromkeys(honest, 200.0)
+
+    feed(adaptive, clock, {**honest, **cheap}, 10, costs)
+
+    measured = adaptive.measured
+    assert measured is not None
+    assert measured.subjects["errors"] == 10
+    assert measured.window["errors"] == 1.0
+    assert measured.cost_share["errors"] == pytest.approx(50 / 2050)
+    assert adaptive.ignored == {"errors": names.IGNORED_COST_SHARE}
+    assert adaptive.pressures["errors"] == 0.0
+    assert not adaptive.engaged
+    assert len(adaptive.culprits) == 10
+    # The same ten spending as much as the honest tenants: a real share of the work.
+    spending = latency_controller(Clock(), sources=("errors",), engage_for=0.0)
+    feed(spending, spending.clock, {**honest, **cheap}, 10, {**costs, **dict.fromkeys(cheap, 40.0)})  # type: ignore[arg-type]  # fmt: skip
+    assert spending.engaged
+
+
+def test_a_slow_few_pay_for_their_latency_alone() -> None:
+    clock = Clock()
+    adaptive = latency_controller(clock, sources=("latency",), engage_for=0.0)
+    slow = dict.fromkeys(ATTACKERS, (5, 3.0, False))
+
+    feed(adaptive, clock, {**HONEST, **slow}, 10)
+
+    assert adaptive.ignored == {"latency": names.IGNORED_FEW_SUBJECTS}
+    assert not adaptive.engaged
+    assert adaptive.multiplier_for(ATTACKERS[0]) == 0.25
+    assert adaptive.multiplier_for("key:t1") == 1.0
+
+
+def test_culprits_are_bounded_and_leave_with_their_samples() -> None:
+    clock = Clock()
+    adaptive = latency_controller(
+        clock, sources=("errors",), engage_for=0.0, window=3.0, min_cost_share=0.0
+    )
+    flood = {f"ip:10.{i // 250}.{i % 250}.1": (1, 0.01, True) for i in range(300)}
+    honest = {f"key:t{i}": (5, 0.01, False) for i in range(300)}
+
+    feed(adaptive, clock, {**honest, **flood}, 3)
+    assert len(adaptive.culprits) == MAX_CULPRITS
+    assert adaptive.engaged  # 300 subjects: an overload, counted for everyone
+
+    feed(adaptive, clock, honest, 4)  # the failing ones stop: their samples leave the window
+    assert adaptive.culprits == {}
+    assert adaptive.multiplier_for("ip:10.0.0.1") == adaptive.multiplier
+
+
+def test_shadow_mode_names_the_culprits_and_applies_nothing() -> None:
+    clock = Clock()
+    adaptive = latency_controller(clock, sources=("errors",), engage_for=0.0, mode="shadow")
+    feed(adaptive, clock, {**HONEST, **dict.fromkeys(ATTACKERS, (5, 0.01, True))}, 10)
+
+    assert len(adaptive.culprits) == 2
+    assert adaptive.multiplier_for(ATTACKERS[0]) == 1.0
+
+
+def test_ignored_pressure_is_logged_at_most_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    adaptive = latency_controller(clock, sources=("errors",), engage_for=0.0)
+    with caplog.at_level(logging.WARNING, logger=names.LOGGER):
+        feed(adaptive, clock, {**HONEST, **dict.fromkeys(ATTACKERS, (5, 0.01, True))}, 70)
+    records = [r for r in caplog.records if r.quotaql_event == "pressure_ignored"]
+    assert len(records) == 2  # at 1 s and 61 s
+    assert records[0].getMessage() == (
+        "quotaql: the errors pressure of the window, 1.00, does not count for everyone: it"
+        " comes from fewer than min_subjects (5) subjects (2 subjects past the target; the"
+        " operations that show it hold 38% of the cost); 2 subjects pay cost / m themselves"
+    )
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -570,6 +729,9 @@ def test_the_source_names_are_the_metric_label_values() -> None:
         ({"latency_percentile": 1.0}, "latency_percentile must be a number above 0 and below 1"),
         ({"window": 0.5}, "window must be a finite number at least 1, got 0.5"),
         ({"min_samples": 0}, "min_samples must be an integer >= 1, got 0"),
+        ({"min_subjects": 0}, "min_subjects must be an integer >= 1, got 0"),
+        ({"min_subjects": 2.0}, "min_subjects must be an integer >= 1, got 2.0"),
+        ({"min_cost_share": 1.5}, "min_cost_share must be a number at least 0 and at most 1"),
         ({"latency_saturate": 0.1}, "latency_saturate must be above latency_target (0.25)"),
         ({"error_saturate": 0.01}, "error_saturate must be above error_target (0.01)"),
         ({"release_at": 0.5}, "engage_at must be above release_at (0.5)"),
@@ -625,6 +787,14 @@ essential = true
          "expected an integer >= 0, got a float (2.5)"),
         ("[adaptive]\nmin_samples = 0\n", 2, "adaptive.min_samples",
          "expected an integer >= 1, got 0"),
+        ("[adaptive]\nmin_subjects = 0\n", 2, "adaptive.min_subjects",
+         "expected an integer >= 1, got 0"),
+        ('[adaptive]\nmin_subjects = "5"\n', 2, "adaptive.min_subjects",
+         'expected an integer >= 0, got a string ("5")'),
+        ("[adaptive]\nmin_cost_share = -0.1\n", 2, "adaptive.min_cost_share",
+         "expected a number at least 0 and at most 1, got -0.1"),
+        ("[adaptive]\nmin_cost_share = 2\n", 2, "adaptive.min_cost_share",
+         "expected a number at least 0 and at most 1, got 2"),
         ("[adaptive]\nglobal = 1\n", 2, "adaptive.global",
          "expected true or false, got an integer (1)"),
         ("[adaptive]\nlatency_target = 2.0\n", 2, "adaptive.latency_target",
@@ -663,13 +833,15 @@ def test_the_adaptive_table_and_essential_load(tmp_path: Path) -> None:
         TIERS
         + "[tiers.pro]\ncapacity = 1\nrefill_per_second = 1\n"
         + '[adaptive]\nmode = "shadow"\nsources = ["errors", "latency"]\nfloor = 0.4\n'
-        + "min_samples = 10\nglobal = true\nwindow = 30\n",
+        + "min_samples = 10\nglobal = true\nwindow = 30\nmin_subjects = 3\n"
+        + "min_cost_share = 0.5\n",
         encoding="utf-8",
     )
     config = load_config(path)
 
     assert config.adaptive == AdaptiveConfig(
         mode="shadow", sources=("errors", "latency"), floor=0.4, min_samples=10,
+        min_subjects=3, min_cost_share=0.5,
         scale_global=True, window=30.0,
     )  # fmt: skip
     assert config.adaptive_tiers == {"free", "pro"}  # every tier but the essential one

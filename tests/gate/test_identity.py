@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quotaql.config import load_config
 from quotaql.errors import ConfigError
 from quotaql.identity import (
     Identity,
@@ -24,6 +25,9 @@ from quotaql.identity import (
 )
 from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import StructuredLog
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 TENANTS = {"acme": object(), "203.0.113.9": object()}
 
@@ -146,6 +150,129 @@ def test_key_resolutions_are_cached_bounded_and_expire() -> None:
     now[0] = 11.0
     identity.subject(scope(x_api_key="flood-9"), None, config, {})  # expired
     assert calls[-1] == "flood-9"
+
+
+class CountingResolver:
+    """``key_resolver``: ``good`` is acme's key (``KNOWN``), any other key unknown."""
+
+    def __init__(self) -> None:
+        self.known = {"good": "acme", "other-good": "globex"}
+        self.calls: list[str] = []
+
+    def __call__(self, key: str, context: Any) -> str | None:
+        self.calls.append(key)
+        return self.known.get(key)
+
+
+def test_an_address_drives_the_resolver_at_most_resolver_rate_lookups_a_second() -> None:
+    # A refused address sending invented keys: one lookup each was one database query each.
+    now = [0.0]
+    resolver = CountingResolver()
+    identity = Identity(key_resolver=resolver, clock=lambda: now[0])
+    config = IdentityConfig(resolver_rate=2.0, resolver_burst=5)
+    found = [
+        identity.subject(scope(x_api_key=f"invented-{i}"), None, config, {}) for i in range(300)
+    ]
+    assert len(resolver.calls) == 5  # the burst, then nothing until it refills
+    assert {(s.key, s.source) for s in found[:5]} == {("ip:203.0.113.9", "unknown_key")}
+    assert {(s.key, s.source) for s in found[5:]} == {("ip:203.0.113.9", "limited_key")}
+    now[0] = 1.0  # two lookups a second
+    for i in range(300, 310):
+        identity.subject(scope(x_api_key=f"invented-{i}"), None, config, {})
+    assert len(resolver.calls) == 7
+    # Another address has a budget of its own; an IPv6 client's is its /64's.
+    other = identity.subject(scope("198.51.100.7", x_api_key="invented-x"), None, config, {})
+    assert (other.source, resolver.calls[-1]) == ("unknown_key", "invented-x")
+    for i in range(8):
+        identity.subject(scope(f"2001:db8:1:2::{i + 1}", x_api_key=f"v6-{i}"), None, config, {})
+    assert sum(key.startswith("v6-") for key in resolver.calls) == 5
+    assert identity.lookups == {"known": 0, "unknown": 13, "failed": 0, "limited": 306}
+
+
+def test_a_network_drives_the_resolver_at_most_eight_times_what_one_address_does() -> None:
+    # Each /64 of a /48 (or address of a /24) is an address with a burst of its own: the
+    # network's budget bounds them together, and leaves other networks theirs.
+    now = [0.0]
+    resolver = CountingResolver()
+    identity = Identity(key_resolver=resolver, clock=lambda: now[0])
+    config = IdentityConfig(resolver_rate=1.0, resolver_burst=2)
+    for i in range(200):
+        identity.subject(scope(f"2001:db8:1:{i:x}::1", x_api_key=f"v6-{i}"), None, config, {})
+        identity.subject(scope(f"198.51.100.{i}", x_api_key=f"v4-{i}"), None, config, {})
+    assert sum(key.startswith("v6-") for key in resolver.calls) == 16
+    assert sum(key.startswith("v4-") for key in resolver.calls) == 16
+    other = identity.subject(scope("2001:db8:2::1", x_api_key="elsewhere"), None, config, {})
+    assert (other.source, resolver.calls[-1]) == ("unknown_key", "elsewhere")
+    now[0] = 1.0  # the /48 refills 8 lookups a second, however many /64s ask
+    for i in range(200, 300):
+        identity.subject(scope(f"2001:db8:1:{i:x}::1", x_api_key=f"v6-{i}"), None, config, {})
+    assert sum(key.startswith("v6-") for key in resolver.calls) == 24
+    # A client limited per /48 (or wider) has one budget: its network's is its own.
+    wide = IdentityConfig(resolver_rate=1.0, resolver_burst=2, ipv6_prefix=48)
+    for i in range(10):
+        identity.subject(scope(f"2001:db8:3:{i:x}::1", x_api_key=f"w-{i}"), None, wide, {})
+    assert sum(key.startswith("w-") for key in resolver.calls) == 2
+
+
+def test_cached_and_once_accepted_keys_never_wait_for_their_addresses_budget() -> None:
+    # A NAT: one client floods invented keys, acme's key comes from the same address.
+    now = [0.0]
+    resolver = CountingResolver()
+    identity = Identity(key_resolver=resolver, key_cache_ttl=10, clock=lambda: now[0])
+    config = IdentityConfig(resolver_rate=1.0, resolver_burst=3)
+    nat = scope("203.0.113.9", x_api_key="good")
+    assert identity.subject(nat, None, config, {}).key == "key:acme"
+    for i in range(50):
+        identity.subject(scope(x_api_key=f"invented-{i}"), None, config, {})
+        assert identity.subject(nat, None, config, {}).key == "key:acme"  # cached
+    assert resolver.calls.count("good") == 1
+    now[0] = 20.0  # acme's cache entry expired; the flood drains the refilled budget again
+    for i in range(50, 100):
+        identity.subject(scope(x_api_key=f"invented-{i}"), None, config, {})
+    assert identity.subject(nat, None, config, {}).key == "key:acme"  # revalidated anyway
+    assert resolver.calls.count("good") == 2
+    # A key never accepted waits for the address's budget: it counts as the address now,
+    # and is its tenant once the budget has a lookup again.
+    fresh = scope(x_api_key="other-good")
+    assert identity.subject(fresh, None, config, {}).source == "limited_key"
+    now[0] = 21.0
+    assert identity.subject(fresh, None, config, {}).key == "key:globex"
+    # A key revoked since: its lookup says unknown, and it is no longer taken as good.
+    del resolver.known["good"]
+    now[0] = 40.0
+    for i in range(100, 110):
+        identity.subject(scope(x_api_key=f"invented-{i}"), None, config, {})
+    assert identity.subject(nat, None, config, {}).source == "unknown_key"  # revalidated
+    now[0] = 60.0
+    for i in range(110, 120):
+        identity.subject(scope(x_api_key=f"invented-{i}"), None, config, {})
+    assert identity.subject(nat, None, config, {}).source == "limited_key"  # waits now
+
+
+@pytest.mark.parametrize("unknown_keys", ["address", "reject", "tenant"])
+def test_a_key_not_looked_up_counts_as_its_address_whatever_unknown_keys_says(
+    unknown_keys: str,
+) -> None:
+    # Not looked up is not known to be unknown: never a 401, never a tenant of its own.
+    identity = Identity(key_resolver=CountingResolver())
+    config = IdentityConfig(unknown_keys=unknown_keys, resolver_burst=1)  # type: ignore[arg-type]
+    identity.subject(scope(x_api_key="invented-1"), None, config, {})
+    found = identity.subject(scope(x_api_key="invented-2"), None, config, {})
+    assert (found.key, found.source, found.rejected) == ("ip:203.0.113.9", "limited_key", False)
+
+
+def test_the_lookup_budgets_are_bounded() -> None:
+    identity = Identity(key_resolver=CountingResolver(), key_cache_size=2_000)
+    config = IdentityConfig(resolver_burst=1)
+    for i in range(3_000):
+        identity.subject(scope(f"10.0.{i // 250}.{i % 250}", x_api_key=f"k{i}"), None, config, {})
+    assert len(identity._budget._buckets) == 2_000
+    # Never a table of a few, even without a cache: addresses taking turns stay limited.
+    uncached = Identity(key_resolver=(resolver := CountingResolver()), key_cache_size=0)
+    for i in range(100):
+        for peer in ("198.51.100.1", "198.51.100.2"):
+            uncached.subject(scope(peer, x_api_key=f"{peer}-{i}"), None, config, {})
+    assert len(resolver.calls) == 2
 
 
 def test_a_failing_hook_is_logged_and_counts_as_no_answer(caplog: pytest.LogCaptureFixture) -> None:
@@ -342,11 +469,47 @@ def test_ipv6_clients_are_counted_per_network() -> None:
         ({"ipv6_prefix": 0}, "ipv6_prefix must be an integer from 1 to 128"),
         ({"forwarded_header": "x-real-ip"}, "forwarded_header must be one of"),
         ({"api_key_header": "x api key"}, "api_key_header must be an HTTP header name"),
+        ({"resolver_rate": 0}, "resolver_rate must be a finite number above 0"),
+        ({"resolver_rate": float("inf")}, "resolver_rate must be a finite number above 0"),
+        ({"resolver_burst": 0}, "resolver_burst must be an integer from 1 to 1000000000"),
+        ({"resolver_burst": 2.5}, "resolver_burst must be an integer from 1 to 1000000000"),
+        # Past a float's range, each lookup raised OverflowError on the request path.
+        ({"resolver_burst": 10**400}, "resolver_burst must be an integer from 1 to 1000000000"),
     ],
 )
 def test_bad_identity_settings_are_config_errors(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         IdentityConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("resolver_rate = 0", "expected a finite number > 0, got 0"),
+        ('resolver_rate = "fast"', "expected a finite number > 0, got"),
+        ("resolver_burst = 0", "expected an integer from 1 to 1000000000, got 0"),
+        ("resolver_burst = 1.5", "expected an integer from 1 to 1000000000, got"),
+        (f"resolver_burst = {10**400}", "expected an integer from 1 to 1000000000, got 1000"),
+    ],
+)
+def test_bad_lookup_budgets_in_the_file_name_the_file_line_and_key(
+    tmp_path: Path, line: str, reason: str
+) -> None:
+    path = tmp_path / "quotaql.toml"
+    path.write_text(f'[identity]\nunknown_keys = "address"\n{line}\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    key = line.partition(" = ")[0]
+    assert (info.value.key, info.value.line) == (f"identity.{key}", 3)
+    assert str(info.value).startswith(f"{path}:3: identity.{key}: {reason}")
+
+
+def test_the_lookup_budgets_are_read_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "quotaql.toml"
+    path.write_text("[identity]\nresolver_rate = 0.5\nresolver_burst = 3\n", encoding="utf-8")
+    identity = load_config(path).identity
+    assert (identity.resolver_rate, identity.resolver_burst) == (0.5, 3)
+    assert (IdentityConfig().resolver_rate, IdentityConfig().resolver_burst) == (2.0, 20)
 
 
 def test_identity_sources_match_the_metric_label_values() -> None:

@@ -5,15 +5,23 @@ The latency source engages within ``engage_for`` of the slowdown; while engaged 
 operation takes ``cost / m`` from its budget and an essential tier's takes ``cost``; once the
 resolver is fast again it releases after ``release_for`` and the debits are the cost again.
 The metrics endpoint shows all of it.
+
+Then the attack of two addresses (issue: 5 failing 1-point queries a second each engaged
+adaptation for every tenant in 9 s, and took the multiplier to its floor in 16 s): on
+Strawberry with failing queries (the errors source), on Ariadne with slow ones (its errors
+arrive formatted: the latency source applies). They never engage it for the others, and pay
+the floor themselves; five and more subjects under real pressure still engage it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import pytest
 import strawberry
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,13 +37,13 @@ from quotaql.storage.redis import AsyncRedisStorage
 from tests.support.app_servers import UvicornServer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
     from tests.support.servers import RedisServer
 
 QUERY = "{ products(first: 10) { id } }"  # costs 10, and its actual cost is 10: no refund
-TENANTS = ("t0", "t1", "t2", "t3")
+TENANTS = ("t0", "t1", "t2", "t3", "t4", "t5")  # min_subjects (5) and more
 TOML = """
 [limits]
 deny_cache_size = 0
@@ -162,3 +170,173 @@ def test_a_slow_resolver_engages_adaptive_limits_and_a_fast_one_releases_them(
             to: gauge(client, names.ADAPTIVE_TRANSITIONS_TOTAL, to=to) for to in names.TRANSITIONS
         }
         assert transitions == {"engaged": 1.0, "released": 1.0}
+
+
+# -- two addresses cannot pull the limits for everyone ----------------------------------------
+
+ATTACK_TOML = """
+[limits]
+deny_cache_size = 0
+[identity]
+trusted_proxies = ["127.0.0.1/32"]
+[tiers.free]
+capacity = 1000
+refill_per_second = 100
+{tenants}
+[adaptive]
+mode = "enforce"
+sources = ["{source}"]
+latency_target = 0.05
+latency_saturate = 0.15
+window = 4
+min_samples = 10
+engage_for = 1
+release_for = 1
+step = 1.0
+"""
+HONEST_KEYS = tuple(f"h{i}" for i in range(8))
+ATTACKERS = ("198.51.100.7", "203.0.113.9")
+WORK = "{ products(first: 10) { id } }"  # costs 10
+BAD = "{ bad { id } }"  # costs 1: it fails (Strawberry) or is slow (Ariadne)
+# What the test turns on: every resolver fails (or is slow) for everyone.
+outage = {"on": False}
+
+
+@strawberry.type
+class AttackQuery:
+    @strawberry.field(directives=[ListSize(slicing_arguments=["first"])])
+    def products(self, first: int = 10) -> list[Product]:
+        if outage["on"]:
+            raise RuntimeError("the database is down")
+        return [Product(id=strawberry.ID(str(i))) for i in range(first)]
+
+    @strawberry.field
+    def bad(self) -> Product:
+        raise RuntimeError("the resolver crashed")
+
+
+def strawberry_attack_app(path: Path, storage: Any, registry: CollectorRegistry) -> Any:
+    limiter = CostLimiter.from_config(path, storage=storage, metrics=PrometheusMetrics(registry))
+    return GraphQL(strawberry.Schema(query=AttackQuery, extensions=[limiter]))
+
+
+ARIADNE_SDL = """
+type Query {
+  products(first: Int = 10): [Product!]! @listSize(slicingArguments: ["first"])
+  bad: Product!
+}
+type Product { id: ID! }
+"""
+
+
+def ariadne_attack_app(path: Path, storage: Any, registry: CollectorRegistry) -> Any:
+    from ariadne import QueryType, make_executable_schema
+
+    from quotaql import ariadne
+    from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
+
+    query = QueryType()
+
+    @query.field("products")
+    async def products(*_: Any, first: int = 10) -> list[dict[str, str]]:
+        if outage["on"]:
+            await asyncio.sleep(0.2)
+        return [{"id": str(i)} for i in range(first)]
+
+    @query.field("bad")
+    async def bad(*_: Any) -> dict[str, str]:
+        await asyncio.sleep(0.2)
+        return {"id": "slow"}
+
+    schema = make_executable_schema(COST_DIRECTIVES_SDL + ARIADNE_SDL, query)
+    limiter = ariadne.CostLimiter.from_config(
+        path, storage=storage, metrics=PrometheusMetrics(registry)
+    )
+    return limiter.asgi(schema)
+
+
+ATTACKS = {
+    "strawberry-errors": ("errors", strawberry_attack_app),
+    "ariadne-latency": ("latency", ariadne_attack_app),
+}
+
+
+def remaining(client: httpx.Client, query: str, **headers: str) -> int:
+    response = client.post("/graphql", json={"query": query}, headers=headers)
+    assert response.status_code == 200, response.text
+    return int(response.headers["X-RateLimit-Remaining"])
+
+
+def one_second(client: httpx.Client) -> None:
+    """What a second of traffic holds, interleaved (sent one after another, as fast as they
+    go): each attacker's 5 bad 1-point queries, and 10 operations of cost 10 of the honest
+    tenants."""
+    for turn in range(5):
+        for address in ATTACKERS:
+            response = client.post(
+                "/graphql", json={"query": BAD}, headers={"X-Forwarded-For": address}
+            )
+            assert response.status_code == 200, response.text
+        for key in (HONEST_KEYS[turn], HONEST_KEYS[(turn + 5) % len(HONEST_KEYS)]):
+            response = client.post("/graphql", json={"query": WORK}, headers={"X-API-Key": key})
+            assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_two_addresses_cannot_engage_adaptive_limits_for_everyone(
+    attack: str, fresh_redis_server: RedisServer, tmp_path: Path
+) -> None:
+    source, make_app = ATTACKS[attack]
+    path = tmp_path / "quotaql.toml"
+    tenants = "\n".join(
+        f'[tenants.{key}]\ntier = "free"' for key in (*HONEST_KEYS, "fresh", "late")
+    )
+    path.write_text(ATTACK_TOML.format(tenants=tenants, source=source), encoding="utf-8")
+    registry = CollectorRegistry()
+    storage = AsyncRedisStorage.from_url(fresh_redis_server.url, timeout=0.5)
+    graphql = make_app(path, storage, registry)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await storage.close()  # its connections belong to the server's loop
+
+    routes = [Mount("/metrics", metrics_app(registry)), Mount("/", graphql)]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    outage["on"] = False
+    ignored = {"source": source, "reason": names.IGNORED_FEW_SUBJECTS}
+    try:
+        with (
+            UvicornServer(app, lifespan="on") as server,
+            httpx.Client(base_url=server.url, timeout=10) as client,
+        ):
+            started = time.monotonic()
+            engaged_ever = False
+            while time.monotonic() - started < 8.0:  # the window (4 s), twice over
+                one_second(client)
+                engaged_ever |= gauge(client, names.ADAPTIVE_ENGAGED) == 1.0
+            values = samples(client)
+
+            def value(name: str, **labels: str) -> float | None:
+                return values.get((name, tuple(sorted(labels.items()))))
+
+            assert not engaged_ever
+            assert value(names.ADAPTIVE_MULTIPLIER, tier="free") == 1.0
+            assert value(names.PRESSURE, source=source) == 0.0
+            assert (value(names.PRESSURE_IGNORED_TOTAL, **ignored) or 0) >= 2
+            # The two networks (and, on a loaded machine, an honest tenant whose own few
+            # operations were slow too: its own share of the pressure, never everyone's).
+            assert (value(names.ADAPTIVE_CULPRITS) or 0) >= 2
+            # A fresh honest tenant pays the cost; a fresh address of an attacking network
+            # pays 1 / 0.25 for its 1-point query: those who cause the pressure pay first.
+            assert remaining(client, WORK, **{"X-API-Key": "fresh"}) == 990
+            assert remaining(client, BAD, **{"X-Forwarded-For": "203.0.113.200"}) == 996
+
+            outage["on"] = True  # now every tenant's operations fail (are slow): ten subjects
+            started = time.monotonic()
+            while gauge(client, names.ADAPTIVE_ENGAGED) != 1.0:
+                assert time.monotonic() - started < 20, "a real outage did not engage"
+                one_second(client)
+            assert remaining(client, WORK, **{"X-API-Key": "late"}) < 990  # scaled for all
+    finally:
+        outage["on"] = False

@@ -133,7 +133,10 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlRefundsLost",
         "QuotaqlDelaysLong",
         "QuotaqlDelayProcessFull",
+        "QuotaqlMemoryOverflow",
+        "QuotaqlVariableValuesRefused",
         "QuotaqlMetricsAbsent",
+        "QuotaqlRedisEvictionRefused",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
 
@@ -190,6 +193,7 @@ def test_every_label_in_every_expr_is_defined_in_names_or_by_prometheus(rule):
         *names.LEASE_OUTCOMES,
         *names.REFUND_OUTCOMES,
         *names.DELAY_REFUSED_REASONS,
+        *names.REJECTION_CODES,
     }
 
 
@@ -214,7 +218,7 @@ def test_the_exprs_compare_with_the_default_thresholds():
     )
     assert exprs["QuotaqlUnknownApiKeys"] == (
         "sum by (job) (rate(quotaql_identity_total"
-        '{source=~"unknown_key|rejected_key"}[5m]))\n  > 0.1'
+        '{source=~"unknown_key|rejected_key|limited_key"}[5m]))\n  > 0.1'
     )
     assert exprs["QuotaqlUnverifiedApiKeys"] == (
         'sum by (job) (rate(quotaql_identity_total{source="unverified_key"}[5m]))\n  > 0'
@@ -231,6 +235,12 @@ def test_the_exprs_compare_with_the_default_thresholds():
     )
     assert exprs["QuotaqlDelayProcessFull"] == (
         'sum by (job) (rate(quotaql_delay_refused_total{reason="process_full"}[5m]))\n  > 0'
+    )
+    assert exprs["QuotaqlMemoryOverflow"] == (
+        "sum by (job) (rate(quotaql_overflow_total[5m]))\n  > 0"
+    )
+    assert exprs["QuotaqlVariableValuesRefused"] == (
+        'sum by (job) (rate(quotaql_rejections_total{code="TOO_MANY_VARIABLE_VALUES"}[5m]))\n  > 0'
     )
     assert exprs["QuotaqlMetricsAbsent"] == f"absent({names.BUILD_INFO})"
 
@@ -363,7 +373,11 @@ refunds_lost_for = "2m"
 delay_p99_seconds = 2.5
 delays_long_for = "20m"
 delay_process_full_for = "1m"
+memory_overflow_for = "40m"
+variable_values_refused_per_second = 0.02
+variable_values_refused_for = "40m"
 metrics_absent_for = "1h30m"
+redis_eviction_refused_for = "5m"
 """
 
 
@@ -393,6 +407,8 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
     assert expr["QuotaqlRefundsLost"].endswith("[30m]))\n  > 0")
     assert expr["QuotaqlDelaysLong"].endswith("_bucket[3m])))\n  > 2.5")
     assert expr["QuotaqlDelayProcessFull"].endswith("[3m]))\n  > 0")
+    assert expr["QuotaqlMemoryOverflow"].endswith("[3m]))\n  > 0")
+    assert expr["QuotaqlVariableValuesRefused"].endswith("[3m]))\n  > 0.02")
     assert for_ == {
         "QuotaqlBlockedRatioHigh": "20m",
         "QuotaqlBlockSpike": "15m",
@@ -410,7 +426,10 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlRefundsLost": "2m",
         "QuotaqlDelaysLong": "20m",
         "QuotaqlDelayProcessFull": "1m",
+        "QuotaqlMemoryOverflow": "40m",
+        "QuotaqlVariableValuesRefused": "40m",
         "QuotaqlMetricsAbsent": "1h30m",
+        "QuotaqlRedisEvictionRefused": "5m",
     }
     for name, rule in rules.items():
         assert rule["annotations"]["runbook_url"] == (

@@ -46,12 +46,15 @@ METRICS = {
     names.QUERY_ACTUAL_COST,
     names.QUERY_DEPTH,
     names.COST_TOTAL,
+    names.OVERAGE_TOTAL,
     names.CHECK_DURATION,
     names.BACKEND_ERRORS_TOTAL,
     names.CIRCUIT_OPEN,
     names.TENANT_REQUESTS_TOTAL,
     names.BUILD_INFO,
     names.IDENTITY_TOTAL,
+    names.KEY_LOOKUPS_TOTAL,
+    names.OVERFLOW_TOTAL,
     names.SUBSCRIPTION_EVENTS_TOTAL,
     names.SUBSCRIPTIONS_OPEN,
     names.LIST_RETURNED_ITEMS,
@@ -66,6 +69,7 @@ METRICS = {
     names.LEASES_TOTAL,
     names.REFUNDS_TOTAL,
     names.REFUND_QUEUE,
+    names.REDIS_EVICTION,
     names.PIPELINE_COMMANDS_TOTAL,
     names.PIPELINE_BATCHES_TOTAL,
     names.DELAY_SECONDS,
@@ -73,6 +77,8 @@ METRICS = {
     names.DELAY_REFUSED_TOTAL,
     names.DELAY_CANCELLED_TOTAL,
     names.REJECTIONS_TOTAL,
+    names.PRESSURE_IGNORED_TOTAL,
+    names.ADAPTIVE_CULPRITS,
 }
 
 OVERVIEW_ROWS = [
@@ -87,6 +93,8 @@ OVERVIEW_ROWS = [
             "Adaptive multiplier by tier",
             "Adaptive limits",
             "Adaptive transitions in range",
+            "Pressure left out for everyone",
+            "Subjects paying their own multiplier",
         ],
     ),
     (
@@ -95,6 +103,7 @@ OVERVIEW_ROWS = [
             "Operations by identity source",
             "Anonymous and unknown-key share",
             "Unknown-key and subscription-cap refusals",
+            "API key lookups per second",
         ],
     ),
     (
@@ -103,9 +112,10 @@ OVERVIEW_ROWS = [
             "Cost charged / refunded per second",
             "Estimated cost heatmap",
             "Actual vs estimated cost",
+            "Overage charged per second",
         ],
     ),
-    ("Refused documents", ["Refused before running per second, by code"]),
+    ("Rejections", ["Rejections per second by code", "Rejections in range by code"]),
     (
         "Tuning",
         [
@@ -146,6 +156,9 @@ OVERVIEW_ROWS = [
             "Deferred refunds per second",
             "Refund queue",
             "Redis pipeline: commands per write",
+            "Memory storage overflow per second",
+            "Redis eviction check by verdict",
+            "Redis eviction policies",
         ],
     ),
     ("Tenants", ["Top blocked tenants", "Top tenants by requests", "Top cost by tier"]),
@@ -409,7 +422,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 48), ("tenant", 18)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 56), ("tenant", 18)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -481,6 +494,17 @@ def test_blocked_ratio_and_actual_vs_estimated(dashboards: dict[str, dict[str, A
     ]
 
 
+def test_overage_panel(dashboards: dict[str, dict[str, Any]]) -> None:
+    panel = _panel(dashboards["overview"], "Overage charged per second")
+    (target,) = panel["targets"]
+    assert target["expr"] == (
+        f'sum by (tier) (rate({names.OVERAGE_TOTAL}{{job=~"$job", tier=~"$tier"}}'
+        "[$__rate_interval]))"
+    )
+    assert target["legendFormat"] == "{{tier}}"
+    assert "charge_overage" in panel["description"]
+
+
 def test_tuning_panels(dashboards: dict[str, dict[str, Any]]) -> None:
     overview = dashboards["overview"]
 
@@ -540,6 +564,7 @@ SUSPECT = {
     names.SOURCE_UNKNOWN_KEY,
     names.SOURCE_REJECTED_KEY,
     names.SOURCE_UNVERIFIED_KEY,
+    names.SOURCE_LIMITED_KEY,
 }
 
 
@@ -577,6 +602,13 @@ def test_identity_panels_single_out_anonymous_and_unknown_keys(
     assert refused["expr"].startswith(f"sum by (decision) (rate({names.REQUESTS_TOTAL}{{")
     assert {names.UNKNOWN_KEY, names.TOO_MANY_SUBSCRIPTIONS} <= set(names.DECISIONS)
     assert refusals["fieldConfig"]["defaults"]["unit"] == "reqps"
+    # The key_resolver's load: lookups by outcome, the ones not made (limited) in blue.
+    lookups = _panel(overview, "API key lookups per second")
+    (target,) = lookups["targets"]
+    assert target["expr"] == (
+        f'sum by (outcome) (rate({names.KEY_LOOKUPS_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    )
+    assert _fixed_colours(lookups) == {names.LOOKUP_LIMITED: "blue", names.LOOKUP_FAILED: "red"}
 
 
 def test_subscription_panels(dashboards: dict[str, dict[str, Any]]) -> None:
@@ -704,17 +736,6 @@ def test_delay_panels(dashboards: dict[str, dict[str, Any]]) -> None:
     assert titles.index("Latency") == titles.index("Delay") + 1
 
 
-def test_refused_documents_panel(dashboards: dict[str, dict[str, Any]]) -> None:
-    panel = _panel(dashboards["overview"], "Refused before running per second, by code")
-    assert [t["expr"] for t in panel["targets"]] == [
-        f'sum by (code) (rate({names.REJECTIONS_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
-    ]
-    assert panel["fieldConfig"]["defaults"]["unit"] == "reqps"
-    assert "TOO_MANY_FIELD_PAIRS" in panel["description"]
-    titles = [title for title, _ in _rows(dashboards["overview"])]
-    assert titles.index("Refused documents") == titles.index("Cost") + 1
-
-
 def test_backend_refund_and_pipeline_panels(dashboards: dict[str, dict[str, Any]]) -> None:
     overview = dashboards["overview"]
 
@@ -739,6 +760,31 @@ def test_backend_refund_and_pipeline_panels(dashboards: dict[str, dict[str, Any]
         o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in overrides
     }
     assert (colours[names.REFUND_LOST_OUTCOME], colours[names.REFUND_UNKNOWN]) == ("red", "orange")
+    # Past max_keys: decisions on a network's overflow state or on a quota's last resort.
+    assert exprs("Memory storage overflow per second") == [
+        f'sum by (store, scope) (rate({names.OVERFLOW_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    ]
+    overflow = _fixed_colours(_panel(overview, "Memory storage overflow per second"))
+    assert overflow == {"states quota": "red", "leases quota": "red"}
+
+
+def test_rejection_panels_count_by_code(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+    (by_code,) = _panel(overview, "Rejections per second by code")["targets"]
+    assert by_code["expr"] == (
+        f'sum by (code) (rate({names.REJECTIONS_TOTAL}{{job=~"$job"}}[$__rate_interval]))'
+    )
+    (in_range,) = _panel(overview, "Rejections in range by code")["targets"]
+    assert in_range["expr"] == (
+        f'topk(10, sum by (code) (increase({names.REJECTIONS_TOTAL}{{job=~"$job"}}[$__range])) > 0)'
+    )
+    overrides = _panel(overview, "Rejections per second by code")["fieldConfig"]["overrides"]
+    colours = {
+        o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in overrides
+    }
+    assert colours[names.TOO_MANY_VARIABLE_VALUES] == "orange"
+    titles = [title for title, _ in _rows(overview)]
+    assert titles.index("Rejections") == titles.index("Cost") + 1
 
 
 def test_tenant_refusals_count_every_refusing_decision(

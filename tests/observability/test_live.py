@@ -31,7 +31,7 @@ from strawberry.asgi import GraphQL
 from websockets.sync.client import connect
 
 from quotaql.config import AlertsConfig
-from quotaql.cost_analysis.directives import Cost
+from quotaql.cost_analysis.directives import Cost, ListSize
 from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.observability.alerts import alert_rules, render_rules
@@ -72,6 +72,8 @@ tier = "free"
 [tenants.polite-2]
 tier = "free"
 [tenants.streamer]
+tier = "free"
+[tenants.greedy]
 tier = "free"
 # Concurrency limits: two queries at once, no subscription at all.
 [tiers.narrow]
@@ -137,9 +139,27 @@ class Subscription:
             yield i
 
 
+# Priced 2 (one product of weight 2): the resolver returns the whole catalog, so each one is
+# charged an overage of 6 after it ran (the Overage panel's data).
+OVERAGE = "{ catalog(first: 1) { name } }"
+
+
+@strawberry.type(name="Query")
+class LiveQuery(shop.Query):
+    """The shop's queries, and a list whose resolver ignores its ``first``."""
+
+    @strawberry.field(directives=[ListSize(slicing_arguments=["first"])])
+    def catalog(self, first: int = 1) -> list[shop.Product]:
+        del first
+        return [
+            shop.Product(id=strawberry.ID(str(i)), name=f"product {i}")
+            for i in range(shop.CATALOG_SIZE)
+        ]
+
+
 def make_schema(limiter: CostLimiter) -> strawberry.Schema:
     return strawberry.Schema(
-        query=shop.Query, mutation=shop.Mutation, subscription=Subscription, extensions=[limiter]
+        query=LiveQuery, mutation=shop.Mutation, subscription=Subscription, extensions=[limiter]
     )
 
 
@@ -303,6 +323,7 @@ def test_dashboards_have_data_and_alerts_fire(
                 break
             statuses.extend(post(client, polite, CHEAP) for polite in ("polite-1", "polite-2"))
             statuses.extend(post(client, FLOODER, EXPENSIVE) for _ in range(15))
+            post(client, "greedy", OVERAGE)  # runs over its estimate: charged an overage
             tuning_traffic(metrics)
             delay_traffic(metrics)
             if round_ % 5 == 0:

@@ -2,7 +2,8 @@
 
 Configured through the environment: ``QUOTAQL_CHANNELS_SCHEMA`` (``"module:attribute"``),
 ``QUOTAQL_CHANNELS_CONTEXT_GETTER`` (an import path, or empty) and
-``QUOTAQL_CHANNELS_OPTIONS`` (JSON keyword options for both consumers). Without
+``QUOTAQL_CHANNELS_OPTIONS`` (JSON keyword options for both consumers; ``"screened":
+true`` screens their JSON, ``quotaql.plugin.views.screened``). Without
 ``QUOTAQL_CHANNELS_SCHEMA`` (pytest's doctest collection imports every module) importing it
 builds nothing.
 """
@@ -30,15 +31,20 @@ def build() -> Any:
     getter_path = os.environ.get("QUOTAQL_CHANNELS_CONTEXT_GETTER") or ""
     http_consumer: type[GraphQLHTTPConsumer] = GraphQLHTTPConsumer
     ws_consumer: type[GraphQLWSConsumer] = GraphQLWSConsumer
+    if options.pop("screened", False):  # quotaql's body screen on both consumers
+        from quotaql.plugin.views import screened
+
+        http_consumer = screened(GraphQLHTTPConsumer)
+        ws_consumer = screened(GraphQLWSConsumer)
 
     if getter_path:
         context_getter = load(getter_path)
 
-        class ContextHTTPConsumer(GraphQLHTTPConsumer):
+        class ContextHTTPConsumer(http_consumer):  # type: ignore[valid-type,misc]  # a variable
             async def get_context(self, request: Any, response: Any) -> Any:
                 return context_getter(request, response)
 
-        class ContextWSConsumer(GraphQLWSConsumer):
+        class ContextWSConsumer(ws_consumer):  # type: ignore[valid-type,misc]  # a variable
             async def get_context(self, request: Any, response: Any) -> Any:
                 return context_getter(request, response)
 

@@ -13,7 +13,8 @@ Example::
 
 ``SERVERS`` maps each integration name to its server class; each takes the schema (a
 ``strawberry.Schema`` or a ``"module:attribute"`` import path), an optional
-``context_getter`` and keyword options for Strawberry's view (``graphql_ide=None``, ...).
+``context_getter``, ``screened`` (quotaql's body screen, ``quotaql.plugin.views.screened``)
+and keyword options for Strawberry's view (``graphql_ide=None``, ...).
 The processes, threads and sockets under them are those of ``servers.py`` and
 ``app_servers.py``.
 """
@@ -130,6 +131,23 @@ def _with_context_getter(view_class: type, getter: Callable[..., Any] | None) ->
             return getter(request, response)
 
     return SyncContextView
+
+
+def _screened(view_class: Any, options: dict[str, Any]) -> Any:
+    """``view_class`` with quotaql's body screen (``quotaql.plugin.views.screened``) when
+    the option ``screened`` (taken out of ``options``) is true."""
+    if not options.pop("screened", False):
+        return view_class
+    from quotaql.plugin.views import screened
+
+    return screened(view_class)
+
+
+def _view(view_class: type, options: dict[str, Any]) -> type:
+    """The view class a server uses: ``view_class``, screened (``screened=True``), with the
+    ``context_getter`` option (both options taken out of ``options``)."""
+    view_class = _screened(view_class, options)
+    return _with_context_getter(view_class, options.pop("context_getter", None))
 
 
 class _LogBuffer(logging.Handler):
@@ -347,7 +365,7 @@ class AsgiServer(_UvicornServer):
         from strawberry.asgi import GraphQL
 
         options = dict(self.options)
-        view_class = _with_context_getter(GraphQL, options.pop("context_getter", None))
+        view_class = _view(GraphQL, options)
         # The app itself, no router: it answers on every path, /graphql among them.
         return view_class(load(self.schema), **options)
 
@@ -367,7 +385,9 @@ class FastAPIServer(_UvicornServer):
         from strawberry.fastapi import GraphQLRouter
 
         app = FastAPI()
-        app.include_router(GraphQLRouter(load(self.schema), **self.options), prefix=GRAPHQL_PATH)
+        options = dict(self.options)
+        router_class = _screened(GraphQLRouter, options)
+        app.include_router(router_class(load(self.schema), **options), prefix=GRAPHQL_PATH)
         return app
 
 
@@ -386,7 +406,10 @@ class LitestarServer(_UvicornServer):
         from litestar.exceptions import LitestarDeprecationWarning
         from strawberry.litestar import make_graphql_controller
 
-        controller = make_graphql_controller(load(self.schema), path=GRAPHQL_PATH, **self.options)
+        options = dict(self.options)
+        screen = {"screened": options.pop("screened", False)}
+        controller = make_graphql_controller(load(self.schema), path=GRAPHQL_PATH, **options)
+        controller = _screened(controller, screen)
         with warnings.catch_warnings():
             # Strawberry's controller lets Litestar infer its `context` dependency, which
             # Litestar 2.2x deprecates (for 3.0) when the routes are registered.
@@ -481,7 +504,7 @@ class DjangoServer(_SocketServer):
         from strawberry.django.views import GraphQLView
 
         options = dict(self.options)
-        view_class = _with_context_getter(GraphQLView, options.pop("context_getter", None))
+        view_class = _view(GraphQLView, options)
         urlconf = _django_urlconf(view_class.as_view(schema=load(self.schema), **options))
 
         class Handler(WSGIHandler):
@@ -508,7 +531,7 @@ class DjangoAsyncServer(_UvicornServer):
         from strawberry.django.views import AsyncGraphQLView
 
         options = dict(self.options)
-        view_class = _with_context_getter(AsyncGraphQLView, options.pop("context_getter", None))
+        view_class = _view(AsyncGraphQLView, options)
         urlconf = _django_urlconf(view_class.as_view(schema=load(self.schema), **options))
 
         class Handler(ASGIHandler):
@@ -532,7 +555,7 @@ class FlaskServer(_SocketServer):
         from strawberry.flask.views import GraphQLView
 
         options = dict(self.options)
-        view_class = _with_context_getter(GraphQLView, options.pop("context_getter", None))
+        view_class = _view(GraphQLView, options)
         app = Flask(f"quotaql_test_{id(self):x}")
         app.add_url_rule(
             GRAPHQL_PATH,
@@ -560,7 +583,7 @@ class ChaliceServer(_SocketServer):
 
         options = dict(self.options)
         real_source_ip = options.pop("real_source_ip", True)
-        view_class = _with_context_getter(GraphQLView, options.pop("context_getter", None))
+        view_class = _view(GraphQLView, options)
         view = view_class(schema=load(self.schema), **options)
         app = Chalice(app_name=f"quotaql_test_{id(self):x}")
 
@@ -605,7 +628,7 @@ class AiohttpServer(_AsyncioServer):
         from strawberry.aiohttp.views import GraphQLView
 
         options = dict(self.options)
-        view_class = _with_context_getter(GraphQLView, options.pop("context_getter", None))
+        view_class = _view(GraphQLView, options)
         app = web.Application()
         app.router.add_route("*", GRAPHQL_PATH, view_class(schema=load(self.schema), **options))
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=2)
@@ -635,7 +658,7 @@ class SanicServer(_AsyncioServer):
         from strawberry.sanic.views import GraphQLView
 
         options = dict(self.options)
-        view_class = _with_context_getter(GraphQLView, options.pop("context_getter", None))
+        view_class = _view(GraphQLView, options)
         Sanic.test_mode = True
         app = Sanic(f"quotaql_test_{id(self):x}", configure_logging=False)
         app.config.MOTD = False
@@ -673,7 +696,7 @@ class QuartServer(_AsyncioServer):
         from strawberry.quart.views import GraphQLView
 
         options = dict(self.options)
-        view_class = _with_context_getter(GraphQLView, options.pop("context_getter", None))
+        view_class = _view(GraphQLView, options)
         app = Quart(f"quotaql_test_{id(self):x}")
         view = view_class.as_view("graphql_view", schema=load(self.schema), **options)
         app.add_url_rule(GRAPHQL_PATH, view_func=view, methods=["GET", "POST"])

@@ -50,7 +50,8 @@ def shop_traffic(metrics: PrometheusMetrics, operations: range) -> None:
     Each operation: ``products(first: 20)`` (every tenth returns 25: a resolver that does
     not enforce ``first``), three products each with ``reviews`` (20..45 items, priced at
     the default 10), ``related`` (0..2, the default 10) and ``tags`` (0..3, priced at the
-    file's assumed_size 100); its cost estimated 500 and actually 100..600.
+    file's assumed_size 100); its cost estimated 500 and actually 100..600. The operations
+    come from 40 tenants in turn.
     """
     for i in operations:
         lists = [("Query.products", 20, 25 if i % 10 == 0 else 20, True)]
@@ -58,8 +59,9 @@ def shop_traffic(metrics: PrometheusMetrics, operations: range) -> None:
             lists.append(("Product.reviews", 10, (3 * i + k) % 26 + 20, False))
             lists.append(("Product.related", 10, k, False))
             lists.append(("Product.tags", 100, (i + k) % 4, False))
-        metrics.list_sizes(lists)
+        metrics.list_sizes(lists, f"key:tenant-{i % 40}")
         metrics.estimate("query", "free", 500, 100 + (i % 6) * 100)
+    metrics.flush(final=True)  # the subjects' minute is over: the worker stops
 
 
 def registry_with(operations: range) -> CollectorRegistry:
@@ -110,14 +112,22 @@ EXPECTED_DIFF = "".join(
         " [cost.weights]",
         ' "Customer" = 3',
         '-"Product.tags" = {{ weight = 1, assumed_size = 100 }}  # tags are few',
-        '+"Product.tags" = {{ weight = 1, assumed_size = 3 }}  # tags are few',
-        '+"Product.related" = {{ assumed_size = 2 }}',
+        '+"Product.tags" = {{ weight = 1, assumed_size = {tags} }}  # tags are few',
+        '+"Product.related" = {{ assumed_size = {related} }}',
         '+"Product.reviews" = {{ assumed_size = {reviews} }}',
         " ",
         " [limits]",
         ' mode = "enforce"',
     )
 )
+
+
+def expected_diff(path: Path, reviews: int, *, allow_decrease: bool = False) -> str:
+    """The diff of the shop's file: reviews raised to ``reviews``; tags (0..3) and related
+    (0..2) lowered all the way with ``allow_decrease``, else by a factor 2 at most."""
+    tags, related = (3, 2) if allow_decrease else (50, 5)
+    return EXPECTED_DIFF.format(path=path, reviews=reviews, tags=tags, related=related)
+
 
 # The evidence of Product.reviews: 1,200 lists of 20..45 items, priced at 10; 50 is the
 # smallest bucket edge holding p99 of them (the buckets are ... 30, 50 ...), and 45, the
@@ -128,6 +138,8 @@ REVIEWS_EVIDENCE = [
     "  lists seen: 1,200 in 400 sampled operations",
     "  items per list: p50 31 to 45, p95 31 to 45, p99 31 to 45, max 45",
     "  mean items per list: 32.5",
+    "  subjects: 40 subject-minutes (each subject, an address by its network, counts once a"
+    " minute); their longest lists: p50 31 to 45, p99 31 to 45",
     "  lists longer than the size (under-estimated): 1,200 at 10 now, 0 at 45",
     # At most 9 items: none (8 and 10 are edges, both 0). At most 49: between the counts at
     # the edges 30 (sizes 20..30: residues 0..10 of n mod 26 for n < 1200, 4 x 47 + 7 x 46)
@@ -139,25 +151,46 @@ REVIEWS_EVIDENCE = [
 
 def test_the_diff_and_its_evidence_from_a_metrics_dump(config: Path, metrics_file: Path) -> None:
     result = invoke("--config", str(config), "--metrics", str(metrics_file))
+    all_the_way = invoke(
+        "--config", str(config), "--metrics", str(metrics_file), "--allow-decrease"
+    )
 
     assert result.exit_code == 0, result.output
     report, diff = report_and_diff(result.stdout)
-    assert diff == EXPECTED_DIFF.format(path=config, reviews=45)
+    assert diff == expected_diff(config, 45)
     start = report.index(REVIEWS_EVIDENCE[0])
     assert report[start : start + len(REVIEWS_EVIDENCE)] == REVIEWS_EVIDENCE
-    assert (
-        "Product.tags: assumed_size 100 -> 3 (its lists were much shorter than assumed)" in report
+    # The tags lists say 3, and so do the subjects: halved at most without --allow-decrease.
+    start = report.index(
+        "Product.tags: assumed_size 100 -> 50 (its lists were much shorter than assumed)"
     )
+    assert report[start + 1 : start + 7] == [
+        "  the servers assumed 100 items, from assumed_size in the file (assumed_size = 100)",
+        "  lists seen: 1,200 in 400 sampled operations",
+        "  items per list: p50 1, p95 3, p99 3, max 3",  # 0..3, as often each
+        "  mean items per list: 1.5",
+        "  subjects: 40 subject-minutes (each subject, an address by its network, counts once"
+        " a minute); their longest lists: p50 3, p99 3",
+        "  lowered by at most a factor 2: to 50, where the evidence says 3 (--allow-decrease"
+        " lowers it all the way)",
+    ]
     assert (
-        "  the servers assumed 100 items, from assumed_size in the file (assumed_size = 100)"
-        in report
+        "Product.related: assumed_size 10 -> 5 (its lists were much shorter than assumed)" in report
     )
-    assert "  items per list: p50 1, p95 3, p99 3, max 3" in report  # 0..3, as often each
+    all_report, all_diff = report_and_diff(all_the_way.stdout)
+    assert all_diff == expected_diff(config, 45, allow_decrease=True)
+    assert "Product.tags: assumed_size 100 -> 3 (its lists were much shorter than assumed)" in (
+        all_report
+    )
+    assert not any("lowered by at most" in line for line in all_report)
     assert (
-        "Product.related: assumed_size 10 -> 2 (its lists were much shorter than assumed)" in report
+        "Product.related: assumed_size 10 -> 2 (its lists were much shorter than assumed)"
+        in all_report
     )
     # Lists shorter than 2 items (at most 1): 1 is an edge, exact.
-    assert "  lists shorter than the size (over-estimated): 1,200 at 10 now, 800 at 2" in report
+    assert "  lists shorter than the size (over-estimated): 1,200 at 10 now, 800 at 2" in (
+        all_report
+    )
     # One field on the default too small, one too large: the default is not systematically off.
     assert not any(line.startswith("default_list_size") for line in report)
     # A tenth of the products lists returned 25 where first: 20 asked for 20.
@@ -204,11 +237,12 @@ def test_the_diff_applies_with_patch_and_write_gives_the_same_file(
     weights = tomllib.loads(config.read_text(encoding="utf-8"))["cost"]["weights"]
     assert weights == {
         "Customer": 3,
-        "Product.tags": {"weight": 1, "assumed_size": 3},
-        "Product.related": {"assumed_size": 2},
+        "Product.tags": {"weight": 1, "assumed_size": 50},
+        "Product.related": {"assumed_size": 5},
         "Product.reviews": {"assumed_size": 45},
     }
-    # The same metrics again (servers that have not reloaded yet): nothing more to change.
+    # The same metrics again (servers that have not reloaded yet): nothing more to change,
+    # and no second halving of what the servers still assume.
     again = invoke("--config", str(config), "--metrics", str(metrics_file))
     report, diff = report_and_diff(again.stdout)
     assert diff == ""
@@ -216,6 +250,10 @@ def test_the_diff_applies_with_patch_and_write_gives_the_same_file(
     assert any(
         "the servers assumed 10 items, the file says assumed_size = 45" in line for line in report
     )
+    assert (
+        "  Product.tags: the file says 50 already, as low as one run goes from the 100 the"
+        " servers assumed (--max-decrease 2): run tune again once they have reloaded it"
+    ) in report
 
 
 def test_several_workers_dumps_are_summed(config: Path, tmp_path: Path) -> None:
@@ -233,14 +271,14 @@ def test_several_workers_dumps_are_summed(config: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     report, diff = report_and_diff(result.stdout)
     assert "  lists seen: 1,197 in 399 sampled operations" in report
-    assert diff == EXPECTED_DIFF.format(path=config, reviews=45)
+    assert diff == expected_diff(config, 45)
 
 
 def test_the_metrics_can_come_from_stdin(config: Path, metrics_file: Path) -> None:
     result = invoke("--config", str(config), "--metrics", "-", stdin=metrics_file.read_text())
 
     assert result.exit_code == 0, result.output
-    assert report_and_diff(result.stdout)[1] == EXPECTED_DIFF.format(path=config, reviews=45)
+    assert report_and_diff(result.stdout)[1] == expected_diff(config, 45)
 
 
 def test_too_few_lists_propose_nothing(config: Path, tmp_path: Path) -> None:
@@ -260,8 +298,9 @@ def test_too_few_lists_propose_nothing(config: Path, tmp_path: Path) -> None:
     assert "Product.reviews" in report_and_diff(fewer.stdout)[1]
 
 
-def on_the_default(config: Path, tmp_path: Path) -> Any:
-    """Three list fields on the default (10), all much shorter: 0..3, 0..2 and 0..1 items."""
+def on_the_default(config: Path, tmp_path: Path, *args: str) -> Any:
+    """Three list fields on the default (10), all much shorter: 0..3, 0..2 and 0..1 items,
+    from 20 tenants."""
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry)
     for i in range(200):
@@ -270,17 +309,36 @@ def on_the_default(config: Path, tmp_path: Path) -> Any:
                 ("Order.items", 10, i % 4, False),
                 ("Order.notes", 10, i % 3, False),
                 ("Order.refunds", 10, i % 2, False),
-            ]
+            ],
+            f"key:tenant-{i % 20}",
         )
+    metrics.flush(final=True)
     path = tmp_path / "orders.txt"
     path.write_text(dump(registry), encoding="utf-8")
-    return invoke("--config", str(config), "--metrics", str(path))
+    return invoke("--config", str(config), "--metrics", str(path), *args)
+
+
+def test_a_default_systematically_off_is_halved_at_most(config: Path, tmp_path: Path) -> None:
+    result = on_the_default(config, tmp_path)
+
+    assert result.exit_code == 0, result.output
+    report, diff = report_and_diff(result.stdout)
+    assert "-default_list_size = 10\n+default_list_size = 5\n" in diff
+    assert "Order." not in diff  # Order.refunds, at 1, waits for the next run
+    assert (
+        "  lowered by at most a factor 2: to 5, where the evidence says 3 (--allow-decrease"
+        " lowers it all the way)"
+    ) in report
+    assert (
+        "  Order.refunds: the file says 5 already, as low as one run goes from the 10 the"
+        " servers assumed (--max-decrease 2): run tune again once they have reloaded it"
+    ) in report
 
 
 def test_a_default_systematically_off_is_changed_and_the_outliers_get_their_own(
     config: Path, tmp_path: Path
 ) -> None:
-    result = on_the_default(config, tmp_path)
+    result = on_the_default(config, tmp_path, "--allow-decrease")
 
     assert result.exit_code == 0, result.output
     report, diff = report_and_diff(result.stdout)
@@ -720,7 +778,7 @@ def test_a_real_prometheus_scraping_two_instances_gives_the_dumps_diff(
 
     assert result.exit_code == 0, result.output
     report, diff = report_and_diff(result.stdout)
-    assert diff == EXPECTED_DIFF.format(path=config, reviews=45)
+    assert diff == expected_diff(config, 45)
     assert report[2:] == report_and_diff(from_dumps.stdout)[0][2:]  # the same evidence
     assert f"quotaql tune: {config}, from {prometheus.url}" in report[0]
     assert "  lists seen: 1,200 in 400 sampled operations" in report  # both instances
@@ -756,7 +814,7 @@ def test_a_real_prometheus_counts_increase_over_a_window(tmp_path: Path, config:
     assert "Prometheus increase() over 10m (extrapolated, rounded)" in report[1]
     # Extrapolated counts: the proportions decide, and the longest list (a gauge since each
     # process started) bounds nothing over a window: the bucket edge, 50.
-    assert diff == EXPECTED_DIFF.format(path=config, reviews=50)
+    assert diff == expected_diff(config, 50)
 
 
 # -- endpoints that are not a Prometheus -------------------------------------------------------

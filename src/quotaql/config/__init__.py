@@ -1,10 +1,11 @@
 """Read ``quotaql.toml`` into frozen values, with errors that name the file, line and key.
 
-The file has eight top-level tables, all optional: ``[cost]`` (how an operation is priced),
+The file has nine top-level tables, all optional: ``[cost]`` (how an operation is priced),
 ``[limits]`` (how the limiter behaves), ``[tiers]`` (the quotas of each plan), ``[tenants]``
 (who is on which plan), ``[global]`` (one platform-wide quota), ``[identity]`` (where
-subjects come from), ``[adaptive]`` (which tiers adaptive limits scale, and how) and
-``[alerts]`` (the thresholds of the generated Prometheus alert rules).
+subjects come from), ``[adaptive]`` (which tiers adaptive limits scale, and how),
+``[alerts]`` (the thresholds of the generated Prometheus alert rules) and ``[redis]`` (what
+the Redis storages accept of their server).
 
 The values are in :mod:`quotaql.config.values` (and, for the tables of the features they
 configure, :mod:`quotaql.config.identity`, :mod:`quotaql.config.adaptive` and

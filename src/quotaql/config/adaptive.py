@@ -58,6 +58,15 @@ class AdaptiveConfig:
         max_tenant_share: the most weight one tenant's samples may have in the window
             (above 0, at most 1). Keep it below ``1 - latency_percentile`` and below the
             error share that reaches ``engage_at``, or one tenant alone can engage.
+        min_subjects: the fewest subjects (addresses counted by their /24 or /48 network)
+            whose operations must show the pressure for it to count for everyone: the
+            pressure that engages is the window's without its ``min_subjects - 1`` subjects
+            that contribute most (1: every sample counts as it is).
+        min_cost_share: the share of what the window's operations were charged that the
+            operations showing the pressure (failed ones; ones slower than
+            ``latency_target``) must hold for it to count for everyone (0: no such check):
+            cheap failing queries among costly good ones engage nothing. Keep it at or below
+            the error share that reaches ``engage_at``.
         engage_at: pressure at or above it, for ``engage_for`` seconds, engages.
         release_at: pressure at or below it, for ``release_for`` seconds, releases (below
             ``engage_at``: the hysteresis).
@@ -80,6 +89,8 @@ class AdaptiveConfig:
     window: float = 10.0
     min_samples: int = 50
     max_tenant_share: float = 0.05
+    min_subjects: int = 5
+    min_cost_share: float = 0.05
     engage_at: float = 0.5
     release_at: float = 0.2
     engage_for: float = 5.0
@@ -119,9 +130,10 @@ class AdaptiveConfig:
             value = getattr(self, name)
             if not _within(value, bounds):
                 raise ConfigError(f"{name} must be {describe_range(bounds)}, got {value!r}")
-        size = self.min_samples
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ConfigError(f"min_samples must be an integer >= 1, got {size!r}")
+        for name in ("min_samples", "min_subjects"):
+            size = getattr(self, name)
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {size!r}")
         if not isinstance(self.scale_global, bool):
             raise ConfigError(f"global must be true or false, got {self.scale_global!r}")
         for low, high in _ORDERED:
@@ -150,6 +162,7 @@ _RANGES: Final[Mapping[str, _Bounds]] = {
     "error_saturate": (0.0, 1.0, False, True),
     "window": (1.0, math.inf, True, False),
     "max_tenant_share": (0.0, 1.0, False, True),
+    "min_cost_share": (0.0, 1.0, True, True),
     "engage_at": (0.0, 1.0, False, True),
     "release_at": (0.0, 1.0, True, False),
     "engage_for": (0.0, math.inf, True, False),

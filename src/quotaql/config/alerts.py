@@ -115,7 +115,8 @@ class AlertsConfig:
             fire, a proxy or server setup that loses every client's address does.
         unknown_keys_per_second: ``QuotaqlUnknownApiKeys`` fires when a job receives more
             than this many operations a second with an API key no tenant has (``source``
-            ``unknown_key`` or ``rejected_key``: key guessing, or a misconfigured client) (0.1).
+            ``unknown_key``, ``rejected_key`` or ``limited_key``: key guessing, or a
+            misconfigured client) (0.1).
         unknown_keys_for: 5m.
         unverified_keys_for: how long operations with unknown keys taken as tenants of their
             own (``source="unverified_key"``: ``[identity] unknown_keys = "tenant"``) must go
@@ -138,8 +139,21 @@ class AlertsConfig:
             because a process had ``[limits] max_delayed`` waiting already
             (``quotaql_delay_refused_total{reason="process_full"}``) before
             ``QuotaqlDelayProcessFull`` fires (5m).
+        memory_overflow_for: how long a job's memory storages must keep deciding new
+            subjects on overflow states, their table full of live states
+            (``quotaql_overflow_total``), before ``QuotaqlMemoryOverflow`` fires (10m).
+        variable_values_refused_per_second: ``QuotaqlVariableValuesRefused`` fires when a
+            job refuses more than this many operations a second whose variables held more
+            than ``[cost] max_variable_values`` values
+            (``quotaql_rejections_total{code="TOO_MANY_VARIABLE_VALUES"}``) (0: any).
+        variable_values_refused_for: 15m: a client whose bulk operations outgrew the limit
+            keeps sending them; a stray one stays quiet.
         metrics_absent_for: how long ``quotaql_build_info`` may be missing before
             ``QuotaqlMetricsAbsent`` fires (10m).
+        redis_eviction_refused_for: how long a process's Redis storage must refuse its
+            server for an evicting ``maxmemory-policy``
+            (``quotaql_redis_eviction{verdict="refused"}``) before
+            ``QuotaqlRedisEvictionRefused`` fires (1m).
     """
 
     runbook_base_url: str = _DEFAULT_RUNBOOK
@@ -173,7 +187,11 @@ class AlertsConfig:
     delay_p99_seconds: float = 1.0
     delays_long_for: str = "10m"
     delay_process_full_for: str = "5m"
+    memory_overflow_for: str = "10m"
+    variable_values_refused_per_second: float = 0.0
+    variable_values_refused_for: str = "15m"
     metrics_absent_for: str = "10m"
+    redis_eviction_refused_for: str = "1m"
 
     def __post_init__(self) -> None:
         for name, kind in ALERT_KINDS.items():
@@ -219,5 +237,9 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "delay_p99_seconds": "positive",
     "delays_long_for": "duration",
     "delay_process_full_for": "duration",
+    "memory_overflow_for": "duration",
+    "variable_values_refused_per_second": "non_negative",
+    "variable_values_refused_for": "duration",
     "metrics_absent_for": "duration",
+    "redis_eviction_refused_for": "duration",
 }

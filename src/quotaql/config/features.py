@@ -23,6 +23,7 @@ from quotaql.config.document import describe_value
 from quotaql.config.identity import (
     FORWARDED_HEADERS,
     MAX_HOPS,
+    MAX_RESOLVER_BURST,
     UNKNOWN_KEY_MODES,
     IdentityConfig,
 )
@@ -54,6 +55,7 @@ ADAPTIVE_NUMBERS: Final = (
     "error_saturate",
     "window",
     "max_tenant_share",
+    "min_cost_share",
     "engage_at",
     "release_at",
     "engage_for",
@@ -224,6 +226,8 @@ _IDENTITY_CHECKS: Final[Mapping[str, Check[object]]] = {
     "trusted_hops": _size_in(0, MAX_HOPS),
     "forwarded_header": checks.one_of(FORWARDED_HEADERS),
     "ipv6_prefix": _size_in(1, 128),
+    "resolver_rate": checks.positive_number,
+    "resolver_burst": checks.integer(1, MAX_RESOLVER_BURST),
 }
 IDENTITY_KEYS: Final = tuple(_IDENTITY_CHECKS)
 _ALERT_CHECKS: Final = {key: _alert_check(kind) for key, kind in ALERT_KINDS.items()}
@@ -233,6 +237,7 @@ _ADAPTIVE_CHECKS: Final[Mapping[str, Check[object]]] = {
     "tiers": _tier_names,
     **{name: _ranged(name) for name in ADAPTIVE_NUMBERS},
     "min_samples": _size_in(1),
+    "min_subjects": _size_in(1),
     "global": checks.boolean,
 }
 ADAPTIVE_KEYS: Final = tuple(_ADAPTIVE_CHECKS)

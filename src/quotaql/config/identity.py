@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
@@ -11,6 +12,7 @@ from quotaql.errors import ConfigError
 __all__ = [
     "FORWARDED_HEADERS",
     "MAX_HOPS",
+    "MAX_RESOLVER_BURST",
     "UNKNOWN_KEY_MODES",
     "ForwardedHeader",
     "IdentityConfig",
@@ -26,6 +28,9 @@ FORWARDED_HEADERS: Final[tuple[ForwardedHeader, ...]] = get_args(ForwardedHeader
 # Proxy headers are read from the right; more entries than this are never looked at, so a
 # hostile header of thousands of entries costs what a short one does.
 MAX_HOPS: Final = 32
+#: The most ``resolver_burst`` says (a billion lookups at once bound nothing; past a float's
+#: range a bucket could not hold it).
+MAX_RESOLVER_BURST: Final = 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,14 @@ class IdentityConfig:
             7239). Only that one is read: a client could send the other one itself.
         ipv6_prefix: IPv6 clients are limited per network of this prefix length (one
             host usually owns a whole /64); 128 limits each address.
+        resolver_rate: the ``key_resolver`` lookups one client address (IPv6: its
+            ``ipv6_prefix`` network) may cause per second, in each process, after its
+            ``resolver_burst``: a key that would need one more counts as its client's
+            address, without a lookup. Its network (IPv4 /24, IPv6 /48) may cause 8 times as
+            many, one budget for all its addresses. Answers in the cache, and keys the
+            resolver accepted before (revalidated when their cache entry expires), need none.
+        resolver_burst: the lookups an address may cause at once before ``resolver_rate``
+            applies.
     """
 
     api_key_header: str = "x-api-key"
@@ -58,6 +71,8 @@ class IdentityConfig:
     trusted_hops: int = 0
     forwarded_header: ForwardedHeader = "x-forwarded-for"
     ipv6_prefix: int = 64
+    resolver_rate: float = 2.0
+    resolver_burst: int = 20
     networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
         init=False, repr=False, compare=False
     )
@@ -84,6 +99,19 @@ class IdentityConfig:
         prefix = self.ipv6_prefix
         if isinstance(prefix, bool) or not isinstance(prefix, int) or not 1 <= prefix <= 128:
             raise ConfigError(f"ipv6_prefix must be an integer from 1 to 128, got {prefix!r}")
+        rate = self.resolver_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf:
+            raise ConfigError(f"resolver_rate must be a finite number above 0, got {rate!r}")
+        object.__setattr__(self, "resolver_rate", float(rate))
+        burst = self.resolver_burst
+        if (
+            isinstance(burst, bool)
+            or not isinstance(burst, int)
+            or not 1 <= burst <= MAX_RESOLVER_BURST
+        ):
+            raise ConfigError(
+                f"resolver_burst must be an integer from 1 to {MAX_RESOLVER_BURST}, got {burst!r}"
+            )
         proxies: object = self.trusted_proxies
         if isinstance(proxies, str) or not isinstance(proxies, list | tuple):
             raise ConfigError(f"trusted_proxies must be a list of CIDRs, got {proxies!r}")

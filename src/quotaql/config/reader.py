@@ -38,8 +38,10 @@ from quotaql.config.values import (
     LimitsConfig,
     Mode,
     OnLimit,
+    RedisConfig,
     TenantConfig,
     TierConfig,
+    time_quota,
 )
 from quotaql.cost_analysis.model import (
     INTROSPECTION_MODES,
@@ -91,6 +93,7 @@ _LIMIT_KEYS: Final = (
     "max_fields",
     "max_repeated_fields",
     "max_directives",
+    "max_variable_values",
     "max_field_pairs",
 )
 _FIELD_COST_KEYS: Final = (
@@ -124,6 +127,8 @@ _LIMITS_CHECKS: Final[Mapping[str, Check[object]]] = {
     "max_delayed": checks.size,
     "delayed_share": checks.fraction,
     "delay_sync": checks.one_of(DELAY_SYNC),
+    "charge_overage": checks.boolean,
+    "time": lambda doc, path, value: _time(doc, path, value, off=None),
 }
 _LIMITS_KEYS: Final = tuple(_LIMITS_CHECKS)
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")
@@ -141,6 +146,7 @@ _TIER_KEYS: Final = (
     "on_limit",
     "max_delay",
     "max_queued",
+    "time",
 )
 #: A root field's entry: a rate quota, a concurrency limit, or both.
 _FIELD_KEYS: Final = (*_QUOTA_KEYS, "max_in_flight")
@@ -372,6 +378,7 @@ class _TierKeys:
     on_limit: OnLimit | None
     max_delay: float | None
     max_queued: int | None
+    time: Quota | bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +474,7 @@ def _parse_tiers(tiers: Table) -> _Tiers:
             on_limit,
             max_delay,
             max_queued,
+            _default_time(tier.get("time", _tier_time)),
         )
     return _Tiers(tiers, tiers.path[0] in tiers.doc.data, entries)
 
@@ -505,6 +513,17 @@ def _parse_tenants(tenants: Table) -> _Tenants:
     return _Tenants(entries)
 
 
+#: The ``[redis]`` keys and their checks.
+_REDIS_CHECKS: Final[Mapping[str, Check[object]]] = {"allow_eviction": checks.boolean}
+
+
+def _parse_redis(table: Table) -> RedisConfig:
+    table.check_keys(_REDIS_CHECKS)
+    values = table.read(_REDIS_CHECKS)
+    with table.blame():
+        return RedisConfig(**values)
+
+
 def _parse_global(table: Table) -> _Global:
     table.check_keys(_QUOTA_KEYS)
     return _Global(_parse_quota_keys(table) if table.path[0] in table.doc.data else None)
@@ -523,6 +542,7 @@ _TABLES: Final[Mapping[str, Callable[[Table], object]]] = {
     "alerts": features.read_alerts,
     "identity": features.read_identity,
     "adaptive": features.read_adaptive,
+    "redis": _parse_redis,
 }
 
 
@@ -550,6 +570,7 @@ def _build(doc: Document) -> Config:
     alerts = _parsed(tables, "alerts", AlertsConfig)
     identity = _parsed(tables, "identity", IdentityConfig)
     adaptive = _parsed(tables, "adaptive", AdaptiveConfig)
+    redis = _parsed(tables, "redis", RedisConfig)
     limits_keys = doc.data.get("limits", {})
     if not isinstance(limits_keys, dict):  # _parse_limits rejected it already
         raise TypeError("[limits] is not a table")
@@ -610,6 +631,7 @@ def _build(doc: Document) -> Config:
             identity=identity,
             declares_tiers=tier_keys.present,
             adaptive=adaptive,
+            redis=redis,
         )
 
 
@@ -673,7 +695,47 @@ def _build_tier(name: str, tier: _TierKeys, base: tuple[Algorithm, str]) -> Tier
             on_limit=checks.default(tier.on_limit, "refuse"),
             max_delay=tier.max_delay,
             max_queued=tier.max_queued,
+            time=tier.time,
         )
+
+
+_TIME_KEYS: Final = ("capacity_ms", "refill_ms_per_second")
+
+
+def _time(doc: Document, path: KeyPath, value: object, *, off: T) -> Quota | T:
+    """A ``time`` key: ``{ capacity_ms = ..., refill_ms_per_second = ... }`` (the time
+    quota, :func:`~quotaql.config.values.time_quota`), or ``false`` (``off``: none)."""
+    if value is False:
+        return off
+    if not isinstance(value, dict):
+        raise doc.error(
+            path,
+            "expected a table { capacity_ms = ..., refill_ms_per_second = ... }, or false for"
+            f" none, got {describe_value(value)}",
+        )
+    table = Table(doc, path, value)
+    table.check_keys(_TIME_KEYS)
+    missing = [key for key in _TIME_KEYS if key not in value]
+    if missing:
+        raise doc.error(path, f"a time quota needs capacity_ms and refill_ms_per_second;"
+                              f" missing: {', '.join(missing)}")  # fmt: skip
+    capacity = checks.positive_number(doc, (*path, "capacity_ms"), value["capacity_ms"])
+    refill = checks.positive_number(
+        doc, (*path, "refill_ms_per_second"), value["refill_ms_per_second"]
+    )
+    with table.blame():
+        return time_quota(capacity, refill)
+
+
+def _default_time(own: Quota | bool | None) -> Quota | bool:
+    """A tier's time quota as its table says: its own, none (False), or (absent) True, the
+    ``[limits] time`` one."""
+    return True if own is None else own
+
+
+def _tier_time(doc: Document, path: KeyPath, value: object) -> Quota | bool:
+    """A tier's ``time``: its own time quota, or False (none for this tier)."""
+    return _time(doc, path, value, off=False)
 
 
 def _build_quota(

@@ -14,20 +14,24 @@ from quotaql.config.identity import IdentityConfig
 from quotaql.cost_analysis.model import SAFE_LIMITS, CostLimits, CostModel
 from quotaql.errors import ConfigError
 from quotaql.policy.modes import BackendErrorMode, Mode
-from quotaql.policy.quota import MAX_DELAY_SECONDS, Algorithm, Quota
+from quotaql.policy.quota import MAX_DELAY_SECONDS, TIME_QUOTA, Algorithm, Quota
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
+    "DEFAULT_TIME",
+    "TIME_QUOTA",
     "Config",
     "CostConfig",
     "DelaySync",
     "LimitsConfig",
     "Mode",
     "OnLimit",
+    "RedisConfig",
     "TenantConfig",
     "TierConfig",
+    "time_quota",
 ]
 
 #: The modes in the order an error lists them (``enforce``, ``shadow``, ``off``).
@@ -51,6 +55,32 @@ DELAY_SYNC: Final = cast("tuple[DelaySync, ...]", get_args(DelaySync))
 #: ``[tiers.<t>] max_delay`` (seconds) and ``max_queued`` when ``on_limit = "delay"``.
 DEFAULT_MAX_DELAY: Final = 1.0
 DEFAULT_MAX_QUEUED: Final = 10
+#: Its default budget: 10 s of worker time at once, refilled at half a core per subject
+#: (500 ms a second), so that a subject spending its whole default point refill (50 a
+#: second) on hostile documents costs a worker half a core at most, where honest traffic
+#: uses a few milliseconds a second (docs/limiter.md "The time quota").
+DEFAULT_TIME_CAPACITY_MS: Final = 10_000.0
+DEFAULT_TIME_REFILL_MS_PER_SECOND: Final = 500.0
+
+
+def time_quota(capacity_ms: float, refill_ms_per_second: float) -> Quota:
+    """The time quota of a budget: a token bucket of milliseconds of worker time, named
+    ``time``, that a refund never touches (it is charged what was measured).
+
+    Example:
+        >>> time_quota(10_000, 500).policy
+        '"time";q=10000;w=20'
+    """
+    return Quota(
+        TIME_QUOTA,
+        capacity=capacity_ms,
+        refill_per_second=refill_ms_per_second,
+        algorithm="token_bucket",
+        refundable=False,
+    )
+
+
+DEFAULT_TIME: Final = time_quota(DEFAULT_TIME_CAPACITY_MS, DEFAULT_TIME_REFILL_MS_PER_SECOND)
 
 
 def _is_number(value: object) -> TypeGuard[float]:
@@ -93,6 +123,9 @@ class LimitsConfig:
             (``open``), refuse them (``closed``) or count in process memory (``local``).
         default_tier: the tier of a tenant that ``[tenants]`` does not name.
         refund_unused: give back the part of the cost that the operation did not use.
+        charge_overage: charge, after execution, what the operation's actual cost ran
+            above its debit (the budget may go below empty: the subject waits until it
+            refills).
         expose_cost: report the cost and the quota state in the response's extensions.
         http_status: the status of a refused request (400 to 599).
         reload_interval: seconds between checks of the file for edits; 0 never reloads.
@@ -127,6 +160,9 @@ class LimitsConfig:
             of a delay tier: ``refuse`` (the default) decides it as if its tier refused,
             ``sleep`` parks the thread until its turn (each counts against
             ``max_delayed``: keep that well below the server's threads).
+        time: the time quota of every tier that does not set its own (``time = {
+            capacity_ms, refill_ms_per_second }``: :func:`time_quota`): the worker time
+            each subject's operations may take; None (``time = false``): none.
     """
 
     mode: Mode = Mode.ENFORCE
@@ -134,6 +170,7 @@ class LimitsConfig:
     on_backend_error: BackendErrorMode = "local"
     default_tier: str = DEFAULT_TIER
     refund_unused: bool = True
+    charge_overage: bool = True
     expose_cost: bool = True
     http_status: int = 429
     reload_interval: float = 2.0
@@ -148,8 +185,10 @@ class LimitsConfig:
     max_delayed: int = 1000
     delayed_share: float = 0.25
     delay_sync: DelaySync = "refuse"
+    time: Quota | None = DEFAULT_TIME
 
     def __post_init__(self) -> None:
+        _check_time(self.time, "time")
         for name, choices in (
             ("mode", MODES),
             ("algorithm", ALGORITHMS),
@@ -236,6 +275,8 @@ class TierConfig:
         max_delay: with ``delay``, the longest wait in seconds (default 1; at most 60).
         max_queued: with ``delay``, the most operations waiting at once per tenant (and
             per user for ``per_user``), across every server process (default 10).
+        time: the tier's time quota (:func:`time_quota`); True: ``limits.time``, the
+            default; False: none for this tier.
     """
 
     name: str
@@ -252,8 +293,11 @@ class TierConfig:
     on_limit: OnLimit = "refuse"
     max_delay: float | None = None
     max_queued: int | None = None
+    time: Quota | bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.time, bool):
+            _check_time(self.time, f"tier {self.name!r}: time")
         object.__setattr__(self, "operations", MappingProxyType(dict(self.operations)))
         object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
         object.__setattr__(self, "field_lines", MappingProxyType(dict(self.field_lines)))
@@ -315,6 +359,20 @@ class TierConfig:
         return self.max_in_flight
 
 
+def _check_time(quota: object, what: str) -> None:
+    """Raise unless ``quota`` is a time quota (:func:`time_quota`) or None."""
+    if quota is None:
+        return
+    if not (
+        isinstance(quota, Quota)
+        and quota.name == TIME_QUOTA
+        and quota.algorithm == "token_bucket"
+        and not quota.refundable
+        and not quota.shared
+    ):
+        raise ConfigError(f"{what} must be made by time_quota(capacity_ms, refill_ms_per_second)")
+
+
 def check_delayable(quota: Quota) -> None:
     """Raise unless ``quota`` can be part of a delay tier (a bucket)."""
     if quota.algorithm not in ("token_bucket", "gcra"):
@@ -338,6 +396,25 @@ class TenantConfig:
     name: str
     tier: str
     quota: Quota | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """The ``[redis]`` table of ``quotaql.toml``: what the Redis storages accept of their
+    server (docs/operations.md).
+
+    Attributes:
+        allow_eviction: run on a Redis whose ``maxmemory-policy`` may evict quotaql's keys
+            (``allkeys-*``, ``volatile-*`` under a ``maxmemory``), where an evicted budget
+            is a full one; without it such a Redis is refused at start-up. Read when the
+            gate starts and at each reload (a check that passed is not made again).
+    """
+
+    allow_eviction: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.allow_eviction, bool):
+            raise ConfigError(f"allow_eviction must be true or false, got {self.allow_eviction!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +447,7 @@ class Config:
         adaptive: the ``[adaptive]`` table: which tiers adaptive limits scale, and how.
         adaptive_tiers: the names of the tiers adaptive limits scale (``adaptive.tiers``,
             else every tier that is not ``essential``), whatever the mode.
+        redis: the ``[redis]`` table: what the Redis storages accept of their server.
     """
 
     cost: CostConfig
@@ -383,6 +461,7 @@ class Config:
     declares_tiers: bool = field(default=False, compare=False)
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     adaptive_tiers: frozenset[str] = field(init=False, repr=False, compare=False)
+    redis: RedisConfig = field(default_factory=RedisConfig)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiers", MappingProxyType(dict(self.tiers)))

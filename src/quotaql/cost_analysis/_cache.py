@@ -185,9 +185,11 @@ def plan_for(
     A plan is reused for the same document object (the gate hands the same parsed
     document to repeated query texts), the same operation and the same values of the
     variables it read (``@skip`` / ``@include`` conditions, slicing arguments, arguments
-    with a cost); the other variables are coerced once per distinct value sent, as
-    graphql-core coerces them, so that invalid ones are refused as before. Values too
-    large to keep (over 256 scalars) are coerced and planned each time.
+    with a cost); the variables are checked (``check_variables``: a scalar coerced, a
+    list or an object left to the execution) once per distinct set of values sent, so
+    that invalid ones are refused as before. Values too large to keep (over 256 scalars,
+    containers and keys, found without looking further) are checked and planned each
+    time.
 
     Raises:
         CostAnalysisError: the operation cannot be chosen or planned (see ``analyze``).
@@ -267,6 +269,10 @@ def _freeze(value: Any, budget: list[int] | None = None) -> Any:
     cls = value.__class__
     if cls is str or value is None:
         return value
+    container = cls is dict or cls is list or cls is tuple or isinstance(value, Mapping)
+    if container and len(value) > budget[0]:
+        budget[0] = -1  # more entries than the budget left: not one of them is looked at
+        return _UNKEPT
     if cls is dict or isinstance(value, Mapping):
         return (dict, tuple((k, _freeze(v, budget)) for k, v in value.items()))
     if cls is list or cls is tuple:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from graphql import (
     DocumentNode,
@@ -20,7 +21,7 @@ from quotaql.cost_analysis._cache import plan_for
 from quotaql.cost_analysis._compile import CompiledSchema, compiled_schema, graphql_schema
 from quotaql.cost_analysis._nodes import MAX_NESTING
 from quotaql.cost_analysis.model import CostLimits, CostModel
-from quotaql.cost_analysis.operation import locations, select_operation
+from quotaql.cost_analysis.operation import count_values, locations, select_operation
 from quotaql.cost_analysis.plan import CostReport, Plan, RootFieldCost, deepest
 from quotaql.errors import (
     CostAnalysisError,
@@ -30,10 +31,8 @@ from quotaql.errors import (
     QueryTooLarge,
     TooManyAliases,
     TooManyRootFields,
+    TooManyVariableValues,
 )
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
 __all__ = [
     "MAX_NESTING",
@@ -84,7 +83,10 @@ def analyze(
     Args:
         schema: a ``graphql.GraphQLSchema``, a ``strawberry.Schema`` or a ``graphene.Schema``.
         document: the query text, or an already parsed ``DocumentNode`` (not parsed again).
-        variables: the request's raw JSON variables, coerced as graphql-core does.
+        variables: the request's raw JSON variables: counted against
+            ``max_variable_values`` first; a scalar or an enum is coerced as graphql-core
+            coerces it, a list or an object left to the execution to coerce (the price
+            reads a list's length and the input fields that cost).
         operation_name: which operation to price when the document has several.
         model: weights and defaults.
         limits: static limits; the first one crossed raises and stops the analysis.
@@ -92,11 +94,15 @@ def analyze(
     Raises:
         CostAnalysisError: a subclass with a stable ``code``: a limit crossed
             (``QueryTooComplex``, ``QueryTooDeep``, ``TooManyAliases``,
-            ``TooManyRootFields``, ``QueryTooLarge``) or input that cannot be priced.
+            ``TooManyRootFields``, ``QueryTooLarge``, ``TooManyVariableValues``) or input
+            that cannot be priced.
         ConfigError: ``model`` names a coordinate that is not in ``schema``.
     """
     compiled = compiled_schema(graphql_schema(schema), model)
     limits = limits or _NO_LIMITS
+    max_values = limits.max_variable_values
+    if max_values is not None and variables and isinstance(variables, Mapping):
+        _count_values(variables, max_values)
     if isinstance(document, str):
         document = parse_document(document, limits)
     elif not isinstance(document, DocumentNode):
@@ -131,6 +137,19 @@ def price_operation(
     fragment cycles are left to graphql-core's own validation rules.
     """
     return _within(build_plan(compiled, operation, fragments, static=True), limits)
+
+
+def _count_values(variables: Mapping[str, Any], limit: int) -> None:
+    """Refuse ``variables`` holding more than ``limit`` values, before anything reads them."""
+    count = count_values(variables, limit)
+    if count > limit:
+        raise TooManyVariableValues(
+            count,
+            limit,
+            partial=True,
+            message=f"The variables hold more than {limit} values (each scalar, list and"
+            " object counts one)",
+        )
 
 
 def _within(plan: Plan, limits: CostLimits) -> CostReport:

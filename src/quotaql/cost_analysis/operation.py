@@ -1,8 +1,8 @@
 """The operation of a document to run, as graphql-core's executor chooses it, and its values read.
 
 Also where a plan reads the document's values: literals and variables as JSON
-(:func:`literal_of`), the variables coerced as graphql-core coerces them, and the source
-locations its errors carry.
+(:func:`literal_of`), the variables counted (:func:`count_values`) and checked as the price
+needs them (:func:`check_variables`), and the source locations its errors carry.
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ from graphql import (
     OperationDefinitionNode,
     StringValueNode,
     VariableNode,
+    get_nullable_type,
+    is_input_object_type,
+    is_input_type,
+    is_list_type,
+    type_from_ast,
 )
 
 from quotaql._graphql_compat import get_variable_values
@@ -28,11 +33,12 @@ from quotaql.cost_analysis._compile import NO_VALUE
 from quotaql.errors import InvalidVariables, OperationResolutionError
 
 if TYPE_CHECKING:
-    from graphql import DocumentNode, GraphQLSchema
+    from graphql import DocumentNode, GraphQLSchema, VariableDefinitionNode
     from graphql.language import ValueNode
 
 __all__ = [
     "check_variables",
+    "count_values",
     "literal_of",
     "locations",
     "select_operation",
@@ -40,6 +46,7 @@ __all__ = [
 ]
 
 _MISSING: Any = NO_VALUE  # a variable not sent
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def select_operation(
@@ -70,8 +77,16 @@ def select_operation(
 def check_variables(
     schema: GraphQLSchema, operation: OperationDefinitionNode, variables: Any
 ) -> dict[str, Any]:
-    """Coerce ``variables`` as graphql-core does (errors raise); return them as sent,
-    with the operation's defaults for those not sent: what the plan reads."""
+    """Check ``variables`` as the pricing needs them (errors raise); return them as sent,
+    with the operation's defaults for those not sent: what the plan reads.
+
+    A variable of a list or input object type sent as a list or an object is not coerced
+    here: graphql-core's execution coerces it, once, and refuses an invalid one before any
+    resolver runs; the plan reads only what the price needs of it (a list's length, the
+    input fields that cost). Every other variable (a scalar or an enum, a value where a
+    list is expected, one not sent) is coerced as graphql-core coerces it, one check each,
+    so that an invalid one is refused before it is priced.
+    """
     definitions = operation.variable_definitions
     if not definitions:
         return {}
@@ -82,15 +97,64 @@ def check_variables(
             f"Variables must be a JSON object, got {type(variables).__name__}.",
             locations=locations(operation),
         )
-    result = get_variable_values(schema, definitions, dict(variables), max_errors=10)
-    if isinstance(result, list):
-        raise InvalidVariables(
-            " ".join(error.message for error in result),
-            locations=tuple(
-                (loc.line, loc.column) for error in result for loc in error.locations or ()
-            ),
-        )
+    checked = [
+        definition
+        for definition in definitions
+        if not _left_to_execution(schema, definition, variables)
+    ]
+    if checked:
+        inputs = variables if isinstance(variables, dict) else dict(variables)
+        result = get_variable_values(schema, checked, inputs, max_errors=10)
+        if isinstance(result, list):
+            raise InvalidVariables(
+                " ".join(error.message for error in result),
+                locations=tuple(
+                    (loc.line, loc.column) for error in result for loc in error.locations or ()
+                ),
+            )
     return variable_values(operation, variables)
+
+
+def _left_to_execution(
+    schema: GraphQLSchema, definition: VariableDefinitionNode, variables: Mapping[str, Any]
+) -> bool:
+    """Whether the value sent for ``definition`` is one whose coercion walks it (a list or
+    an object, for a list or an input object type): graphql-core's execution coerces it."""
+    value = variables.get(definition.variable.name.value)
+    if not isinstance(value, list | tuple | Mapping):
+        return False
+    found = type_from_ast(schema, definition.type)
+    if not is_input_type(found):
+        return False  # an unknown type or an output type: coerced here, to say so
+    nullable = get_nullable_type(found)
+    return is_list_type(nullable) or is_input_object_type(nullable)
+
+
+def count_values(variables: Mapping[str, Any], limit: int) -> int:
+    """The values ``variables`` (a request's JSON object) holds, each scalar, list and
+    object in it counting one, counted until there are more than ``limit``.
+
+    Each list or object adds its length at once, so the count stops after at most ``limit``
+    values were looked at, however long the list that crosses it: past ``limit``, the count
+    returned is a lower bound.
+    """
+    count = 0
+    pending: list[Any] = [variables]
+    while pending:
+        container = pending.pop()
+        items = container.values() if isinstance(container, Mapping) else container
+        count += len(items)
+        if count > limit:
+            return count
+        for item in items:
+            cls = item.__class__
+            if (
+                cls is dict
+                or cls is list
+                or (cls not in _JSON_SCALARS and isinstance(item, Mapping | list | tuple))
+            ):
+                pending.append(item)
+    return count
 
 
 def variable_values(

@@ -49,6 +49,7 @@ __all__ = [
     "in_flight",
     "quotas_for",
     "scaled",
+    "time_quota",
 ]
 
 #: The names of the lease sets of a tenant (``quotaql.storage.leases``).
@@ -167,6 +168,15 @@ def scaled(
         limit = quota.maximum
         debits.append(debit if debit <= limit else max(amount, limit))
     return tuple(debits)
+
+
+def time_quota(config: Config, tier: TierConfig) -> Quota | None:
+    """The time quota an operation of ``tier`` is charged its worker time to: the tier's
+    own, else ``[limits] time`` (None: none)."""
+    own = tier.time
+    if own is True:
+        return config.limits.time
+    return own or None
 
 
 def delayed(tier: TierConfig, quotas: tuple[Quota, ...]) -> tuple[Quota, ...]:

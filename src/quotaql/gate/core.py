@@ -37,6 +37,7 @@ from quotaql import web
 from quotaql._flow import (
     Acquire,
     Await,
+    Charge,
     Refund,
     ReleaseLease,
     TakeLease,
@@ -58,7 +59,7 @@ from quotaql.errors import (
     CostAnalysisError,
     LimitExceeded,
 )
-from quotaql.gate import charges
+from quotaql.gate import charges, startup, worktime
 from quotaql.gate.answer import BatchAnswers, extensions
 from quotaql.gate.delay import DelayLine
 from quotaql.gate.holdings import Holdings
@@ -70,11 +71,11 @@ from quotaql.gate.operation import (
     operation_type,
 )
 from quotaql.gate.pricing import price
-from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder
+from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder, watch
 from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
-from quotaql.gate.settle import refund_amounts, refunded
+from quotaql.gate.settle import settling
 from quotaql.gate.tiers import TierResolver, resolve_tier
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
@@ -83,7 +84,6 @@ from quotaql.instrumentation.tracing import Tracing
 from quotaql.limiter import AsyncLimiter, CircuitBreaker, Limiter, MultiRecorder
 from quotaql.limiter.concurrency import ConcurrencyLimiter
 from quotaql.policy.modes import Mode
-from quotaql.storage.base import is_pipelined
 from quotaql.storage.memory import MemoryStorage
 
 if TYPE_CHECKING:
@@ -199,11 +199,7 @@ class Gate:
             recorder=self._recorder,
         )
         if metrics is not None:
-            queue = self.limiter.refund_queue
-            if queue is not None:
-                metrics.watch_refunds(queue)
-            if is_pipelined(self.storage):
-                metrics.watch_pipeline(self.storage)
+            watch(metrics, self.limiter, self.identity if key_resolver is not None else None)
         self._concurrency = ConcurrencyLimiter(self.limiter, self._record)
         if leases is not None:
             self._concurrency.use(leases)
@@ -214,11 +210,13 @@ class Gate:
                 os.fspath(config_path), interval, self.log, self._scaling.check
             )
         self._checked_schema: Any = None
+        self._ledger = worktime.Ledger()  # worker time owed, not charged yet
         self._delays = DelayLine(self._record, self._refund_all)
         self._refusals = Refusals(self._record, self._scaling, tier_resolver is not None)
         self._holdings = Holdings(self._concurrency, self._record, self._refusals.refuse)
         self._responses = BatchAnswers()
         self._configured(self._config)
+        startup.check(self.storage, metrics)  # an evicting Redis: no start
 
     @property
     def adaptive(self) -> Adaptive | None:
@@ -278,14 +276,17 @@ class Gate:
         if not isinstance(query, str):
             return [QuotaqlGraphQLError("Send the query as a string.",
                                         extensions={"code": "GRAPHQL_PARSE_FAILED"})]  # fmt: skip
+        if op is not None:  # parsing, the static pass and validation: its worker time
+            worktime.start(op.work)
         try:
             document = self.parse_document(query)
+            refusal = self.screen(op, document)
+            errors = [refusal] if refusal else validate(graphql_schema(schema), document, rules)
         except GraphQLError as error:
-            return [error]
-        refusal = self.screen(op, document)
-        if refusal is not None:
-            return [refusal]
-        errors = validate(graphql_schema(schema), document, rules)
+            errors = [error]
+        finally:
+            if op is not None:
+                worktime.stop(op.work)
         return errors or document
 
     def screen(self, op: Operation | None, document: DocumentNode) -> GraphQLError | None:
@@ -392,6 +393,7 @@ class Gate:
         """
         flow = self._admit(schema, document, variables, operation_name, options, False)
         admitted: Operation = self._drive(flow)
+        self._drive(worktime.admitted(admitted, self._ledger))
         return admitted
 
     async def admit_async(self, schema: Any, document: Any, variables: Variables = None,
@@ -400,12 +402,14 @@ class Gate:
         """:meth:`admit` on an event loop: storage calls and async hooks are awaited."""
         flow = self._admit(schema, document, variables, operation_name, options, True)
         admitted: Operation = await self._drive_async(flow)
+        await self._drive_async(worktime.admitted(admitted, self._ledger))
         return admitted
 
     def settle(
         self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None = None
     ) -> None:
-        """After execution: count the actual cost from ``data`` and refund what was unused.
+        """After execution: count the actual cost from ``data``, refund what was unused, or
+        charge what it ran above its debit (its overage, ``[limits] charge_overage``).
 
         ``errors`` are the result's errors: what an error erased from ``data`` (a field
         nulled, up to the nearest nullable parent, or all of ``data``) is charged at its
@@ -453,6 +457,8 @@ class Gate:
         if op is None or op.finished:
             return
         op.finished = True
+        worktime.stop(op.work)
+        worktime.ran(op.work)
         self._holdings.free_slot(op)
         lease = op.lease
         releasing = None if lease is None else self._holdings.release(op, end_span=True)
@@ -482,6 +488,7 @@ class Gate:
         tier = resolve_tier(config, self.tier_resolver, subject, context, self.log)
         header = _cost_header(request)
         op = Operation(subject, tier, tier.mode or config.limits.mode, header)
+        op.time = charges.time_quota(config, tier) if op.mode is not Mode.OFF else None
         if op.mode is Mode.OFF and header is None:
             return op
         if self.tracing is not None:
@@ -529,10 +536,13 @@ class Gate:
             yield from self._refusals.reject_key(op)  # before any pricing: guessing keys is cheap
             if op.refused:
                 return op
+        worktime.start(op.work)  # pricing (and the static pass): its worker time
         if not op.screened and isinstance(document, DocumentNode):
             self.screen(op, document)  # a document the adapter did not screen
-        if op.refused or not price(op, schema, document, variables, operation_name,
-                                   config.cost, self._log):  # fmt: skip
+        priced = not op.refused and price(op, schema, document, variables, operation_name,
+                                          config.cost, self._log)  # fmt: skip
+        worktime.stop(op.work)
+        if not priced:
             yield from self._refusals.charge_minimum(op)
             return op
         report = op.report
@@ -570,7 +580,8 @@ class Gate:
         if op.tier.delays and not subscription:
             self._delays.may_wait(op, config.limits, can_await)
         try:
-            decision: Decision = yield Acquire(subject.key, charge, op.quotas, op.costs)
+            decision: Decision = yield worktime.acquire(op)  # the time quota checked too
+            decision = worktime.points(decision)
             self._decided(op, decision)
             if decision.delay > 0 and op.waits is True:  # allowed, at its turn
                 yield from self._delays.wait(op, decision.delay, can_await, self.adaptive)
@@ -596,6 +607,7 @@ class Gate:
             self._refusals.failed(op, errors)
         if op.failed:
             yield from self._refusals.charge_minimum(op)
+        yield from worktime.charge(op, self._ledger)
 
     def _decided(self, op: Operation, decision: Decision) -> None:
         op.decided(decision)
@@ -618,15 +630,7 @@ class Gate:
     def _settle(self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None) -> _Flow:
         self._scaling.observe(op, errors)  # one sample of the signal, once
         sample = self._config.cost.tuning_sample if self.metrics is not None else 0.0
-        amount, amounts = refund_amounts(op, data, errors, self._config.limits, sample)
-        if amount > 0:
-            yield Refund(op.subject.key, amount, op.quotas, amounts, op.decision)
-        op.refunded = amount
-        if amount > 0:
-            if op.span is not None:
-                op.span.add_event(names.EVENT_REFUND, {"quotaql.refund": amount})
-            if op.decision is not None:
-                op.decision = refunded(op.decision, amount, amounts)
+        yield from settling(op, data, errors, self._config.limits, sample, self._ledger)
 
     def _event(self, op: Operation) -> _Flow:
         op.events += 1
@@ -635,8 +639,9 @@ class Gate:
         adaptive = self.adaptive
         if adaptive is not None:
             adaptive.poll()
-            if adaptive.multiplier != op.multiplier:
-                self._scaling.rescale(op, adaptive.multiplier)
+            multiplier = adaptive.multiplier_for(op.subject.key)
+            if multiplier != op.multiplier:
+                self._scaling.rescale(op, multiplier)
         decision: Decision = yield Acquire(op.subject.key, op.charge, op.quotas, op.costs)
         if self.metrics is not None:
             outcome = names.ALLOWED if decision.allowed else names.BLOCKED
@@ -667,6 +672,9 @@ class Gate:
                 return self.limiter.acquire(key, amount, quotas, costs=costs)
             case Refund(key, amount, quotas, amounts, decision):  # of decision's debit
                 return self.limiter.refund(key, amount, quotas, amounts=amounts,
+                                           decision=decision)  # fmt: skip
+            case Charge(key, amount, quotas, amounts, decision):  # over decision's debit
+                return self.limiter.charge(key, amount, quotas, amounts=amounts,
                                            decision=decision)  # fmt: skip
             case TakeLease(key, specs, lease):
                 return self._concurrency.take(key, specs, lease)
@@ -722,6 +730,16 @@ class Gate:
 
     # -- shutdown -----------------------------------------------------------------------------
 
+    async def astart(self) -> None:
+        """At start-up on an event loop (:class:`quotaql.asgi.Lifespan` calls it): check
+        the storage's Redis before the first request (a sync storage was at construction).
+
+        Raises:
+            EvictionRefused: its ``maxmemory-policy`` may evict quotaql's keys, and
+                ``[redis] allow_eviction`` does not allow it (docs/operations.md).
+        """
+        await startup.check_async(self.storage)
+
     def flush(self, timeout: float = 5.0) -> int:
         """Apply the refunds the limiter still holds (deferred refunds, see
         docs/limiter.md), at shutdown: how many are left after ``timeout`` seconds.
@@ -763,10 +781,15 @@ class Gate:
         """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
         what an unsafe setting of it means."""
         self._scaling.configure(config)
+        startup.configure(self.storage, config)
         self._refusals.configure(config)
         self._holdings.configure(config.limits)
         limited = any(charges.in_flight(tier) is not None for tier in config.tiers.values())
-        if not self._concurrency.configure(config.limits.lease_ttl, limited, self.storage):
+        configured = self._concurrency.configure(config.limits.lease_ttl, limited, self.storage)
+        leases = self._concurrency.store
+        if self.metrics is not None and hasattr(leases, "overflowed_shared"):  # past max_keys
+            self.metrics.watch_overflow(leases, names.STORE_LEASES)
+        if not configured:
             self._record.say_once(
                 "leases_in_memory",
                 f"quotaql: the {type(self.storage).__name__} storage has no lease storage of its"

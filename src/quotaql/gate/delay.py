@@ -38,6 +38,7 @@ class DelayLine:
     def __init__(self, record: OperationRecorder, refund_all: Callable[[Operation], None]) -> None:
         self.metrics = record.metrics
         self._log = record.log_op
+        self._say_once = record.say_once
         self._refund_all = refund_all
         self._waiting = Slots()  # operations waiting for their turn (one key)
         self._theirs = Slots()  # the same, per subject
@@ -54,6 +55,14 @@ class DelayLine:
         shadow mode it is decided with the waits (as enforce would) and runs at once."""
         if not can_await and limits.delay_sync != "sleep":
             op.waits = names.DELAY_SYNC
+            self._say_once(
+                "delay_sync",
+                f'quotaql: tier "{op.tier.name}" has on_limit = "delay", but its operations'
+                " come through a sync entry point (a WSGI server, Strawberry's execute_sync,"
+                ' Gate.admit), where [limits] delay_sync = "refuse": over their rate they are'
+                ' refused, never delayed (counted reason="sync"); serve them over ASGI'
+                ' (schema.execute, Gate.admit_async) or set delay_sync = "sleep"',
+            )
             return
         key = op.subject.key
         share = max(1, math.floor(limits.max_delayed * limits.delayed_share))

@@ -33,6 +33,7 @@ __all__ = [
     "CostHeader",
     "Operation",
     "Outcome",
+    "Work",
     "concurrency_wait",
     "current_operation",
     "enter",
@@ -77,6 +78,8 @@ class Operation:
         sizes: the lists the response held, ``(coordinate, assumed, returned, sliced)``,
             when this operation was sampled for tuning (``[cost] tuning_sample``).
         refunded: what was given back after execution.
+        overage: what was charged after execution above the debit (the actual cost ran
+            over it: ``[limits] charge_overage``).
         error: the refusal to answer instead of running the operation.
         violation: the code of a static limit shadow mode let pass.
         events: subscription events delivered so far.
@@ -94,6 +97,9 @@ class Operation:
             while it holds one of the process's ``max_delayed`` places, else why it may
             not (``names.DELAY_PROCESS_FULL``, ``names.DELAY_SYNC``); None for a tier
             that refuses, and for an operation that never waits (a subscription).
+        time: the time quota its worker time is charged to (None: none, or mode ``off``).
+        work: its worker time (:class:`~quotaql.gate.worktime.Work`): what was measured,
+            and the phases open now.
     """
 
     __slots__ = (
@@ -117,6 +123,7 @@ class Operation:
         "multiplier",
         "operation_name",
         "outcome",
+        "overage",
         "paid_minimum",
         "quotas",
         "refunded",
@@ -130,9 +137,11 @@ class Operation:
         "status",
         "subject",
         "tier",
+        "time",
         "variables",
         "violation",
         "waits",
+        "work",
     )
 
     def __init__(
@@ -149,6 +158,7 @@ class Operation:
         self.actual: float | None = None
         self.sizes: list[tuple[str, float, int, bool]] | None = None
         self.refunded = 0.0
+        self.overage = 0.0
         self.breakdown: dict[str, float] | None = None
         self.error: GraphQLError | None = None
         self.more: tuple[GraphQLError, ...] = ()
@@ -172,6 +182,8 @@ class Operation:
         self.started: float | None = None
         self.lease: Lease | None = None
         self.waits: bool | str | None = None
+        self.time: Quota | None = None
+        self.work = Work()
         self.outcome = Outcome.VALIDATED if header == "validate" else Outcome.ALLOWED
 
     def decided(self, decision: Decision) -> None:
@@ -282,6 +294,26 @@ class Operation:
         if not decision.allowed and self.error is None:
             return {}  # a shadow refusal: no refusal headers
         return rate_limit_headers(decision, self.quotas)
+
+
+class Work:
+    """One operation's worker time: what was measured (ns), and the phases open now
+    (:mod:`quotaql.gate.worktime` measures it)."""
+
+    __slots__ = ("charged", "ns", "phase", "running")
+
+    def __init__(self) -> None:
+        self.ns = 0.0
+        self.phase: tuple[int, int] | None = None  # an exclusive phase: (thread, start)
+        # Execution (a shared phase): its thread's state (``quotaql.gate.worktime``), the
+        # thread, and the thread's share of time at the start.
+        self.running: tuple[Any, int, float] | None = None
+        self.charged = False
+
+    @property
+    def ms(self) -> float:
+        """What was measured, in milliseconds."""
+        return self.ns / 1e6
 
 
 _current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(

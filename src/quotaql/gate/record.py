@@ -8,15 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 from quotaql.instrumentation import names
 from quotaql.instrumentation.tracing import hashed_tenant
+from quotaql.storage.base import is_pipelined
 
 if TYPE_CHECKING:
     from quotaql.gate.operation import Operation
     from quotaql.instrumentation.logs import StructuredLog
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter.concurrency import Lease
+    from quotaql.limiter.rate import AsyncLimiter, Limiter
     from quotaql.storage.leases import LeaseKeeper
 
-__all__ = ["SHADOW_MESSAGE", "OperationRecorder"]
+__all__ = ["SHADOW_MESSAGE", "OperationRecorder", "watch"]
 
 SHADOW_MESSAGE = "quotaql: shadow mode would have blocked %s"
 
@@ -51,13 +53,19 @@ class OperationRecorder:
                 charged=op.charge if op.debited or op.paid_minimum else 0.0,
                 refunded=op.refunded,
                 identity=op.subject.source,
+                overage=op.overage,
             )
             if outcome == names.REJECTED:
-                metrics.rejected(op.code)
+                metrics.rejection(op.code)
             if report is not None and op.actual is not None:
                 metrics.estimate(operation_type, op.tier.name, report.cost, op.actual)
+            if op.work.ns and op.time is not None:
+                metrics.worked(operation_type, op.tier.name, op.work.ns / 1e9)
+            limited_by = _limited_by(op)
+            if limited_by is not None:
+                metrics.refused_by(op.tier.name, limited_by)
             if op.sizes:
-                metrics.list_sizes(op.sizes)
+                metrics.list_sizes(op.sizes, op.subject.key)
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {
@@ -75,10 +83,17 @@ class OperationRecorder:
                 attributes[names.ATTR_DEPTH] = report.depth
             if op.actual is not None:
                 attributes[names.ATTR_COST_ACTUAL] = op.actual
-            if op.error is not None and (code := op.code) is not None:
-                attributes[names.ATTR_ERROR_CODE] = code
+            if op.overage:
+                attributes[names.ATTR_COST_OVERAGE] = op.overage
+            if op.work.ns and op.time is not None:
+                attributes[names.ATTR_TIME_MS] = op.work.ms
+            limited = _limited_by(op)
+            if limited is not None:
+                attributes[names.ATTR_LIMITED_BY] = limited
             if op.events:
                 attributes[names.ATTR_EVENTS] = op.events
+            if op.error is not None:
+                attributes[names.ATTR_CODE] = op.code or names.GRAPHQL_VALIDATION_FAILED
             if op.multiplier < 1.0:
                 attributes[names.ATTR_ADAPTIVE_MULTIPLIER] = op.multiplier
             if decision is not None:
@@ -144,3 +159,31 @@ class OperationRecorder:
             tier=lease.tier,
             limits=list(lease.names),
         )
+
+
+def _limited_by(op: Operation) -> str | None:
+    """The quota that refused ``op`` for its budget (blocked or denied), if one did."""
+    decision = op.decision
+    if decision is None or decision.allowed or op.outcome not in _BUDGET_REFUSED:
+        return None
+    return decision.limited_by
+
+
+_BUDGET_REFUSED = frozenset({names.BLOCKED, names.DENIED})
+
+
+def watch(metrics: PrometheusMetrics, limiter: Limiter | AsyncLimiter, identity: Any) -> None:
+    """Have ``metrics`` read what the limiter's parts count themselves: the deferred
+    refunds, the storage's pipeline, the memory storages' overflow past ``max_keys``, and
+    ``identity``'s ``key_resolver`` lookups (None: no resolver)."""
+    queue = limiter.refund_queue
+    if queue is not None:
+        metrics.watch_refunds(queue)
+    storage = limiter.core.storage
+    if is_pipelined(storage):
+        metrics.watch_pipeline(storage)
+    if identity is not None:
+        metrics.watch_lookups(identity)
+    for memory in (storage, limiter.core.fallback):
+        if hasattr(memory, "overflowed_shared"):
+            metrics.watch_overflow(memory, names.STORE_STATES)

@@ -144,7 +144,7 @@ class Refusals:
         if minimum <= 0:
             return None
         tier = op.tier if self.by_resolver else None
-        multiplier = self._scaling.multiplier
+        multiplier = self._scaling.multiplier_for(op)
         quotas, costs = charges.charges_for(config, op.subject, None, tier, minimum, multiplier)
         decision: Decision = yield Acquire(op.subject.key, minimum, quotas, costs)
         return decision, quotas, costs
@@ -192,7 +192,7 @@ class Refusals:
         config = self.config
         charge = max(_REJECTED_KEY_CHARGE, config.limits.min_charge)
         costs = None
-        multiplier = self._scaling.multiplier
+        multiplier = self._scaling.multiplier_for(op)
         if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
             costs = charges.scaled(config.adaptive, (quota,), None, charge, multiplier)
         decision: Decision = yield Acquire(op.subject.key, charge, (quota,), costs)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from quotaql.adaptive import Adaptive, unexpected_error
 from quotaql.errors import ConfigError
 from quotaql.gate import charges
+from quotaql.instrumentation import names
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -58,20 +59,29 @@ class Scaling:
                 key="adaptive.sources",
             )
 
+    def multiplier_for(self, op: Operation) -> float:
+        """What ``op``'s debits are divided by now: the multiplier, or its subject's own
+        when its operations cause the pressure (1: nothing)."""
+        adaptive = self.adaptive
+        return adaptive.multiplier_for(op.subject.key) if adaptive is not None else 1.0
+
     def admit(self, op: Operation, adaptive: Adaptive, timed: bool) -> None:
         """Adaptive limits on ``op`` about to be debited: its start time (``timed``: its
         latency is a sample), the signal's update when a second has passed, and its debits
-        divided by the multiplier when its tier is one that adaptation scales."""
+        divided by the multiplier (its subject's own, when lower: its operations cause the
+        pressure) when its tier is one that adaptation scales."""
         config = self._config
         now = adaptive.clock()
         adaptive.poll(now)
         if timed:
             op.started = now
-        multiplier = adaptive.multiplier
+        multiplier = adaptive.multiplier_for(op.subject.key)
         if multiplier < 1.0 and op.tier.name in config.adaptive_tiers:
             op.base = op.costs if op.costs is not None else (op.charge,) * len(op.quotas)
             op.costs = charges.scaled(config.adaptive, op.quotas, op.costs, op.charge, multiplier)
             op.multiplier = multiplier
+            if multiplier < adaptive.multiplier and op.span is not None:
+                op.span.set_attribute(names.ATTR_ADAPTIVE_OWN, True)
 
     def rescale(self, op: Operation, multiplier: float) -> None:
         """``op``'s debits under ``multiplier`` (a subscription's later event)."""
@@ -95,7 +105,8 @@ class Scaling:
             adaptive = self.adaptive
             if adaptive is not None and adaptive.measures and op.runs:
                 now = adaptive.clock()
-                adaptive.observe(op.subject.key, now - started, unexpected_error(errors), now)
+                failed = unexpected_error(errors)
+                adaptive.observe(op.subject.key, now - started, failed, now, op.charge)
 
     def configure(self, config: Config) -> None:
         """Start, reconfigure or stop the controller as ``config``'s ``[adaptive]`` says."""
@@ -113,7 +124,7 @@ class Scaling:
                 pressure=self._pressure,
                 log=self.log,
                 tiers=tiers,
-                on_update=self._updated,
+                on_update=self._measured,
                 on_transition=self._transition,
             )
             if self.metrics is not None:
@@ -131,6 +142,8 @@ class Scaling:
         if not settings.enabled:
             return
         share = settings.max_tenant_share
+        if settings.min_subjects > 1:
+            return  # one tenant alone is left out of the pressure that counts for everyone
         latency = "latency" in settings.sources and share >= 1.0 - settings.latency_percentile
         errors = "errors" in settings.sources and (
             share
@@ -145,6 +158,13 @@ class Scaling:
                 " share that reaches engage_at; docs/adaptive.md)",
             )
 
+    def _measured(self, adaptive: Adaptive) -> None:
+        """After each update: count the pressure left out for everyone, then export."""
+        if self.metrics is not None:
+            for source, reason in adaptive.ignored.items():
+                self.metrics.pressure_ignored(source, reason)
+        self._updated(adaptive)
+
     def _updated(self, adaptive: Adaptive) -> None:
         """Export the signal and the multiplier (once a second, and at configuration)."""
         metrics = self.metrics
@@ -153,7 +173,12 @@ class Scaling:
         config = self._config
         scaled, m = config.adaptive_tiers, adaptive.computed
         multipliers = {name: m if name in scaled else 1.0 for name in config.tiers}
-        metrics.adaptive(adaptive.pressures, multipliers, engaged=adaptive.engaged)
+        metrics.adaptive(
+            adaptive.pressures,
+            multipliers,
+            engaged=adaptive.engaged,
+            culprits=len(adaptive.culprits),
+        )
 
     def _transition(self, to: str) -> None:
         if self.metrics is not None:

@@ -1,12 +1,17 @@
-"""Settling an operation that ran: its actual cost, and what goes back to each quota."""
+"""Settling an operation that ran: its actual cost, and what goes back to each quota or,
+when it ran above its debit, what each pays more."""
 
 from __future__ import annotations
 
 import random
 from typing import TYPE_CHECKING, Any
 
+from quotaql._flow import Charge, Refund
+from quotaql.gate import worktime
+from quotaql.instrumentation import names
+
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Generator, Sequence
 
     from graphql import GraphQLError
 
@@ -14,7 +19,14 @@ if TYPE_CHECKING:
     from quotaql.gate.operation import Operation
     from quotaql.policy.quota import Decision, Quota
 
-__all__ = ["has_path", "refund_amounts", "refunded", "restore_rate"]
+__all__ = [
+    "has_path",
+    "overage_amounts",
+    "refund_amounts",
+    "refunded",
+    "restore_rate",
+    "settling",
+]
 
 
 def refund_amounts(
@@ -24,17 +36,19 @@ def refund_amounts(
     limits: LimitsConfig,
     tuning_sample: float,
 ) -> tuple[float, tuple[float, ...] | None]:
-    """The actual cost (when shown or refunded), and what to give back to each quota:
-    never below ``min_charge``; each quota's refund scaled by the factor adaptive limits
-    scaled its debit by (``op.base``), whatever the multiplier is now. ``tuning_sample``:
-    the share of operations whose list sizes are kept (``op.sizes``) for tuning."""
+    """The actual cost (when shown, refunded or charged over), and what to give back to
+    each quota: never below ``min_charge``; each quota's refund scaled by the factor
+    adaptive limits scaled its debit by (``op.base``), whatever the multiplier is now.
+    ``tuning_sample``: the share of operations whose list sizes are kept (``op.sizes``)
+    for tuning."""
     report = op.report
     if report is None or op.error is not None or op.header == "validate":
         return 0.0, None
     if report.operation_type == "subscription":
         return 0.0, None  # each event is charged as it is delivered
     refund = limits.refund_unused and op.debited
-    if not (refund or limits.expose_cost or op.header is not None):
+    overage = limits.charge_overage and op.debited
+    if not (refund or overage or limits.expose_cost or op.header is not None):
         return 0.0, None
     if errors and not all(has_path(error) for error in errors):
         # The operation ran and an error says nothing of where (execution itself failed,
@@ -46,34 +60,92 @@ def refund_amounts(
         op.actual = report.actual(data, errors or None, op.sizes)
     kept = max(op.actual, limits.min_charge)
     amount = max(0.0, op.charge - kept) if refund else 0.0
+    return amount, _per_quota(op, amount)
+
+
+def overage_amounts(op: Operation, limits: LimitsConfig) -> tuple[float, tuple[float, ...] | None]:
+    """What ``op`` ran above what it was debited (after :func:`refund_amounts` measured
+    its actual cost), and what each quota is charged more: the quotas a refund would
+    give back to (not a root field's, which pays its estimate), each scaled by the factor
+    adaptive limits scaled its debit by (``op.base``). Nothing when the debit covered the
+    actual cost, or nothing was debited (a refusal, failing open)."""
+    actual = op.actual
+    if actual is None or not (limits.charge_overage and op.debited):
+        return 0.0, None
+    amount = actual - op.charge
+    if not amount > 0:
+        return 0.0, None
+    return amount, _per_quota(op, amount)
+
+
+def _per_quota(op: Operation, amount: float) -> tuple[float, ...] | None:
+    """What each of ``op``'s quotas gets back (a refund) or pays more (an overage) of
+    ``amount`` points: None when every quota takes ``amount`` itself."""
     quotas = op.quotas
     base, debits = op.base, op.costs
     if base is not None and debits is not None and amount > 0:
         # What the debit took per point of cost, for each quota: 1/m, or less where the
         # debit was clamped to the quota's maximum. Never the multiplier of now: a
         # tenant that paid before the pressure rose must not be refunded at its price.
-        return amount, tuple(
+        return tuple(
             amount * (debit / paid if paid > 0 else 1.0) if quota.refundable else 0.0
             for quota, debit, paid in zip(quotas, debits, base, strict=True)
         )
     if amount <= 0 or (len(quotas) == 1 and quotas[0].refundable):
-        return amount, None
+        return None
     amounts = tuple(amount if quota.refundable else 0.0 for quota in quotas)
-    return amount, None if 0.0 not in amounts else amounts
+    return None if 0.0 not in amounts else amounts
+
+
+def settling(
+    op: Operation,
+    data: Any,
+    errors: Sequence[GraphQLError] | None,
+    limits: LimitsConfig,
+    tuning_sample: float,
+    ledger: worktime.Ledger,
+) -> Generator[Any, Any, None]:
+    """The flow that settles ``op`` once it ran: its actual cost measured, then what it
+    did not use given back (a :class:`~quotaql._flow.Refund`, deferred on Redis) or what
+    it ran above its debit charged (a :class:`~quotaql._flow.Charge`, at once), to the
+    same quotas, in one storage call, with the worker time it took (its time quota, in
+    the same call); ``op.decision`` then says what is left."""
+    amount, amounts = refund_amounts(op, data, errors, limits, tuning_sample)
+    key = op.subject.key
+    op.refunded = amount
+    if amount > 0:
+        yield Refund(key, amount, op.quotas, amounts, op.decision)
+        if op.span is not None:
+            op.span.add_event(names.EVENT_REFUND, {"quotaql.refund": amount})
+        if op.decision is not None:
+            op.decision = refunded(op.decision, amount, amounts)
+    over, overs = overage_amounts(op, limits)
+    overage = Charge(key, over, op.quotas, overs, op.decision) if over > 0 else None
+    yield from worktime.charge(op, ledger, overage)
+    if overage is None:
+        return
+    op.overage = over
+    if op.span is not None:
+        op.span.add_event(names.EVENT_OVERAGE, {names.ATTR_COST_OVERAGE: over})
+    if op.decision is not None:
+        op.decision = refunded(op.decision, -over, None if overs is None else
+                               tuple(-each for each in overs))  # fmt: skip
 
 
 def refunded(decision: Decision, amount: float, amounts: Sequence[float] | None) -> Decision:
     """``decision`` as it stands after a refund: each quota got back its amount (``amount``,
-    or its own of ``amounts``), and the tightest one now may be another."""
+    or its own of ``amounts``), and the tightest one now may be another. Negative amounts
+    are an overage charged: what remains is then shown no lower than 0, as a decision
+    shows it (the debt is in the storage: the next decision's wait says it)."""
     statuses = decision.quotas
     if len(statuses) <= 1:
         given_back = amounts[0] if amounts else amount  # its own amount, when scaled
-        remaining = min(decision.limit, decision.remaining + given_back)
+        remaining = max(0.0, min(decision.limit, decision.remaining + given_back))
         statuses = tuple(status._replace(remaining=remaining) for status in statuses)
         return decision._replace(remaining=remaining, quotas=statuses)
     given = amounts if amounts is not None else (amount,) * len(statuses)
     back = tuple(
-        status._replace(remaining=min(status.limit, status.remaining + each))
+        status._replace(remaining=max(0.0, min(status.limit, status.remaining + each)))
         for status, each in zip(statuses, given, strict=True)
     )
     tightest = min(back, key=lambda status: status.remaining)  # the first of equals

@@ -20,8 +20,7 @@ refund queue) sum the live workers' (``"livesum"``).
 
 from __future__ import annotations
 
-import hashlib
-import heapq
+import itertools
 import math
 import os
 import threading
@@ -32,6 +31,8 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import names
+from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
+from quotaql.instrumentation.tenants import TenantLabels
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -71,57 +72,6 @@ def _quotaql_version() -> str:
         return "unknown"
 
 
-class TenantLabels:
-    """Which tenants get their own label value: an allowlist, then a bounded top-N.
-
-    The top-N is counted with the Space-Saving algorithm over ``8 × top_n`` counters (a
-    bounded memory however many tenants there are); a tenant enters the labelled set once
-    it ranks in the top ``top_n`` while the set has room, and keeps its label afterwards, so
-    at most ``len(allowlist) + top_n + 1`` values ever exist. Allowlisted tenants appear as
-    they are; top-N tenants as ``h:<12 hex digits of SHA-256>`` (a tenant is often an API
-    key, which must not end up in a metrics database).
-    """
-
-    def __init__(self, allowlist: Iterable[str] = (), top_n: int = 0) -> None:
-        if top_n < 0:
-            raise ValueError(f"top_n must be >= 0, got {top_n}")
-        self.allowlist = frozenset(allowlist)
-        self.top_n = top_n
-        self._labelled: dict[str, str] = {}
-        self._counts: dict[str, int] = {}
-        self._capacity = 8 * top_n
-        self._lock = threading.Lock()
-
-    def label(self, tenant: str) -> str:
-        """The label value for ``tenant``."""
-        if tenant in self.allowlist:
-            return tenant
-        known = self._labelled.get(tenant)
-        if known is not None:
-            return known
-        if len(self._labelled) >= self.top_n:  # no room left (or no top-N): no counting
-            return names.OTHER_TENANT
-        with self._lock:
-            return self._count(tenant)
-
-    def _count(self, tenant: str) -> str:
-        counts = self._counts
-        if tenant in counts:
-            counts[tenant] += 1
-        elif len(counts) < self._capacity:
-            counts[tenant] = 1
-        else:  # Space-Saving: the new tenant takes over the smallest counter
-            smallest = min(counts, key=counts.__getitem__)
-            counts[tenant] = counts.pop(smallest) + 1
-        if len(self._labelled) < self.top_n and tenant in heapq.nlargest(
-            self.top_n, counts, key=counts.__getitem__
-        ):
-            digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()
-            self._labelled[tenant] = f"h:{digest[:12]}"
-            return self._labelled[tenant]
-        return names.OTHER_TENANT
-
-
 class PrometheusMetrics:
     """The metrics of DESIGN.md §5 on ``registry`` (prometheus-client's global one by default).
 
@@ -140,6 +90,9 @@ class PrometheusMetrics:
         registry: where the metrics are registered.
         tenant_allowlist: tenants whose requests are counted under their own label.
         top_tenants: how many more tenants (the busiest, hashed) get their own label.
+        subject_period: seconds of one period of ``quotaql_list_subject_max_items``
+            (``names.LIST_SUBJECT_PERIOD``, a minute: ``quotaql tune`` reports subject-minutes;
+            tests shorten it).
     """
 
     # The instruments: one attribute per row of names.INSTRUMENTS (set by one loop).
@@ -148,17 +101,26 @@ class PrometheusMetrics:
     actual_cost: Histogram
     depth: Histogram
     cost_points: Counter
+    overage_total: Counter
+    time_seconds: Counter
+    operation_time: Histogram
+    quota_refusals: Counter
     check_duration: Histogram
     backend_errors: Counter
     circuit_open: Gauge
     tenant_requests: Counter
     identity: Counter
+    overflow: Counter
+    key_lookups: Counter
+    rejections: Counter
     subscription_events: Counter
     subscriptions_open: Gauge
     pressure: Gauge
     adaptive_multiplier: Gauge
     adaptive_engaged: Gauge
     adaptive_transitions_total: Counter
+    pressure_ignored_total: Counter
+    adaptive_culprits: Gauge
     in_flight_gauge: Gauge
     delay_seconds: Histogram
     delayed_waiting: Gauge
@@ -169,14 +131,15 @@ class PrometheusMetrics:
     refund_queue: Gauge
     pipeline_commands: Counter
     pipeline_batches: Counter
+    redis_eviction: Gauge
     build_info: Gauge
     estimate_ratio: Histogram
-    rejections: Counter
     list_returned: Histogram
     list_operation_max: Histogram
     list_assumed: Gauge
     list_max_returned: Gauge
     list_sliced_ratio: Histogram
+    list_subject_max: Histogram
 
     def __init__(
         self,
@@ -184,9 +147,12 @@ class PrometheusMetrics:
         *,
         tenant_allowlist: Iterable[str] = (),
         top_tenants: int = 0,
+        subject_period: float = names.LIST_SUBJECT_PERIOD,
     ) -> None:
         from prometheus_client import REGISTRY  # noqa: PLC0415
 
+        if not 0 < subject_period < _INF:
+            raise ValueError(f"subject_period must be a positive number, got {subject_period}")
         registry = REGISTRY if registry is None else registry
         self.registry = registry
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -199,6 +165,12 @@ class PrometheusMetrics:
             self._child(self.leases_total, outcome)
         for outcome in names.REFUND_OUTCOMES:
             self._child(self.refunds_total, outcome)
+        for outcome in names.KEY_LOOKUP_OUTCOMES:
+            self._child(self.key_lookups, outcome)
+        for store_scope in itertools.product(names.OVERFLOW_STORES, names.OVERFLOW_SCOPES):
+            self._child(self.overflow, *store_scope)
+        for code in names.REJECTION_CODES:
+            self._child(self.rejections, code)
         self._backend_lock = threading.Lock()
         self._refund_queues: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
             weakref.WeakKeyDictionary()
@@ -208,6 +180,16 @@ class PrometheusMetrics:
             weakref.WeakKeyDictionary()
         )
         self._keepers: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+        self._overflows: weakref.WeakKeyDictionary[Any, tuple[str, int, int]] = (
+            weakref.WeakKeyDictionary()  # memory storage -> (store, network, quota) counted
+        )
+        # identity -> its lookups by outcome when last read
+        self._identities: weakref.WeakKeyDictionary[Any, dict[str, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        # Redis storages whose eviction check is exported, and the verdicts set to 1 so far.
+        self._evictions: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._eviction_labels: set[tuple[str, str]] = set()
         self._sync_at = 0.0
         self._multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self._pressure_sources: set[str] = set()
@@ -218,6 +200,8 @@ class PrometheusMetrics:
         self._waiting: dict[_Pending, None] = {}  # tallies not yet added to their histogram
         self._tuning_lock = threading.Lock()
         self._flush_at = 0.0
+        self._subject_period = subject_period
+        self._period_end: float | None = None  # None: no subject seen since the last period
         # Tally, then add to the histograms' bucket values directly (prometheus-client's
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
@@ -338,6 +322,35 @@ class PrometheusMetrics:
         with self._backend_lock:
             self._keepers.setdefault(keeper, (0, 0))
 
+    def watch_overflow(self, storage: Any, store: str) -> None:
+        """Count a memory storage's decisions on overflow states (``store``: states, leases)."""
+        with self._backend_lock:
+            self._overflows.setdefault(storage, (store, 0, 0))
+
+    def watch_lookups(self, identity: Any) -> None:
+        """Count the ``key_resolver`` lookups of an :class:`~quotaql.identity.Identity`."""
+        with self._backend_lock:
+            self._identities.setdefault(identity, {})
+
+    def watch_eviction(self, storage: Any) -> None:
+        """Export what a Redis storage's eviction check found (``quotaql_redis_eviction``,
+        read at each scrape: storage/eviction.py)."""
+        with self._backend_lock:
+            self._evictions.add(storage)
+
+    def _sync_eviction(self) -> None:
+        """1 for each watched storage's verdict, 0 for a verdict no longer found."""
+        found: set[tuple[str, str]] = set()
+        for storage in list(self._evictions):
+            check = storage.eviction.check
+            if check is not None:
+                found.add((check.policy, check.verdict))
+        for labels in self._eviction_labels - found:
+            self._child(self.redis_eviction, *labels).set(0)
+        for labels in found:
+            self._child(self.redis_eviction, *labels).set(1)
+        self._eviction_labels |= found
+
     def sync(self) -> None:
         """Add what the watched refund queues, pipelines and keepers counted since the last
         call to the metrics (a scrape does it first; under prometheus-client's multiprocess
@@ -367,6 +380,19 @@ class PrometheusMetrics:
                 self._add(self.leases_total, names.LEASE_RENEWED, now_renewed - renewed)
                 self._add(self.leases_total, names.LEASE_RENEW_FAILED, now_failed - failed)
                 self._keepers[keeper] = (now_renewed, now_failed)
+            for storage, (store, *seen) in list(self._overflows.items()):  # network, quota
+                shared = storage.overflowed_shared
+                counts = list(map(max, (storage.overflowed - shared, shared), seen))
+                for scope, count, before in zip(names.OVERFLOW_SCOPES, counts, seen, strict=True):
+                    if count > before:
+                        self._child(self.overflow, store, scope).inc(count - before)
+                self._overflows[storage] = (store, *counts)
+            for identity, seen in list(self._identities.items()):
+                lookups = dict(identity.lookups)
+                for outcome, count in lookups.items():
+                    self._add(self.key_lookups, outcome, count - seen.get(outcome, 0))
+                self._identities[identity] = lookups
+            self._sync_eviction()
 
     def _add(self, counter: Counter, label: str, count: int) -> None:
         """Add what a watched object counted since it was last read, if anything."""
@@ -388,6 +414,7 @@ class PrometheusMetrics:
         charged: float = 0.0,
         refunded: float = 0.0,
         identity: str | None = None,
+        overage: float = 0.0,
     ) -> None:
         """Count one operation (``decision`` is one of ``names.DECISIONS``, ``identity`` one
         of ``names.IDENTITY_SOURCES``)."""
@@ -421,12 +448,23 @@ class PrometheusMetrics:
             charged_points.inc(charged)
         if refunded:
             refunded_points.inc(refunded)
+        if overage:
+            self._child(self.overage_total, tier).inc(overage)
 
-    def rejected(self, code: str | None) -> None:
-        """Count an operation refused before it ran, by its error code (one of
-        ``names.REJECTION_CODES``; None: graphql-core's validation, which gives none)."""
+    def worked(self, operation_type: str, tier: str, seconds: float) -> None:
+        """Count the worker time one operation took (charged to its subject's time quota)."""
+        self._child(self.time_seconds, tier).inc(seconds)
+        self._child(self.operation_time, operation_type, tier).observe(seconds)
+
+    def refused_by(self, tier: str, quota: str) -> None:
+        """Count an operation refused by the budget, by the quota that refused it."""
+        self._child(self.quota_refusals, tier, quota).inc()
+
+    def rejection(self, code: str | None) -> None:
+        """Count one rejected operation under its error's ``code`` (None: graphql-core's
+        validation, whose errors carry none; a code of no quotaql refusal: ``other``)."""
         if code is None:
-            code = "GRAPHQL_VALIDATION_FAILED"
+            code = names.GRAPHQL_VALIDATION_FAILED
         elif code not in names.REJECTION_CODES:
             code = names.OTHER_CODE
         self._child(self.rejections, code).inc()
@@ -444,11 +482,16 @@ class PrometheusMetrics:
     # -- adaptive limits (once a second) ---------------------------------------------------
 
     def adaptive(
-        self, pressures: Mapping[str, float], multipliers: Mapping[str, float], *, engaged: bool
+        self,
+        pressures: Mapping[str, float],
+        multipliers: Mapping[str, float],
+        *,
+        engaged: bool,
+        culprits: int = 0,
     ) -> None:
-        """Set the pressure of each source, the multiplier of each tier and the engaged
-        state. A source or a tier no longer given (a reload dropped it) goes back to 0 and
-        1: no stale value stays behind."""
+        """Set the pressure of each source, the multiplier of each tier, the engaged state
+        and how many subjects pay their own multiplier. A source or a tier no longer given
+        (a reload dropped it) goes back to 0 and 1: no stale value stays behind."""
         for source in self._pressure_sources - set(pressures):
             self._child(self.pressure, source).set(0.0)
         for tier in self._adaptive_tiers - set(multipliers):
@@ -460,15 +503,25 @@ class PrometheusMetrics:
         for tier, value in multipliers.items():
             self._child(self.adaptive_multiplier, tier).set(value)
         self.adaptive_engaged.set(1 if engaged else 0)
+        self.adaptive_culprits.set(culprits)
+
+    def pressure_ignored(self, source: str, reason: str) -> None:
+        """Count one update at which ``source``'s pressure did not count for everyone
+        (``reason`` is one of ``names.PRESSURE_IGNORED_REASONS``)."""
+        self._child(self.pressure_ignored_total, source, reason).inc()
 
     def adaptive_transition(self, to: str) -> None:
         """Count one transition (``to`` is one of ``names.TRANSITIONS``)."""
         self._child(self.adaptive_transitions_total, to).inc()
 
     def adaptive_transitions(self) -> None:
-        """Create both transition series at 0, so that ``increase()`` sees the first one."""
+        """Create both transition series at 0, and those of the measured sources' ignored
+        pressure, so that ``increase()`` sees the first one."""
         for to in names.TRANSITIONS:
             self._child(self.adaptive_transitions_total, to)
+        for source in (names.PRESSURE_LATENCY, names.PRESSURE_ERRORS):
+            for reason in names.PRESSURE_IGNORED_REASONS:
+                self._child(self.pressure_ignored_total, source, reason)
 
     # -- the tuning metrics (quotaql tune) --------------------------------------------------
     # Called for a sampled fraction of the operations. list_sizes() may get dozens of lists
@@ -476,7 +529,9 @@ class PrometheusMetrics:
     # coordinate and bucket first, then each histogram child gets one increment per bucket
     # hit (and one of its sum) instead of one observe() per list.
 
-    def list_sizes(self, observations: Sequence[tuple[str, float, int, bool]]) -> None:
+    def list_sizes(
+        self, observations: Sequence[tuple[str, float, int, bool]], subject: str | None = None
+    ) -> None:
         """Record the lists one operation returned, after its actual cost is known.
 
         Each observation is ``(coordinate, assumed, returned, sliced)``, one per list
@@ -492,6 +547,14 @@ class PrometheusMetrics:
         ``LIST_SLICED_RATIO`` (``returned / assumed``; an instance that asked for 0 counts
         as 1.0 when it returned nothing, else as ``names.RATIO_CAP``). An observation with
         a negative or non-finite number is ignored.
+
+        ``subject`` is who paid for the operation (the gate's subject key). Its class
+        (:func:`~quotaql.instrumentation.subjects.subject_class`: an address by its /24 or
+        /48 network) feeds ``LIST_SUBJECT_MAX_ITEMS``: once per period
+        (``subject_period``, a minute) and coordinate, the longest list it returned in the
+        period, so that a subject sending many lists weighs no more than one sending a
+        few. A process keeps at most ``names.LIST_SUBJECTS_KEPT`` subjects per coordinate
+        and period (beyond, a uniform sample of them, by a keyed hash), and only hashes.
 
         The histograms' counts are tallied here and added to prometheus-client's values at
         most once a second, and whenever the registry is collected (a scrape, or
@@ -515,7 +578,11 @@ class PrometheusMetrics:
         longest: dict[_ListSeries, int] = {}
         size_index = _SIZE_INDEX
         top = len(size_index) - 1  # the largest finite edge: above it, the +Inf bucket
+        who = None if subject is None else class_hash(subject)
+        now = time.monotonic()
         with self._tuning_lock:
+            if self._period_end is not None and now >= self._period_end:
+                self._close_period()
             lists = self._lists
             for coordinate, assumed, returned, is_sliced in observations:
                 if not 0 <= assumed < _INF:
@@ -559,7 +626,10 @@ class PrometheusMetrics:
                 if items > series.max_returned:
                     series.max_returned = items
                     series.max_gauge.set(items)
-            now = time.monotonic()
+                if who is not None:
+                    series.subjects.add(who, items)
+            if who is not None and longest and self._period_end is None:
+                self._period_end = now + self._subject_period
             if now >= self._flush_at:
                 self._flush_at = now + _FLUSH_SECONDS
                 self._add_waiting()
@@ -583,11 +653,31 @@ class PrometheusMetrics:
             pending.values.append(ratio)
         self._waiting[pending] = None
 
-    def flush(self) -> None:
+    def flush(self, *, final: bool = False) -> None:
         """Add the list tallies waiting in this process to the histograms now (collecting
-        the registry does it too; under multiprocess mode, call it when a worker stops)."""
+        the registry does it too), and the subjects' longest lists of a period that is
+        over. ``final``: the current period is over too (under multiprocess mode, call
+        ``flush(final=True)`` when a worker stops)."""
         with self._tuning_lock:
+            end = self._period_end
+            if end is not None and (final or time.monotonic() >= end):
+                self._close_period()
             self._add_waiting()
+
+    def _close_period(self) -> None:
+        """Each coordinate's subjects of the period: their longest lists, observed once
+        each (under ``_tuning_lock``)."""
+        self._period_end = None
+        waiting = self._waiting
+        for series in self._lists.values():
+            pending = series.subject_max
+            for items in series.subjects.close():
+                if pending.values is None:
+                    pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
+                    pending.total += items
+                else:
+                    pending.values.append(items)
+                waiting[pending] = None
 
     def _add_waiting(self) -> None:
         for pending in self._waiting:
@@ -706,7 +796,7 @@ class _ListSeries:
     """One coordinate's unsliced-list series, their children resolved once."""
 
     __slots__ = ("assumed", "assumed_gauge", "max_gauge", "max_returned", "operation_max",
-                 "returned")  # fmt: skip
+                 "returned", "subject_max", "subjects")  # fmt: skip
 
     def __init__(self, metrics: PrometheusMetrics, coordinate: str) -> None:
         bulk = metrics._bulk
@@ -716,6 +806,8 @@ class _ListSeries:
         )
         self.assumed_gauge: Any = metrics.list_assumed.labels(coordinate)
         self.max_gauge: Any = metrics.list_max_returned.labels(coordinate)
+        self.subjects = SubjectMaxima(names.LIST_SUBJECTS_KEPT)
+        self.subject_max = _Pending(metrics.list_subject_max.labels(coordinate), _SIZE_BOUNDS, bulk)
         self.assumed = -1.0  # no value yet: the first observation sets the gauge
         self.max_returned = -1
 

@@ -21,6 +21,19 @@ QUERY_DEPTH: Final = "quotaql_query_depth"
 """Histogram: operation depth by ``operation_type``."""
 COST_TOTAL: Final = "quotaql_cost_total"
 """Counter: cost points by ``tier`` and ``outcome`` (``charged``, ``refunded``)."""
+OVERAGE_TOTAL: Final = "quotaql_overage_total"
+"""Counter: cost points charged after execution above the debit (the actual cost ran over
+the estimate: ``[limits] charge_overage``), by ``tier``. What operations paid in all is
+``charged - refunded + overage`` of ``quotaql_cost_total`` and this."""
+TIME_SECONDS_TOTAL: Final = "quotaql_time_seconds_total"
+"""Counter: worker time the operations took (parse, validation, pricing, execution; the
+thread's CPU time), charged to their subjects' time quotas, by ``tier``, in seconds."""
+OPERATION_TIME: Final = "quotaql_operation_time_seconds"
+"""Histogram: the worker time of each operation, by ``operation_type``, ``tier``."""
+QUOTA_REFUSALS_TOTAL: Final = "quotaql_quota_refusals_total"
+"""Counter: operations refused by the budget (``blocked``, ``denied``), by ``tier`` and the
+``quota`` that refused them (``tenant``, ``user``, ``global``, ``time``, ``op:<name>``,
+``field:<coordinate>``: bounded by the configuration)."""
 CHECK_DURATION: Final = "quotaql_check_duration_seconds"
 """Histogram: time of one limiter decision (storage round trips included) by ``backend``."""
 BACKEND_ERRORS_TOTAL: Final = "quotaql_backend_errors_total"
@@ -33,10 +46,21 @@ BUILD_INFO: Final = "quotaql_build_info"
 """Gauge, always 1: the running quotaql ``version``."""
 IDENTITY_TOTAL: Final = "quotaql_identity_total"
 """Counter: operations by how their subject was identified (``source``)."""
+OVERFLOW_TOTAL: Final = "quotaql_overflow_total"
+"""Counter: decisions (``store="states"``) and lease takes (``store="leases"``) of the
+memory storages made on an overflow state, their table being full (``max_keys``), by
+``scope``: a network's (``OVERFLOW_NETWORK``) or a quota's last resort (``OVERFLOW_QUOTA``)."""
+KEY_LOOKUPS_TOTAL: Final = "quotaql_key_lookups_total"
+"""Counter: API keys that needed the ``key_resolver`` (no cached answer), by ``outcome``
+(``KEY_LOOKUP_OUTCOMES``): looked up and known, unknown or failed, or not looked up
+(``limited``: the client's address was over ``[identity] resolver_rate``)."""
 SUBSCRIPTION_EVENTS_TOTAL: Final = "quotaql_subscription_events_total"
 """Counter: subscription events after the first, charged or refused, by ``decision``, ``tier``."""
 SUBSCRIPTIONS_OPEN: Final = "quotaql_subscriptions_open"
 """Gauge: subscriptions open now (summed over a server's processes)."""
+REJECTIONS_TOTAL: Final = "quotaql_rejections_total"
+"""Counter: operations refused before they were priced or by the analysis (the ``rejected``
+decision), by the refusal's ``code`` (``REJECTION_CODES``; any other is ``other``)."""
 
 # Adaptive limits (``[adaptive]``, docs/adaptive.md): per process, set once a second.
 PRESSURE: Final = "quotaql_pressure"
@@ -48,6 +72,13 @@ ADAPTIVE_ENGAGED: Final = "quotaql_adaptive_engaged"
 """Gauge: 1 while adaptive limits are engaged (in shadow mode: would be), else 0."""
 ADAPTIVE_TRANSITIONS_TOTAL: Final = "quotaql_adaptive_transitions_total"
 """Counter: transitions of adaptive limits, by ``to`` (``engaged``, ``released``)."""
+PRESSURE_IGNORED_TOTAL: Final = "quotaql_pressure_ignored_total"
+"""Counter: updates (once a second) at which a measured ``source``'s pressure over the whole
+window reached ``engage_at`` but did not count for everyone, by ``reason``
+(``PRESSURE_IGNORED_REASONS``)."""
+ADAPTIVE_CULPRITS: Final = "quotaql_adaptive_culprits"
+"""Gauge: the subjects (addresses by /24 or /48 network) that pay their own adaptive
+multiplier now, because their own operations cause the pressure (in shadow mode: would)."""
 
 # Concurrency limits (``max_in_flight``, docs/concurrency.md): leases per tenant.
 IN_FLIGHT: Final = "quotaql_in_flight"
@@ -99,15 +130,19 @@ LIST_MAX_RETURNED_ITEMS: Final = "quotaql_list_max_returned_items"
 started."""
 LIST_SLICED_RATIO: Final = "quotaql_list_sliced_ratio"
 """Histogram: items returned / items asked for, per sliced list, by ``coordinate``."""
+LIST_SUBJECT_MAX_ITEMS: Final = "quotaql_list_subject_max_items"
+"""Histogram: per subject class and minute (in each process), the items of the subject's
+longest assumed list of ``coordinate``: a subject counts once a minute, however many lists it
+sends (``quotaql tune`` lowers a size only as far as most subjects allow)."""
+LIST_SUBJECT_PERIOD: Final = 60.0
+"""Seconds of one period of ``quotaql_list_subject_max_items``: each subject that returned a
+list of a coordinate in it is one observation, its longest list."""
+LIST_SUBJECTS_KEPT: Final = 256
+"""The most subjects a process keeps per coordinate and period (a uniform sample of the
+subjects beyond it, chosen by a keyed hash no client can aim at)."""
 COST_ESTIMATE_RATIO: Final = "quotaql_cost_estimate_ratio"
 """Histogram: actual / estimated cost of each priced operation that ran, by
 ``operation_type``, ``tier``."""
-
-# Refusals before an operation ran (decision ``rejected``), by what refused it.
-REJECTIONS_TOTAL: Final = "quotaql_rejections_total"
-"""Counter: operations refused before they ran (``decision="rejected"``: a document that
-does not parse or validate, a static limit, the analysis), by ``code`` (``REJECTION_CODES``,
-any other ``other``)."""
 
 # -- labels and their values -----------------------------------------------------------------
 
@@ -122,8 +157,16 @@ LABEL_VERSION: Final = "version"
 LABEL_SOURCE: Final = "source"
 LABEL_COORDINATE: Final = "coordinate"
 """A schema coordinate (``"Type.field"``): bounded by the schema, never by the traffic."""
+LABEL_QUOTA: Final = "quota"
+"""The quota that refused an operation (its name in the configuration)."""
+QUOTA_TIME: Final = "time"
+"""The ``quota`` of a refusal by the time quota (the subject's worker time in debt)."""
 LABEL_TO: Final = "to"
 """The state a transition goes to (``TRANSITIONS``)."""
+LABEL_STORE: Final = "store"
+"""Which table of a memory storage overflowed (``OVERFLOW_STORES``)."""
+LABEL_SCOPE: Final = "scope"
+"""Which overflow state a new subject shared (``OVERFLOW_SCOPES``)."""
 
 ALLOWED: Final = "allowed"
 BLOCKED: Final = "blocked"
@@ -155,6 +198,24 @@ DECISIONS: Final = (
 #: Refused by the budget, by the storage or from the deny cache: a PromQL regex of both.
 BUDGET_REFUSED: Final = f"{BLOCKED}|{DENIED}"
 
+LABEL_CODE: Final = "code"
+"""The ``extensions.code`` of a rejected operation's error (``REJECTION_CODES``)."""
+TOO_MANY_VARIABLE_VALUES: Final = "TOO_MANY_VARIABLE_VALUES"
+"""Rejected: the variables held more than ``[cost] max_variable_values`` values."""
+GRAPHQL_VALIDATION_FAILED: Final = "GRAPHQL_VALIDATION_FAILED"
+"""Rejected by graphql-core's validation (its errors carry no code), or an unknown field."""
+OTHER_CODE: Final = "other"
+"""A rejection whose code is none of ``REJECTION_CODES``."""
+REJECTION_CODES: Final = (
+    "GRAPHQL_PARSE_FAILED", GRAPHQL_VALIDATION_FAILED, "OPERATION_RESOLUTION_FAILURE",
+    "BAD_USER_INPUT", "QUERY_TOO_LARGE", "QUERY_TOO_DEEP", "QUERY_TOO_COMPLEX",
+    "TOO_MANY_ALIASES", "TOO_MANY_ROOT_FIELDS", "TOO_MANY_FIELDS", "TOO_MANY_DIRECTIVES",
+    "SLICING_ARGUMENT_REQUIRED", "FRAGMENT_CYCLE", "INVALID_REQUEST_BODY",
+    TOO_MANY_VARIABLE_VALUES, OTHER_CODE, "TOO_MANY_FIELD_PAIRS", "INTROSPECTION_DISABLED",
+)  # fmt: skip
+"""The values of ``code`` in ``quotaql_rejections_total``: the analysis's codes (quotaql's
+errors), ``BodyLimit``'s refusal of a body, and ``other``; a bounded set whatever clients send."""
+
 LABEL_REASON: Final = "reason"
 """Why a delay tier's operation was refused (``DELAY_REFUSED_REASONS``)."""
 DELAY_QUEUE: Final = "queue"
@@ -171,18 +232,19 @@ DELAY_SUBJECT_FULL: Final = "subject_full"
 delayed_share`` of ``max_delayed``): it was decided as if its tier refused, and did not fit."""
 DELAY_REFUSED_REASONS: Final = (DELAY_QUEUE, DELAY_PROCESS_FULL, DELAY_SYNC, DELAY_SUBJECT_FULL)
 
-LABEL_CODE: Final = "code"
-"""The ``extensions.code`` of a refusal (``REJECTION_CODES``, or ``OTHER_CODE``)."""
-#: The codes ``quotaql_rejections_total`` counts by name (quotaql's errors, graphql-core's
-#: parse and validation failures); a code not listed counts as ``OTHER_CODE``.
-REJECTION_CODES: Final = (
-    "GRAPHQL_PARSE_FAILED", "GRAPHQL_VALIDATION_FAILED", "OPERATION_RESOLUTION_FAILURE",
-    "BAD_USER_INPUT", "QUERY_TOO_LARGE", "QUERY_TOO_DEEP", "QUERY_TOO_COMPLEX",
-    "TOO_MANY_ALIASES", "TOO_MANY_ROOT_FIELDS", "TOO_MANY_FIELDS", "TOO_MANY_FIELD_PAIRS",
-    "TOO_MANY_DIRECTIVES", "SLICING_ARGUMENT_REQUIRED", "FRAGMENT_CYCLE", "LIMIT_EXCEEDED",
-    "COST_ANALYSIS_FAILED", "INTROSPECTION_DISABLED",
-)  # fmt: skip
-OTHER_CODE: Final = "other"
+LABEL_POLICY: Final = "policy"
+"""A Redis ``maxmemory-policy`` (``noeviction``, ``allkeys-lru``, ...; ``unknown``)."""
+LABEL_VERDICT: Final = "verdict"
+"""What the eviction check of a Redis storage found (``EVICTION_VERDICTS``)."""
+EVICTION_SAFE: Final = "safe"
+"""``noeviction`` on every master, or ``maxmemory 0`` (no limit: nothing is evicted)."""
+EVICTION_ALLOWED: Final = "allowed"
+"""A master may evict quotaql's keys, and ``[redis] allow_eviction`` accepts it."""
+EVICTION_REFUSED: Final = "refused"
+"""A master may evict quotaql's keys: the storage refuses every call (the fail mode decides)."""
+EVICTION_UNVERIFIED: Final = "unverified"
+"""``CONFIG GET`` was refused (ACL, renamed command): the policy could not be read."""
+EVICTION_VERDICTS: Final = (EVICTION_SAFE, EVICTION_ALLOWED, EVICTION_REFUSED, EVICTION_UNVERIFIED)
 
 #: Where a subject came from (``quotaql.identity.IdentitySource``): the values of ``source``.
 SOURCE_ANONYMOUS: Final = "anonymous"
@@ -193,6 +255,9 @@ SOURCE_REJECTED_KEY: Final = "rejected_key"
 """An unknown key, refused (``unknown_keys = "reject"``)."""
 SOURCE_UNVERIFIED_KEY: Final = "unverified_key"
 """An unknown key taken as a tenant of its own (``unknown_keys = "tenant"``: unsafe)."""
+SOURCE_LIMITED_KEY: Final = "limited_key"
+"""A key not looked up, counted as the client's address: the address had caused
+``[identity] resolver_rate`` lookups already (invented keys, most likely)."""
 IDENTITY_SOURCES: Final = (
     "key",  # a known API key
     "user",  # an authenticated principal
@@ -202,11 +267,34 @@ IDENTITY_SOURCES: Final = (
     SOURCE_REJECTED_KEY,
     SOURCE_UNVERIFIED_KEY,
     SOURCE_ANONYMOUS,
+    SOURCE_LIMITED_KEY,
 )
 #: The sources that say something is wrong: shared, unknown or unverified identities.
 SUSPECT_SOURCES: Final = (
     SOURCE_ANONYMOUS, SOURCE_UNKNOWN_KEY, SOURCE_REJECTED_KEY, SOURCE_UNVERIFIED_KEY,
+    SOURCE_LIMITED_KEY,
 )  # fmt: skip
+#: The values of ``outcome`` in ``quotaql_key_lookups_total``.
+LOOKUP_KNOWN: Final = "known"
+LOOKUP_UNKNOWN: Final = "unknown"
+LOOKUP_FAILED: Final = "failed"
+"""The ``key_resolver`` raised (logged): the key counted as its address, nothing cached."""
+LOOKUP_LIMITED: Final = "limited"
+"""Not looked up: the address was over ``[identity] resolver_rate``."""
+KEY_LOOKUP_OUTCOMES: Final = (LOOKUP_KNOWN, LOOKUP_UNKNOWN, LOOKUP_FAILED, LOOKUP_LIMITED)
+
+#: The values of ``store`` and ``scope`` in ``quotaql_overflow_total``.
+STORE_STATES: Final = "states"
+"""The rate states of a ``MemoryStorage`` (the limiter's local fallback's too)."""
+STORE_LEASES: Final = "leases"
+"""The concurrency lease sets of a ``MemoryLeases``."""
+OVERFLOW_STORES: Final = (STORE_STATES, STORE_LEASES)
+OVERFLOW_NETWORK: Final = "network"
+"""A new address subject shared its network's state (IPv4 /24, IPv6 /48)."""
+OVERFLOW_QUOTA: Final = "quota"
+"""A new subject shared its quota's last-resort state (no address, or no room left for its
+network's)."""
+OVERFLOW_SCOPES: Final = (OVERFLOW_NETWORK, OVERFLOW_QUOTA)
 
 #: The sources of the pressure signal (the ``source`` label of ``quotaql_pressure``).
 PRESSURE_LATENCY: Final = "latency"
@@ -216,6 +304,15 @@ PRESSURE_ERRORS: Final = "errors"
 PRESSURE_CALLABLE: Final = "callable"
 """What ``Gate(pressure=fn)`` returns."""
 PRESSURE_SOURCES: Final = (PRESSURE_LATENCY, PRESSURE_ERRORS, PRESSURE_CALLABLE)
+#: Why a measured source's pressure did not count for everyone (``reason`` of
+#: ``quotaql_pressure_ignored_total``).
+IGNORED_FEW_SUBJECTS: Final = "few_subjects"
+"""Without its ``[adaptive] min_subjects - 1`` largest contributors, the window shows no
+pressure: fewer subjects than that cause it."""
+IGNORED_COST_SHARE: Final = "cost_share"
+"""The subjects whose operations show the pressure hold less than ``[adaptive]
+min_cost_share`` of the window's cost."""
+PRESSURE_IGNORED_REASONS: Final = (IGNORED_FEW_SUBJECTS, IGNORED_COST_SHARE)
 ENGAGED: Final = "engaged"
 RELEASED: Final = "released"
 #: The values of ``to`` in ``quotaql_adaptive_transitions_total``.
@@ -292,10 +389,21 @@ RATIO_CAP: Final = 1_000.0
 """A ratio above this (an estimate of 0 with an actual cost above 0) is recorded as this, so
 that the histograms' ``_sum`` stays finite; it is in the ``+Inf`` bucket either way."""
 
+TIME_BUCKETS: Final = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+"""The buckets of ``quotaql_operation_time_seconds``: from half a millisecond (an honest
+query's parse, validation and execution) to the seconds a hostile document takes."""
 DELAY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 """The buckets of ``quotaql_delay_seconds``: from a few milliseconds (a turn a refill away)
 to a minute (``max_delay`` is rarely longer). 1.0, the default threshold of the
 ``QuotaqlDelaysLong`` alert (``[alerts] delay_p99_seconds``), is an edge, so it is exact."""
+
+# Redis eviction (docs/operations.md, "Redis: the eviction policy").
+REDIS_EVICTION: Final = "quotaql_redis_eviction"
+"""Gauge, 1 for the current verdict of each Redis storage's eviction check, by ``policy``
+(its ``maxmemory-policy``, ``unknown`` when ``CONFIG GET`` is refused) and ``verdict``
+(``EVICTION_VERDICTS``); no series before the first check."""
 
 # -- the instruments -------------------------------------------------------------------------
 
@@ -356,6 +464,29 @@ INSTRUMENTS: Final = (
         (LABEL_TIER, LABEL_OUTCOME),
     ),
     Instrument(
+        "overage_total", "counter", OVERAGE_TOTAL,
+        "Cost points charged after execution above the debit: the actual cost ran over"
+        " the estimate (the budget may go below empty).",
+        (LABEL_TIER,),
+    ),
+    Instrument(
+        "time_seconds", "counter", TIME_SECONDS_TOTAL,
+        "Worker time the operations took (parse, validation, pricing, execution; CPU time"
+        " of the thread), charged to their subjects' time quotas, in seconds.",
+        (LABEL_TIER,),
+    ),
+    Instrument(
+        "operation_time", "histogram", OPERATION_TIME,
+        "Worker time of each operation (CPU time of the thread), in seconds.",
+        _PRICED, TIME_BUCKETS,
+    ),
+    Instrument(
+        "quota_refusals", "counter", QUOTA_REFUSALS_TOTAL,
+        "Operations refused by the budget (blocked or denied), by the quota that refused"
+        " them (time: the subject's worker time in debt).",
+        (LABEL_TIER, LABEL_QUOTA),
+    ),
+    Instrument(
         "check_duration", "histogram", CHECK_DURATION,
         "Time of one limiter decision, storage round trips included.",
         (LABEL_BACKEND,), CHECK_DURATION_BUCKETS,
@@ -380,6 +511,27 @@ INSTRUMENTS: Final = (
         "identity", "counter", IDENTITY_TOTAL,
         "Operations by how their subject (who pays) was identified.",
         (LABEL_SOURCE,),
+    ),
+    Instrument(
+        "overflow", "counter", OVERFLOW_TOTAL,
+        "Decisions (store=states) and lease takes (store=leases) of the memory storages made"
+        " on an overflow state, their table full (max_keys): a network's or a quota's last"
+        " resort (scope).",
+        (LABEL_STORE, LABEL_SCOPE),
+        collected="backend",
+    ),
+    Instrument(
+        "key_lookups", "counter", KEY_LOOKUPS_TOTAL,
+        "API keys that needed the key_resolver (no cached answer): known, unknown, failed,"
+        " or limited (not looked up: the client's address was over [identity] resolver_rate).",
+        (LABEL_OUTCOME,),
+        collected="backend",
+    ),
+    Instrument(
+        "rejections", "counter", REJECTIONS_TOTAL,
+        "Operations refused before they were priced or by the analysis (the rejected"
+        " decision), by the refusal's code.",
+        (LABEL_CODE,),
     ),
     Instrument(
         "subscription_events", "counter", SUBSCRIPTION_EVENTS_TOTAL,
@@ -413,6 +565,19 @@ INSTRUMENTS: Final = (
         "adaptive_transitions_total", "counter", ADAPTIVE_TRANSITIONS_TOTAL,
         "Adaptive limits engaging and releasing.",
         (LABEL_TO,),
+    ),
+    Instrument(
+        "pressure_ignored_total", "counter", PRESSURE_IGNORED_TOTAL,
+        "Updates at which a measured source's pressure reached engage_at over the window but"
+        " did not count for everyone: few_subjects (fewer than [adaptive] min_subjects cause"
+        " it), cost_share (they hold less than min_cost_share of the cost).",
+        (LABEL_SOURCE, LABEL_REASON),
+    ),
+    Instrument(
+        "adaptive_culprits", "gauge", ADAPTIVE_CULPRITS,
+        "Subjects that pay their own adaptive multiplier now: their own operations cause"
+        " the pressure (in shadow mode: would).",
+        multiprocess_mode="livemax",
     ),
     Instrument(
         "in_flight_gauge", "gauge", IN_FLIGHT,
@@ -481,16 +646,19 @@ INSTRUMENTS: Final = (
         collected="backend",
     ),
     Instrument(
+        "redis_eviction", "gauge", REDIS_EVICTION,
+        "1 for the verdict of the Redis storage's eviction check: safe (noeviction, or"
+        " maxmemory 0), allowed ([redis] allow_eviction: budgets may be evicted), refused"
+        " (the storage refuses every call) or unverified (CONFIG GET refused).",
+        (LABEL_POLICY, LABEL_VERDICT),
+        multiprocess_mode="livemax",
+        collected="backend",
+    ),
+    Instrument(
         "build_info", "gauge", BUILD_INFO,
         "The running quotaql version (always 1).",
         (LABEL_VERSION,),
         multiprocess_mode="max",
-    ),
-    Instrument(
-        "rejections", "counter", REJECTIONS_TOTAL,
-        "Operations refused before they ran (a document that does not parse or validate,"
-        " a static limit, the analysis), by error code.",
-        (LABEL_CODE,),
     ),
     Instrument(
         "estimate_ratio", "histogram", COST_ESTIMATE_RATIO,
@@ -533,6 +701,14 @@ INSTRUMENTS: Final = (
         (LABEL_COORDINATE,), RATIO_BUCKETS,
         collected="tuning",
     ),
+    Instrument(
+        "list_subject_max", "histogram", LIST_SUBJECT_MAX_ITEMS,
+        "Per subject (addresses by /24 or /48 network) and minute, the items of its longest"
+        " list of the coordinate whose size the pricing assumed: a subject counts once a"
+        " minute, however many lists it sends.",
+        (LABEL_COORDINATE,), LIST_SIZE_BUCKETS,
+        collected="tuning",
+    ),
 )  # fmt: skip
 """Every metric quotaql exports, in the order a scrape lists them: one row each, built by one
 loop of :class:`~quotaql.instrumentation.metrics.PrometheusMetrics`."""
@@ -560,9 +736,11 @@ ATTR_EVENTS: Final = "quotaql.subscription.events"
 """Events a subscription delivered (on its span, which ends when the subscription does)."""
 ATTR_ADAPTIVE_MULTIPLIER: Final = "quotaql.adaptive.multiplier"
 """The multiplier the operation's debit was divided by (set only when below 1)."""
-ATTR_ERROR_CODE: Final = "quotaql.error.code"
-"""The ``extensions.code`` of a refused operation's first error (``TOO_MANY_FIELD_PAIRS``,
-``RATE_LIMITED``, ...): set only when it was refused."""
+ATTR_CODE: Final = "quotaql.code"
+"""The ``extensions.code`` of the error a refused operation was answered with
+(``TOO_MANY_VARIABLE_VALUES``, ``RATE_LIMITED``...): set only when it was refused."""
+ATTR_ADAPTIVE_OWN: Final = "quotaql.adaptive.own_pressure"
+"""True when that multiplier was the subject's own: its operations cause the pressure."""
 ATTR_IN_FLIGHT: Final = "quotaql.in_flight"
 """The live leases of the operation's first lease set (its tier's, or its subscriptions')
 once it took its own: set only for tiers with a concurrency limit."""
@@ -570,6 +748,15 @@ EVENT_FAIL_OPEN: Final = "quotaql.fail_open"
 EVENT_FAIL_CLOSED: Final = "quotaql.fail_closed"
 EVENT_REFUND: Final = "quotaql.refund"
 """A refund was given back (queued, with deferred refunds)."""
+ATTR_TIME_MS: Final = "quotaql.time_ms"
+"""The worker time the operation took, in milliseconds (what its time quota is charged)."""
+ATTR_LIMITED_BY: Final = "quotaql.limited_by"
+"""The quota that refused the operation (set only when the budget refused it)."""
+ATTR_COST_OVERAGE: Final = "quotaql.cost.overage"
+"""Points charged after execution above the debit (set only when the actual cost ran over
+it)."""
+EVENT_OVERAGE: Final = "quotaql.overage"
+"""An overage was charged (attribute ``quotaql.cost.overage``)."""
 EVENT_LEASE_EXPIRED: Final = "quotaql.lease_expired"
 """The operation's lease had expired before its release (a stall, an outage)."""
 ATTR_DELAY: Final = "quotaql.delay_s"
@@ -588,3 +775,6 @@ DELAYED: Final = "delayed"
 """Log event: an operation of a delay tier waits for its turn (``quotaql_delay_seconds``)."""
 DELAY_CANCELLED: Final = "delay_cancelled"
 """Log event: an operation left while waiting for its turn, and was refunded."""
+REDIS_EVICTION_EVENT: Final = "redis_eviction"
+"""Log event: what a Redis storage's eviction check found (a refusal, an allowed or
+unverified policy, a policy that would evict under a ``maxmemory``)."""

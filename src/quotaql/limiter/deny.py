@@ -11,7 +11,9 @@ or this process's memory) answered, and it lasts no longer than what that refusa
   comes back all at once);
 - **once priced**, an operation that costs what was refused is refused until the exact
   retry time of that refusal; one that costs more (but no more than the quota holds), until
-  its own retry time, for the buckets and GCRA (whose times scale with the cost).
+  its own retry time, for the buckets and GCRA (whose times scale with the cost);
+- a refusal of the **time quota** (the subject's worker time in debt, checked at cost 0)
+  refuses every request of the subject, before parsing, until its retry time.
 
 A refund (an operation of the same subject that used less than it paid) can make the
 storage answer yes a little sooner than the cache: the cache errs by that much, never by
@@ -24,6 +26,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
+from quotaql.policy.quota import TIME_QUOTA
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -33,7 +37,7 @@ __all__ = ["Denial", "DenyCache"]
 
 # The quotas whose refusal says something about the subject, whatever it asks next; a
 # quota of an operation name or of a root field only refuses that operation or field.
-_SUBJECT_QUOTAS = frozenset({"tenant", "user", "global"})
+_SUBJECT_QUOTAS = frozenset({"tenant", "user", "global", TIME_QUOTA})
 # The algorithms whose budget comes back at a steady rate: the wait scales with the cost.
 _LINEAR = frozenset({"token_bucket", "gcra"})
 
@@ -48,6 +52,7 @@ class Denial(NamedTuple):
     quotas: tuple[Quota, ...]
     linear: bool  # the refusing quota's wait scales with the cost
     waits: bool = False  # the refusing quota lets requests wait (max_delay): see remember()
+    everything: bool = False  # every request is refused until ``until`` (the time quota)
 
 
 class DenyCache:
@@ -94,7 +99,12 @@ class DenyCache:
         now = self._clock()
         refusing = [quota for quota in quotas if quota.name == decision.limited_by]
         waits = any(quota.max_delay for quota in refusing)
-        if waits:
+        # The time quota, checked at cost 0, refuses while the subject's worker time is in
+        # debt, whatever the request: every request, until its retry.
+        everything = decision.limited_by == TIME_QUOTA
+        if everything:
+            floor_until, linear = now + retry, False
+        elif waits:
             # A quota that lets requests wait: its retry is when this cost could wait (its
             # turn within max_delay, its line not full). A cheaper one may wait now (asked
             # of the storage); a larger one could not wait before then either (its turn is
@@ -105,7 +115,9 @@ class DenyCache:
             floor = min_charge - decision.remaining  # what the smallest charge lacks
             floor_until = now + retry * min(1.0, floor / short) if floor > 0 and short > 0 else now
             linear = any(quota.algorithm in _LINEAR for quota in refusing)
-        denial = Denial(now + retry, floor_until, decision.cost, decision, quotas, linear, waits)
+        denial = Denial(
+            now + retry, floor_until, decision.cost, decision, quotas, linear, waits, everything
+        )
         with self._lock:
             denials = self._denials
             denials.pop(key, None)
@@ -129,14 +141,14 @@ class DenyCache:
     def priced(self, key: str, cost: float) -> Denial | None:
         """The refusal that still holds for an operation of ``key`` that costs ``cost``."""
         denial = self._denials.get(key)
-        if denial is None or cost < denial.cost:
+        if denial is None or (cost < denial.cost and not denial.everything):
             return None
         now = self._clock()
         if now >= denial.until:
             self.forget(key)
             return None
         decision = denial.decision
-        if cost == denial.cost or (denial.waits and cost <= decision.limit):
+        if denial.everything or cost == denial.cost or (denial.waits and cost <= decision.limit):
             return _left(denial, denial.until - now)
         short = decision.cost - decision.remaining
         if not denial.linear or cost > decision.limit or short <= 0:

@@ -168,6 +168,17 @@ class Core:
         return None
 
     @staticmethod
+    def charge_flow(debit: Debit) -> _Flow:
+        """The charge's calls (an operation's overage): the tenant's quotas, then the
+        shared ones, each debited whether it fits or not."""
+        own, shared = _split(debit)
+        if own.quotas:
+            yield ("charge", own)
+        if shared is not None:
+            yield ("charge", shared)
+        return None
+
+    @staticmethod
     def peek_flow(debit: Debit) -> _Flow:
         own, shared = _split(debit)
         decision: Decision = yield ("peek", own)
@@ -191,6 +202,16 @@ class Core:
             drive(Core.refund_flow(debit), self.run_fallback, STORAGE_ERRORS)
             return False
         return source not in ("fail_open", "fail_closed")  # else nothing was debited
+
+    @staticmethod
+    def charges(decision: Decision | None) -> bool:
+        """Whether an overage of ``decision``'s debit is charged: not for a refusal, nor a
+        fail-open or fail-closed decision (they debited nothing). A debit of the local
+        fallback is charged like any other (:meth:`Operations.execute`): in the storage if
+        it answers again, else in the fallback; the work was done either way."""
+        if decision is None:
+            return True  # a debit made in the storage now
+        return decision.allowed and decision.source not in ("fail_open", "fail_closed")
 
     def dropped(self, outcome: str, count: int, cost: float) -> None:
         """``count`` refunds (``cost`` points) were dropped: ``lost`` or ``unknown``."""
@@ -372,6 +393,10 @@ class _Substitute:
         # A debit made in the storage: the fallback's clock (and lines) another.
         self._fallback.refund(debit._replace(at=None, turn=None))
 
+    def charge(self, debit: Debit) -> None:
+        self._core.seed(debit.key, debit.quotas, debit.now, self._share, self._reports)
+        self._fallback.charge(debit._replace(at=None, turn=None))
+
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
         self._core.seed(key, quotas, now, self._share, self._reports)
         decision = self._fallback.peek(key, quotas, now)
@@ -517,6 +542,8 @@ def _call(storage: Any, call: _Call) -> Any:
         return storage.peek(debit.key, debit.quotas, debit.now)
     if method == "refund":
         return storage.refund(debit)
+    if method == "charge":
+        return storage.charge(debit)
     return storage.acquire(debit)
 
 
@@ -525,10 +552,10 @@ _Remember = Callable[[Debit, Decision], None]
 
 def _after(remember: _Remember) -> Callable[[_Call, Any], None]:
     """What the driver tells ``remember`` of each step: the storage's decisions (a refund
-    decides nothing)."""
+    or a charge decides nothing)."""
 
     def remembered(call: _Call, result: Any) -> None:
-        if call[0] != "refund":
+        if call[0] != "refund" and call[0] != "charge":
             remember(call[1], result)
 
     return remembered
@@ -601,6 +628,22 @@ class Operations:
             core.refunds.add(tenant, quotas, each, debit.at, now, debit.turn)
             return QUEUED
         return self.execute(lambda: Core.refund_flow(debit), debit)
+
+    def charge(self, debit: Debit, decision: Decision | None) -> Any:
+        """Debit ``debit`` more, whether it fits or not (the overage of ``decision``'s
+        debit): None when there is nothing to do or it was done, else an awaitable. Made at
+        once, through the breaker and the fail mode (``local``: in the fallback while the
+        storage is down); never queued, so that the subject's next request sees it."""
+        key, amount, quotas, _, amounts, _, _ = debit
+        shared = _check_request(key, amount, quotas, amounts)
+        if not (amount > 0 if amounts is None else any(amounts)) or not Core.charges(decision):
+            return None
+        core = self.core
+        if core.infallible and not shared:  # the embedded default: no flow, no breaker
+            core.storage.charge(debit)
+            return None
+        result = self.execute(lambda: Core.charge_flow(debit), debit)
+        return result if is_pending(result) else None
 
     def peek(self, key: str, quotas: Sequence[Quota], now: int | None) -> Any:
         _check_request(key, 0.0, quotas)

@@ -151,6 +151,19 @@ class Limiter(_LimiterBase):
         if self._ops.refund(debit, decision) is QUEUED:
             self._wake()
 
+    def charge(self, key: str, amount: float, quotas: Quotas, **options: Unpack[Refund]) -> None:
+        """Debit ``amount`` more from every quota of ``key`` (or each quota its
+        ``amounts``) whether it fits or not: what an operation ran above its debit (its
+        overage). A quota may go below empty; the key's next requests wait until it has
+        refilled past the debt (what that means for each algorithm: docs/limiter.md).
+
+        ``decision`` is the decision whose debit ran over: nothing is charged for a refusal,
+        or for a fail-open or fail-closed decision (they debited nothing). Made at once (not
+        queued like a refund), through the breaker: while the storage is down, the fail mode
+        decides (``local``: charged in the fallback; ``open``, ``closed``: not charged).
+        """
+        self._ops.charge(*refund_of(key, amount, quotas, options))
+
     def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:
         """The state of ``key``'s quotas, without debiting anything (after the refunds
         queued before it: a peek reads what this process refunded)."""
@@ -249,6 +262,14 @@ class AsyncLimiter(_LimiterBase):
         if done is QUEUED:
             self._schedule()
         elif is_pending(done):
+            await done
+
+    async def charge(
+        self, key: str, amount: float, quotas: Quotas, **options: Unpack[Refund]
+    ) -> None:
+        """:meth:`Limiter.charge`: made at once, awaited."""
+        done = self._ops.charge(*refund_of(key, amount, quotas, options))
+        if is_pending(done):
             await done
 
     async def peek(self, key: str, quotas: Sequence[Quota], *, now: int | None = None) -> Decision:

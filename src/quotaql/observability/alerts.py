@@ -273,7 +273,9 @@ def _unknown_keys(config: AlertsConfig) -> _Text:
     """Unknown keys, whether counted as their client's address or refused: either way a
     client sends keys no tenant has (guessing them, or a wrong one)."""
     window, threshold = config.rate_window, config.unknown_keys_per_second
-    unknown = _identified_as(names.SOURCE_UNKNOWN_KEY, names.SOURCE_REJECTED_KEY)
+    unknown = _identified_as(
+        names.SOURCE_UNKNOWN_KEY, names.SOURCE_REJECTED_KEY, names.SOURCE_LIMITED_KEY
+    )
     return _Text(
         _above(_per_job(unknown, window), threshold),
         "{{ $labels.job }} receives {{ $value | humanize }} operations/s with unknown API keys",
@@ -281,7 +283,10 @@ def _unknown_keys(config: AlertsConfig) -> _Text:
         f" API key that no tenant has (rate over {window}, above {_num(threshold)}/s;"
         f' {names.LABEL_SOURCE}="{names.SOURCE_UNKNOWN_KEY}": charged to the client\'s'
         f' address, or "{names.SOURCE_REJECTED_KEY}": refused with UNKNOWN_API_KEY, HTTP'
-        f" 401). A client is guessing keys, or sends a wrong, revoked or mistyped one.",
+        f' 401), or a key not even looked up ("{names.SOURCE_LIMITED_KEY}": its address had'
+        f" caused [identity] resolver_rate key_resolver lookups already, so it was charged"
+        f" to that address). A client is guessing keys, or sends a wrong, revoked or"
+        f" mistyped one.",
     )
 
 
@@ -388,6 +393,49 @@ def _delay_process_full(config: AlertsConfig) -> _Text:
     )
 
 
+def _memory_overflow(config: AlertsConfig) -> _Text:
+    """A memory storage's table full of live states: new subjects no longer get a budget of
+    their own but share one per network, or per quota as the last resort. A bound reached,
+    not a failure; it fires only when it lasts."""
+    window = config.rate_window
+    return _Text(
+        _above(_per_job(names.OVERFLOW_TOTAL, window), 0),
+        "{{ $labels.job }} decides new subjects on shared overflow budgets: its memory"
+        " storage is full",
+        f"Job {{{{ $labels.job }}}} made {{{{ $value | humanize }}}} decisions/s (rate over"
+        f" {window}) on overflow states ({names.OVERFLOW_TOTAL}) for"
+        f" {config.memory_overflow_for}: a memory storage's table holds max_keys states"
+        f" that all still matter, so a new subject gets no budget of its own. A new"
+        f" address shares one with its network (IPv4 /24, IPv6 /48:"
+        f' {names.LABEL_SCOPE}="{names.OVERFLOW_NETWORK}"), any other new subject, and an'
+        f" address once the network states are full, one per quota"
+        f' ({names.LABEL_SCOPE}="{names.OVERFLOW_QUOTA}"): new clients of a flooded network'
+        f" are refused with it.",
+    )
+
+
+def _variable_values_refused(config: AlertsConfig) -> _Text:
+    """Operations refused for the values their variables held, for a while: a client's
+    bulk operations outgrew ``[cost] max_variable_values`` (raise it, or have the client
+    split them), or a flood of oversized variables (each paid ``min_charge``)."""
+    window, threshold = config.rate_window, config.variable_values_refused_per_second
+    refused = _selector(
+        names.REJECTIONS_TOTAL, (names.LABEL_CODE, "=", names.TOO_MANY_VARIABLE_VALUES)
+    )
+    return _Text(
+        _above(_per_job(refused, window), threshold),
+        "{{ $labels.job }} refuses operations whose variables hold more than"
+        " max_variable_values values",
+        f"Job {{{{ $labels.job }}}} refused {{{{ $value | humanize }}}} operations/s (rate over"
+        f" {window}, above {_num(threshold)}/s) with {names.TOO_MANY_VARIABLE_VALUES}"
+        f" ({names.REJECTIONS_TOTAL}"
+        f'{{{names.LABEL_CODE}="{names.TOO_MANY_VARIABLE_VALUES}"}}), for'
+        f" {config.variable_values_refused_for}: their variables held more values than"
+        f" [cost] max_variable_values. A client's bulk operations outgrew the limit, or a"
+        f" client floods oversized variables (each refusal paid [limits] min_charge).",
+    )
+
+
 def _metrics_absent(config: AlertsConfig) -> _Text:
     """``absent(quotaql_build_info)``: every quotaql process exports it, whatever the scrape
     job is called, so the rule needs no job name; a process that is up but exports no
@@ -398,6 +446,24 @@ def _metrics_absent(config: AlertsConfig) -> _Text:
         f"No {names.BUILD_INFO} series has been scraped for {config.metrics_absent_for}:"
         f" quotaql is down, is not scraped, or runs without its Prometheus metrics. The other"
         f" quotaql alerts cannot fire meanwhile.",
+    )
+
+
+def _redis_eviction_refused(config: AlertsConfig) -> _Text:
+    """A process whose Redis storage refuses its server: a ``maxmemory-policy`` that may
+    evict quotaql's keys (an evicted budget is a full one), not allowed by ``[redis]
+    allow_eviction``. Its every operation is decided by the fail mode meanwhile."""
+    refused = _selector(names.REDIS_EVICTION, (names.LABEL_VERDICT, "=", names.EVICTION_REFUSED))
+    return _Text(
+        _above(_max_by((_JOB, _INSTANCE, names.LABEL_POLICY), refused), 0),
+        "quotaql on {{ $labels.instance }} refuses its Redis: maxmemory-policy"
+        " {{ $labels.policy }} may evict budgets",
+        f"The Redis storage of {{{{ $labels.instance }}}} (job {{{{ $labels.job }}}}) found"
+        f" maxmemory-policy {{{{ $labels.policy }}}} under a maxmemory on its server"
+        f' ({names.REDIS_EVICTION}{{{names.LABEL_VERDICT}="{names.EVICTION_REFUSED}"}}), for'
+        f" {config.redis_eviction_refused_for}: Redis may evict quotaql's keys, and an evicted"
+        f" budget is a full one. It refuses every call (none is sent), and"
+        f" limits.on_backend_error decides every operation meanwhile.",
     )
 
 
@@ -428,7 +494,20 @@ _ALERTS: Final = (
     _Alert("QuotaqlRefundsLost", "warning", "refunds_lost_for", _refunds_lost),
     _Alert("QuotaqlDelaysLong", "warning", "delays_long_for", _delays_long),
     _Alert("QuotaqlDelayProcessFull", "warning", "delay_process_full_for", _delay_process_full),
+    _Alert("QuotaqlMemoryOverflow", "warning", "memory_overflow_for", _memory_overflow),
+    _Alert(
+        "QuotaqlVariableValuesRefused",
+        "warning",
+        "variable_values_refused_for",
+        _variable_values_refused,
+    ),
     _Alert("QuotaqlMetricsAbsent", "warning", "metrics_absent_for", _metrics_absent),
+    _Alert(
+        "QuotaqlRedisEvictionRefused",
+        "critical",
+        "redis_eviction_refused_for",
+        _redis_eviction_refused,
+    ),
 )
 ALERT_NAMES: Final = tuple(alert.name for alert in _ALERTS)
 """Every alert, in the order of the rule file and of ``docs/runbook.md``."""

@@ -20,7 +20,7 @@ from strawberry.types.graphql import OperationType
 
 from quotaql import web
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
-from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope
+from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope, worktime
 from quotaql.identity import ANONYMOUS
 from quotaql.policy.modes import Mode
 
@@ -65,6 +65,8 @@ class CostLimiter(Adapter):
     """
 
     def _ready(self) -> None:
+        # The configuration whose delay tiers _delays last looked at, and what it found.
+        self._delays_of: tuple[object, bool] = (None, False)
         if self.quiet_logs:
             logging.getLogger("strawberry.execution").addFilter(OWN_REFUSALS)  # idempotent
 
@@ -74,15 +76,29 @@ class CostLimiter(Adapter):
         The async hooks on an event loop (``schema.execute``) when identifying may have to
         await (an async hook; Django's ``request.auser()`` in an async view); for an async
         storage, async hooks only where the storage is called on every request (execution,
-        subscription events); else the sync hooks, which cost Strawberry less (each async
-        hook costs it ~20 µs a request).
+        subscription events); for a sync storage on an event loop whose configuration has a
+        delay tier (``on_limit = "delay"``), execution awaited, so that its operations wait
+        for their turn (run sync, they would be refused as a sync server's); else the sync
+        hooks, which cost Strawberry less (each async hook costs it ~20 µs a request).
         """
         gate = self.gate
         if gate.identity.may_await() and _on_event_loop():
             return _AsyncExtension(gate, quiet=self.quiet_logs)
         if gate.is_async:
             return _Extension(gate, quiet=self.quiet_logs)
+        if self._delays() and _on_event_loop():
+            return _DelayingExtension(gate, quiet=self.quiet_logs)
         return _SyncExtension(gate, quiet=self.quiet_logs)
+
+    def _delays(self) -> bool:
+        """Whether a tier of the configuration in force waits instead of refusing
+        (``on_limit = "delay"``), looked at again when the configuration changes."""
+        config = self.gate.config
+        seen, delays = self._delays_of
+        if seen is not config:
+            delays = any(tier.delays for tier in config.tiers.values())
+            self._delays_of = (config, delays)
+        return delays
 
 
 class _Extension(SchemaExtension):
@@ -141,6 +157,7 @@ class _Extension(SchemaExtension):
             self._unpriced(op, op.errors)
             self._refused(op)
         yield
+        self._validated(op)
         errors = self._invalid(op) if op is not None else None
         if errors and op is not None:
             self._unpriced(op, errors)
@@ -203,14 +220,27 @@ class _Extension(SchemaExtension):
         raise op.errors[0]
 
     def _parse(self) -> GraphQLError | None:
-        """Parse here (once), within the parser limits: the error to charge, if any."""
+        """Parse here (once), within the parser limits: the error to charge, if any. The
+        worker time of parsing, the static pass and validation is measured from here to
+        :meth:`_validated` (a parse error stops it at once)."""
         ctx = self.execution_context
+        op = self._op
+        if op is not None:
+            worktime.start(op.work)
         if ctx.graphql_document is None and ctx.query:
             try:
                 ctx.graphql_document = self._gate.parse_document(ctx.query)
             except GraphQLError as error:
+                if op is not None:
+                    worktime.stop(op.work)
                 return error
         return None
+
+    @staticmethod
+    def _validated(op: Operation | None) -> None:
+        """Validation ended: the worker time measured since :meth:`_parse` is ``op``'s."""
+        if op is not None:
+            worktime.stop(op.work)
 
     def _screen(self, op: Operation) -> GraphQLError | None:
         """The static pass, before Strawberry validates (which it then does not)."""
@@ -370,6 +400,18 @@ class _SyncExtension(_Extension):
         self._gate.finish(op)
 
 
+class _DelayingExtension(_SyncExtension):
+    """A sync storage (the default ``MemoryStorage``, ``RedisStorage``) on an event loop,
+    with delay tiers: execution awaited, so that an operation of a delay tier waits for its
+    turn with ``asyncio.sleep`` (the storage's calls stay plain calls); run sync, it would
+    be decided as a sync server's (``[limits] delay_sync``: refused). The other hooks are
+    :class:`_SyncExtension`'s."""
+
+    # _Extension's, awaited by Strawberry (a hook written async is awaited, whatever its
+    # base's colour); mypy takes the other colour for an incompatible override.
+    on_execute = _Extension.on_execute  # type: ignore[assignment]
+
+
 class _AsyncExtension(_Extension):
     """An identity that may await (an async hook; Django's ``request.auser()``): the hooks
     before execution awaited too, and a document refused before pricing charged at once.
@@ -404,6 +446,7 @@ class _AsyncExtension(_Extension):
             await self._gate.reject_async(op, op.errors)
             self._refused(op)
         yield
+        self._validated(op)
         errors = self._invalid(op) if op is not None else None
         if errors and op is not None:
             await self._gate.reject_async(op, errors)

@@ -30,6 +30,9 @@ _STATE_MARKS = {
 }
 _BUCKETS = ("token_bucket", "gcra")
 MAX_DELAY_SECONDS = 60.0  # the longest a reservation may wait
+#: The name of the time quota (``[limits] time``): milliseconds of worker time, checked at
+#: cost 0 before an operation runs and charged what it took after (docs/limiter.md).
+TIME_QUOTA = "time"
 # Quota names become part of storage keys: printable, no spaces, no braces (hash tags).
 _NAME = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,128}")
 

@@ -158,6 +158,12 @@ class RateStorage(Protocol[_Decided_co, _Done_co]):
         debit made at ``debit.at`` that reserved ``debit.turn`` (see :class:`Debit`)."""
         ...
 
+    def charge(self, debit: Debit) -> _Done_co:
+        """Debit every quota of ``debit.key`` its amount whether it fits or not (an
+        operation's overage, another region's admissions): a bucket goes below empty, a
+        window's count above its limit, and the key waits until that has passed."""
+        ...
+
     def peek(self, key: Tenant, quotas: Sequence[Quota], now: Now = None) -> _Decided_co:
         """Each quota's state for ``key``, without debiting anything."""
         ...

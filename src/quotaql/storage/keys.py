@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import re
+from typing import Final
 
-__all__ = ["PLAIN_TENANT_MAX", "redis_key_base", "tenant_digest", "tenant_part"]
+__all__ = [
+    "ADDRESS_SUBJECT",
+    "PLAIN_TENANT_MAX",
+    "overflow_network",
+    "redis_key_base",
+    "tenant_digest",
+    "tenant_part",
+]
 
 # The longest tenant key the memory storages keep as it is (ASCII only); any other is stored
 # as its digest.
 PLAIN_TENANT_MAX = 64
+#: How the gate names a subject identified by its client's address (``quotaql.identity``):
+#: ``ip:203.0.113.9``, or an IPv6 client's network, ``ip:2001:db8:1:2::/64``.
+ADDRESS_SUBJECT: Final = "ip:"
+# The network a new address subject shares an overflow state with, past max_keys.
+_OVERFLOW_PREFIX: Final = {4: 24, 6: 48}
+_ADDRESS_MAX: Final = 64  # "ip:" and the longest network text (45 characters and a prefix)
+_OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#: An IPv4 address as identity writes it (no leading zeros), its first three octets apart.
+_IPV4: Final = re.compile(rf"({_OCTET}\.{_OCTET}\.{_OCTET})\.{_OCTET}")
 # A tenant Redis keys carry as it is in their hash tag; any other is hashed.
 _SAFE_TENANT = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,64}")
 
@@ -50,3 +68,24 @@ def redis_key_base(prefix: str, tenant: str | None) -> str:
         # 128 bits in 22 characters: short keys cost Redis less memory per tenant.
         tag = "h:" + tenant_digest(tenant)
     return f"{prefix}:{{{tag}}}:"
+
+
+def overflow_network(tenant: str | None) -> str | None:
+    """The network whose overflow state an address subject shares once a memory storage's
+    table is full: its IPv4 /24 or IPv6 /48 (``"ip:203.0.113.9"`` -> ``"203.0.113.0/24"``,
+    ``"ip:2001:db8:1:2::/64"`` -> ``"2001:db8:1::/48"``; a subject already wider, such as
+    an IPv6 /32, is its own network). None for any other key: an API key, a user, a
+    custom subject, ``anonymous``, the shared scope, or an ``ip:`` key that holds no
+    address."""
+    if tenant is None or not tenant.startswith(ADDRESS_SUBJECT) or len(tenant) > _ADDRESS_MAX:
+        return None
+    text = tenant[len(ADDRESS_SUBJECT) :]
+    ipv4 = _IPV4.fullmatch(text)  # the common case, without ipaddress's parsing
+    if ipv4 is not None:
+        return f"{ipv4[1]}.0/24"
+    try:
+        network = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
+    prefix = min(network.prefixlen, _OVERFLOW_PREFIX[network.version])
+    return str(network.supernet(new_prefix=prefix))

@@ -14,7 +14,7 @@ from quotaql.errors import ConfigError
 from quotaql.policy.algorithms import ALGORITHMS, CHARGES, Check, commit
 from quotaql.policy.quota import Decision, Quota, Source, combine, decide_one
 from quotaql.storage.base import Debit, check_arguments
-from quotaql.storage.keys import PLAIN_TENANT_MAX, tenant_part
+from quotaql.storage.keys import PLAIN_TENANT_MAX, overflow_network, tenant_part
 from quotaql.storage.memory_leases import MemoryLeases
 
 if TYPE_CHECKING:
@@ -51,12 +51,18 @@ class MemoryStorage:
       to make room; a state below capacity is never evicted, so a flood of new keys cannot
       hand a drained tenant a full budget again.
     - While the table is full of live states, a new key gets no state of its own: its
-      decisions are made on one overflow state per quota (per name, algorithm and
-      parameters), shared by every key in that case, so a flood of new keys draws on one
-      quota's budget in all. Keys that have a state keep it. :attr:`overflowing` is true
-      while new keys go to the overflow budget, :attr:`overflowed` counts the decisions
-      made on it. A refund or a peek of a key without a state of its own reads the
-      overflow state while the table is full.
+      decisions are made on an overflow state shared **by network**: a new address subject
+      (``ip:203.0.113.9``, ``ip:2001:db8:1:2::/64``: :func:`~quotaql.storage.keys.
+      overflow_network`) shares one state per quota with its IPv4 /24 or IPv6 /48, so a
+      flood from one network draws on that network's budget and a new client of another
+      network runs on its own. Those network states are bounded too (``max_networks``,
+      refilled ones dropped to make room); any other new key (an API key, a user), and an
+      address whose network finds no room, shares the last resort: one state per quota
+      (per name, algorithm and parameters). Keys that have a state keep it.
+      :attr:`overflowing` is true while new keys go to an overflow state,
+      :attr:`overflowed` counts the decisions made on one, :attr:`overflowed_shared`
+      those among them made on a last-resort state. A refund or a peek of a key without a
+      state of its own reads the overflow state it was debited on while the table is full.
 
     Example:
         >>> from quotaql import Quota
@@ -73,18 +79,27 @@ class MemoryStorage:
         False
         >>> full.overflowing, full.overflowed
         (True, 2)
+        >>> full.acquire(Debit("ip:203.0.113.9", 60, [quota])).remaining  # its /24's state
+        40.0
+        >>> full.acquire(Debit("ip:198.51.100.7", 60, [quota])).remaining  # another /24's
+        40.0
 
     Args:
         clock: seconds from a monotonic clock (``time.monotonic`` by default); tests inject
             their own.
-        max_keys: most (tenant, quota) states kept, besides one overflow state per quota.
+        max_keys: most (tenant, quota) states kept, besides the overflow states.
+        max_networks: most (network, quota) overflow states kept, besides one last-resort
+            state per quota.
         source: the ``Decision.source`` it reports (the limiter's local fallback uses
             ``"fallback"``).
 
     Attributes:
         overflowing: the last new key found the table full of live states and was decided
-            on the overflow budget (false again once a new key gets a state of its own).
+            on an overflow budget (false again once a new key gets a state of its own).
         overflowed: how many decisions were made on an overflow budget.
+        overflowed_shared: how many of them were made on a last-resort state (one per
+            quota: a new key that is no address, or an address whose network found no
+            room among ``max_networks``).
     """
 
     name = "memory"
@@ -96,12 +111,16 @@ class MemoryStorage:
         *,
         clock: Callable[[], float] = time.monotonic,
         max_keys: int = 1_000_000,
+        max_networks: int = 10_000,
         source: Source = "memory",
     ) -> None:
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise ConfigError(f"max_keys must be a positive integer, got {max_keys!r}")
+        if isinstance(max_networks, bool) or not isinstance(max_networks, int) or max_networks < 1:
+            raise ConfigError(f"max_networks must be a positive integer, got {max_networks!r}")
         self._clock = clock
         self._max_keys = max_keys
+        self._max_networks = max_networks
         self._source: Source = source
         self._lock = threading.Lock()
         _STORAGES.add(self)
@@ -110,12 +129,20 @@ class MemoryStorage:
         # Every key of _states once, the next one for the sweep to look at first; only the
         # sweep deletes from _states, so the two always hold the same keys.
         self._order: deque[str] = deque()
-        # overflow key -> (expires at ms, state): one per quota, used while _states is full.
+        # overflow key -> (expires at ms, state): one per quota, used while _states is full
+        # by new keys that are no address, and by addresses whose network finds no room.
         self._overflow: dict[str, tuple[int, Any]] = {}
+        # network overflow key -> (expires at ms, state): one per (network, quota), used
+        # while _states is full by new address subjects; at most max_networks, and every
+        # key of it once in _network_order (only _make_network_room deletes from it).
+        self._networks: dict[str, tuple[int, Any]] = {}
+        self._network_order: deque[str] = deque()
         self._writes = 0
         self._full_at: int | None = None  # when _make_room last found nothing to drop
+        self._networks_full_at: int | None = None  # when _make_network_room last did
         self.overflowing = False
         self.overflowed = 0
+        self.overflowed_shared = 0
 
     def now(self) -> int:
         """The storage clock in integer milliseconds."""
@@ -123,7 +150,7 @@ class MemoryStorage:
 
     def __len__(self) -> int:
         """The states held: the tenants' (expired ones until swept) and the overflow ones."""
-        return len(self._states) + len(self._overflow)
+        return len(self._states) + len(self._overflow) + len(self._networks)
 
     # -- the storage protocol ------------------------------------------------------------
 
@@ -195,10 +222,12 @@ class MemoryStorage:
             entry = states.get(k)
             if entry is None:
                 if len(states) >= self._max_keys and not self._make_room(now):
-                    table, k = self._overflow, _overflow_key(quota)
+                    ((table, k),) = self._overflow_targets(key, [quota], now)
                     entry = table.get(k)
                     self.overflowing = True
                     self.overflowed += 1
+                    if table is self._overflow:
+                        self.overflowed_shared += 1
                 else:
                     self.overflowing = False
             state = None if entry is None or entry[0] <= now else entry[1]
@@ -231,8 +260,8 @@ class MemoryStorage:
             while free < needed and self._make_room(now):
                 free += 1
             targets: list[tuple[dict[str, tuple[int, Any]], str]] = []
-            overflowed = False
-            for k, quota in zip(keys, quotas, strict=True):
+            overflowed: list[int] = []  # the indexes of the quotas without room
+            for k in keys:
                 if k in states:
                     targets.append((states, k))
                 elif free > 0:
@@ -240,10 +269,16 @@ class MemoryStorage:
                     targets.append((states, k))
                     self.overflowing = False
                 else:
-                    targets.append((self._overflow, _overflow_key(quota)))
-                    overflowed = self.overflowing = True
+                    overflowed.append(len(targets))
+                    targets.append((states, k))  # replaced below
             if overflowed:
+                shared = self._overflow_targets(key, [quotas[i] for i in overflowed], now)
+                for i, target in zip(overflowed, shared, strict=True):
+                    targets[i] = target
+                self.overflowing = True
                 self.overflowed += 1
+                if any(table is self._overflow for table, _ in shared):
+                    self.overflowed_shared += 1
             checks = [
                 self._queued(
                     table,
@@ -349,7 +384,7 @@ class MemoryStorage:
         with self._lock:
             for quota, given in zip(quotas, each, strict=True):
                 if given != 0:
-                    table, k = self._target(quota.state_name + part, quota)
+                    table, k = self._target(key, quota.state_name + part, quota)
                     change(table, k, quota, given, now)
 
     def peek(self, key: str | None, quotas: Sequence[Quota], now: int | None = None) -> Decision:
@@ -359,7 +394,7 @@ class MemoryStorage:
         with self._lock:
             checks = []
             for quota in quotas:
-                table, k = self._target(quota.state_name + part, quota)
+                table, k = self._target(key, quota.state_name + part, quota)
                 check = ALGORITHMS[quota.algorithm][0]
                 checked = check(_get(table, k, now), now, 0.0, *quota.check_params)
                 checks.append(self._queued(table, k, quota, checked, now))
@@ -376,17 +411,60 @@ class MemoryStorage:
             self._states.clear()
             self._order.clear()
             self._overflow.clear()
-            self._full_at = None
+            self._networks.clear()
+            self._network_order.clear()
+            self._full_at = self._networks_full_at = None
             self.overflowing = False
 
     # -- state table ---------------------------------------------------------------------
 
-    def _target(self, k: str, quota: Quota) -> tuple[dict[str, tuple[int, Any]], str]:
-        """Where a refund or a peek of ``k`` goes: its state, else the overflow state while
-        the table is full (a key without a state was debited there), else nowhere (full)."""
+    def _target(
+        self, key: str | None, k: str, quota: Quota
+    ) -> tuple[dict[str, tuple[int, Any]], str]:
+        """Where a refund or a peek of ``key``'s state ``k`` goes: its state, else, while the
+        table is full, the overflow state a key without a state was debited on: its
+        network's (if it has one, or has room), else its quota's last resort."""
         if k in self._states or len(self._states) < self._max_keys:
             return self._states, k
+        network = overflow_network(key)
+        if network is not None:
+            found = _network_key(quota, network)
+            if found in self._networks or len(self._networks) < self._max_networks:
+                return self._networks, found
         return self._overflow, _overflow_key(quota)
+
+    def _overflow_targets(
+        self, key: str | None, quotas: Sequence[Quota], now: int
+    ) -> list[tuple[_Table, str]]:
+        """Where each of ``quotas`` of a new ``key`` is decided while the table is full: its
+        network's overflow state for an address subject while there is room for it among
+        ``max_networks`` (refilled ones make room), else its quota's last resort."""
+        network = overflow_network(key)
+        if network is None:
+            return [(self._overflow, _overflow_key(quota)) for quota in quotas]
+        networks = self._networks
+        if len(quotas) == 1:  # the common case, in short
+            k = _network_key(quotas[0], network)
+            if k in networks or len(networks) < self._max_networks or self._make_network_room(now):
+                return [(networks, k)]
+            return [(self._overflow, _overflow_key(quotas[0]))]
+        keys = [_network_key(quota, network) for quota in quotas]
+        # Room first (only expired states are dropped, perhaps one of these keys), then
+        # the keys are looked up: as _acquire_many does for the tenants' states.
+        free = self._max_networks - len(networks)
+        needed = sum(k not in networks for k in keys)
+        while free < needed and self._make_network_room(now):
+            free += 1
+        targets: list[tuple[_Table, str]] = []
+        for k, quota in zip(keys, quotas, strict=True):
+            if k in networks:
+                targets.append((networks, k))
+            elif free > 0:
+                free -= 1
+                targets.append((networks, k))
+            else:
+                targets.append((self._overflow, _overflow_key(quota)))
+        return targets
 
     def _write(
         self, table: dict[str, tuple[int, Any]], k: str, now: int, ttl_ms: int, state: object
@@ -398,8 +476,11 @@ class MemoryStorage:
             if k in table:
                 table[k] = _EMPTY
             return
-        if table is self._states and k not in table:
-            self._order.append(k)
+        if k not in table:
+            if table is self._states:
+                self._order.append(k)
+            elif table is self._networks:
+                self._network_order.append(k)
         table[k] = (now + ttl_ms, state)
         self._writes += 1
         if not self._writes & _SWEEP_MASK:
@@ -417,6 +498,21 @@ class MemoryStorage:
                 return True
             order.append(k)  # still matters: looked at again after all the others
         self._full_at = now
+        return False
+
+    def _make_network_room(self, now: int) -> bool:
+        """Drop one expired network overflow state, looking at a few; False if all of them
+        still matter."""
+        if now == self._networks_full_at:
+            return False
+        networks, order = self._networks, self._network_order
+        for _ in range(min(_ROOM_BATCH, len(order))):
+            k = order.popleft()
+            if networks[k][0] <= now:
+                del networks[k]
+                return True
+            order.append(k)
+        self._networks_full_at = now
         return False
 
     def _sweep(self, now: int) -> None:
@@ -455,6 +551,11 @@ def _get(table: dict[str, tuple[int, Any]], k: str, now: int) -> Any:
     if entry is None or entry[0] <= now:
         return None
     return entry[1]
+
+
+def _network_key(quota: Quota, network: str) -> str:
+    """The overflow state's key of a quota for the new address subjects of ``network``."""
+    return f"{_overflow_key(quota)}\4{network}"
 
 
 def _overflow_key(quota: Quota) -> str:

@@ -6,11 +6,12 @@ import os
 import threading
 import time
 import weakref
+from collections import deque
 from typing import TYPE_CHECKING
 
 from quotaql.errors import ConfigError
 from quotaql.storage.base import LeaseResult, check_count, check_release, check_renew, check_take
-from quotaql.storage.keys import tenant_part
+from quotaql.storage.keys import overflow_network, tenant_part
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -28,8 +29,9 @@ _ROOM_BATCH = 8
 _EMPTIED_MAX = 1024  # sets a release emptied, remembered as candidates for room
 _NEVER = 2**63
 
-# A lease in a set: its id in a tenant's set; (tenant part, id) in an overflow set, which
-# tenants share (so that one tenant's lease id never stands for another's).
+# A lease in a set: its id in a tenant's set; (tenant part, id) in an overflow set (a
+# network's or a limit's), which tenants share (so that one tenant's lease id never stands
+# for another's).
 _Member = str | tuple[str, str]
 
 
@@ -78,12 +80,17 @@ class MemoryLeases:
     Bounded whatever the tenants: at most ``max_keys`` (tenant, limit) sets. Only sets that
     no longer count (empty, or all their leases expired) are dropped to make room, so a
     flood of new tenants never frees a busy tenant's slots. While every set is live, a new
-    (tenant, limit) gets no set of its own: its leases go to one **overflow** set per limit
-    name, shared by every tenant in that case, so a flood of new tenants runs at most
-    ``maximum`` operations per limit in all, and gets ``limited_by`` refusals past it.
-    Tenants that have a set keep it. A release, renew or count of a lease taken in the
-    overflow set finds it there. :attr:`overflowing` is true while new tenants go to an
-    overflow set, :attr:`overflowed` counts the takes made on one. Long or non-ASCII tenant
+    (tenant, limit) gets no set of its own: its leases go to an **overflow** set shared by
+    network, as :class:`~quotaql.storage.memory.MemoryStorage` shares its overflow
+    states: a new address subject's to one set per limit for its IPv4 /24 or IPv6 /48 (at
+    most ``max_networks`` of them, idle ones dropped to make room), any other new tenant's
+    (and an address's whose network finds no room) to one last-resort set per limit name.
+    So a flood of new tenants from one network runs at most ``maximum`` operations per
+    limit in all, and gets ``limited_by`` refusals past it, while a new tenant of another
+    network runs. Tenants that have a set keep it. A release, renew or count of a lease
+    taken in an overflow set finds it there. :attr:`overflowing` is true while new tenants
+    go to an overflow set, :attr:`overflowed` counts the takes made on one,
+    :attr:`overflowed_shared` those made on a last-resort set. Long or non-ASCII tenant
     keys are stored as their digest, as :class:`~quotaql.storage.memory.MemoryStorage` does.
 
     Each process has its own sets: limits in memory are per process (Redis shares them).
@@ -105,24 +112,34 @@ class MemoryLeases:
     Args:
         clock: seconds from a monotonic clock (``time.monotonic`` by default); tests inject
             their own.
-        max_keys: most (tenant, limit) sets kept, besides one overflow set per limit name.
+        max_keys: most (tenant, limit) sets kept, besides the overflow sets.
+        max_networks: most (network, limit) overflow sets kept, besides one last-resort
+            set per limit name.
 
     Attributes:
-        overflowing: the last new set found the table full of live sets and went to the
+        overflowing: the last new set found the table full of live sets and went to an
             overflow set (false again once a new set gets room of its own).
         overflowed: how many takes used an overflow set.
+        overflowed_shared: how many of them used a last-resort set (one per limit name).
     """
 
     name = "memory"
     fallible = False
 
     def __init__(
-        self, *, clock: Callable[[], float] = time.monotonic, max_keys: int = 100_000
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_keys: int = 100_000,
+        max_networks: int = 10_000,
     ) -> None:
         if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
             raise ConfigError(f"max_keys must be a positive integer, got {max_keys!r}")
+        if isinstance(max_networks, bool) or not isinstance(max_networks, int) or max_networks < 1:
+            raise ConfigError(f"max_networks must be a positive integer, got {max_networks!r}")
         self._clock = clock
         self._max_keys = max_keys
+        self._max_networks = max_networks
         self._lock = threading.Lock()
         self._sets: dict[str, _LeaseSet] = {}
         # Every key of _sets once (each set knows its index); only _drop deletes from
@@ -131,11 +148,17 @@ class MemoryLeases:
         self._cursor = 0  # where in _order the next look starts
         # Sets a release emptied: the first candidates for room (checked again when used).
         self._emptied: list[str] = []
-        self._overflow: dict[str, _LeaseSet] = {}  # limit name -> the shared set
+        self._overflow: dict[str, _LeaseSet] = {}  # limit name -> the last-resort set
+        # (limit name, network) key -> the network's set; each key once in _network_order
+        # (only _make_network_room deletes from it).
+        self._networks: dict[str, _LeaseSet] = {}
+        self._network_order: deque[str] = deque()
         self._takes = 0
         self._full_at: int | None = None  # when _make_room last found nothing to drop
+        self._networks_full_at: int | None = None  # when _make_network_room last did
         self.overflowing = False
         self.overflowed = 0
+        self.overflowed_shared = 0
         _memories.add(self)
 
     def _forked(self) -> None:
@@ -149,7 +172,7 @@ class MemoryLeases:
 
     def __len__(self) -> int:
         """The sets held: the tenants' (idle ones until dropped) and the overflow ones."""
-        return len(self._sets) + len(self._overflow)
+        return len(self._sets) + len(self._overflow) + len(self._networks)
 
     def take(
         self, key: Tenant, specs: Sequence[LeaseSpec], lease: str, ttl_ms: int, now: Now = None
@@ -170,8 +193,8 @@ class MemoryLeases:
             # Per spec: its table, its key there, its set (None: not made yet), the lease's
             # member id in it (in an overflow set, shared by tenants: the tenant's too).
             targets: list[tuple[dict[str, _LeaseSet], str, _LeaseSet | None, _Member]] = []
-            overflowed = False
-            for k, spec in zip(keys, specs, strict=True):
+            overflowed: list[int] = []  # the indexes of the specs without room
+            for k in keys:
                 found = sets.get(k)
                 if found is not None:
                     targets.append((sets, k, found, lease))
@@ -180,11 +203,17 @@ class MemoryLeases:
                     targets.append((sets, k, None, lease))
                     self.overflowing = False
                 else:
-                    shared = self._overflow.get(spec.name)
-                    targets.append((self._overflow, spec.name, shared, (part, lease)))
-                    overflowed = self.overflowing = True
+                    overflowed.append(len(targets))
+                    targets.append((sets, k, None, lease))  # replaced below
             if overflowed:
+                names = [specs[i].name for i in overflowed]
+                shared = self._overflow_targets(key, names, now)
+                for i, (table, k) in zip(overflowed, shared, strict=True):
+                    targets[i] = (table, k, table.get(k), (part, lease))
+                self.overflowing = True
                 self.overflowed += 1
+                if any(table is self._overflow for table, _ in shared):
+                    self.overflowed_shared += 1
             counts: list[int] = []
             held: list[bool] = []
             for (_, _, found, member), spec in zip(targets, specs, strict=True):
@@ -208,6 +237,8 @@ class MemoryLeases:
                         self._order.append(k)
                     else:
                         target = table[k] = _LeaseSet()
+                        if table is self._networks:
+                            self._network_order.append(k)
                 target.put(member, expiry)
                 if not held[i]:
                     counts[i] += 1
@@ -221,11 +252,12 @@ class MemoryLeases:
         if now is None:
             now = int(self._clock() * 1000)
         part = tenant_part(key)
+        network = overflow_network(key)
         held = 0
         with self._lock:
             for name in names:
                 k = name + part
-                holder = self._holder(k, name, part, lease)
+                holder = self._holder(k, name, part, network, lease)
                 if holder is not None:
                     found, member = holder
                     if found.members.pop(member) > now:
@@ -241,23 +273,30 @@ class MemoryLeases:
         if now is None:
             now = int(self._clock() * 1000)
         part = tenant_part(key)
+        network = overflow_network(key)
         expiry = now + ttl_ms
         renewed = 0
         with self._lock:
             for name in names:
-                # The tenant's set, and the overflow one (where a lease taken while the table
-                # was full lives): expired leases dropped first, as the script does.
+                # The tenant's set, and the overflow ones (where a lease taken while the
+                # table was full lives): expired leases dropped first, as the script does.
                 own = self._sets.get(name + part)
-                shared = self._overflow.get(name)
                 mine = _NO_MEMBERS if own is None else own.live(now)
-                theirs = _NO_MEMBERS if shared is None else shared.live(now)
+                ours = None if network is None else self._networks.get(_network_key(name, network))
+                others = [
+                    (found, found.live(now))
+                    for found in (ours, self._overflow.get(name))
+                    if found is not None
+                ]
                 for lease in leases:
                     if own is not None and lease in mine:
                         own.put(lease, expiry)
-                    elif shared is not None and (part, lease) in theirs:
-                        shared.put((part, lease), expiry)
                     else:
-                        continue
+                        member = (part, lease)
+                        holder = next((found for found, held in others if member in held), None)
+                        if holder is None:
+                            continue
+                        holder.put(member, expiry)
                     renewed += 1
         return renewed
 
@@ -267,10 +306,16 @@ class MemoryLeases:
         if now is None:
             now = int(self._clock() * 1000)
         k = name + tenant_part(key)
+        network = overflow_network(key)
         with self._lock:
             found = self._sets.get(k)
             if found is None and len(self._sets) >= self._max_keys:
-                found = self._overflow.get(name)
+                # The overflow set a take would use now: its network's, else the last resort.
+                shared = None if network is None else _network_key(name, network)
+                if shared is not None and shared in self._networks:
+                    found = self._networks[shared]
+                elif shared is None or len(self._networks) >= self._max_networks:
+                    found = self._overflow.get(name)
             return 0 if found is None else len(found.live(now))
 
     def clear(self) -> None:
@@ -281,21 +326,70 @@ class MemoryLeases:
             self._emptied.clear()
             self._cursor = 0
             self._overflow.clear()
-            self._full_at = None
+            self._networks.clear()
+            self._network_order.clear()
+            self._full_at = self._networks_full_at = None
             self.overflowing = False
 
     # -- the table -----------------------------------------------------------------------
 
-    def _holder(self, k: str, name: str, part: str, lease: str) -> tuple[_LeaseSet, _Member] | None:
-        """The set that has ``lease`` (live or not), the tenant's else the overflow one,
-        and the lease's member id there."""
+    def _holder(
+        self, k: str, name: str, part: str, network: str | None, lease: str
+    ) -> tuple[_LeaseSet, _Member] | None:
+        """The set that has ``lease`` (live or not), the tenant's else an overflow one (its
+        network's, the limit's last resort), and the lease's member id there."""
         found = self._sets.get(k)
         if found is not None and lease in found.members:
             return found, lease
+        member = (part, lease)
+        if network is not None:
+            shared = self._networks.get(_network_key(name, network))
+            if shared is not None and member in shared.members:
+                return shared, member
         shared = self._overflow.get(name)
-        if shared is not None and (part, lease) in shared.members:
-            return shared, (part, lease)
+        if shared is not None and member in shared.members:
+            return shared, member
         return None
+
+    def _overflow_targets(
+        self, key: Tenant, names: Sequence[str], now: int
+    ) -> list[tuple[dict[str, _LeaseSet], str]]:
+        """Where the leases of the limits ``names`` of a new ``key`` go while the table is
+        full: its network's set for an address subject while there is room for it among
+        ``max_networks`` (idle ones make room), else the limit's last-resort set."""
+        network = overflow_network(key)
+        if network is None:
+            return [(self._overflow, name) for name in names]
+        networks = self._networks
+        keys = [_network_key(name, network) for name in names]
+        free = self._max_networks - len(networks)
+        needed = sum(k not in networks for k in keys)
+        while free < needed and self._make_network_room(now):
+            free += 1
+        targets: list[tuple[dict[str, _LeaseSet], str]] = []
+        for k, name in zip(keys, names, strict=True):
+            if k in networks:
+                targets.append((networks, k))
+            elif free > 0:
+                free -= 1
+                targets.append((networks, k))
+            else:
+                targets.append((self._overflow, name))
+        return targets
+
+    def _make_network_room(self, now: int) -> bool:
+        """Drop one idle network set, looking at a few; False if all of them still count."""
+        if now == self._networks_full_at:
+            return False
+        networks, order = self._networks, self._network_order
+        for _ in range(min(_ROOM_BATCH, len(order))):
+            k = order.popleft()
+            if networks[k].idle(now):
+                del networks[k]
+                return True
+            order.append(k)
+        self._networks_full_at = now
+        return False
 
     def _make_room(self, now: int) -> bool:
         """Drop one idle set: one a release emptied, else one of a few looked at in turn;
@@ -342,6 +436,12 @@ class MemoryLeases:
         if last != k:
             order[i] = last
             self._sets[last].index = i
+
+
+def _network_key(name: str, network: str) -> str:
+    """The key of the overflow set of the limit ``name`` for a network's new tenants (limit
+    names hold no control character: none spells another's)."""
+    return f"{name}\4{network}"
 
 
 # Every MemoryLeases, for a forked child: a lock another thread held at fork stays held in

@@ -26,6 +26,7 @@ from quotaql.errors import StorageTimeout
 from quotaql.policy.quota import ALGORITHM_NAMES, Decision, Quota, combine, decide_one
 from quotaql.storage._pipeline import Pipeline, PipelineSettings, storage_error
 from quotaql.storage.base import Debit, check_arguments
+from quotaql.storage.eviction import EvictionCheck, EvictionGuard
 from quotaql.storage.keys import redis_key_base
 from quotaql.storage.redis_leases import AsyncRedisLeases, RedisLeases
 
@@ -261,24 +262,68 @@ class _RedisBase:
     _harden = staticmethod(_hardened)
 
     def __init__(
-        self, client: Any, *, prefix: str = "quotaql", timeout: float = DEFAULT_TIMEOUT
+        self,
+        client: Any,
+        *,
+        prefix: str = "quotaql",
+        timeout: float = DEFAULT_TIMEOUT,
+        allow_eviction: bool = False,
     ) -> None:
         _check_options(prefix, timeout)
+        if not isinstance(allow_eviction, bool):
+            raise ValueError(f"allow_eviction must be True or False, got {allow_eviction!r}")
         # redis is an optional extra
         from redis.exceptions import (  # noqa: PLC0415
+            AskError,
+            ClusterError,
             NoScriptError,
             RedisClusterException,
             RedisError,
+            ResponseError,
+            TryAgainError,
         )
 
         # Caught around every call: looked up once, here. A cluster none of whose nodes
         # answers raises RedisClusterException, which is not a RedisError.
         self._errors = (RedisError, RedisClusterException)
         self._noscript = NoScriptError
+        self._response_error = ResponseError
+        self._not_forbidden = (ClusterError, AskError, TryAgainError)  # a cluster's own replies
         self.client = self._harden(client, timeout)
         self.prefix = prefix
         self.timeout = timeout
         self._scripts: dict[str, Any] = {}  # one registered script per set of algorithms
+        self.eviction = EvictionGuard(allow_eviction)
+        """The eviction check (storage/eviction.py): ``eviction.check`` is what it found."""
+
+    @property
+    def allow_eviction(self) -> bool:
+        """Whether the storage runs on a Redis that may evict its keys (an evicted budget
+        is a full one: docs/operations.md); ``[redis] allow_eviction`` sets it too."""
+        return self.eviction.allowed
+
+    @allow_eviction.setter
+    def allow_eviction(self, allowed: bool) -> None:
+        self.eviction.allowed = bool(allowed)
+
+    def _forbidden(self, error: BaseException) -> bool:
+        """Whether ``error``, answered to ``CONFIG GET``, means the command is not allowed
+        here (an ACL, a renamed or disabled command: an error reply that is not a cluster's
+        redirection or outage)."""
+        return isinstance(error, self._response_error) and not isinstance(
+            error, self._not_forbidden
+        )
+
+    def _masters(self) -> list[tuple[str, Any]]:
+        """Each server to check: its name, and the ``target_nodes`` of its call (None for a
+        single server)."""
+        if _is_cluster(self.client):
+            return [(node.name, node) for node in self.client.get_primaries()]
+        kwargs = self.client.connection_pool.connection_kwargs
+        where = (
+            kwargs.get("path") or f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+        )
+        return [(str(where), None)]
 
     def script_for(self, quotas: Sequence[Quota]) -> Any:
         """The registered script (redis-py ``Script``/``AsyncScript``) for these quotas."""
@@ -364,6 +409,29 @@ class RedisStorage(_RedisBase):
         """A new :class:`~quotaql.storage.redis_leases.RedisLeases` on this storage."""
         return RedisLeases(self)
 
+    def check_eviction(self) -> EvictionCheck:
+        """Read ``maxmemory`` and ``maxmemory-policy`` from the server (every master of a
+        cluster) now, and judge them (storage/eviction.py); made before the first call.
+
+        Raises:
+            EvictionRefused: a server may evict quotaql's keys, and ``allow_eviction`` is
+                not set.
+            StorageError: no server answered.
+        """
+        replies: list[tuple[str, object]] = []
+        for name, node in self._masters():
+            try:
+                if node is None:
+                    reply = self.client.execute_command("CONFIG GET", "maxmemory*")
+                else:
+                    reply = self.client.execute_command(
+                        "CONFIG GET", "maxmemory*", target_nodes=node
+                    )
+            except self._errors as exc:
+                reply = exc
+            replies.append((name, reply))
+        return self.eviction.judge(replies, self._forbidden)
+
     def close(self) -> None:
         """Close the storage's private connections."""
         self.client.close()
@@ -381,6 +449,8 @@ class RedisStorage(_RedisBase):
         # EVALSHA itself rather than through Script.__call__, whose per-call work (an import,
         # argument copies, two more layers) costs ~3 µs a decision; NOSCRIPT is handled the
         # same way: load the script, call again.
+        if not self.eviction.passed and self.eviction.must_check():
+            self.check_eviction()  # the first call: is the server safe to keep budgets in?
         execute = self.client.execute_command
         try:
             try:
@@ -420,6 +490,7 @@ class AsyncRedisStorage(_RedisBase):
         pipeline_limit: int = 128,
         pipeline_connections: int = 2,
         pipeline_queue_max: int = 10_000,
+        allow_eviction: bool = False,
     ) -> None:
         if not isinstance(pipeline, bool):
             raise ValueError(f"pipeline must be True or False, got {pipeline!r}")
@@ -430,7 +501,8 @@ class AsyncRedisStorage(_RedisBase):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        super().__init__(client, prefix=prefix, timeout=timeout)
+        super().__init__(client, prefix=prefix, timeout=timeout, allow_eviction=allow_eviction)
+        self._checking: asyncio.Task[EvictionCheck] | None = None  # the check under way
         self._stall_tolerance = max(timeout * STALL_TOLERANCE_SHARE, MIN_STALL_TOLERANCE)
         self._cluster = _is_cluster(self.client)
         self.pipelined = pipeline and not self._cluster
@@ -514,6 +586,62 @@ class AsyncRedisStorage(_RedisBase):
         """A new :class:`~quotaql.storage.redis_leases.AsyncRedisLeases` on this storage."""
         return AsyncRedisLeases(self)
 
+    async def check_eviction(self) -> EvictionCheck:
+        """:meth:`RedisStorage.check_eviction` for asyncio: the calls that come while a
+        check is under way wait for it (one check, not one per call); each server's answer
+        is bounded by ``timeout``."""
+        loop = asyncio.get_running_loop()
+        task = self._checking
+        if task is None or task.get_loop() is not loop:
+            task = self._checking = loop.create_task(self._check_eviction())
+            task.add_done_callback(self._checked)
+        # Shielded: a caller cancelled (its client left) does not cancel the others' check.
+        return await asyncio.shield(task)
+
+    def _checked(self, task: asyncio.Task[EvictionCheck]) -> None:
+        if self._checking is task:
+            self._checking = None
+        if not task.cancelled():
+            task.exception()  # retrieved: its callers had it, or all of them left
+
+    async def _check_eviction(self) -> EvictionCheck:
+        try:
+            async with asyncio.timeout(self.timeout):
+                if self._cluster:
+                    await self.client.initialize()  # its masters are known once it is
+        except (TimeoutError, *self._errors) as exc:
+            raise storage_error(_timed_out(exc)) from exc
+        masters = self._masters()
+        replies = await asyncio.gather(*(self._config_get(node) for _, node in masters))
+        return self.eviction.judge(
+            [(name, reply) for (name, _), reply in zip(masters, replies, strict=True)],
+            self._forbidden,
+        )
+
+    async def _config_get(self, node: Any) -> object:
+        """One server's ``CONFIG GET maxmemory*`` (``node``: a cluster's master, or None),
+        within ``timeout``: its reply, or the error it raised."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                if node is not None:
+                    reply: object = await self.client.execute_command(
+                        "CONFIG GET", "maxmemory*", target_nodes=node
+                    )
+                    return reply
+                # A connection of its own, closed after: the client's pool serves no call
+                # of a pipelined storage, and a connection it kept would belong to this
+                # event loop after it closed (asyncio.run per job).
+                connection = self.client.connection_pool.make_connection()
+                try:
+                    await connection.connect()
+                    await connection.send_command("CONFIG", "GET", "maxmemory*")
+                    reply = await connection.read_response()
+                finally:
+                    await connection.disconnect()
+        except (TimeoutError, *self._errors) as exc:
+            return _timed_out(exc)
+        return reply
+
     async def close(self) -> None:
         """Close the storage's private connections."""
         for pipeline in self._pipelines:  # every loop's (another loop's connections are dead)
@@ -528,6 +656,8 @@ class AsyncRedisStorage(_RedisBase):
     async def evaluate(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
         """:meth:`RedisStorage.evaluate` for asyncio, bounded by the storage's deadline (and
         pipelined with the loop's other calls)."""
+        if not self.eviction.passed and self.eviction.must_check():
+            await self.check_eviction()  # the first call: is the server safe for budgets?
         if self.pipelined:
             loop = asyncio.get_running_loop()
             pipeline = self._pipeline
@@ -642,6 +772,15 @@ class _Deadline:
         if self.expired:
             self.expired = False
             self._task.uncancel()
+
+
+def _timed_out(error: BaseException) -> BaseException:
+    """A redis-py error for ``error``: asyncio's timeout as redis-py's."""
+    if isinstance(error, TimeoutError):
+        from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: PLC0415
+
+        return RedisTimeoutError("Redis did not answer CONFIG GET in time")
+    return error
 
 
 def _check_options(prefix: str, timeout: float) -> None:

@@ -24,6 +24,7 @@ LIST_METRICS: Final = (
     names.LIST_RETURNED_ITEMS,
     names.LIST_OPERATION_MAX_ITEMS,
     names.LIST_SLICED_RATIO,
+    names.LIST_SUBJECT_MAX_ITEMS,
 )
 
 
@@ -87,6 +88,8 @@ class ListEvidence:
     """The longest unsliced list any process saw since it started."""
     sliced: Buckets | None = None
     """Returned / asked for, per sliced list (``quotaql_list_sliced_ratio``)."""
+    subjects: Buckets | None = None
+    """Per subject and minute, its longest unsliced list (``quotaql_list_subject_max_items``)."""
 
 
 @dataclass(slots=True)
@@ -275,6 +278,8 @@ class Collector:
                     lists.returned = buckets
                 elif metric == names.LIST_OPERATION_MAX_ITEMS:
                     lists.per_operation = buckets
+                elif metric == names.LIST_SUBJECT_MAX_ITEMS:
+                    lists.subjects = buckets
                 else:
                     lists.sliced = buckets
         for coordinate, assumed in self.assumed.items():

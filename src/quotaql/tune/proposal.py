@@ -32,11 +32,21 @@ class Options:
         over_factor: lower a size only when it is more than this many times what the
             lists need (raising needs no factor: any size that misses ``quantile`` of the
             lists is raised).
+        max_decrease: a size is lowered to no less than itself divided by this, whatever
+            the evidence says (unless ``allow_decrease``): a tune run can at most halve a
+            size by default, so that poisoned metrics cannot take a size to nothing at once.
+        allow_decrease: lower a size as far as the evidence supports.
+
+    Lowering a size also needs the per-subject evidence (``quotaql_list_subject_max_items``):
+    it goes no lower than the ``quantile`` (at least the median) of the subjects' longest
+    lists, so that a few subjects sending many short lists cannot drag it down.
     """
 
     quantile: float = 0.99
     min_lists: int = 100
     over_factor: float = 2.0
+    max_decrease: float = 2.0
+    allow_decrease: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.quantile <= 1:
@@ -45,6 +55,14 @@ class Options:
             raise ValueError(f"min_lists must be >= 1, got {self.min_lists}")
         if not self.over_factor >= 1:
             raise ValueError(f"over_factor must be >= 1, got {self.over_factor}")
+        if not 1 <= self.max_decrease < math.inf:
+            raise ValueError(f"max_decrease must be a number >= 1, got {self.max_decrease}")
+
+    @property
+    def subject_quantile(self) -> float:
+        """The quantile of the subjects' longest lists below which no size is lowered: the
+        ``quantile``, and never below the median (what an honest majority returns)."""
+        return max(self.quantile, 0.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +109,12 @@ class _Field:
     in_file: int | None
     """Its ``assumed_size`` in the file."""
 
+    @property
+    def subjects(self) -> Buckets | None:
+        """The subjects' longest lists, when any subject was counted."""
+        subjects = self.lists.subjects
+        return subjects if subjects is not None and subjects.total > 0 else None
+
 
 def propose(evidence: Evidence, model: CostModel, options: Options | None = None) -> Proposal:
     """The changes of list sizes that ``evidence`` supports for the file ``model`` was read
@@ -126,12 +150,29 @@ def propose(evidence: Evidence, model: CostModel, options: Options | None = None
         direction = _direction(found.returned, decided_at, target, options)
         if direction is None:
             continue
+        limits: tuple[str, ...] = ()
+        if direction == "lower":
+            lowered = _lowered(
+                found.coordinate,
+                found.current,
+                decided_at,
+                target,
+                [found],
+                evidence,
+                options,
+                proposal.notes,
+            )
+            if lowered is None:
+                continue
+            target, limits = lowered
         proposal.changes.append(
             Change(
                 found.coordinate,
                 found.current,
                 target,
-                tuple(_field_evidence(found, target, direction, evidence, options, default)),
+                tuple(
+                    _field_evidence(found, target, direction, evidence, options, default, limits)
+                ),
             )
         )
     if few:
@@ -217,6 +258,65 @@ def _direction(buckets: Buckets, current: int, target: int, options: Options) ->
     return None
 
 
+def _lowered(
+    what: str,
+    assumed: int,
+    current: int,
+    target: int,
+    fields: Sequence[_Field],
+    evidence: Evidence,
+    options: Options,
+    notes: list[str],
+) -> tuple[int, tuple[str, ...]] | None:
+    """How far ``current`` (the size the file gives) may go down towards ``target`` (what
+    the lists say): no lower than the subjects' ``subject_quantile`` longest list, nor than
+    ``assumed`` (what the servers priced the lists at) divided by ``max_decrease`` (without
+    ``allow_decrease``: running tune again before the servers reload lowers no further);
+    the size and the lines that say why. None: it stays (a note says why)."""
+    pooled = [f.subjects for f in fields]
+    if any(subjects is None for subjects in pooled):
+        notes.append(
+            f"{what}: its lists say {target} items (assumed {current}), but no subject was"
+            f" counted ({names.LIST_SUBJECT_MAX_ITEMS}): a size is lowered only as far as"
+            " most subjects allow, so it stays (servers of an older quotaql?)"
+        )
+        return None
+    subjects = _pool([s for s in pooled if s is not None])
+    q = options.subject_quantile
+    by_subjects = _target(subjects, q, _exact_max(evidence, fields))
+    count = f"{count_text(subjects.total)} subject-minutes"
+    if by_subjects is None or not current > options.over_factor * max(target, by_subjects):
+        most = "more than the largest bucket" if by_subjects is None else str(by_subjects)
+        notes.append(
+            f"{what}: its lists alone say {target} items (assumed {current}), but p{percent(q)}"
+            f" of its subjects' longest lists is {most} ({count}): many short lists of a few"
+            " subjects do not lower a size; it stays"
+        )
+        return None
+    lines = []
+    new = max(target, by_subjects)
+    if by_subjects > target:
+        lines.append(
+            f"  lowered no further than p{percent(q)} of the subjects' longest lists,"
+            f" {by_subjects} ({count}; the lists alone say {target})"
+        )
+    least = math.ceil(assumed / options.max_decrease)
+    if not options.allow_decrease and new < least:
+        lines.append(
+            f"  lowered by at most a factor {options.max_decrease:g}: to {least}, where the"
+            f" evidence says {new} (--allow-decrease lowers it all the way)"
+        )
+        new = least
+    if new >= current:
+        notes.append(
+            f"{what}: the file says {current} already, as low as one run goes from the"
+            f" {assumed} the servers assumed (--max-decrease {options.max_decrease:g}):"
+            " run tune again once they have reloaded it"
+        )
+        return None
+    return new, tuple(lines)
+
+
 def _propose_default(
     on_default: list[_Field], default: int, evidence: Evidence, options: Options, proposal: Proposal
 ) -> int | None:
@@ -239,12 +339,29 @@ def _propose_default(
         target = _target(pooled, options.quantile, _exact_max(evidence, on_default))
         if target is None or _direction(pooled, default, target, options) != wanted:
             return None
+        limits: tuple[str, ...] = ()
+        if wanted == "lower":
+            lowered = _lowered(
+                DEFAULT_LIST_SIZE,
+                default,
+                default,
+                target,
+                on_default,
+                evidence,
+                options,
+                proposal.notes,
+            )
+            if lowered is None:
+                return None
+            target, limits = lowered
         lines = [
             f"default_list_size {default} -> {target}: {len(agreeing)} of the"
             f" {len(supported)} list fields on the default with {options.min_lists}+ lists"
             f" need a {'larger' if wanted == 'raise' else 'smaller'} size",
             f"  fields on the default: {', '.join(f.coordinate for f in on_default)}",
             *_size_lines(pooled, None, evidence, options.quantile, max_of=on_default),
+            *_subject_lines(on_default, evidence, options),
+            *limits,
             *_at_lines(pooled, None, default, target, evidence, on_default),
             "  it also sizes every list field the sampled operations did not return, and"
             " those whose schema gives no size: review them with quotaql cost",
@@ -274,6 +391,7 @@ def _field_evidence(
     evidence: Evidence,
     options: Options,
     default: int,
+    limits: Sequence[str] = (),
 ) -> Iterator[str]:
     source = {
         "file": f"assumed_size in the file (assumed_size = {found.in_file})",
@@ -293,6 +411,8 @@ def _field_evidence(
             " in the schema instead"
         )
     yield from _size_lines(found.returned, found.lists, evidence, options.quantile)
+    yield from _subject_lines([found], evidence, options)
+    yield from limits
     yield from _at_lines(
         found.returned, found.lists.per_operation, found.current, target, evidence, [found]
     )
@@ -322,6 +442,24 @@ def _size_lines(
     yield f"  items per list: {', '.join(percentiles)}{maximum}"
     if buckets.total > 0:
         yield f"  mean items per list: {buckets.total_sum / buckets.total:.3g}"
+
+
+def _subject_lines(fields: Sequence[_Field], evidence: Evidence, options: Options) -> Iterator[str]:
+    """How many subjects the lists came from, and their longest lists."""
+    pooled = [f.subjects for f in fields]
+    if any(subjects is None for subjects in pooled):
+        yield f"  subjects: none counted ({names.LIST_SUBJECT_MAX_ITEMS})"
+        return
+    subjects = _pool([s for s in pooled if s is not None])
+    longest = _known_max(fields)
+    percentiles = [
+        f"p{percent(q)} {_quantile_text(subjects, q, longest)}"
+        for q in sorted({0.5, options.subject_quantile})
+    ]
+    yield (
+        f"  subjects: {count_text(subjects.total)} subject-minutes (each subject, an address by"
+        f" its network, counts once a minute); their longest lists: {', '.join(percentiles)}"
+    )
 
 
 def _at_lines(

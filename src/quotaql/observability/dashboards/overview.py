@@ -109,6 +109,21 @@ ADAPTIVE: Final = Row("Adaptive", (
          "dashboard's time range, over the selected jobs' instances. Many in a row: the "
          "hysteresis (engage_at / release_at, engage_for / release_for) is too narrow.",
          instant=True, with_names=True),
+    Graph("Pressure left out for everyone", "short", 12,
+          (rates_by(sel(names.PRESSURE_IGNORED_TOTAL, JOB_MATCH), SOURCE, names.LABEL_REASON),),
+          _ADAPTIVE_HELP + "Per second, the updates (one a second per instance) at which a "
+          "measured source's pressure over the whole window reached engage_at and did not "
+          "count for everyone: few_subjects (without its min_subjects - 1 largest "
+          "contributors the window shows none: fewer subjects cause it, such as a few "
+          "addresses sending failing or slow queries), cost_share (the operations that show "
+          "it were charged less than min_cost_share of the window's cost). Those subjects "
+          "pay their own multiplier instead (next panel)."),
+    Graph("Subjects paying their own multiplier", "short", 12,
+          ((f"max({sel(names.ADAPTIVE_CULPRITS, JOB_MATCH)})", "subjects"),),
+          _ADAPTIVE_HELP + "Subjects (an address counted by its /24 or /48 network) debited "
+          "cost / their own multiplier on the instance that has most, because their own "
+          "operations fail or are slow past engage_at while the window's pressure is (at "
+          "most 64 an instance). In shadow mode: would be."),
 ))  # fmt: skip
 
 # -- identity ----------------------------------------------------------------------------------
@@ -122,6 +137,7 @@ _SUSPECT_COLOURS: Final = {
     names.SOURCE_REJECTED_KEY: "orange",
     names.SOURCE_UNKNOWN_KEY: "yellow",
     names.SOURCE_UNVERIFIED_KEY: "purple",
+    names.SOURCE_LIMITED_KEY: "blue",
 }
 #: Refused because of who asks, not what the operation costs.
 _IDENTITY_REFUSALS: Final = sel(
@@ -146,14 +162,17 @@ IDENTITY: Final = Row("Identity", (
           "budget; a proxy or a server setup that loses the client's address), rejected_key "
           "(orange: an unknown key refused with UNKNOWN_API_KEY), unknown_key (yellow: an "
           "unknown key, charged to its client's address), unverified_key (purple: an unknown "
-          'key taken as a tenant of its own, [identity] unknown_keys = "tenant"). The '
+          'key taken as a tenant of its own, [identity] unknown_keys = "tenant"), '
+          "limited_key (blue: a key not looked up, charged to its client's address, whose "
+          "address had caused [identity] resolver_rate key_resolver lookups already). The "
           "identity metric has no tier label: all tiers.", colours=_SUSPECT_COLOURS),
     Graph("Anonymous and unknown-key share", "percentunit", 6,
           ((share(_SUSPECT_IDENTITY, _IDENTITY), "anonymous + unknown keys"),
            (_SUSPECT_SHARE_BY_SOURCE, labels(SOURCE))),
           "Share of all operations whose subject is anonymous (one budget shared by every "
           "client without a key or an address), an unknown or refused API key, or an "
-          "unverified key taken as a tenant: in all (0 when there are none) and per source. "
+          "unverified key taken as a tenant, or a key not looked up (over [identity] "
+          "resolver_rate): in all (0 when there are none) and per source. "
           "Anything lasting above zero is worth a look: QuotaqlAnonymousRequests, "
           "QuotaqlUnknownApiKeys and QuotaqlUnverifiedApiKeys alert on it.",
           max_value=1, colours=_SUSPECT_COLOURS),
@@ -164,6 +183,15 @@ IDENTITY: Final = Row("Identity", (
                      "try, and an address that runs dry gets RATE_LIMITED, counted as blocked) and "
                      "too_many_subscriptions (the subject already holds [limits] max_subscriptions "
                      "open subscriptions)."),
+    Graph("API key lookups per second", "ops", 24,
+          (rates_by(sel(names.KEY_LOOKUPS_TOTAL, JOB_MATCH), OUTCOME),),
+          "API keys that needed the key_resolver (no cached answer), by outcome: known and "
+          "unknown (looked up: a query to your key store each), failed (the resolver raised: "
+          "the key counted as its address), limited (not looked up: the client's address had "
+          "caused [identity] resolver_rate lookups already, after its resolver_burst, so the "
+          "key counted as that address). Lasting limited lookups: a client sends invented "
+          "keys; the resolver's load stays bounded by the rate per address. All tiers.",
+          colours={names.LOOKUP_LIMITED: "blue", names.LOOKUP_FAILED: "red"}),
 ))  # fmt: skip
 
 # -- cost --------------------------------------------------------------------------------------
@@ -174,6 +202,47 @@ COST: Final = Row("Cost", (
                        "when the actual cost was lower (refunded), per tier."),
     shared.cost_heatmap("Estimated cost heatmap"),
     shared.actual_vs_estimated("Actual vs estimated cost"),
+    Graph("Overage charged per second", "short", 24,
+          ((sum_by(rate(sel(names.OVERAGE_TOTAL, *COST_MATCHERS)), TIER), labels(TIER)),),
+          "Cost points charged after execution because an operation's actual cost ran "
+          "above what was debited for it (a list longer than the estimate assumed, a "
+          "resolver that ignores its page size), per tier ([limits] charge_overage). The "
+          "budget may go below empty: the subject waits until it has refilled. Lasting "
+          "overage from many subjects means the cost model's list sizes are too low "
+          "(the Tuning row, quotaql tune); from one subject, a client that found a field "
+          "whose estimate is wrong (runbook: Overage charged)."),
+))  # fmt: skip
+
+# -- rejections: refused before pricing or by the analysis, by code ---------------------------
+
+CODE: Final = names.LABEL_CODE
+_REJECTIONS: Final = sel(names.REJECTIONS_TOTAL, JOB_MATCH)
+#: The codes of the static limits an honest client may outgrow, in colours that stand out.
+_REJECTION_COLOURS: Final = {
+    names.TOO_MANY_VARIABLE_VALUES: "orange",
+    names.OTHER_CODE: "purple",
+}
+
+REJECTIONS: Final = Row("Rejections", (
+    Graph("Rejections per second by code", "reqps", 16,
+          (rates_by(_REJECTIONS, CODE),),
+          "Operations refused before they were priced or by the analysis (the rejected "
+          "decision), by the code of the error they were answered with: a document that does "
+          "not parse (GRAPHQL_PARSE_FAILED) or validate (GRAPHQL_VALIDATION_FAILED), bad "
+          "variables (BAD_USER_INPUT), a static limit of [cost] (QUERY_TOO_LARGE, "
+          "QUERY_TOO_DEEP, QUERY_TOO_COMPLEX, TOO_MANY_ALIASES, TOO_MANY_FIELDS, ..., "
+          "TOO_MANY_VARIABLE_VALUES: more values in the variables than max_variable_values, "
+          "TOO_MANY_FIELD_PAIRS: validation would compare more pairs of fields and fragment "
+          "spreads than max_field_pairs), a list whose slicing argument is required "
+          "(SLICING_ARGUMENT_REQUIRED), introspection turned off (INTROSPECTION_DISABLED), "
+          "a body BodyLimit refused (INVALID_REQUEST_BODY). Each paid [limits] min_charge. "
+          "The metric has no tier label: all tiers.", colours=_REJECTION_COLOURS),
+    Bars("Rejections in range by code", "short", 8,
+         ((topk(f"{sum_by(increase_over_range(_REJECTIONS), CODE)} > 0"), labels(CODE)),),
+         "Rejections over the dashboard's time range, per code. A limit that refuses "
+         "honest clients (a bulk mutation past max_variable_values) needs raising; one "
+         "that refuses a few addresses at a high rate is doing its job (docs/runbook.md, "
+         "QuotaqlVariableValuesRefused)."),
 ))  # fmt: skip
 
 # -- tuning: how far the estimates are from what came back -------------------------------------
@@ -228,8 +297,9 @@ TUNING: Final = Row("Tuning", (
     Graph("Operations costing more than estimated", "percentunit", 6,
           ((ratio(f"({_ESTIMATED} - {_ESTIMATED_WITHIN})", _ESTIMATED, TIER), labels(TIER)),),
           "Share of the sampled operations whose actual cost was above their estimate, per "
-          "tier: their lists were longer than the pricing assumed, so the budget was "
-          "charged less than they cost (0 when none).", max_value=1),
+          "tier: their lists were longer than the pricing assumed, so the difference was "
+          "charged after they ran (the Overage panel; free under [limits] charge_overage = "
+          "false) (0 when none).", max_value=1),
 ))  # fmt: skip
 
 # -- subscriptions -----------------------------------------------------------------------------
@@ -328,21 +398,6 @@ DELAY: Final = Row("Delay", (
           "charge, since it never ran."),
 ))  # fmt: skip
 
-# -- refused documents ---------------------------------------------------------------------------
-
-REFUSED: Final = Row("Refused documents", (
-    Graph("Refused before running per second, by code", "reqps", 24,
-          (rates_by(sel(names.REJECTIONS_TOTAL, JOB_MATCH), names.LABEL_CODE),),
-          "Operations refused before they ran (decision rejected), by error code: a document "
-          "that does not parse (GRAPHQL_PARSE_FAILED) or validate (GRAPHQL_VALIDATION_FAILED), "
-          "a static limit of the document (QUERY_TOO_LARGE, QUERY_TOO_DEEP, TOO_MANY_FIELDS, "
-          "TOO_MANY_FIELD_PAIRS: validation would compare more pairs than [cost] "
-          "max_field_pairs, ...), the analysis (QUERY_TOO_COMPLEX, BAD_USER_INPUT, "
-          "SLICING_ARGUMENT_REQUIRED, INTROSPECTION_DISABLED: [cost] introspection = "
-          '"off"). Each paid [limits] min_charge. A rise of one code from '
-          "many clients after a deploy means a limit refuses honest documents (runbook)."),
-))  # fmt: skip
-
 # -- latency -----------------------------------------------------------------------------------
 
 LATENCY: Final = Row("Latency", (
@@ -363,6 +418,24 @@ _REFUND_COLOURS: Final = {
 }
 _COMMANDS: Final = sum_by(rate(sel(names.PIPELINE_COMMANDS_TOTAL, JOB_MATCH)), BACKEND)
 _BATCHES: Final = sum_by(rate(sel(names.PIPELINE_BATCHES_TOTAL, JOB_MATCH)), BACKEND)
+
+# What the Redis storages' eviction check found (docs/operations.md, the eviction policy).
+_VERDICT: Final = names.LABEL_VERDICT
+_POLICY: Final = names.LABEL_POLICY
+_EVICTION: Final = sel(names.REDIS_EVICTION, JOB_MATCH)
+_EVICTION_COLOURS: Final = {
+    names.EVICTION_REFUSED: "red",
+    names.EVICTION_ALLOWED: "orange",
+    names.EVICTION_UNVERIFIED: "yellow",
+    names.EVICTION_SAFE: "green",
+}
+_EVICTION_HELP: Final = (
+    "The Redis storages read maxmemory-policy and maxmemory before their first call: an "
+    "evicted budget is a full one. safe: noeviction (or maxmemory 0); refused: an evicting "
+    "policy, so the storage sends nothing and the fail mode decides "
+    "(QuotaqlRedisEvictionRefused); allowed: an evicting policy that [redis] allow_eviction "
+    "accepts (budgets may be evicted); unverified: CONFIG GET refused, check by hand. "
+)
 
 BACKEND_ROW: Final = Row("Backend", (
     Graph("Backend errors per second", "ops", 16,
@@ -392,6 +465,26 @@ BACKEND_ROW: Final = Row("Backend", (
           "The async Redis storage pipelines the calls an event loop makes at once: the "
           "mean number of commands each write carried (1: no batching, the load is light; "
           "it grows with the load, not the latency), and the writes per second."),
+    Graph("Memory storage overflow per second", "ops", 24,
+          (rates_by(sel(names.OVERFLOW_TOTAL, JOB_MATCH), names.LABEL_STORE, names.LABEL_SCOPE),),
+          "Decisions (states) and lease takes (leases) of the memory storages (the default "
+          "MemoryStorage, the local fallback during a Redis outage, MemoryLeases) made on an "
+          "overflow state because the table held max_keys states that all still matter: a "
+          "new address shares its network's (scope network: its IPv4 /24 or IPv6 /48), "
+          "any other new subject, and an address once the network states are full, its "
+          "quota's last resort (scope quota, in red: every such new subject shares it). "
+          "Lasting: raise max_keys or move to Redis (QuotaqlMemoryOverflow).",
+          colours={f"states {names.OVERFLOW_QUOTA}": "red",
+                   f"leases {names.OVERFLOW_QUOTA}": "red"}),
+    Graph("Redis eviction check by verdict", "short", 16,
+          ((f"max by ({_VERDICT}) ({_EVICTION})", labels(_VERDICT)),),
+          _EVICTION_HELP + "Processes report 1 for their verdict (a cluster: its worst "
+          "master's).", colours=_EVICTION_COLOURS),
+    Stat("Redis eviction policies", "none", 8,
+         f"max by ({_POLICY}, {_VERDICT}) ({_EVICTION}) > 0",
+         f"{labels(_POLICY)}: {labels(_VERDICT)}",
+         _EVICTION_HELP + "Each maxmemory-policy found now, with its verdict.",
+         instant=True, with_names=True),
 ))  # fmt: skip
 
 # -- top tenants (opt-in per-tenant metric) ----------------------------------------------------
@@ -423,7 +516,7 @@ ROWS: Final = (
     ADAPTIVE,
     IDENTITY,
     COST,
-    REFUSED,
+    REJECTIONS,
     TUNING,
     SUBSCRIPTIONS,
     CONCURRENCY,
@@ -435,13 +528,14 @@ ROWS: Final = (
 
 
 def overview_dashboard() -> dict[str, Any]:
-    """The quotaql overview: decisions, adaptive limits, identity, cost, tuning,
+    """The quotaql overview: decisions, adaptive limits, identity, cost, rejections, tuning,
     subscriptions, concurrency limits, delays, check latency, storage backend and top
     tenants."""
     return assemble(
         OVERVIEW_UID,
         "quotaql / Overview",
-        "Cost-based rate limiting: decisions, adaptive limits, identity, cost, tuning "
+        "Cost-based rate limiting: decisions, adaptive limits, identity, cost, rejections "
+        "(by code), tuning "
         "(estimates against actual list sizes), subscriptions, concurrency limits, delays, "
         "check latency, storage backend (errors, breaker, deferred refunds, pipeline), "
         "tenants.",
