@@ -43,6 +43,7 @@ STARTUP_TIMEOUT_S = 30.0
 FRAMEWORKS = ("strawberry", "ariadne")
 _COST_LINE = re.compile(r"^quotaql_cost_total\{([^}]*)\} ([0-9.e+-]+)$", re.MULTILINE)
 _OVERAGE_LINE = re.compile(r"^quotaql_overage_total(?:\{[^}]*\})? ([0-9.e+-]+)$", re.MULTILINE)
+_TIME_LINE = re.compile(r"^quotaql_time_seconds_total(?:\{[^}]*\})? ([0-9.e+-]+)$", re.MULTILINE)
 
 
 class Attack(NamedTuple):
@@ -119,8 +120,9 @@ class Server:
         than ``/proc``'s clock ticks)."""
         return float(httpx.get(self.url + CPU_PATH, timeout=10).json()["cpu"])
 
-    def charged(self) -> float:
-        """Points charged so far: charged - refunded (+ overage, where counted)."""
+    def charged(self) -> tuple[float, float]:
+        """Points charged so far: charged - refunded (+ overage, where counted); and the
+        worker time the time quota was charged, in ms."""
         text = httpx.get(self.url + "/metrics", timeout=10).text
         total = 0.0
         for labels, value in _COST_LINE.findall(text):
@@ -129,7 +131,7 @@ class Server:
             elif 'outcome="refunded"' in labels:
                 total -= float(value)
         total += sum(float(value) for value in _OVERAGE_LINE.findall(text))
-        return total
+        return total, 1000 * sum(float(value) for value in _TIME_LINE.findall(text))
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -156,14 +158,15 @@ class Result(NamedTuple):
     status: str
     ms: float
     points: float
+    time_ms: float
 
     @property
     def ms_per_point(self) -> float:
         return self.ms / self.points if self.points > 0 else math.inf
 
 
-def run_attack(server: Server, framework: str, attack: Attack) -> Result:
-    headers = {"content-type": "application/json"}
+def run_attack(server: Server, framework: str, attack: Attack, key: str) -> Result:
+    headers = {"content-type": "application/json", "x-api-key": key}
     with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         client.post(server.url + "/graphql", content=attack.body, headers=headers)  # warm
         time.sleep(0.05)
@@ -174,9 +177,11 @@ def run_attack(server: Server, framework: str, attack: Attack) -> Result:
             statuses.add(f"{response.status_code}{_code(response)}")
         time.sleep(0.05)  # deferred refunds land
         spent = server.cpu() - cpu
-        charged = server.charged() - points
+        charged, timed = (
+            after - before for after, before in zip(server.charged(), points, strict=True)
+        )
     return Result(framework, attack.name, "/".join(sorted(statuses)),
-                  spent * 1000 / REPEAT, charged / REPEAT)  # fmt: skip
+                  spent * 1000 / REPEAT, charged / REPEAT, timed / REPEAT)  # fmt: skip
 
 
 def main() -> list[Target]:
@@ -187,11 +192,22 @@ def main() -> list[Target]:
         for framework in FRAMEWORKS:
             server = Server(framework, config, Path(tmp) / f"{framework}.log")
             try:
-                results.extend(run_attack(server, framework, attack) for attack in attacks())
+                results.extend(
+                    run_attack(server, framework, attack, f"attacker{number}")
+                    for number, attack in enumerate(attacks())
+                )
             finally:
                 server.stop()
     print_table(
-        ["framework", "attack", "status", "worker ms/request", "points/request", "ms/point"],
+        [
+            "framework",
+            "attack",
+            "status",
+            "worker ms/request",
+            "points/request",
+            "ms/point",
+            "time quota ms/request",
+        ],
         [
             [
                 r.framework,
@@ -200,6 +216,7 @@ def main() -> list[Target]:
                 f"{r.ms:.1f}",
                 f"{r.points:g}",
                 "unpaid" if math.isinf(r.ms_per_point) else f"{r.ms_per_point:.2f}",
+                f"{r.time_ms:.1f}",
             ]
             for r in results
         ],

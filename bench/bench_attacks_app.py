@@ -36,7 +36,16 @@ if TYPE_CHECKING:
     Receive = Callable[[], Awaitable[Message]]
     Send = Callable[[Message], Awaitable[None]]
 
-__all__ = ["BODY_LIMIT", "CONFIG_TOML", "CPU_PATH", "ITEMS", "SDL", "WIDE", "create_app"]
+__all__ = [
+    "ATTACKERS",
+    "BODY_LIMIT",
+    "CONFIG_TOML",
+    "CPU_PATH",
+    "ITEMS",
+    "SDL",
+    "WIDE",
+    "create_app",
+]
 
 ITEMS = 500
 TYPES = 40
@@ -44,13 +53,15 @@ FIELDS = 6
 WIDE = 60  # the fields of ``Wide``: fragments spread side by side pick among them
 BODY_LIMIT = 1 << 20  # the 1 MiB the docs advise
 CPU_PATH = "/__attack/cpu"
-# The attacker's address never runs out in a run (the work of one request is measured, not
-# the refusals); every other setting is the default.
+# Each attack comes with an API key of its own (ATTACKERS tenants): one attack's worker time
+# quota is not another's. Their points never run out in a run (the work of one request is
+# measured, not the refusals); every other setting, the time quota's included, is the default.
+ATTACKERS = 16
 CONFIG_TOML = """\
 [tiers.free]
 capacity = 1e12
 refill_per_second = 1
-"""
+""" + "".join(f'[tenants.attacker{i}]\ntier = "free"\n' for i in range(ATTACKERS))
 
 _PADDING = "\n".join(
     f"type T{i} {{ {' '.join(f'f{j}: String' for j in range(FIELDS))} }}" for i in range(TYPES)

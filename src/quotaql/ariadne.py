@@ -322,7 +322,7 @@ class CostLimiter(Adapter):
             scope is not None
             and scope.op is None
             and scope.request is not None
-            and not gate.identity.may_await()
+            and not gate.identity.may_await(scope.request)
         ):  # the WSGI app, a websocket's subscription: begun here, before parsing
             scope.op = gate.begin(context=context, request=scope.request)
         op = scope.op if scope is not None else None

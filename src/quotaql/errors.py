@@ -10,6 +10,7 @@ __all__ = [
     "CostAnalysisError",
     "EvictionRefused",
     "FragmentCycle",
+    "IntrospectionDisabled",
     "InvalidArgument",
     "InvalidQuery",
     "InvalidVariables",
@@ -25,6 +26,7 @@ __all__ = [
     "StorageTimeout",
     "TooManyAliases",
     "TooManyDirectives",
+    "TooManyFieldPairs",
     "TooManyFields",
     "TooManyRootFields",
     "TooManyVariableValues",
@@ -146,6 +148,10 @@ class FragmentCycle(CostAnalysisError, code="FRAGMENT_CYCLE"):
     """A fragment spreads itself, directly or through other fragments."""
 
 
+class IntrospectionDisabled(CostAnalysisError, code="INTROSPECTION_DISABLED"):
+    """The operation selects ``__schema`` or ``__type`` where ``[cost] introspection = "off"``."""
+
+
 class LimitExceeded(CostAnalysisError, code="LIMIT_EXCEEDED"):
     """A static limit was crossed; the analysis stopped there.
 
@@ -214,6 +220,13 @@ class TooManyRootFields(
 class TooManyFields(LimitExceeded, code="TOO_MANY_FIELDS", subject="Number of fields"):
     """The document selects more fields than ``max_fields`` (fragments expanded), or one
     selection set repeats a response name more than ``max_repeated_fields`` times."""
+
+
+class TooManyFieldPairs(
+    LimitExceeded, code="TOO_MANY_FIELD_PAIRS", subject="Number of field pairs"
+):
+    """Validating the document would compare more pairs of fields and fragment spreads
+    than ``max_field_pairs`` (graphql-core's overlapping-fields rule)."""
 
 
 class TooManyDirectives(LimitExceeded, code="TOO_MANY_DIRECTIVES", subject="Number of directives"):

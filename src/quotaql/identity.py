@@ -402,10 +402,11 @@ class Identity:
         self._counts_lock = threading.Lock()
         self.lookups: dict[LookupOutcome, int] = dict.fromkeys(LOOKUP_OUTCOMES, 0)
 
-    def may_await(self) -> bool:
-        """Resolving may need to await: an async hook, or (without a ``principal`` hook) a
-        framework whose principal is only awaitable there (Django's async views)."""
-        return self._awaits or (self.principal is None and web.principal_may_await())
+    def may_await(self, request: Any = None) -> bool:
+        """Resolving (``request``'s, when known) may need to await: an async hook, or
+        (without a ``principal`` hook) a framework whose principal is only awaitable there
+        (Django's async views)."""
+        return self._awaits or (self.principal is None and web.principal_may_await(request))
 
     def subject(
         self,

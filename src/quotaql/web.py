@@ -278,10 +278,14 @@ def authenticated_user(request: Any, can_await: bool) -> Any:
     return _django_user_id(getattr(request, "user", None))
 
 
-def principal_may_await() -> bool:
+def principal_may_await(request: Any = None) -> bool:
     """Whether :func:`authenticated_user` may answer with an awaitable on an event loop:
-    Django is loaded (an async view reads the user with ``request.auser()``)."""
-    return "django" in sys.modules
+    Django is loaded (an async view reads the user with ``request.auser()``), and
+    ``request``, when known, is one that has ``auser`` (a Starlette request or websocket,
+    a WSGI environ never awaits, whatever else the process imported)."""
+    if "django" not in sys.modules:
+        return False
+    return request is None or callable(getattr(request, "auser", None))
 
 
 async def _django_user_id_async(auser: Any) -> str | None:

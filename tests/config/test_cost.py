@@ -20,7 +20,7 @@ default_list_size = 25
 max_list_size = 400
 slicing_arguments = ["first", "limit"]
 operation_weights = { mutation = 20, subscription = 1.5 }
-introspection = "counted"
+introspection = "off"
 max_cost = 5000
 max_depth = 12
 max_aliases = 30
@@ -65,7 +65,7 @@ def test_full_file_round_trips_into_exact_model_and_limits(write):
         max_list_size=400,
         slicing_arguments=("first", "limit"),
         operation_weights={"mutation": 20, "subscription": 1.5},
-        introspection="counted",
+        introspection="off",
         weights={
             "Post": 2,
             "Query.search": 5,
@@ -91,6 +91,7 @@ def test_full_file_round_trips_into_exact_model_and_limits(write):
         max_repeated_fields=SAFE_LIMITS.max_repeated_fields,
         max_directives=SAFE_LIMITS.max_directives,
         max_variable_values=SAFE_LIMITS.max_variable_values,
+        max_field_pairs=SAFE_LIMITS.max_field_pairs,
     )
 
 
@@ -382,7 +383,11 @@ def test_unknown_operation_type_suggests_closest(write):
         ("max_cost = false", "cost.max_cost", "finite number >= 0, got a boolean (false)"),
         ("operation_weights = { mutation = nan }", "cost.operation_weights.mutation", "nan"),
         ("operation_weights = 10", "cost.operation_weights", "a table, got an integer (10)"),
-        ('introspection = "cheap"', "cost.introspection", '"free" or "counted", got a string'),
+        (
+            'introspection = "cheap"',
+            "cost.introspection",
+            '"counted", "free" or "off", got a string',
+        ),
         ('slicing_arguments = "first"', "cost.slicing_arguments", "array of strings, got a str"),
         ('slicing_arguments = ["first", 3]', "cost.slicing_arguments[1]", "a string, got an int"),
         ("weights = 5", "cost.weights", "expected a table, got an integer (5)"),

@@ -336,19 +336,26 @@ def test_a_connection_counts_its_real_edges(shop_schema):
     assert actual_cost(shop_schema, query, {"orders": many}) == 1 + 14 + 2 + 1
 
 
-def test_introspection_is_free_or_counted_as_in_the_analyzer(worked_schema):
+def test_introspection_is_counted_or_free_as_in_the_analyzer(worked_schema):
     query = "{ __schema { types { name fields { name } } } }"
     data = graphql_sync(worked_schema, query).data
-    assert analyze(worked_schema, query).cost == 0
-    assert actual_cost(worked_schema, query, data) == 0
-    counted = CostModel(introspection="counted")
-    # __schema 1 × (1 + 10 types × (1 + 10 fields × 1)).
-    assert analyze(worked_schema, query, model=counted).cost == 111
+    free = CostModel(introspection="free")
+    assert analyze(worked_schema, query, model=free).cost == 0
+    assert actual_cost(worked_schema, query, data, model=free) == 0
+    weighed = CostModel(weights={"__Schema": 1, "__Type": 1, "__Field": 1})
+    # Every object 1, the lists as long as the schema makes them: __schema 1 + every
+    # type 1 + every field 1.
+    types = data["__schema"]["types"]
+    fields = sum(len(t["fields"]) for t in types if t["fields"] is not None)
+    assert analyze(worked_schema, query, model=weighed).cost == pytest.approx(
+        1 + len(types) + fields
+    )
     # 1 + every returned type (1) and its fields (1 each; a null `fields` list, as on a
     # scalar, is a resolver that ran: 1).
-    types = data["__schema"]["types"]
     expected = 1 + sum(1 + (len(t["fields"]) if t["fields"] is not None else 1) for t in types)
-    assert actual_cost(worked_schema, query, data, model=counted) == expected
+    assert actual_cost(worked_schema, query, data, model=weighed) == expected
+    # By default: __Schema 5, each other introspection object 0.015.
+    assert actual_cost(worked_schema, query, data) == pytest.approx(5 + 0.015 * (expected - 1))
 
 
 def test_typename_is_always_free(worked_schema):

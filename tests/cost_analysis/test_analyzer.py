@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from graphql import parse
+from graphql import GraphQLInterfaceType, GraphQLObjectType, parse
 
 from quotaql.cost_analysis import CostLimits, CostModel, FieldCost, analyze
 from quotaql.errors import (
     ConfigError,
+    IntrospectionDisabled,
     InvalidQuery,
     QueryTooComplex,
     QueryTooDeep,
@@ -345,16 +346,48 @@ def test_skipped_fragments_cost_nothing(worked_schema):
 # -- introspection and __typename --------------------------------------------------------
 
 
-def test_introspection_is_free_by_default_but_counts_for_depth(worked_schema):
-    report = analyze(worked_schema, "{ __schema { types { fields { name } } } }")
-    assert report.cost == 0
-    assert report.depth == 4
+def test_introspection_is_counted_by_default_at_the_schemas_sizes(worked_schema):
+    # __Schema 5, each other introspection object 0.015; the lists as long as the schema
+    # makes them: every type, and per type the schema's fields over its types.
+    report = analyze(worked_schema, "{ __schema { types { name } } }")
+    types = len(worked_schema.type_map)
+    assert report.cost == pytest.approx(5 + 0.015 * types)
+    fields = sum(
+        len(t.fields)
+        for t in worked_schema.type_map.values()
+        if isinstance(t, GraphQLObjectType | GraphQLInterfaceType)
+    )
+    deep = analyze(worked_schema, "{ __schema { types { fields { name } } } }")
+    # types x (1 + fields per type): every type, and every output field of the schema.
+    assert deep.cost == pytest.approx(5 + 0.015 * (types + fields))
+    assert deep.depth == 4
 
 
-def test_introspection_can_be_counted(worked_schema):
-    model = CostModel(introspection="counted")
-    report = analyze(worked_schema, "{ __schema { types { name } } }", model=model)
-    assert report.cost == 1 + 10  # __Schema 1 + types: 10 × __Type 1
+def test_introspection_can_be_free_or_weighed_otherwise(worked_schema):
+    query = "{ __schema { types { name } } }"
+    assert analyze(worked_schema, query, model=CostModel(introspection="free")).cost == 0
+    heavier = CostModel(weights={"__Schema": 1, "__Type": 1})
+    assert analyze(worked_schema, query, model=heavier).cost == 1 + len(worked_schema.type_map)
+    sized = CostModel(weights={"__Schema.types": FieldCost(assumed_size=3)})
+    assert analyze(worked_schema, query, model=sized).cost == pytest.approx(5 + 3 * 0.015)
+
+
+def test_introspection_off_is_refused_however_it_is_spelt(worked_schema):
+    off = CostModel(introspection="off")
+    for query in (
+        "{ __schema { queryType { name } } }",
+        '{ t: __type(name: "User") { name } }',
+        "{ ...F } fragment F on Query { __schema { types { name } } }",
+        '{ ... on Query { __type(name: "User") { name } } }',
+    ):
+        with pytest.raises(IntrospectionDisabled) as raised:
+            analyze(worked_schema, query, model=off)
+        assert raised.value.code == "INTROSPECTION_DISABLED"
+        assert raised.value.locations
+    # __typename is not introspection of the schema: still answered, still free.
+    assert analyze(worked_schema, "{ __typename }", model=off).cost == 0
+    skipped = "{ __schema @skip(if: true) { types { name } } __typename }"
+    assert analyze(worked_schema, skipped, model=off).cost == 0  # never runs
 
 
 def test_typename_costs_nothing_but_counts_for_depth_and_root_fields(worked_schema):

@@ -8,6 +8,7 @@ tests/http/test_hostile.py).
 # ruff: noqa: F811 (test_gate's fixtures, imported by name)
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,13 @@ from graphql import get_introspection_query, parse
 from quotaql.config import load_config
 from quotaql.cost_analysis.model import SAFE_LIMITS, CostLimits
 from quotaql.cost_analysis.screen import screen
-from quotaql.errors import ConfigError, LimitExceeded, TooManyDirectives, TooManyFields
+from quotaql.errors import (
+    ConfigError,
+    LimitExceeded,
+    TooManyDirectives,
+    TooManyFieldPairs,
+    TooManyFields,
+)
 from quotaql.gate import Gate
 from quotaql.limiter.deny import DenyCache
 from quotaql.policy.quota import Decision, Quota
@@ -267,13 +274,22 @@ def test_graphql_cores_own_introspection_query_passes_too() -> None:
     screen(parse(query), SAFE_LIMITS)
 
 
-def test_a_fragment_bomb_is_refused_after_at_most_max_fields_visits() -> None:
+@pytest.mark.parametrize(
+    ("limits", "error"),
+    [
+        (SAFE_LIMITS, TooManyFieldPairs),  # 2,000 pairs of spreads come first
+        (dataclasses.replace(SAFE_LIMITS, max_field_pairs=None), TooManyFields),
+    ],
+)
+def test_a_fragment_bomb_is_refused_after_at_most_max_fields_visits(
+    limits: CostLimits, error: type[Exception]
+) -> None:
     # Each fragment spreads the next twice: 2**40 fields, expanded. The walk stops at 1000.
     fragments = "".join(f"fragment F{i} on Query {{ ...F{i + 1} ...F{i + 1} }}" for i in range(40))
     document = parse("{ ...F0 }" + fragments + "fragment F40 on Query { hello }")
     started = time.perf_counter()
-    with pytest.raises(TooManyFields):
-        screen(document, SAFE_LIMITS)
+    with pytest.raises(error):
+        screen(document, limits)
     assert time.perf_counter() - started < 1.0  # bounded work (it was 2**40 visits)
 
 

@@ -54,6 +54,13 @@ tier = "free"
 TIGHT = "time = { capacity_ms = 100, refill_ms_per_second = 20 }"
 
 
+@pytest.fixture(autouse=True)
+def _no_operation_of_another_test_in_execution() -> None:
+    """Operations other tests admitted and never finished (a test's context may still hold
+    one as the current operation) would share this thread's time: none is in execution."""
+    worktime._threads.running.clear()
+
+
 def burn(ms: float) -> None:
     """Keep this thread's CPU busy for ``ms`` milliseconds of CPU time."""
     end = time.thread_time() + ms / 1000

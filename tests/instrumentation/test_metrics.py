@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from strawberry.asgi import GraphQL
 
+from quotaql.errors import CostAnalysisError, LimitExceeded
 from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics, TenantLabels, metrics_app
 from quotaql.plugin import CostLimiter
@@ -105,7 +106,9 @@ def test_rejections_are_counted_by_their_code(write_config: Callable[..., Path])
         return sample(registry, names.REJECTIONS_TOTAL, code=code)
 
     # Every code is exported from the start (at 0), so that increase() sees the first one.
-    assert [rejections(code) for code in names.REJECTION_CODES] == [0.0] * 16
+    assert [rejections(code) for code in names.REJECTION_CODES] == [0.0] * len(
+        names.REJECTION_CODES
+    )
     too_many = "query Q($v: Int) { products(first: $v) { name } }"
     for _ in range(2):
         schema.execute_sync(too_many, variable_values={"v": list(range(5_000))},
@@ -131,6 +134,25 @@ def test_a_rejection_of_an_unknown_code_counts_as_other() -> None:
     metrics.rejection(None)
     assert sample(registry, names.REJECTIONS_TOTAL, code=names.OTHER_CODE) == 1
     assert sample(registry, names.REJECTIONS_TOTAL, code=names.GRAPHQL_VALIDATION_FAILED) == 1
+
+
+def test_field_pairs_and_introspection_rejections_are_counted_by_their_code(
+    write_config: Callable[..., Path],
+) -> None:
+    schema, registry = build(write_config, '[cost]\nintrospection = "off"')
+    spreads = "{ hello " + " ".join(f"...X{i}" for i in range(70)) + " }"
+    for document in (spreads, spreads, "{ __schema { queryType { name } } }"):
+        assert schema.execute_sync(document, context_value=context("x")).errors
+    assert sample(registry, names.REJECTIONS_TOTAL, code="TOO_MANY_FIELD_PAIRS") == 2
+    assert sample(registry, names.REJECTIONS_TOTAL, code="INTROSPECTION_DISABLED") == 1
+
+
+def test_every_code_the_analysis_raises_is_a_rejection_code() -> None:
+    def codes(error: type[CostAnalysisError]) -> set[str]:
+        return {error.code}.union(*(codes(sub) for sub in error.__subclasses__()))
+
+    abstract = {CostAnalysisError.code, LimitExceeded.code}  # never raised themselves
+    assert codes(CostAnalysisError) - abstract <= set(names.REJECTION_CODES)
 
 
 def test_build_info_is_one(write_config: Callable[..., Path]) -> None:

@@ -98,6 +98,20 @@ def test_a_blocked_operation_has_its_retry_after(
     assert blocked.attributes[names.ATTR_DECISION] == "blocked"
     assert blocked.attributes[names.ATTR_RETRY_AFTER] > 0
     assert names.ATTR_COST_ACTUAL not in blocked.attributes
+    assert blocked.attributes[names.ATTR_CODE] == "RATE_LIMITED"
+    allowed = exporter.get_finished_spans()[0]
+    assert names.ATTR_CODE not in allowed.attributes  # only a refusal has a code
+
+
+def test_a_refused_document_carries_its_code(
+    write_config: Callable[..., Path], provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    schema = schema_with(write_config, provider)
+    spreads = "{ hello " + " ".join(f"...X{i}" for i in range(70)) + " }"
+    assert schema.execute_sync(spreads, context_value=context("t")).errors
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes[names.ATTR_DECISION] == "rejected"
+    assert span.attributes[names.ATTR_CODE] == "TOO_MANY_FIELD_PAIRS"
 
 
 def test_a_refused_operation_carries_its_code(

@@ -317,6 +317,9 @@ def test_dashboards_have_data_and_alerts_fire(
             for _ in range(2):
                 assert post(no_address, None, CHEAP) == 200  # anonymous
             assert post(client, "internal-batch-7", CHEAP, "/internal/graphql") == 200
+            # 70 spreads side by side: refused before validation (TOO_MANY_FIELD_PAIRS).
+            spreads = "{ hello " + " ".join(f"...X{i}" for i in range(70)) + " }"
+            assert post(client, "polite-1", spreads) == 200
 
         eventually(lambda: prom.query(f'up{{job="{JOB}"}} == 1'), 30, "the first scrape")
         # Traffic, bounded in count: polite tenants, then a flood from one tenant.

@@ -13,7 +13,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from quotaql.config import checks, features
 from quotaql.config.adaptive import AdaptiveConfig
@@ -43,7 +43,15 @@ from quotaql.config.values import (
     TierConfig,
     time_quota,
 )
-from quotaql.cost_analysis.model import MODELS, SAFE_LIMITS, CostLimits, CostModel, FieldCost
+from quotaql.cost_analysis.model import (
+    INTROSPECTION_MODES,
+    MODELS,
+    SAFE_LIMITS,
+    CostLimits,
+    CostModel,
+    FieldCost,
+    IntrospectionMode,
+)
 from quotaql.errors import ConfigError
 from quotaql.policy.quota import MAX_DELAY_SECONDS, Algorithm, Quota
 
@@ -61,7 +69,6 @@ _COORDINATE: Final = re.compile(
     rf"(?P<type>{_NAME})(?:\.(?P<field>{_NAME})(?:\((?P<arg>{_NAME}):\))?)?"
 )
 
-_INTROSPECTION_MODES: Final[tuple[Literal["free", "counted"], ...]] = ("free", "counted")
 _OPERATION_TYPES: Final = ("query", "mutation", "subscription")
 _MODEL_KEYS: Final = (
     "model",
@@ -87,6 +94,7 @@ _LIMIT_KEYS: Final = (
     "max_repeated_fields",
     "max_directives",
     "max_variable_values",
+    "max_field_pairs",
 )
 _FIELD_COST_KEYS: Final = (
     "weight",
@@ -789,8 +797,8 @@ def _quota_pair(algorithm: Algorithm) -> tuple[str, str]:
 # --- value checks of the [cost] table ----------------------------------------------------
 
 
-def _introspection(doc: Document, path: KeyPath, value: object) -> Literal["free", "counted"]:
-    for mode in _INTROSPECTION_MODES:
+def _introspection(doc: Document, path: KeyPath, value: object) -> IntrospectionMode:
+    for mode in INTROSPECTION_MODES:
         if value == mode:
             return mode
-    raise doc.error(path, f'expected "free" or "counted", got {describe_value(value)}')
+    raise doc.error(path, f'expected "counted", "free" or "off", got {describe_value(value)}')

@@ -26,6 +26,7 @@ from quotaql.cost_analysis.operation import literal_of, locations, variable_valu
 from quotaql.cost_analysis.plan import Plan
 from quotaql.errors import (
     FragmentCycle,
+    IntrospectionDisabled,
     InvalidArgument,
     InvalidQuery,
     QueryTooDeep,
@@ -386,6 +387,11 @@ class Builder:
                     locations=locations(node),
                 )
             return None
+        if compiled.disabled:
+            raise IntrospectionDisabled(
+                f"Introspection is disabled on this server: '{name}' cannot be queried.",
+                locations=locations(node),
+            )
         # A node written in a fragment may be reached along several paths (a DAG: plan
         # it once) or around a cycle, and so may one below an interface or a union (each
         # possible type reaches it); one written in the operation on objects, only once.

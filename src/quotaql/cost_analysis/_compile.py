@@ -10,6 +10,7 @@ from typing import Any, cast
 
 from graphql import (
     GraphQLArgument,
+    GraphQLEnumType,
     GraphQLField,
     GraphQLInputObjectType,
     GraphQLInputType,
@@ -30,7 +31,7 @@ from graphql.type.introspection import SchemaMetaFieldDef, TypeMetaFieldDef
 
 from quotaql._graphql_compat import argument_default
 from quotaql.cost_analysis.directives import directive_names, read_cost, read_list_size
-from quotaql.cost_analysis.model import CostModel, FieldCost
+from quotaql.cost_analysis.model import INTROSPECTION_WEIGHTS, CostModel, FieldCost
 from quotaql.errors import ConfigError
 
 __all__ = [
@@ -93,6 +94,7 @@ class CompiledField:
         "b",
         "child",
         "coordinate",
+        "disabled",
         "fixed_size",
         "free_leaf",
         "int_paths",
@@ -144,6 +146,8 @@ class CompiledField:
         # mapped to a tree, the size applies further down ("results { page }").
         self.sized_tree: dict[str, Any] | None = None
         self.child: CompiledType | None = None
+        # An entry point the model refuses: __schema and __type under introspection "off".
+        self.disabled = False
         # A leaf that costs nothing whatever it returns or is given (no weight, no
         # argument that costs, no slicing argument to check): planned as a count only.
         self.free_leaf = False
@@ -238,6 +242,9 @@ class _Compiler:
         self.type_weights: dict[str, float] = {}
         self.input_fields: dict[str, dict[str, InputCost]] = {}
         self.names = directive_names(schema)
+        self.introspection_sizes = (
+            _introspection_sizes(schema) if model.introspection == "counted" else {}
+        )
 
     def compile(self) -> CompiledSchema:
         self._check_coordinates()
@@ -264,6 +271,8 @@ class _Compiler:
             fields = types[query.name].fields
             fields["__schema"] = self._field(query, "__schema", SchemaMetaFieldDef)
             fields["__type"] = self._field(query, "__type", TypeMetaFieldDef)
+            if self.model.introspection == "off":
+                fields["__schema"].disabled = fields["__type"].disabled = True
         for compiled in types.values():
             if compiled.abstract and compiled.fields:
                 self._most_expensive(compiled)
@@ -295,6 +304,8 @@ class _Compiler:
             weight_from_directive = read_cost(named, f"type {type_name}", self.names.cost)
             if weight_from_directive is not None:
                 weight = weight_from_directive
+            elif type_name in INTROSPECTION_WEIGHTS and self.model.introspection == "counted":
+                weight = INTROSPECTION_WEIGHTS[type_name]
             elif isinstance(named, GraphQLInterfaceType | GraphQLUnionType):
                 possible = self.schema.get_possible_types(named)
                 weight = max((self._type_weight(t.name) for t in possible), default=1.0)
@@ -328,8 +339,14 @@ class _Compiler:
         composite = is_composite_type(named)
         if self.model.model == "ibm":
             # The spec's field weight: @cost, else 1 for composite types, 0 for leaves;
-            # the type's weight goes to the type cost.
-            compiled.b = explicit if explicit is not None else (1.0 if composite else 0.0)
+            # the type's weight goes to the type cost. An introspection field, counted,
+            # weighs what its introspection type does (a resolver call of graphql-core's).
+            field_weight = 1.0
+            if self.introspection_sizes and (
+                type_name.startswith("__") or field_name.startswith("__")
+            ):
+                field_weight = self._type_weight(named.name)
+            compiled.b = explicit if explicit is not None else (field_weight if composite else 0.0)
             # A negative type weight would cancel the type cost of other fields (scaled by
             # a list the client sizes): the type cost never decreases, as field costs.
             compiled.t = 0.0 if free else max(0.0, self._type_weight(named.name))
@@ -499,9 +516,12 @@ class _Compiler:
         compiled.nested_defaults = nested_defaults
         compiled.required_paths = frozenset(required)
         compiled.require_one = bool(slicing) and require_one
-        if assumed is None:
-            assumed = self.model.default_list_size
-        compiled.fixed_size = float(assumed)
+        fixed: float | None = assumed
+        if fixed is None:
+            fixed = self.introspection_sizes.get(coordinate)
+        if fixed is None:
+            fixed = self.model.default_list_size
+        compiled.fixed_size = float(fixed)
         bound = self.model.max_list_size
         if field_cost is not None and field_cost.max_size is not None:
             bound = field_cost.max_size
@@ -686,6 +706,32 @@ class _Compiler:
                             coordinate, [f"{type_name}.{field_name}({a}:)" for a in field.args]
                         ),
                     )
+
+
+def _introspection_sizes(schema: GraphQLSchema) -> dict[str, float]:
+    """The length of each introspection list, from the schema it describes: ``__Schema.types``
+    as many as the schema has, and each list of a ``__Type`` (``fields``, ``inputFields``,
+    ``enumValues``, ...) the schema's total over its types, divided among them, so that a
+    whole introspection query sizes exactly what it returns."""
+    types = list(schema.type_map.values())
+    fields = [field for t in types for field in (getattr(t, "fields", None) or {}).values()]
+    output = [f for f in fields if isinstance(f, GraphQLField)]
+    totals = {
+        "fields": len(output),
+        "inputFields": len(fields) - len(output),
+        "enumValues": sum(len(t.values) for t in types if isinstance(t, GraphQLEnumType)),
+        "interfaces": sum(len(getattr(t, "interfaces", None) or ()) for t in types),
+        "possibleTypes": sum(len(schema.get_possible_types(t)) for t in types
+                             if isinstance(t, GraphQLInterfaceType | GraphQLUnionType)),
+    }  # fmt: skip
+    count = max(len(types), 1)
+    sizes = {f"__Type.{name}": total / count for name, total in totals.items()}
+    sizes["__Schema.types"] = float(len(types))
+    sizes["__Schema.directives"] = float(len(schema.directives))
+    sizes["__Field.args"] = sum(len(f.args) for f in output) / max(len(output), 1)
+    directive_args = sum(len(d.args) for d in schema.directives)
+    sizes["__Directive.args"] = directive_args / max(len(schema.directives), 1)
+    return sizes
 
 
 def _suggest(word: str, candidates: Any) -> list[str]:

@@ -10,9 +10,35 @@ from typing import Literal
 from quotaql._graphql_compat import GRAPHQL_CORE_VERSION, HAS_PARSER_LIMITS
 from quotaql.errors import ConfigError
 
-__all__ = ["SAFE_LIMITS", "CostLimits", "CostModel", "FieldCost", "ModelName", "OperationType"]
+__all__ = [
+    "INTROSPECTION_WEIGHTS",
+    "SAFE_LIMITS",
+    "CostLimits",
+    "CostModel",
+    "FieldCost",
+    "IntrospectionMode",
+    "ModelName",
+    "OperationType",
+]
 
 OperationType = Literal["query", "mutation", "subscription"]
+#: How introspection (``__schema``, ``__type``) is priced: ``"counted"`` by its work,
+#: ``"free"`` at 0, ``"off"`` refused (``INTROSPECTION_DISABLED``).
+IntrospectionMode = Literal["counted", "free", "off"]
+INTROSPECTION_MODES: tuple[IntrospectionMode, ...] = ("counted", "free", "off")
+#: The weights of the introspection types when introspection is counted (each overridable
+#: by ``[cost.weights]``): what graphql-core's execution of them costs against a query of
+#: one point, measured on this project's machine (docs/cost-model.md, "Introspection").
+#: ``__Schema`` stands for the introspection document itself (one per ``__schema``); every
+#: other introspection object costs a fraction of a point.
+INTROSPECTION_WEIGHTS: Mapping[str, float] = {
+    "__Schema": 5.0,
+    "__Type": 0.015,
+    "__Field": 0.015,
+    "__InputValue": 0.015,
+    "__EnumValue": 0.015,
+    "__Directive": 0.015,
+}
 #: The two pricing models: Apollo Router's combined cost, or the IBM specification's
 #: field cost and type cost (docs/cost-model.md, "Two models").
 ModelName = Literal["apollo", "ibm"]
@@ -127,8 +153,12 @@ class CostModel:
             ["first", "last"], sizedFields: ["edges", "nodes"])`` would; an explicit
             ``@listSize`` always wins.
         connections_exclude: connection types the convention leaves alone.
-        introspection: ``"free"`` prices ``__schema`` / ``__type`` at 0 (they still count
-            for depth); ``"counted"`` prices them like any other field.
+        introspection: ``"counted"`` (the default) prices ``__schema`` / ``__type`` by
+            their work: the introspection types weigh :data:`INTROSPECTION_WEIGHTS` and
+            their lists are as long as the schema makes them (``__Schema.types`` the
+            number of types, ``__Type.fields`` the fields per type on average, ...);
+            ``"free"`` prices them at 0 (they still count for depth); ``"off"`` refuses
+            them (``INTROSPECTION_DISABLED``).
         weights: overrides by schema coordinate: ``"Type"`` (type weight),
             ``"Type.field"`` (a number, or a :class:`FieldCost`), ``"Type.field(arg:)"``
             (argument weight).
@@ -145,7 +175,7 @@ class CostModel:
     operation_weights: Mapping[str, float] = field(
         default_factory=lambda: dict(DEFAULT_OPERATION_WEIGHTS)
     )
-    introspection: Literal["free", "counted"] = "free"
+    introspection: IntrospectionMode = "counted"
     weights: Mapping[str, float | FieldCost] = field(default_factory=dict)
     source: str | None = field(default=None, compare=False, repr=False)
     locations: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
@@ -173,9 +203,9 @@ class CostModel:
                 f"slicing_arguments must be a list of names, got {self.slicing_arguments!r}"
             )
         object.__setattr__(self, "slicing_arguments", tuple(self.slicing_arguments))
-        if self.introspection not in ("free", "counted"):
+        if self.introspection not in INTROSPECTION_MODES:
             raise ConfigError(
-                f"introspection must be 'free' or 'counted', got {self.introspection!r}"
+                f"introspection must be 'counted', 'free' or 'off', got {self.introspection!r}"
             )
         operation_weights = dict(DEFAULT_OPERATION_WEIGHTS)
         for name, value in self.operation_weights.items():
@@ -217,6 +247,10 @@ class CostLimits:
         max_variable_values: most values the request's variables may hold, each scalar,
             list and object counting one; counted on the JSON before anything coerces it
             (graphql-core's coercion of a list costs ~2 µs an item).
+        max_field_pairs: most pairs graphql-core's overlapping-fields rule may compare:
+            fields sharing a response name in a merged selection set, and fragment
+            spreads with each other and with the selection sets beside them (the static
+            pass's count, an upper bound).
 
     A ``CostLimits()`` limits nothing (the analyzer's API); a configuration starts from
     :data:`SAFE_LIMITS`.
@@ -232,6 +266,7 @@ class CostLimits:
     max_repeated_fields: int | None = None
     max_directives: int | None = None
     max_variable_values: int | None = None
+    max_field_pairs: int | None = None
 
     @property
     def screens(self) -> bool:
@@ -243,6 +278,7 @@ class CostLimits:
             or self.max_fields is not None
             or self.max_repeated_fields is not None
             or self.max_directives is not None
+            or self.max_field_pairs is not None
         )
 
     def __post_init__(self) -> None:
@@ -268,6 +304,10 @@ class CostLimits:
             )
 
 
+#: The default ``max_field_pairs``: the worst document within it costs graphql-core's
+#: validation no more than 50 ms (docs/cost-model.md, "Validation work").
+MAX_FIELD_PAIRS = 2_000
+
 #: The limits every configuration starts from (``[cost]`` keys override each): chosen so
 #: that the introspection queries of GraphiQL, Apollo's tools and Strawberry pass, and so
 #: that no document within them costs graphql-core's validation more than a few
@@ -283,6 +323,7 @@ SAFE_LIMITS: CostLimits = CostLimits(
     # ~10 ms of graphql-core's coercion (~2 µs a value), measured over uvicorn: within the
     # 20 ms of worker time one point of min_charge pays for (docs/cost-model.md, Variables).
     max_variable_values=5_000,
+    max_field_pairs=MAX_FIELD_PAIRS,
 )
 
 

@@ -10,6 +10,14 @@ document (a fragment spread a thousand times costs at most ``max_fields`` visits
 It needs no schema and no variables: it counts what the document writes (a field under
 ``@skip(if: true)`` counts too), so it is an upper bound of what the analyzer measures
 later with the variables.
+
+It also counts the pairs the overlapping-fields rule would compare (``max_field_pairs``):
+in each merged selection set, the fields that share a response name pairwise, and its
+fragment spreads pairwise and against the fields they are spread beside (the rule
+compares every two spreads of a selection set, whatever they select, so 900 one-field
+fragments spread side by side are 400,000 comparisons). Spreads are counted where they
+are expanded, as fields are: an upper bound of what graphql-core 3.2 and 3.3 compare
+(docs/cost-model.md, "Validation work").
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from quotaql.errors import (
     QueryTooDeep,
     TooManyAliases,
     TooManyDirectives,
+    TooManyFieldPairs,
     TooManyFields,
     TooManyRootFields,
 )
@@ -40,9 +49,20 @@ if TYPE_CHECKING:
 
 __all__ = ["screen"]
 
-# Per response name of a merged selection set: how many fields answer under it, and the
-# merged selection set of their children.
-_Names = dict[str, list[Any]]
+
+class _Merged:
+    """A merged selection set: per response name, how many fields answer under it and
+    the merged selection set of their children (None until one has children); and how
+    many items the overlapping-fields rule compares a new fragment spread with (the
+    spreads merged here, and the selection sets merged here, whose fields it compares
+    with the spread's)."""
+
+    __slots__ = ("items", "names")
+
+    def __init__(self) -> None:
+        self.names: dict[str, list[Any]] = {}
+        self.items = 0
+
 
 _UNLIMITED = 1 << 62
 
@@ -61,8 +81,9 @@ def screen(document: DocumentNode, limits: CostLimits) -> None:
 
     Raises:
         LimitExceeded: ``QueryTooDeep``, ``TooManyAliases``, ``TooManyRootFields``,
-            ``TooManyFields`` (``max_fields``, ``max_repeated_fields``) or
-            ``TooManyDirectives``, with the location where the limit was crossed.
+            ``TooManyFields`` (``max_fields``, ``max_repeated_fields``),
+            ``TooManyFieldPairs`` (``max_field_pairs``) or ``TooManyDirectives``, with
+            the location where the limit was crossed.
     """
     _Screen(document, limits).run()
 
@@ -76,9 +97,11 @@ class _Screen:
         "max_depth",
         "max_directives",
         "max_fields",
+        "max_pairs",
         "max_repeated",
         "max_root",
         "operations",
+        "pairs",
         "reached",
     )
 
@@ -93,33 +116,49 @@ class _Screen:
         self.reached: set[str] = set()
         self.fields = 0
         self.aliases = 0
+        self.pairs = 0
         self.max_depth = _limit(limits.max_depth)
         self.max_aliases = _limit(limits.max_aliases)
         self.max_root = _limit(limits.max_root_fields)
         self.max_fields = _limit(limits.max_fields)
         self.max_repeated = _limit(limits.max_repeated_fields)
         self.max_directives = _limit(limits.max_directives)
+        self.max_pairs = _limit(limits.max_field_pairs)
 
     def run(self) -> None:
         for definition in self.operations:
             self._directives(definition)
-            names: _Names = {}
-            self._merge(definition.selection_set, 1, (), names)
-            if len(names) > self.max_root:  # response names: merged fields are one
-                raise TooManyRootFields(len(names), self.max_root, locations=_at(definition))
+            merged = _Merged()
+            merged.items = 1  # the operation's own selection set
+            self._merge(definition.selection_set, 1, (), merged)
+            count = len(merged.names)  # response names: merged fields are one
+            if count > self.max_root:
+                raise TooManyRootFields(count, self.max_root, locations=_at(definition))
         # Fragments no operation spreads are still validated: each once, as a root.
         for name, fragment in self.fragments.items():
             if name not in self.reached:
                 self.reached.add(name)
                 self._directives(fragment)
-                self._merge(fragment.selection_set, 1, (name,), {})
+                merged = _Merged()
+                merged.items = 1
+                self._merge(fragment.selection_set, 1, (name,), merged)
+
+    def _compare(self, count: int, node: SelectionNode) -> None:
+        """The overlapping-fields rule compares ``count`` more pairs."""
+        self.pairs += count
+        if self.pairs > self.max_pairs:
+            raise TooManyFieldPairs(
+                self.pairs, self.max_pairs, partial=True, locations=_at(node),
+                message="Validating the document would compare more than"
+                f" {self.max_pairs} pairs of fields and fragments",
+            )  # fmt: skip
 
     def _merge(
         self,
         selection_set: SelectionSetNode,
         depth: int,
         stack: tuple[str, ...],
-        names: _Names,
+        merged: _Merged,
     ) -> None:
         """Count the selections of one selection set, merged with the fragments it spreads.
 
@@ -127,7 +166,13 @@ class _Screen:
         response name are one field whose selections are all theirs together, so that
         ``{ a { b } a { b } }`` repeats ``b`` twice in one merged selection set (25 copies
         of a field, each repeating a child 19 times, are 475 repeats of that child).
+
+        The pairs the rule compares: a field with the response name of ``k`` earlier
+        ones, ``k`` pairs; a fragment spread, one pair with each spread and each
+        selection set merged before it (``{ a { ...F } a { ...G } }`` compares ``F``
+        with ``G`` and each with the other ``a``'s fields).
         """
+        names = merged.names
         for selection in selection_set.selections:
             if selection.directives:
                 self._directives(selection)
@@ -146,25 +191,36 @@ class _Screen:
                             self.aliases, self.max_aliases, partial=True, locations=_at(selection)
                         )
                 key = (alias or selection.name).value
-                merged = names.get(key)
-                if merged is None:
-                    merged = names[key] = [0, {}]
-                count = merged[0] = merged[0] + 1
+                entry = names.get(key)
+                if entry is None:
+                    entry = names[key] = [0, None]
+                count = entry[0] = entry[0] + 1
                 if count > self.max_repeated:
                     raise TooManyFields(
                         count, self.max_repeated, partial=True, locations=_at(selection),
                         message=f"One selection set selects {key!r} more than"
                         f" {self.max_repeated} times",
                     )  # fmt: skip
+                if count > 1:
+                    self._compare(count - 1, selection)
                 if depth > self.max_depth:
                     raise QueryTooDeep(
                         depth, self.max_depth, partial=True, locations=_at(selection)
                     )
                 if selection.selection_set is not None:  # merged with its namesakes'
-                    self._merge(selection.selection_set, depth + 1, stack, merged[1])
+                    below = entry[1]
+                    if below is None:
+                        below = entry[1] = _Merged()
+                    if below.items:
+                        self._compare(below.items, selection)
+                    below.items += 1
+                    self._merge(selection.selection_set, depth + 1, stack, below)
             elif isinstance(selection, InlineFragmentNode):
-                self._merge(selection.selection_set, depth, stack, names)
+                self._merge(selection.selection_set, depth, stack, merged)
             elif isinstance(selection, FragmentSpreadNode):
+                # Compared even when unknown (graphql-core 3.2 compares spreads by name).
+                self._compare(merged.items, selection)
+                merged.items += 1
                 name = selection.name.value
                 fragment = self.fragments.get(name)
                 if fragment is None or name in stack:
@@ -172,7 +228,7 @@ class _Screen:
                 if name not in self.reached:
                     self.reached.add(name)
                     self._directives(fragment)
-                self._merge(fragment.selection_set, depth, (*stack, name), names)
+                self._merge(fragment.selection_set, depth, (*stack, name), merged)
 
     def _directives(self, node: SelectionNode | ExecutableDefinitionNode) -> None:
         count = len(node.directives or ())

@@ -211,7 +211,7 @@ REJECTION_CODES: Final = (
     "BAD_USER_INPUT", "QUERY_TOO_LARGE", "QUERY_TOO_DEEP", "QUERY_TOO_COMPLEX",
     "TOO_MANY_ALIASES", "TOO_MANY_ROOT_FIELDS", "TOO_MANY_FIELDS", "TOO_MANY_DIRECTIVES",
     "SLICING_ARGUMENT_REQUIRED", "FRAGMENT_CYCLE", "INVALID_REQUEST_BODY",
-    TOO_MANY_VARIABLE_VALUES, OTHER_CODE,
+    TOO_MANY_VARIABLE_VALUES, OTHER_CODE, "TOO_MANY_FIELD_PAIRS", "INTROSPECTION_DISABLED",
 )  # fmt: skip
 """The values of ``code`` in ``quotaql_rejections_total``: the analysis's codes (quotaql's
 errors), ``BodyLimit``'s refusal of a body, and ``other``; a bounded set whatever clients send."""

@@ -4,6 +4,7 @@ and the older graphql-ws, with the ``websockets`` package's client."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -194,9 +195,18 @@ def test_a_key_sent_in_connection_init_is_the_subscriber(server: UvicornServer) 
     assert available(server, "acme") == pytest.approx(before - 1 - 60, abs=0.5)  # a probe, acme
 
 
-def test_subscriptions_refused_before_pricing_pay_the_minimum(server: UvicornServer) -> None:
+@pytest.mark.parametrize("django_loaded", [False, True], ids=["alone", "django-loaded"])
+def test_subscriptions_refused_before_pricing_pay_the_minimum(
+    server: UvicornServer, django_loaded: bool
+) -> None:
     # Ariadne answers these itself, before calling the root value: they were free, and one
     # of them (a heavy query beside the subscription) cost a second of validation each.
+    # Django loaded in the same process (another app, a test before) changes nothing: a
+    # Starlette websocket has no ``auser`` to await (it made these free again).
+    if django_loaded:
+        import django  # noqa: F401
+
+        assert "django" in sys.modules
     before = available(server)
     refused = [
         "subscription { nope }",  # does not validate

@@ -231,7 +231,10 @@ REJECTIONS: Final = Row("Rejections", (
           "not parse (GRAPHQL_PARSE_FAILED) or validate (GRAPHQL_VALIDATION_FAILED), bad "
           "variables (BAD_USER_INPUT), a static limit of [cost] (QUERY_TOO_LARGE, "
           "QUERY_TOO_DEEP, QUERY_TOO_COMPLEX, TOO_MANY_ALIASES, TOO_MANY_FIELDS, ..., "
-          "TOO_MANY_VARIABLE_VALUES: more values in the variables than max_variable_values), "
+          "TOO_MANY_VARIABLE_VALUES: more values in the variables than max_variable_values, "
+          "TOO_MANY_FIELD_PAIRS: validation would compare more pairs of fields and fragment "
+          "spreads than max_field_pairs), a list whose slicing argument is required "
+          "(SLICING_ARGUMENT_REQUIRED), introspection turned off (INTROSPECTION_DISABLED), "
           "a body BodyLimit refused (INVALID_REQUEST_BODY). Each paid [limits] min_charge. "
           "The metric has no tier label: all tiers.", colours=_REJECTION_COLOURS),
     Bars("Rejections in range by code", "short", 8,
