@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from quotaql.config import Config, TierConfig
     from quotaql.config.adaptive import AdaptiveConfig
     from quotaql.cost_analysis import CostReport
+    from quotaql.gate.operation import Operation
     from quotaql.identity import Subject
     from quotaql.policy.quota import Quota
 
@@ -47,6 +48,7 @@ __all__ = [
     "check_fields",
     "delayed",
     "in_flight",
+    "least",
     "quotas_for",
     "scaled",
     "time_quota",
@@ -81,6 +83,17 @@ def quotas_for(
     if config.global_quota is not None:
         quotas.append(config.global_quota)
     return tuple(quotas)
+
+
+def least(config: Config, op: Operation) -> float:
+    """The least ``op`` pays: ``[limits] min_charge``, or its document's length over
+    ``[cost] chars_per_point`` when more (parsing a large document is work, however cheap
+    the operation it holds)."""
+    minimum = config.limits.min_charge
+    per_point = config.cost.chars_per_point
+    if per_point is None or not op.chars:
+        return minimum
+    return max(minimum, op.chars / per_point)
 
 
 def charges_for(

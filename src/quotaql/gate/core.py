@@ -279,7 +279,7 @@ class Gate:
         if op is not None:  # parsing, the static pass and validation: its worker time
             worktime.start(op.work)
         try:
-            document = self.parse_document(query)
+            document = self.parse_document(query, op=op)
             refusal = self.screen(op, document)
             errors = [refusal] if refusal else validate(graphql_schema(schema), document, rules)
         except GraphQLError as error:
@@ -301,6 +301,8 @@ class Gate:
         limits = self._config.cost.limits
         if op is not None:
             op.screened = True
+            if not op.chars:
+                op.chars = _length(document)
         if not limits.screens:
             return None
         try:
@@ -317,13 +319,18 @@ class Gate:
             return error
         return None
 
-    def parse_document(self, query: str) -> DocumentNode:
+    def parse_document(self, query: str, *, op: Operation | None = None) -> DocumentNode:
         """``query`` parsed within the ``[cost]`` parser limits, for an adapter's parse hook.
+
+        Give ``op`` (what :meth:`begin` made): it pays for ``query``'s length
+        (``[cost] chars_per_point``) whether it parses or not.
 
         Raises:
             GraphQLError: the error to answer (``GRAPHQL_PARSE_FAILED``, ``QUERY_TOO_LARGE``,
                 ``QUERY_TOO_DEEP``), raised by quotaql (``QuotaqlGraphQLError``).
         """
+        if op is not None and isinstance(query, str):
+            op.chars = len(query)
         try:
             return parse_document(query, self._config.cost.limits)
         except CostAnalysisError as error:
@@ -524,6 +531,8 @@ class Gate:
         if document is None or (op.mode is Mode.OFF and header is None):
             return op
         enter(op)
+        if not op.chars:  # its text's length: the least it pays (chars_per_point)
+            op.chars = _length(document)
         op.schema, op.document, op.variables = schema, document, variables
         op.operation_name = operation_name
         if header == "validate" and operation_type(document, operation_name) == "subscription":
@@ -554,7 +563,7 @@ class Gate:
         if header == "validate":
             yield from self._refusals.charge_minimum(op)  # priced, not run: it pays the minimum
             return op
-        minimum = config.limits.min_charge
+        op.least = minimum = charges.least(config, op)  # min_charge, or its size when more
         op.charge = charge = max(report.cost, minimum)
         op.quotas, op.costs = charges.charges_for(
             config, subject, report, op.tier if self.tier_resolver is not None else None,
@@ -804,6 +813,15 @@ class Gate:
                 " time; do not use it on a public API (docs/identity.md)",
                 logging.WARNING,
             )
+
+
+def _length(document: Any) -> int:
+    """The length of ``document``'s text: a parsed document's source (0 when parsed
+    with ``no_location``), or the query text itself."""
+    if isinstance(document, str):
+        return len(document)
+    loc = getattr(document, "loc", None)
+    return 0 if loc is None else len(loc.source.body)
 
 
 def _cost_header(request: Any) -> CostHeader | None:
