@@ -149,3 +149,38 @@ def test_chars_per_point_is_checked_with_file_line_and_key(
         _gate(config_path, f"chars_per_point = {value}")
     expected = "quotaql.toml:2: cost.chars_per_point: expected an integer >= 0, or false for"
     assert f"{expected} no limit, {message}" in str(raised.value)
+
+
+def test_a_large_subscription_pays_its_size_once_then_its_price_per_event(
+    config_path: Callable[[str], Path],
+) -> None:
+    gate = _gate(config_path)
+    query = "# " + "x" * 80_000 + "\nsubscription { ticks }"  # 40 points of size, priced 30
+    op = gate.admit(SCHEMA, parse(query), request=scope(key="t"))
+    assert (op.cost, op.charge) == (30, pytest.approx(len(query) / 2000))
+    assert [gate.event(op) for _ in range(3)] == [None, None, None]  # the first was paid
+    assert op.charge == 30
+    assert op.decision is not None
+    assert op.decision.remaining == pytest.approx(1000 - len(query) / 2000 - 2 * 30, abs=0.01)
+    gate.finish(op)
+
+
+def test_a_document_past_max_length_is_never_parsed_and_pays_the_minimum(
+    config_path: Callable[[str], Path],
+) -> None:
+    gate = _gate(config_path)
+    op = gate.begin(request=scope(key="t"))
+    query = "{ " + "hello " * 20_000 + "}"  # 120 KB: the parser refuses it unread
+    op = gate.admit(SCHEMA, gate.parse(SCHEMA, query, op=op), op=op)
+    assert (op.code, op.charge) == ("QUERY_TOO_LARGE", 1)
+
+
+def test_a_size_past_the_buckets_capacity_empties_it_rather_than_paying_nothing(
+    config_path: Callable[[str], Path],
+) -> None:
+    gate = Gate(load_config(config_path(TOML.replace("capacity = 1000", "capacity = 10"))))
+    op = gate.begin(request=scope(key="t"))
+    op = gate.admit(SCHEMA, gate.parse(SCHEMA, FRAGMENTS, op=op), op=op)
+    assert (op.code, op.charge) == ("TOO_MANY_FIELD_PAIRS", 10)  # 20 points of size: all it holds
+    cheap = gate.admit(SCHEMA, parse(CHEAP), request=scope(key="t2"))
+    assert (cheap.refused, cheap.charge) == (False, 10)  # runs: never refused for its size alone

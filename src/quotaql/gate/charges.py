@@ -47,6 +47,7 @@ __all__ = [
     "charges_for",
     "check_fields",
     "delayed",
+    "fitted",
     "in_flight",
     "least",
     "quotas_for",
@@ -94,6 +95,16 @@ def least(config: Config, op: Operation) -> float:
     if per_point is None or not op.chars:
         return minimum
     return max(minimum, op.chars / per_point)
+
+
+def fitted(config: Config, least: float, quotas: Sequence[Quota]) -> float:
+    """``least`` (what an operation pays at least, :func:`least`), never more than the
+    smallest of ``quotas`` holds, nor below ``min_charge``: a size past a bucket's capacity
+    would be refused ``exceeds_capacity`` and pay nothing; it empties the bucket instead."""
+    if not quotas:
+        return least
+    most = min(quota.maximum for quota in quotas)
+    return least if least <= most else max(most, config.limits.min_charge)
 
 
 def charges_for(

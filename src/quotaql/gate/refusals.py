@@ -142,12 +142,17 @@ class Refusals:
         the quotas a request pays before it is priced: the storage's decision, the quotas
         and their amounts; None when that is 0."""
         config = self.config
-        op.least = minimum = charges.least(config, op)
+        minimum = charges.least(config, op)
         if minimum <= 0:
             return None
         tier = op.tier if self.by_resolver else None
         multiplier = self._scaling.multiplier_for(op)
         quotas, costs = charges.charges_for(config, op.subject, None, tier, minimum, multiplier)
+        fitted = charges.fitted(config, minimum, quotas)
+        if fitted != minimum:  # its size, past what a quota holds: as much as it holds
+            minimum = fitted
+            quotas, costs = charges.charges_for(config, op.subject, None, tier, fitted, multiplier)
+        op.least = minimum
         # The time quota checked too: a subject in debt is refused whatever it sends.
         decision: Decision = yield worktime.acquire(op, minimum, quotas, costs)
         return worktime.points(decision), quotas, costs
