@@ -381,9 +381,10 @@ class Gate:
         """Identify, price and debit one operation; its :attr:`Operation.error` says if it
         must not run.
 
-        Every request pays at least ``[limits] min_charge``: one that does not parse or
-        validate, or that the static limits refuse, pays that much and no more; a request
-        refused for lack of budget pays nothing.
+        Every request pays at least ``[limits] min_charge``, or its document's length over
+        ``[cost] chars_per_point`` when more: one that does not parse or validate, or that
+        the static limits refuse, pays that much and no more; a request refused for lack
+        of budget pays nothing.
 
         Args:
             schema: a ``graphql.GraphQLSchema``, a ``strawberry.Schema`` or a Graphene one.
