@@ -35,7 +35,7 @@ from quotaql.config import (
     load_config,
     reader,
 )
-from quotaql.config.values import DEFAULT_TIME, RedisConfig
+from quotaql.config.values import RedisConfig
 from quotaql.cost_analysis.model import (
     DEFAULT_OPERATION_WEIGHTS,
     SAFE_LIMITS,
@@ -177,11 +177,8 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
             reader._LIMITS_KEYS,
             {
                 **_instance_defaults(LimitsConfig(), reader._LIMITS_KEYS),
-                # The time quota as its table writes it.
-                "time": {
-                    "capacity_ms": DEFAULT_TIME.capacity,
-                    "refill_ms_per_second": DEFAULT_TIME.refill_per_second,
-                },
+                # Unset: each tier's points' worth (gate/charges.py, time_quota).
+                "time": None,
             },
         ),
         "[tiers.<name>]": (
@@ -334,7 +331,8 @@ def test_the_defaults_file_sets_every_limits_and_alerts_key(reference):
     text = _defaults_file(reference, ("[limits]", "[alerts]"))
     data = tomllib.loads(text)
     unset = {key for key in reader._LIMITS_KEYS if getattr(LimitsConfig(), key) is None}
-    assert unset == {"open_cap"}  # off unless set: no value in the file means no cap
+    unset.add("time")  # unset: each tier's points' worth, which no one value writes
+    assert unset == {"open_cap", "time"}  # no value in the file: no cap, a time per tier
     assert set(data["limits"]) == set(reader._LIMITS_KEYS) - unset
     assert set(data["alerts"]) == set(thresholds.ALERT_KINDS)
 

@@ -10,6 +10,7 @@ real ``MemoryStorage`` on a frozen clock (nothing refills between operations).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -140,16 +141,20 @@ def test_the_points_decision_does_not_show_the_time_quota(tmp_path: Path) -> Non
 def test_honest_operations_are_charged_in_batches_not_one_storage_call_each(
     tmp_path: Path,
 ) -> None:
-    world = World(tmp_path, tier="")  # the default budget
-    assert world.gate.config.limits.time == DEFAULT_TIME
+    world = World(tmp_path, tier="")  # the default budget: the tier's points' worth
+    assert world.gate.config.limits.time is DEFAULT_TIME
+    tier = world.gate.config.tiers[world.gate.config.limits.default_tier]
+    budget = charges.time_quota(world.gate.config, tier)
+    assert budget is not None
+    assert budget.capacity == max(DEFAULT_TIME.capacity, tier.quota.maximum * 20)
     world.run("greedy", "{ hello }")  # the first compiles the schema's prices: not this test's
     ops = [world.run("honest", "{ hello }") for _ in range(3)]
     taken = sum(op.work.ms for op in ops)
     assert 0 < taken < worktime.CHARGE_AT_MS  # each about a millisecond here
-    assert world.time_left("honest") == DEFAULT_TIME.capacity  # owed, not charged yet
+    assert world.time_left("honest") == budget.capacity  # owed, not charged yet
     slow = world.run("honest", "{ slow(ms: 30) }")  # over the threshold: charged, with the rest
     assert world.time_left("honest") == pytest.approx(
-        DEFAULT_TIME.capacity - taken - slow.work.ms, abs=1.0
+        budget.capacity - taken - slow.work.ms, abs=1.0
     )
 
 
@@ -375,3 +380,30 @@ def test_a_phase_that_ends_on_another_thread_counts_nothing() -> None:
     thread.join()
     assert work.ns == 0
     assert work.phase is None
+
+
+def test_unset_the_time_quota_is_the_tier_s_points_worth_at_20_ms_a_point(
+    tmp_path: Path,
+) -> None:
+    """A tier's budget in points buys 20 ms of worker time a point (never less than the
+    default's 10 s at 500 ms/s): a tenant of a large tier is not refused for the time its
+    honest traffic takes; an explicit ``[limits] time`` applies as written."""
+    from quotaql.config.values import LimitsConfig, TierConfig
+    from quotaql.policy.quota import Quota
+
+    big = TierConfig("big", Quota("tenant", capacity=1e6, refill_per_second=1_000))
+    small = TierConfig("small", Quota("tenant", capacity=10, refill_per_second=1))
+    window = TierConfig(
+        "window", Quota("tenant", limit=60_000, window_seconds=60, algorithm="fixed_window")
+    )
+    path = tmp_path / "quotaql.toml"
+    path.write_text("[tiers.free]\ncapacity = 100\nrefill_per_second = 1\n", encoding="utf-8")
+    config = load_config(path)
+    assert config.limits.time is DEFAULT_TIME
+    worth = {t.name: charges.time_quota(config, t) for t in (big, small, window)}
+    assert (worth["big"].capacity, worth["big"].refill_per_second) == (2e7, 20_000)
+    assert worth["small"] == DEFAULT_TIME  # never less than the default
+    assert worth["window"].refill_per_second == 1_000 * 20
+    assert charges.time_quota(config, big) is worth["big"]  # one object per tier
+    explicit = dataclasses.replace(config, limits=LimitsConfig(time=time_quota(10_000, 500)))
+    assert charges.time_quota(explicit, big) == time_quota(10_000, 500)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIME",
+    "TIME_MS_PER_POINT",
     "TIME_QUOTA",
     "Config",
     "CostConfig",
@@ -55,12 +56,15 @@ DELAY_SYNC: Final = cast("tuple[DelaySync, ...]", get_args(DelaySync))
 #: ``[tiers.<t>] max_delay`` (seconds) and ``max_queued`` when ``on_limit = "delay"``.
 DEFAULT_MAX_DELAY: Final = 1.0
 DEFAULT_MAX_QUEUED: Final = 10
-#: Its default budget: 10 s of worker time at once, refilled at half a core per subject
-#: (500 ms a second), so that a subject spending its whole default point refill (50 a
-#: second) on hostile documents costs a worker half a core at most, where honest traffic
-#: uses a few milliseconds a second (docs/limiter.md "The time quota").
+#: The least time quota a tier gets by default: 10 s of worker time at once, refilled at
+#: 500 ms a second; unset, ``[limits] time`` gives each tier its points' worth, at
+#: :data:`TIME_MS_PER_POINT`, never less (docs/limiter.md "The time quota").
 DEFAULT_TIME_CAPACITY_MS: Final = 10_000.0
 DEFAULT_TIME_REFILL_MS_PER_SECOND: Final = 500.0
+#: Unless ``[limits] time`` is set, a tier's time quota is its points' worth of worker time
+#: at this rate (never less than :data:`DEFAULT_TIME`): a point buys 20 ms, the yardstick at
+#: which a client's refill buys what it costs (gate/charges.py, ``time_quota``).
+TIME_MS_PER_POINT: Final = 20.0
 
 
 def time_quota(capacity_ms: float, refill_ms_per_second: float) -> Quota:

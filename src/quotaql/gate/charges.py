@@ -25,8 +25,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.config.locator import render_key
+from quotaql.config.values import DEFAULT_TIME, TIME_MS_PER_POINT
+from quotaql.config.values import time_quota as time_quota_of
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.errors import ConfigError
+from quotaql.gate.settle import restore_rate
 from quotaql.storage.leases import LeaseSpec
 
 if TYPE_CHECKING:
@@ -196,11 +199,38 @@ def scaled(
 
 def time_quota(config: Config, tier: TierConfig) -> Quota | None:
     """The time quota an operation of ``tier`` is charged its worker time to: the tier's
-    own, else ``[limits] time`` (None: none)."""
+    own, else ``[limits] time``; unless that is set, the tier's points' worth of worker time
+    (:func:`points_worth`). None: none."""
     own = tier.time
-    if own is True:
-        return config.limits.time
-    return own or None
+    if own is not True:
+        return own or None
+    limits = config.limits.time
+    if limits is DEFAULT_TIME:  # not set: as large as the tier's budget
+        return points_worth(tier.quota)
+    return limits
+
+
+_WORTH: dict[int, tuple[Quota, Quota]] = {}  # id(points) -> (points, its time quota)
+
+
+def points_worth(points: Quota) -> Quota:
+    """The time quota worth ``points`` at ``TIME_MS_PER_POINT`` (20 ms) a point: its
+    capacity and its sustained rate in milliseconds, never below :data:`DEFAULT_TIME`'s. A
+    tier of 1,000 points refilled 50 a second may take 20 s, refilled 1 s a second (a core)."""
+    known = _WORTH.get(id(points))
+    if known is not None and known[0] is points:
+        return known[1]
+    worth = time_quota_of(
+        max(DEFAULT_TIME.maximum, points.maximum * TIME_MS_PER_POINT),
+        max(DEFAULT_TIME.refill_per_second or 0.0, restore_rate(points) * TIME_MS_PER_POINT),
+    )
+    if len(_WORTH) >= _WORTH_SIZE:  # tiers of configurations reloaded many times
+        _WORTH.clear()
+    _WORTH[id(points)] = (points, worth)
+    return worth
+
+
+_WORTH_SIZE: Final = 1_024
 
 
 def delayed(tier: TierConfig, quotas: tuple[Quota, ...]) -> tuple[Quota, ...]:
