@@ -331,7 +331,7 @@ class CostLimiter(Adapter):
         if op is not None:  # parsing to validation (Ariadne's): measured up to admission
             worktime.start(op.work)
         try:
-            document = gate.parse_document(data["query"])
+            document = gate.parse_document(data["query"], op=op)
         except GraphQLError as error:
             if op is not None:
                 worktime.stop(op.work)

@@ -82,7 +82,7 @@ _MODEL_KEYS: Final = (
     "max_list_size",
 )
 # [cost] keys that are neither the model's nor limits.
-_COST_KEYS: Final = ("tuning_sample",)
+_COST_KEYS: Final = ("tuning_sample", "chars_per_point")
 _LIMIT_KEYS: Final = (
     "max_cost",
     "max_depth",
@@ -248,6 +248,7 @@ def _parse_cost(cost: Table) -> CostConfig:
     connections = cost.get("connections", checks.boolean)
     connections_exclude = cost.get("connections_exclude", checks.names)
     tuning_sample = cost.get("tuning_sample", checks.fraction)
+    chars_per_point = cost.get("chars_per_point", checks.size_or_off)
     with cost.blame():
         model = CostModel(
             model=checks.default(name, defaults.model),
@@ -270,6 +271,10 @@ def _parse_cost(cost: Table) -> CostConfig:
         model=model,
         limits=limits,
         tuning_sample=checks.default(tuning_sample, CostConfig().tuning_sample),
+        # false or 0: the document's size is not charged
+        chars_per_point=(
+            CostConfig().chars_per_point if chars_per_point is None else chars_per_point or None
+        ),
     )
 
 

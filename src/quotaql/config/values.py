@@ -108,11 +108,16 @@ class CostConfig:
         tuning_sample: the share of the operations that ran whose returned list sizes
             are recorded against the sizes assumed (``quotaql_list_size_*``, read by
             ``quotaql tune``); 0 records none. Only with metrics enabled.
+        chars_per_point: the document's size is paid too: a request pays at least its
+            text's length divided by this (graphql-core parses ~1.5 µs a character, so
+            2,000 characters are ~3 ms of worker time a point), as a floor under
+            ``[limits] min_charge`` and under a priced operation's cost; None: off.
     """
 
     model: CostModel = field(default_factory=CostModel)
     limits: CostLimits = SAFE_LIMITS
     tuning_sample: float = 0.05
+    chars_per_point: int | None = 2_000
 
 
 @dataclass(frozen=True, slots=True)

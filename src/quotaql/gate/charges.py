@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from quotaql.config import Config, TierConfig
     from quotaql.config.adaptive import AdaptiveConfig
     from quotaql.cost_analysis import CostReport
+    from quotaql.gate.operation import Operation
     from quotaql.identity import Subject
     from quotaql.policy.quota import Quota
 
@@ -49,7 +50,9 @@ __all__ = [
     "charges_for",
     "check_fields",
     "delayed",
+    "fitted",
     "in_flight",
+    "least",
     "quotas_for",
     "scaled",
     "time_quota",
@@ -84,6 +87,27 @@ def quotas_for(
     if config.global_quota is not None:
         quotas.append(config.global_quota)
     return tuple(quotas)
+
+
+def least(config: Config, op: Operation) -> float:
+    """The least ``op`` pays: ``[limits] min_charge``, or its document's length over
+    ``[cost] chars_per_point`` when more (parsing a large document is work, however cheap
+    the operation it holds)."""
+    minimum = config.limits.min_charge
+    per_point = config.cost.chars_per_point
+    if per_point is None or not op.chars:
+        return minimum
+    return max(minimum, op.chars / per_point)
+
+
+def fitted(config: Config, least: float, quotas: Sequence[Quota]) -> float:
+    """``least`` (what an operation pays at least, :func:`least`), never more than the
+    smallest of ``quotas`` holds, nor below ``min_charge``: a size past a bucket's capacity
+    would be refused ``exceeds_capacity`` and pay nothing; it empties the bucket instead."""
+    if not quotas:
+        return least
+    most = min(quota.maximum for quota in quotas)
+    return least if least <= most else max(most, config.limits.min_charge)
 
 
 def charges_for(

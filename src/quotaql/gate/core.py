@@ -92,6 +92,7 @@ if TYPE_CHECKING:
     from graphql import ASTValidationRule
 
     from quotaql.adaptive import Adaptive
+    from quotaql.cost_analysis import CostReport
     from quotaql.gate.options import AdmitOptions, FromConfigOptions
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
@@ -279,7 +280,7 @@ class Gate:
         if op is not None:  # parsing, the static pass and validation: its worker time
             worktime.start(op.work)
         try:
-            document = self.parse_document(query)
+            document = self.parse_document(query, op=op)
             refusal = self.screen(op, document)
             errors = [refusal] if refusal else validate(graphql_schema(schema), document, rules)
         except GraphQLError as error:
@@ -301,6 +302,8 @@ class Gate:
         limits = self._config.cost.limits
         if op is not None:
             op.screened = True
+            if not op.chars:
+                op.chars = _length(document, limits.max_length)
         if not limits.screens:
             return None
         try:
@@ -317,15 +320,21 @@ class Gate:
             return error
         return None
 
-    def parse_document(self, query: str) -> DocumentNode:
+    def parse_document(self, query: str, *, op: Operation | None = None) -> DocumentNode:
         """``query`` parsed within the ``[cost]`` parser limits, for an adapter's parse hook.
+
+        Give ``op`` (what :meth:`begin` made): it pays for ``query``'s length
+        (``[cost] chars_per_point``) whether it parses or not.
 
         Raises:
             GraphQLError: the error to answer (``GRAPHQL_PARSE_FAILED``, ``QUERY_TOO_LARGE``,
                 ``QUERY_TOO_DEEP``), raised by quotaql (``QuotaqlGraphQLError``).
         """
+        limits = self._config.cost.limits
+        if op is not None and isinstance(query, str):
+            op.chars = _length(query, limits.max_length)
         try:
-            return parse_document(query, self._config.cost.limits)
+            return parse_document(query, limits)
         except CostAnalysisError as error:
             raise graphql_error(error) from None
 
@@ -372,9 +381,10 @@ class Gate:
         """Identify, price and debit one operation; its :attr:`Operation.error` says if it
         must not run.
 
-        Every request pays at least ``[limits] min_charge``: one that does not parse or
-        validate, or that the static limits refuse, pays that much and no more; a request
-        refused for lack of budget pays nothing.
+        Every request pays at least ``[limits] min_charge``, or its document's length over
+        ``[cost] chars_per_point`` when more: one that does not parse or validate, or that
+        the static limits refuse, pays that much and no more; a request refused for lack
+        of budget pays nothing.
 
         Args:
             schema: a ``graphql.GraphQLSchema``, a ``strawberry.Schema`` or a Graphene one.
@@ -524,6 +534,8 @@ class Gate:
         if document is None or (op.mode is Mode.OFF and header is None):
             return op
         enter(op)
+        if not op.chars:  # its text's length: the least it pays (chars_per_point)
+            op.chars = _length(document, config.cost.limits.max_length)
         op.schema, op.document, op.variables = schema, document, variables
         op.operation_name = operation_name
         if header == "validate" and operation_type(document, operation_name) == "subscription":
@@ -554,12 +566,21 @@ class Gate:
         if header == "validate":
             yield from self._refusals.charge_minimum(op)  # priced, not run: it pays the minimum
             return op
-        minimum = config.limits.min_charge
+        minimum = charges.least(config, op)  # min_charge, or its size when more
         op.charge = charge = max(report.cost, minimum)
+        tier = op.tier if self.tier_resolver is not None else None
         op.quotas, op.costs = charges.charges_for(
-            config, subject, report, op.tier if self.tier_resolver is not None else None,
-            charge if charge != report.cost else None,
-        )  # fmt: skip
+            config, subject, report, tier, charge if charge != report.cost else None
+        )
+        if charge > report.cost and charge > config.limits.min_charge:  # its size
+            fitted = charges.fitted(config, charge, op.quotas)
+            if fitted != charge:  # never refused for its size alone: as much as it holds
+                op.charge = charge = max(report.cost, fitted)
+                minimum = min(minimum, fitted)
+                op.quotas, op.costs = charges.charges_for(
+                    config, subject, report, tier, charge if charge != report.cost else None
+                )
+        op.least = minimum
         adaptive = self.adaptive
         if adaptive is not None:
             self._scaling.admit(op, adaptive, report.operation_type != "subscription")
@@ -636,6 +657,11 @@ class Gate:
         op.events += 1
         if op.events == 1 or op.mode is Mode.OFF or not op.quotas or op.error is not None:
             return None  # the first event was paid when the subscription started
+        report = op.report
+        if op.events == 2 and report is not None:
+            price = max(report.cost, self._config.limits.min_charge)
+            if op.charge > price:  # its document's size was paid once, at the start
+                self._event_price(op, report, price)
         adaptive = self.adaptive
         if adaptive is not None:
             adaptive.poll()
@@ -659,6 +685,15 @@ class Gate:
         self._log(op, names.BLOCKED, "quotaql: ended a subscription %s: %s", RATE_LIMITED,
                   error.message)  # fmt: skip
         return error
+
+    def _event_price(self, op: Operation, report: CostReport, charge: float) -> None:
+        """Each later event of subscription ``op`` pays ``charge``: its price (at least
+        ``min_charge``), not the size of its document, which the first paid (parsed once)."""
+        op.quotas, op.costs = charges.charges_for(
+            self._config, op.subject, report, op.tier if self.tier_resolver is not None else None,
+            charge if charge != report.cost else None,
+        )  # fmt: skip
+        op.charge, op.base, op.multiplier = charge, None, 1.0  # scaled again as it goes
 
     # -- drivers: the same flow with plain calls, or awaited --------------------------------
 
@@ -804,6 +839,18 @@ class Gate:
                 " time; do not use it on a public API (docs/identity.md)",
                 logging.WARNING,
             )
+
+
+def _length(document: Any, longest: int | None) -> int:
+    """The length of ``document``'s text: a parsed document's source (0 when parsed
+    with ``no_location``), or the query text itself; 0 past ``longest`` (``max_length``:
+    the parser refuses it before reading it, so there is no parse to pay for)."""
+    if isinstance(document, str):
+        length = len(document)
+    else:
+        loc = getattr(document, "loc", None)
+        length = 0 if loc is None else len(loc.source.body)
+    return length if longest is None or length <= longest else 0
 
 
 def _cost_header(request: Any) -> CostHeader | None:

@@ -83,7 +83,11 @@ class Operation:
         error: the refusal to answer instead of running the operation.
         violation: the code of a static limit shadow mode let pass.
         events: subscription events delivered so far.
-        charge: what was debited (the cost, or ``[limits] min_charge`` when more).
+        charge: what was debited (the cost, or the least it pays when more).
+        chars: the length of its document's text (0 while unknown): what it pays at
+            least is that over ``[cost] chars_per_point`` (its parse's work).
+        least: the least it was charged (``min_charge``, or its size when more): what a
+            refund never goes below.
         denied: refused from the deny cache, before parsing or before the storage.
         failed: refused before it was priced (it did not parse, validate or pass the
             static pass): it pays ``min_charge`` only.
@@ -108,6 +112,7 @@ class Operation:
         "base",
         "breakdown",
         "charge",
+        "chars",
         "costs",
         "decision",
         "denied",
@@ -118,6 +123,7 @@ class Operation:
         "finished",
         "header",
         "lease",
+        "least",
         "mode",
         "more",
         "multiplier",
@@ -172,6 +178,8 @@ class Operation:
         self.variables: Mapping[str, Any] | None = None
         self.operation_name: str | None = None
         self.charge = 0.0
+        self.chars = 0
+        self.least = 0.0
         self.paid_minimum = False  # refused, and charged min_charge for it
         self.denied = False
         self.failed = False

@@ -96,17 +96,18 @@ class Refusals:
         self._log(op, names.REJECTED, "quotaql: rejected %s: %s", code, errors[0].message)
 
     def charge_minimum(self, op: Operation) -> Generator[Any, Any, None]:
-        """``[limits] min_charge`` from ``op``'s subject: a request refused before pricing,
-        a static-limit refusal, or a ``GraphQL-Cost: validate`` request. Out of budget, it
-        is refused ``RATE_LIMITED`` (an invalid document keeps its errors) and pays
-        nothing; charged once."""
+        """``[limits] min_charge`` (or the document's size in points, when more:
+        :func:`~quotaql.gate.charges.least`) from ``op``'s subject: a request refused
+        before pricing, a static-limit refusal, or a ``GraphQL-Cost: validate`` request.
+        Out of budget, it is refused ``RATE_LIMITED`` (an invalid document keeps its
+        errors) and pays nothing; charged once."""
         if op.mode is Mode.OFF or op.decision is not None or op.denied:
             return
         paid = yield from self._pay_minimum(op)
         if paid is None:
             return
         decision, op.quotas, op.costs = paid
-        op.charge = self.config.limits.min_charge
+        op.charge = op.least
         if decision.allowed and op.error is not None:
             op.decision = decision  # a refused document stays rejected
         else:
@@ -129,7 +130,7 @@ class Refusals:
             return
         decision, quotas, _ = paid
         if decision.allowed:
-            op.charge = self.config.limits.min_charge
+            op.charge = op.least
             op.paid_minimum = decision.source != "fail_open"
         else:
             self.remember(op, decision, quotas)
@@ -137,15 +138,21 @@ class Refusals:
     def _pay_minimum(
         self, op: Operation
     ) -> Generator[Any, Any, tuple[Decision, tuple[Quota, ...], tuple[float, ...] | None] | None]:
-        """Debit ``[limits] min_charge`` from the quotas a request pays before it is priced:
-        the storage's decision, the quotas and their amounts; None when the minimum is 0."""
+        """Debit ``[limits] min_charge`` (or the document's size in points, when more) from
+        the quotas a request pays before it is priced: the storage's decision, the quotas
+        and their amounts; None when that is 0."""
         config = self.config
-        minimum = config.limits.min_charge
+        minimum = charges.least(config, op)
         if minimum <= 0:
             return None
         tier = op.tier if self.by_resolver else None
         multiplier = self._scaling.multiplier_for(op)
         quotas, costs = charges.charges_for(config, op.subject, None, tier, minimum, multiplier)
+        fitted = charges.fitted(config, minimum, quotas)
+        if fitted != minimum:  # its size, past what a quota holds: as much as it holds
+            minimum = fitted
+            quotas, costs = charges.charges_for(config, op.subject, None, tier, fitted, multiplier)
+        op.least = minimum
         # The time quota checked too: a subject in debt is refused whatever it sends.
         decision: Decision = yield worktime.acquire(op, minimum, quotas, costs)
         return worktime.points(decision), quotas, costs

@@ -37,7 +37,8 @@ def refund_amounts(
     tuning_sample: float,
 ) -> tuple[float, tuple[float, ...] | None]:
     """The actual cost (when shown, refunded or charged over), and what to give back to
-    each quota: never below ``min_charge``; each quota's refund scaled by the factor
+    each quota: never below ``min_charge`` (nor the document's size in points,
+    ``op.least``); each quota's refund scaled by the factor
     adaptive limits scaled its debit by (``op.base``), whatever the multiplier is now.
     ``tuning_sample``: the share of operations whose list sizes are kept (``op.sizes``)
     for tuning."""
@@ -58,7 +59,7 @@ def refund_amounts(
         if tuning_sample and random.random() < tuning_sample:  # noqa: S311
             op.sizes = []
         op.actual = report.actual(data, errors or None, op.sizes)
-    kept = max(op.actual, limits.min_charge)
+    kept = max(op.actual, limits.min_charge, op.least)  # least: its size, when more
     amount = max(0.0, op.charge - kept) if refund else 0.0
     return amount, _per_quota(op, amount)
 

@@ -229,7 +229,7 @@ class _Extension(SchemaExtension):
             worktime.start(op.work)
         if ctx.graphql_document is None and ctx.query:
             try:
-                ctx.graphql_document = self._gate.parse_document(ctx.query)
+                ctx.graphql_document = self._gate.parse_document(ctx.query, op=op)
             except GraphQLError as error:
                 if op is not None:
                     worktime.stop(op.work)
