@@ -74,12 +74,15 @@ def attacks() -> list[Attack]:
     assert len(variables) < BODY_LIMIT, len(variables)
     wide = f"{{ wide {{ {spreads} }} }} {definitions}"
     unsized = "{ items(first: null) { id name } }"
+    # Within max_tokens (15,000): parsed, validated and coerced, priced as one scalar field.
+    literal = "{ count(values: [" + "1 " * 14_900 + "]) }"
     deep = b'{"query": "{ hello }", "variables": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
     return [
         Attack("honest: { hello }", _json({"query": "{ hello }"})),
         Attack("900 fragments side by side", _json({"query": wide})),
         Attack(f"list variable ({len(variables) // 1024} KB)", variables),
         Attack("introspection", _json({"query": _introspection()})),
+        Attack("list literal of 14,900 tokens", _json({"query": literal})),
         Attack(f"items(first: null) -> {ITEMS} items", _json({"query": unsized})),
         Attack("body nested 50,000 deep", deep),
         Attack("body null", b"null"),

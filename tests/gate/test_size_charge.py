@@ -1,6 +1,6 @@
 """A document's size is paid for: graphql-core parses ~1.5 µs a character in pure Python,
 so a 40 KB document is 50-75 ms of a worker before anything prices it. A request pays at
-least its text's length over ``[cost] chars_per_point`` (2,000 by default), refused or
+least its text's length over ``[cost] chars_per_point`` (1,000 by default), refused or
 run, and a refund never goes below that (the HTTP attack is in tests/http/test_size_charge.py).
 """
 
@@ -65,10 +65,10 @@ def test_a_large_document_refused_by_the_static_pass_pays_its_size(
     op = gate.admit(SCHEMA, document, op=op)
     assert op.code == "TOO_MANY_FIELD_PAIRS"
     assert op.chars == len(FRAGMENTS)
-    assert op.charge == pytest.approx(len(FRAGMENTS) / 2000)  # 21.4 points; was 1
+    assert op.charge == pytest.approx(len(FRAGMENTS) / 1000)  # 42.8 points; was 1
     assert op.charge >= 20
     gate.finish(op)
-    assert _remaining(gate) == pytest.approx(1000 - len(FRAGMENTS) / 2000, abs=0.01)
+    assert _remaining(gate) == pytest.approx(1000 - len(FRAGMENTS) / 1000, abs=0.01)
 
 
 def test_a_large_document_that_does_not_parse_pays_its_size(
@@ -80,7 +80,7 @@ def test_a_large_document_that_does_not_parse_pays_its_size(
     document = gate.parse(SCHEMA, query, op=op)
     op = gate.admit(SCHEMA, document, op=op)
     assert op.code == "GRAPHQL_PARSE_FAILED"
-    assert op.charge == pytest.approx(len(query) / 2000)
+    assert op.charge == pytest.approx(len(query) / 1000)
 
 
 def test_an_accepted_cheap_large_document_pays_its_size_and_keeps_it(
@@ -89,7 +89,7 @@ def test_an_accepted_cheap_large_document_pays_its_size_and_keeps_it(
     gate = _gate(config_path)
     op = gate.admit(SCHEMA, parse(CHEAP), request=scope(key="t"))
     assert (op.refused, op.cost) == (False, 0)
-    assert op.charge == pytest.approx(len(CHEAP) / 2000)  # 20 points for a 0-point query
+    assert op.charge == pytest.approx(len(CHEAP) / 1000)  # 40 points for a 0-point query
     gate.settle(op, {"hello": "hi"})
     assert op.refunded == 0
     gate.finish(op)
@@ -97,9 +97,9 @@ def test_an_accepted_cheap_large_document_pays_its_size_and_keeps_it(
     priced = gate.admit(SCHEMA, parse(PRICED), request=scope(key="t"))
     assert (priced.cost, priced.charge) == (50, 50)
     gate.settle(priced, {"products": []})
-    assert priced.refunded == pytest.approx(50 - len(PRICED) / 2000)
+    assert priced.refunded == pytest.approx(50 - len(PRICED) / 1000)
     gate.finish(priced)
-    paid = len(CHEAP) / 2000 + len(PRICED) / 2000
+    paid = len(CHEAP) / 1000 + len(PRICED) / 1000
     assert _remaining(gate) == pytest.approx(1000 - paid, abs=0.01)
 
 
@@ -157,11 +157,11 @@ def test_a_large_subscription_pays_its_size_once_then_its_price_per_event(
     gate = _gate(config_path)
     query = "# " + "x" * 80_000 + "\nsubscription { ticks }"  # 40 points of size, priced 30
     op = gate.admit(SCHEMA, parse(query), request=scope(key="t"))
-    assert (op.cost, op.charge) == (30, pytest.approx(len(query) / 2000))
+    assert (op.cost, op.charge) == (30, pytest.approx(len(query) / 1000))
     assert [gate.event(op) for _ in range(3)] == [None, None, None]  # the first was paid
     assert op.charge == 30
     assert op.decision is not None
-    assert op.decision.remaining == pytest.approx(1000 - len(query) / 2000 - 2 * 30, abs=0.01)
+    assert op.decision.remaining == pytest.approx(1000 - len(query) / 1000 - 2 * 30, abs=0.01)
     gate.finish(op)
 
 

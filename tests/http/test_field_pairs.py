@@ -117,10 +117,10 @@ def test_fragments_side_by_side_are_refused_before_validation_and_charged(
         )
     # Parsing 40 KB and the static pass; validation took 0.8-1.1 s of CPU before.
     assert statistics.median(seconds for _, seconds in answers) < 0.5
-    # Each refusal paid for its 42 KB ([cost] chars_per_point: 21 points; min_charge before),
+    # Each refusal paid for its 42 KB ([cost] chars_per_point: 42 points; min_charge before),
     # and the probe its 1 point.
     cost = after.json()["extensions"]["cost"]
-    paid = 5 * len(ATTACK) / 2000 + 1
+    paid = 5 * len(ATTACK) / 1000 + 1
     assert cost["throttleStatus"]["currentlyAvailable"] == pytest.approx(100_000 - paid, abs=1)
     counted = registry.get_sample_value(names.REJECTIONS_TOTAL, {"code": "TOO_MANY_FIELD_PAIRS"})
     assert counted == 5

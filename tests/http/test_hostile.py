@@ -90,9 +90,9 @@ def test_a_document_that_would_stall_validation_is_refused_before_it(
     response = post(server.url, document)
     (error,) = response.json()["errors"]  # quotaql's one error: validation never ran
     assert error["extensions"]["code"] == code
-    # It paid for its size ([cost] chars_per_point: 2,000 characters a point; each of these
+    # It paid for its size ([cost] chars_per_point: 1,000 characters a point; each of these
     # is 3.6-80 KB), where it paid min_charge (1) before.
-    assert available(server.url) == pytest.approx(100 - len(document) / 2000, abs=0.1)
+    assert available(server.url) == pytest.approx(100 - len(document) / 1000, abs=0.1)
 
 
 def test_parse_and_validation_failures_pay_the_minimum(
@@ -256,5 +256,6 @@ def test_a_document_whose_operation_cannot_be_chosen_pays_the_minimum(
         # Strawberry answers 400 with a text body, Ariadne a GraphQL error.
         assert response.status_code == 400 or response.json()["errors"]
     assert adapter.shop.resolver_calls == []
-    # Each paid for its 63 KB ([cost] chars_per_point: 31 points), not min_charge (1).
-    assert available(server.url) == pytest.approx(100 - 3 * len(document) / 2000, abs=0.1)
+    # The first paid for its 63 KB ([cost] chars_per_point: 63 points), not min_charge (1);
+    # the budget left could not pay the next ones' size: refused for lack of it, free.
+    assert available(server.url) == pytest.approx(100 - len(document) / 1000, abs=0.1)

@@ -2,7 +2,7 @@
 42 KB of 900 fragments spread side by side costs a worker 51-75 ms before the static pass
 refuses it (``TOO_MANY_FIELD_PAIRS``), and it paid ``min_charge`` (1 point): 50-75 ms a
 point, where issue 22 asks for at most 20. Each request now pays at least its text's length
-over ``[cost] chars_per_point`` (2,000: 21 points for it), refused before pricing (by the
+over ``[cost] chars_per_point`` (1,000: 42 points for it), refused before pricing (by the
 static pass or the parser) or accepted and cheap; an honest small query pays what it paid.
 
 Strawberry and Ariadne on uvicorn (the schema and apps of tests/http/test_field_pairs.py).
@@ -55,7 +55,7 @@ def test_fragments_side_by_side_pay_for_their_size(config: Path, adapter: str) -
     for response in answers:
         (error,) = response.json()["errors"]
         assert error["extensions"]["code"] == "TOO_MANY_FIELD_PAIRS"
-    each = len(ATTACK) / 2000  # 21.4 points a request; it paid 1
+    each = len(ATTACK) / 1000  # 42.8 points a request; it paid 1
     assert each >= 20
     assert left == pytest.approx(CAPACITY - 3 * each, abs=0.5)
 
@@ -73,9 +73,9 @@ def test_a_large_cheap_or_broken_document_pays_for_its_size(config: Path, adapte
         honest = [_post(client, "honest", HONEST)[0] for _ in range(3)]
     assert cheap.json()["data"] == {"field00": 0}
     assert cheap.json()["extensions"]["cost"]["requestedQueryCost"] == 0  # priced 0 points
-    assert after_cheap == pytest.approx(CAPACITY - len(CHEAP) / 2000, abs=0.5)
+    assert after_cheap == pytest.approx(CAPACITY - len(CHEAP) / 1000, abs=0.5)
     assert broken.json()["errors"][0]["extensions"]["code"] == "GRAPHQL_PARSE_FAILED"
-    assert after_broken == pytest.approx(after_cheap - 1 - len(BROKEN) / 2000, abs=0.5)
+    assert after_broken == pytest.approx(after_cheap - 1 - len(BROKEN) / 1000, abs=0.5)
     # An honest small query pays min_charge, as before.
     remaining = [r.json()["extensions"]["cost"]["throttleStatus"]["currentlyAvailable"]
                  for r in honest]  # fmt: skip

@@ -109,15 +109,16 @@ class CostConfig:
             are recorded against the sizes assumed (``quotaql_list_size_*``, read by
             ``quotaql tune``); 0 records none. Only with metrics enabled.
         chars_per_point: the document's size is paid too: a request pays at least its
-            text's length divided by this (graphql-core parses ~1.5 µs a character, so
-            2,000 characters are ~3 ms of worker time a point), as a floor under
+            text's length divided by this (graphql-core parses up to ~1.9 µs a character, and
+            a list literal's values are validated and coerced too: 1,000 characters are
+            ~9 ms of worker time a point at worst, measured), as a floor under
             ``[limits] min_charge`` and under a priced operation's cost; None: off.
     """
 
     model: CostModel = field(default_factory=CostModel)
     limits: CostLimits = SAFE_LIMITS
     tuning_sample: float = 0.05
-    chars_per_point: int | None = 2_000
+    chars_per_point: int | None = 1_000
 
 
 @dataclass(frozen=True, slots=True)
