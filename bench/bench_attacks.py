@@ -76,6 +76,7 @@ def attacks() -> list[Attack]:
     unsized = "{ items(first: null) { id name } }"
     # Within max_tokens (15,000): parsed, validated and coerced, priced as one scalar field.
     literal = "{ count(values: [" + "1 " * 14_900 + "]) }"
+    invalid = "{ count(values: [" + "a " * 14_900 + "]) }"  # each value a validation error
     deep = b'{"query": "{ hello }", "variables": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
     return [
         Attack("honest: { hello }", _json({"query": "{ hello }"})),
@@ -83,6 +84,7 @@ def attacks() -> list[Attack]:
         Attack(f"list variable ({len(variables) // 1024} KB)", variables),
         Attack("introspection", _json({"query": _introspection()})),
         Attack("list literal of 14,900 tokens", _json({"query": literal})),
+        Attack("list literal, 14,900 invalid values", _json({"query": invalid})),
         Attack(f"items(first: null) -> {ITEMS} items", _json({"query": unsized})),
         Attack("body nested 50,000 deep", deep),
         Attack("body null", b"null"),

@@ -56,7 +56,7 @@ CPU_PATH = "/__attack/cpu"
 # Each attack comes with an API key of its own (ATTACKERS tenants): one attack's worker time
 # quota is not another's. Their points never run out in a run (the work of one request is
 # measured, not the refusals); every other setting, the time quota's included, is the default.
-ATTACKERS = 16
+ATTACKERS = 16  # more than the attacks
 CONFIG_TOML = """\
 [tiers.free]
 capacity = 1e12
