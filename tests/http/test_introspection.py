@@ -93,7 +93,9 @@ def test_introspection_off_refuses_it_and_charges_the_minimum(
     assert adapter.shop.resolver_calls == ["hello"]  # only the last request ran
     body = typename.json()
     assert body["data"] == {"__typename": "Query", "hello": "world"}
-    # Three refusals at [limits] min_charge (1 each), then { hello } itself (1).
+    # Three refusals at [limits] min_charge (1 each; the introspection query, longer than
+    # [cost] chars_per_point, its size), then { hello } itself (1).
+    paid = max(1.0, len(INTROSPECTION) / 1000) + 1 + 1 + 1
     assert body["extensions"]["cost"]["throttleStatus"]["currentlyAvailable"] == pytest.approx(
-        96, abs=0.1
+        100 - paid, abs=0.1
     )

@@ -49,12 +49,15 @@ __all__ = [
     "InFlight",
     "charges_for",
     "check_fields",
+    "debit",
     "delayed",
+    "event_price",
     "fitted",
     "in_flight",
     "least",
     "quotas_for",
     "scaled",
+    "text_length",
     "time_quota",
 ]
 
@@ -108,6 +111,51 @@ def fitted(config: Config, least: float, quotas: Sequence[Quota]) -> float:
         return least
     most = min(quota.maximum for quota in quotas)
     return least if least <= most else max(most, config.limits.min_charge)
+
+
+def debit(config: Config, op: Operation, report: CostReport, tier: TierConfig | None) -> None:
+    """What ``op``, priced ``report``, is debited (``op.charge``, ``op.quotas``,
+    ``op.costs``): its cost, or the least it pays when more (:func:`least`), and never
+    refused for its size alone: a size past its smallest quota empties it (:func:`fitted`).
+    ``op.least`` keeps that least, below which no refund goes."""
+    minimum = least(config, op)
+    op.charge = charge = max(report.cost, minimum)
+    op.quotas, op.costs = charges_for(
+        config, op.subject, report, tier, charge if charge != report.cost else None
+    )
+    if charge > report.cost and charge > config.limits.min_charge:  # its size
+        fit = fitted(config, charge, op.quotas)
+        if fit != charge:
+            op.charge = charge = max(report.cost, fit)
+            minimum = min(minimum, fit)
+            op.quotas, op.costs = charges_for(
+                config, op.subject, report, tier, charge if charge != report.cost else None
+            )
+    op.least = minimum
+
+
+def event_price(config: Config, op: Operation, report: CostReport, tier: TierConfig | None) -> None:
+    """From its second event on, subscription ``op`` pays its price (at least
+    ``min_charge``), not the size of its document, which the first paid (parsed once)."""
+    price = max(report.cost, config.limits.min_charge)
+    if op.charge <= price:
+        return
+    op.quotas, op.costs = charges_for(
+        config, op.subject, report, tier, price if price != report.cost else None
+    )
+    op.charge, op.base, op.multiplier = price, None, 1.0  # scaled again as it goes
+
+
+def text_length(document: Any, longest: int | None) -> int:
+    """The length of ``document``'s text: a parsed document's source (0 when parsed
+    with ``no_location``), or the query text itself; 0 past ``longest`` (``max_length``:
+    the parser refuses it before reading it, so there is no parse to pay for)."""
+    if isinstance(document, str):
+        length = len(document)
+    else:
+        loc = getattr(document, "loc", None)
+        length = 0 if loc is None else len(loc.source.body)
+    return length if longest is None or length <= longest else 0
 
 
 def charges_for(

@@ -92,7 +92,7 @@ if TYPE_CHECKING:
     from graphql import ASTValidationRule
 
     from quotaql.adaptive import Adaptive
-    from quotaql.cost_analysis import CostReport
+    from quotaql.config import TierConfig
     from quotaql.gate.options import AdmitOptions, FromConfigOptions
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter import Recorder
@@ -303,7 +303,7 @@ class Gate:
         if op is not None:
             op.screened = True
             if not op.chars:
-                op.chars = _length(document, limits.max_length)
+                op.chars = charges.text_length(document, limits.max_length)
         if not limits.screens:
             return None
         try:
@@ -321,10 +321,8 @@ class Gate:
         return None
 
     def parse_document(self, query: str, *, op: Operation | None = None) -> DocumentNode:
-        """``query`` parsed within the ``[cost]`` parser limits, for an adapter's parse hook.
-
-        Give ``op`` (what :meth:`begin` made): it pays for ``query``'s length
-        (``[cost] chars_per_point``) whether it parses or not.
+        """``query`` parsed within the ``[cost]`` parser limits, for an adapter's parse hook;
+        ``op`` (:meth:`begin`'s) pays its length (``chars_per_point``), parsed or not.
 
         Raises:
             GraphQLError: the error to answer (``GRAPHQL_PARSE_FAILED``, ``QUERY_TOO_LARGE``,
@@ -332,7 +330,7 @@ class Gate:
         """
         limits = self._config.cost.limits
         if op is not None and isinstance(query, str):
-            op.chars = _length(query, limits.max_length)
+            op.chars = charges.text_length(query, limits.max_length)
         try:
             return parse_document(query, limits)
         except CostAnalysisError as error:
@@ -535,7 +533,7 @@ class Gate:
             return op
         enter(op)
         if not op.chars:  # its text's length: the least it pays (chars_per_point)
-            op.chars = _length(document, config.cost.limits.max_length)
+            op.chars = charges.text_length(document, config.cost.limits.max_length)
         op.schema, op.document, op.variables = schema, document, variables
         op.operation_name = operation_name
         if header == "validate" and operation_type(document, operation_name) == "subscription":
@@ -566,21 +564,7 @@ class Gate:
         if header == "validate":
             yield from self._refusals.charge_minimum(op)  # priced, not run: it pays the minimum
             return op
-        minimum = charges.least(config, op)  # min_charge, or its size when more
-        op.charge = charge = max(report.cost, minimum)
-        tier = op.tier if self.tier_resolver is not None else None
-        op.quotas, op.costs = charges.charges_for(
-            config, subject, report, tier, charge if charge != report.cost else None
-        )
-        if charge > report.cost and charge > config.limits.min_charge:  # its size
-            fitted = charges.fitted(config, charge, op.quotas)
-            if fitted != charge:  # never refused for its size alone: as much as it holds
-                op.charge = charge = max(report.cost, fitted)
-                minimum = min(minimum, fitted)
-                op.quotas, op.costs = charges.charges_for(
-                    config, subject, report, tier, charge if charge != report.cost else None
-                )
-        op.least = minimum
+        charges.debit(config, op, report, self._resolved(op))
         adaptive = self.adaptive
         if adaptive is not None:
             self._scaling.admit(op, adaptive, report.operation_type != "subscription")
@@ -630,6 +614,10 @@ class Gate:
             yield from self._refusals.charge_minimum(op)
         yield from worktime.charge(op, self._ledger)
 
+    def _resolved(self, op: Operation) -> TierConfig | None:
+        """``op``'s tier when a ``tier_resolver`` chose it (its quotas are its tier's)."""
+        return op.tier if self.tier_resolver is not None else None
+
     def _decided(self, op: Operation, decision: Decision) -> None:
         op.decided(decision)
         if not decision.allowed:
@@ -658,10 +646,8 @@ class Gate:
         if op.events == 1 or op.mode is Mode.OFF or not op.quotas or op.error is not None:
             return None  # the first event was paid when the subscription started
         report = op.report
-        if op.events == 2 and report is not None:
-            price = max(report.cost, self._config.limits.min_charge)
-            if op.charge > price:  # its document's size was paid once, at the start
-                self._event_price(op, report, price)
+        if op.events == 2 and report is not None:  # its document's size was paid once
+            charges.event_price(self._config, op, report, self._resolved(op))
         adaptive = self.adaptive
         if adaptive is not None:
             adaptive.poll()
@@ -685,17 +671,6 @@ class Gate:
         self._log(op, names.BLOCKED, "quotaql: ended a subscription %s: %s", RATE_LIMITED,
                   error.message)  # fmt: skip
         return error
-
-    def _event_price(self, op: Operation, report: CostReport, charge: float) -> None:
-        """Each later event of subscription ``op`` pays ``charge``: its price (at least
-        ``min_charge``), not the size of its document, which the first paid (parsed once)."""
-        op.quotas, op.costs = charges.charges_for(
-            self._config, op.subject, report, op.tier if self.tier_resolver is not None else None,
-            charge if charge != report.cost else None,
-        )  # fmt: skip
-        op.charge, op.base, op.multiplier = charge, None, 1.0  # scaled again as it goes
-
-    # -- drivers: the same flow with plain calls, or awaited --------------------------------
 
     def _step(self, step: Any) -> Any:
         """Make one step of a flow: a limiter call or a lease (its result, or an awaitable
@@ -766,13 +741,9 @@ class Gate:
     # -- shutdown -----------------------------------------------------------------------------
 
     async def astart(self) -> None:
-        """At start-up on an event loop (:class:`quotaql.asgi.Lifespan` calls it): check
-        the storage's Redis before the first request (a sync storage was at construction).
-
-        Raises:
-            EvictionRefused: its ``maxmemory-policy`` may evict quotaql's keys, and
-                ``[redis] allow_eviction`` does not allow it (docs/operations.md).
-        """
+        """At start-up on an event loop (:class:`quotaql.asgi.Lifespan` calls it): raise
+        ``EvictionRefused`` if the storage's Redis may evict quotaql's keys and ``[redis]
+        allow_eviction`` does not allow it (a sync storage was checked at construction)."""
         await startup.check_async(self.storage)
 
     def flush(self, timeout: float = 5.0) -> int:
@@ -839,18 +810,6 @@ class Gate:
                 " time; do not use it on a public API (docs/identity.md)",
                 logging.WARNING,
             )
-
-
-def _length(document: Any, longest: int | None) -> int:
-    """The length of ``document``'s text: a parsed document's source (0 when parsed
-    with ``no_location``), or the query text itself; 0 past ``longest`` (``max_length``:
-    the parser refuses it before reading it, so there is no parse to pay for)."""
-    if isinstance(document, str):
-        length = len(document)
-    else:
-        loc = getattr(document, "loc", None)
-        length = 0 if loc is None else len(loc.source.body)
-    return length if longest is None or length <= longest else 0
 
 
 def _cost_header(request: Any) -> CostHeader | None:
