@@ -6,11 +6,15 @@ import base64
 import hashlib
 import ipaddress
 import re
-from typing import Final
+from typing import TYPE_CHECKING, Final, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = [
     "ADDRESS_SUBJECT",
     "PLAIN_TENANT_MAX",
+    "network_places",
     "overflow_network",
     "redis_key_base",
     "tenant_digest",
@@ -29,6 +33,7 @@ _ADDRESS_MAX: Final = 64  # "ip:" and the longest network text (45 characters an
 _OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 #: An IPv4 address as identity writes it (no leading zeros), its first three octets apart.
 _IPV4: Final = re.compile(rf"({_OCTET}\.{_OCTET}\.{_OCTET})\.{_OCTET}")
+_V = TypeVar("_V")
 # A tenant Redis keys carry as it is in their hash tag; any other is hashed.
 _SAFE_TENANT = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,64}")
 
@@ -89,3 +94,25 @@ def overflow_network(tenant: str | None) -> str | None:
         return None
     prefix = min(network.prefixlen, _OVERFLOW_PREFIX[network.version])
     return str(network.supernet(new_prefix=prefix))
+
+
+def network_places(
+    keys: Sequence[str],
+    last_resorts: Sequence[str],
+    networks: dict[str, _V],
+    overflow: dict[str, _V],
+    free: int,
+) -> list[tuple[dict[str, _V], str]]:
+    """Where each of ``keys`` (a new subject's network keys, one per quota or lease set) is
+    decided while a memory table is full: in ``networks`` when it is there already or one
+    of the ``free`` places left takes it, else in ``overflow`` under its last resort."""
+    places: list[tuple[dict[str, _V], str]] = []
+    for k, last in zip(keys, last_resorts, strict=True):
+        if k in networks:
+            places.append((networks, k))
+        elif free > 0:
+            free -= 1
+            places.append((networks, k))
+        else:
+            places.append((overflow, last))
+    return places

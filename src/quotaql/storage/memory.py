@@ -14,7 +14,7 @@ from quotaql.errors import ConfigError
 from quotaql.policy.algorithms import ALGORITHMS, CHARGES, Check, commit
 from quotaql.policy.quota import Decision, Quota, Source, combine, decide_one
 from quotaql.storage.base import Debit, check_arguments
-from quotaql.storage.keys import PLAIN_TENANT_MAX, overflow_network, tenant_part
+from quotaql.storage.keys import PLAIN_TENANT_MAX, network_places, overflow_network, tenant_part
 from quotaql.storage.memory_leases import MemoryLeases
 
 if TYPE_CHECKING:
@@ -460,16 +460,8 @@ class MemoryStorage:
         needed = sum(k not in networks for k in keys)
         while free < needed and self._make_network_room(now):
             free += 1
-        targets: list[tuple[_Table, str]] = []
-        for k, quota in zip(keys, quotas, strict=True):
-            if k in networks:
-                targets.append((networks, k))
-            elif free > 0:
-                free -= 1
-                targets.append((networks, k))
-            else:
-                targets.append((self._overflow, _overflow_key(quota)))
-        return targets
+        lasts = [_overflow_key(quota) for quota in quotas]
+        return network_places(keys, lasts, networks, self._overflow, free)
 
     def _write(
         self, table: dict[str, tuple[int, Any]], k: str, now: int, ttl_ms: int, state: object

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from quotaql.errors import ConfigError
 from quotaql.storage.base import LeaseResult, check_count, check_release, check_renew, check_take
-from quotaql.storage.keys import overflow_network, tenant_part
+from quotaql.storage.keys import network_places, overflow_network, tenant_part
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -366,16 +366,7 @@ class MemoryLeases:
         needed = sum(k not in networks for k in keys)
         while free < needed and self._make_network_room(now):
             free += 1
-        targets: list[tuple[dict[str, _LeaseSet], str]] = []
-        for k, name in zip(keys, names, strict=True):
-            if k in networks:
-                targets.append((networks, k))
-            elif free > 0:
-                free -= 1
-                targets.append((networks, k))
-            else:
-                targets.append((self._overflow, name))
-        return targets
+        return network_places(keys, names, networks, self._overflow, free)
 
     def _make_network_room(self, now: int) -> bool:
         """Drop one idle network set, looking at a few; False if all of them still count."""
