@@ -7,28 +7,22 @@ is charged to its time quota, and once that is in debt it is refused ``RATE_LIMI
 
 from __future__ import annotations
 
-import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 import strawberry
-from ariadne import QueryType, make_executable_schema
-from starlette.applications import Starlette
-from starlette.routing import Mount
-from strawberry.asgi import GraphQL
+from ariadne import QueryType
 
-from quotaql import ariadne as ariadne_adapter
-from quotaql.plugin import CostLimiter
-from quotaql.storage.redis import AsyncRedisStorage
-from tests.support.app_servers import UvicornServer
+from tests.support.limited_apps import limited_app, serving
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import Iterator
     from pathlib import Path
 
-    from tests.support.servers import RedisServer
+    from tests.support.app_servers import UvicornServer
+
 
 BURN_MS = 60  # CPU time the slow resolver takes
 SLOW = "{ slow }"  # priced 0 (a scalar): only the minimum charge, 1 point
@@ -72,25 +66,6 @@ query.set_field("slow", lambda *_: burn(BURN_MS))
 query.set_field("hello", lambda *_: "world")
 
 
-def make_app(kind: str, path: Path, storage: Any) -> Any:
-    options = {} if storage is None else {"storage": storage}
-    if kind == "strawberry":
-        schema = strawberry.Schema(Query, extensions=[CostLimiter.from_config(path, **options)])
-        app: Any = GraphQL(schema)
-    else:
-        limiter = ariadne_adapter.CostLimiter.from_config(path, **options)
-        app = limiter.asgi(make_executable_schema(SDL, query))
-    if storage is None:
-        return app
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        yield
-        await storage.close()
-
-    return Starlette(routes=[Mount("/", app=app)], lifespan=lifespan)
-
-
 @pytest.fixture(params=["strawberry", "ariadne"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -100,13 +75,9 @@ def kind(request: pytest.FixtureRequest) -> str:
 def server(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> Iterator[UvicornServer]:
     path = tmp_path / "quotaql.toml"
     path.write_text(TOML, encoding="utf-8")
-    storage = None
-    if request.param == "redis":
-        redis_server: RedisServer = request.getfixturevalue("redis_server")
-        request.getfixturevalue("redis_client")  # emptied first
-        storage = AsyncRedisStorage.from_url(redis_server.url, timeout=0.5)
-    lifespan = "off" if storage is None else "on"
-    with UvicornServer(make_app(kind, path, storage), lifespan=lifespan) as running:
+    with serving(
+        request, request.param, lambda storage: limited_app(kind, path, storage, Query, SDL, query)
+    ) as running:
         yield running
 
 
