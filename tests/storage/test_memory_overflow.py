@@ -29,26 +29,13 @@ from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics
 from quotaql.storage import Debit, LeaseSpec, MemoryLeases
 from quotaql.storage.keys import overflow_network
+from tests.storage.test_memory_bounds import Clock
 
 if TYPE_CHECKING:
     from quotaql.config import Config
 
-T0 = 1_700_000_000_000  # ms
 TENANT = Quota("tenant", capacity=300, refill_per_second=1)
 EXPORT = Quota("op:Export", capacity=100, refill_per_second=1)
-
-
-class Clock:
-    """Seconds, like ``time.monotonic``, that only move when told."""
-
-    def __init__(self) -> None:
-        self.ms = T0
-
-    def __call__(self) -> float:
-        return self.ms / 1000
-
-    def advance(self, seconds: float) -> None:
-        self.ms += round(seconds * 1000)
 
 
 def flood(storage: MemoryStorage, network: str, count: int, cost: float = 10) -> int:
