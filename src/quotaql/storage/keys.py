@@ -1,4 +1,5 @@
-"""How the storages name a tenant's state: in memory (a key part) and in Redis (a hash tag)."""
+"""How the storages name a tenant's state (in memory a key part, in Redis a hash tag), and where a
+full memory table decides a new one."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import re
 from typing import TYPE_CHECKING, Final, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections import deque
+    from collections.abc import Callable, Sequence
 
 __all__ = [
     "ADDRESS_SUBJECT",
     "PLAIN_TENANT_MAX",
+    "drop_stale",
     "network_places",
     "overflow_network",
     "redis_key_base",
@@ -116,3 +119,18 @@ def network_places(
         else:
             places.append((overflow, last))
     return places
+
+
+def drop_stale(
+    table: dict[str, _V], order: deque[str], stale: Callable[[_V], bool], batch: int
+) -> bool:
+    """Drop from a full memory table the first entry that no longer matters among the next
+    ``batch`` of ``order`` (those that still do go to its end, looked at again after all
+    the others): False if none of them could go."""
+    for _ in range(min(batch, len(order))):
+        k = order.popleft()
+        if stale(table[k]):
+            del table[k]
+            return True
+        order.append(k)
+    return False

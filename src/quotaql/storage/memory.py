@@ -14,7 +14,13 @@ from quotaql.errors import ConfigError
 from quotaql.policy.algorithms import ALGORITHMS, CHARGES, Check, commit
 from quotaql.policy.quota import Decision, Quota, Source, combine, decide_one
 from quotaql.storage.base import Debit, check_arguments
-from quotaql.storage.keys import PLAIN_TENANT_MAX, network_places, overflow_network, tenant_part
+from quotaql.storage.keys import (
+    PLAIN_TENANT_MAX,
+    drop_stale,
+    network_places,
+    overflow_network,
+    tenant_part,
+)
 from quotaql.storage.memory_leases import MemoryLeases
 
 if TYPE_CHECKING:
@@ -487,13 +493,8 @@ class MemoryStorage:
         """Drop one expired state, looking at a few; False if all of them still matter."""
         if now == self._full_at:
             return False
-        states, order = self._states, self._order
-        for _ in range(min(_ROOM_BATCH, len(order))):
-            k = order.popleft()
-            if states[k][0] <= now:
-                del states[k]
-                return True
-            order.append(k)  # still matters: looked at again after all the others
+        if drop_stale(self._states, self._order, lambda state: state[0] <= now, _ROOM_BATCH):
+            return True
         self._full_at = now
         return False
 
@@ -502,13 +503,10 @@ class MemoryStorage:
         still matter."""
         if now == self._networks_full_at:
             return False
-        networks, order = self._networks, self._network_order
-        for _ in range(min(_ROOM_BATCH, len(order))):
-            k = order.popleft()
-            if networks[k][0] <= now:
-                del networks[k]
-                return True
-            order.append(k)
+        if drop_stale(
+            self._networks, self._network_order, lambda state: state[0] <= now, _ROOM_BATCH
+        ):
+            return True
         self._networks_full_at = now
         return False
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from quotaql.errors import ConfigError
 from quotaql.storage.base import LeaseResult, check_count, check_release, check_renew, check_take
-from quotaql.storage.keys import network_places, overflow_network, tenant_part
+from quotaql.storage.keys import drop_stale, network_places, overflow_network, tenant_part
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -372,13 +372,8 @@ class MemoryLeases:
         """Drop one idle network set, looking at a few; False if all of them still count."""
         if now == self._networks_full_at:
             return False
-        networks, order = self._networks, self._network_order
-        for _ in range(min(_ROOM_BATCH, len(order))):
-            k = order.popleft()
-            if networks[k].idle(now):
-                del networks[k]
-                return True
-            order.append(k)
+        if drop_stale(self._networks, self._network_order, lambda s: s.idle(now), _ROOM_BATCH):
+            return True
         self._networks_full_at = now
         return False
 
