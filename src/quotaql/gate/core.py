@@ -563,8 +563,9 @@ class Gate:
         if op.tier.delays and not subscription:
             self._delays.may_wait(op, config.limits, can_await)
         try:
-            decision: Decision = yield worktime.acquire(op)  # the time quota checked too
-            decision = worktime.points(decision)
+            # The time quota checked too, when due (once a second, or after a charge).
+            decision: Decision = yield worktime.acquire(op, ledger=self._ledger)
+            decision = worktime.points(decision, op, self._ledger)
             self._decided(op, decision)
             if decision.delay > 0 and op.waits is True:  # allowed, at its turn
                 yield from self._delays.wait(op, decision.delay, can_await, self.adaptive)
