@@ -162,11 +162,21 @@ def test_pushing_a_protected_key_out_takes_each_flood_key_twice(
     assert "honest" in once
 
 
-def test_a_protected_key_in_use_survives_the_twice_sent_flood() -> None:
-    # Found again between two sweeps of the protected part (one sweep: ~768 requests of
-    # small twice-sent keys), it gets its second chance every time.
+@pytest.mark.parametrize(
+    ("weight", "every"),
+    [
+        # Found again between two sweeps of the protected part, a key gets its second
+        # chance every time. A sweep takes ~778 requests of small twice-sent keys, ~150 of
+        # keys of 1,000, ~16 of keys of 10,000 (the weight bound binds: each promotion of a
+        # large key pushes many small ones on).
+        (30, 500),
+        (1_000, 100),
+        (10_000, 10),
+    ],
+)
+def test_a_protected_key_in_use_survives_the_twice_sent_flood(weight: int, every: int) -> None:
     kept = _with_honest_protected()
-    requests = _evicted_after(kept, 30, honest_every=500)
+    requests = _evicted_after(kept, weight, honest_every=every)
     assert requests == 100_000  # the bound of _evicted_after: never pushed out
     assert "honest" in kept
     assert len(kept) <= 512
