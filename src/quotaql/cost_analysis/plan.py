@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from quotaql.cost_analysis._walk import Walker, error_paths
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from graphql import OperationDefinitionNode
 
@@ -138,6 +138,27 @@ class CostReport:
         return cast("dict[str, RootFieldCost]", self._root_costs)
 
 
+def _setter(name: str) -> Callable[[CostReport, Any], None]:
+    """The setter of ``CostReport``'s slot ``name`` (its member descriptor's ``__set__``)."""
+    setter: Callable[[CostReport, Any], None] = vars(CostReport)[name].__set__
+    return setter
+
+
+_new: Any = object.__new__
+_set_cost = _setter("cost")
+_set_depth = _setter("depth")
+_set_aliases = _setter("aliases")
+_set_root_fields = _setter("root_fields")
+_set_operation_type = _setter("operation_type")
+_set_operation_name = _setter("operation_name")
+_set_model = _setter("model")
+_set_field_cost = _setter("field_cost")
+_set_type_cost = _setter("type_cost")
+_set_plan = _setter("_plan")
+_set_by_coordinate = _setter("_by_coordinate")
+_set_root_costs = _setter("_root_costs")
+
+
 class Plan:
     """One operation planned for one set of variable values: its price, ready to reuse."""
 
@@ -147,31 +168,40 @@ class Plan:
         self,
         model: CostModel,
         operation: OperationDefinitionNode,
+        operation_type: OperationType,
+        weight: float,
         root: Selection,
         root_fields: int,
         root_weight: float,
     ) -> None:
+        """``weight``: the model's weight of an operation of ``operation_type``; ``root``
+        its selections; ``root_weight``: the root type's weight (IBM type cost)."""
         self.operation = operation
         self.root = root
-        operation_type: OperationType = operation.operation.value
-        self.weight = weight = model.operation_weights[operation_type]
-        self.ibm = model.model == "ibm"
+        self.weight = weight
+        self.ibm = ibm = model.model == "ibm"
         self.root_weight = root_weight
-        field_cost = finite(weight + root.fc)
-        type_cost = finite(weight + root_weight + root.tc) if self.ibm else None
-        cost = max(field_cost, type_cost) if type_cost is not None else field_cost
-        self.report = CostReport(
-            cost=cost,
-            depth=max(root.depth, 1),  # the root selection set is at depth 1
-            aliases=root.aliases,
-            root_fields=root_fields,
-            operation_type=operation_type,
-            operation_name=operation.name.value if operation.name else None,
-            model=model.model,
-            field_cost=field_cost,
-            type_cost=type_cost,
-            _plan=self,
-        )
+        field_cost = weight + root.fc
+        if not 0.0 < field_cost <= _MAX_COST:
+            field_cost = finite(field_cost)
+        type_cost = finite(weight + root_weight + root.tc) if ibm else None
+        # A frozen dataclass sets each field through object.__setattr__ in its __init__;
+        # one report is made per plan, so its slots are set through their descriptors
+        # (a third of the time). Every field is set, as the dataclass's __init__ would.
+        report: CostReport = _new(CostReport)
+        self.report = report
+        _set_cost(report, max(field_cost, type_cost) if type_cost is not None else field_cost)
+        _set_depth(report, root.depth or 1)  # the root selection set is at depth 1
+        _set_aliases(report, root.aliases)
+        _set_root_fields(report, root_fields)
+        _set_operation_type(report, operation_type)
+        _set_operation_name(report, operation.name.value if operation.name else None)
+        _set_model(report, model.model)
+        _set_field_cost(report, field_cost)
+        _set_type_cost(report, type_cost)
+        _set_plan(report, self)
+        _set_by_coordinate(report, None)
+        _set_root_costs(report, None)
 
     # -- explanation -----------------------------------------------------------------
 
