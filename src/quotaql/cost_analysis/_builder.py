@@ -64,6 +64,10 @@ _NO_NAMES: frozenset[str] = frozenset()
 # A field node collected for a response key: the node, the type it is read on (its
 # enclosing selection set's type), and the fragment it was written in (for cycles).
 _Entry = tuple[FieldNode, "CompiledType", "str | None"]
+# The field nodes of one response key: the node alone in the common case (one node,
+# written in the operation, read on the runtime type: no tuple nor list to make), else
+# the list of its entries.
+_Group = FieldNode | list[_Entry]
 # sizedFields below a field: the names (a name mapped to None is sized, a name mapped to
 # a tree passes the size further down), the size and whether a slicing argument gave it.
 _Sized = tuple[Mapping[str, Any], float, bool] | None
@@ -77,7 +81,7 @@ class _Collected:
     __slots__ = ("groups", "leaf_aliases", "leaves")
 
     def __init__(self) -> None:
-        self.groups: dict[str, list[_Entry]] = {}
+        self.groups: dict[str, _Group] = {}
         self.leaves: dict[str, bool] = {}
         self.leaf_aliases = 0
 
@@ -175,7 +179,7 @@ class Builder:
         lookup: CompiledType | None,
         scope: CompiledType,
         selection_set: SelectionSetNode,
-        groups: dict[str, list[_Entry]],
+        groups: dict[str, _Group],
         leaves: dict[str, bool],
         visited: set[str] | None,
         spreading: tuple[str, ...],
@@ -208,7 +212,10 @@ class Builder:
                 alias = selection.alias
                 key = name if alias is None else alias.value
                 if key in groups:
-                    groups[key].append((selection, scope, origin))
+                    found = groups[key]
+                    if isinstance(found, FieldNode):  # a second node: a list of them
+                        found = groups[key] = [(found, on, None)]
+                    found.append((selection, scope, origin))
                     continue
                 if key in leaves:
                     continue  # the same free field again (validation: the same field)
@@ -216,6 +223,9 @@ class Builder:
                     leaves[key] = False
                 elif name == "__typename" and name not in on.fields:
                     leaves[key] = True
+                elif lookup is not None and origin is None:
+                    groups[key] = selection  # read on the runtime type (see _Group)
+                    continue
                 else:
                     groups[key] = [(selection, scope, origin)]
                     continue
@@ -305,7 +315,7 @@ class Builder:
 
     def _selection_of(
         self,
-        groups: dict[str, list[_Entry]],
+        groups: dict[str, _Group],
         leaves: dict[str, bool],
         leaf_aliases: int,
         runtime: CompiledType | None,
@@ -366,7 +376,10 @@ class Builder:
             for key, is_typename in collected.leaves.items():
                 typename[key] = typename.get(key, True) and is_typename
             identity = (
-                tuple((key, *(id(e[0]) for e in found)) for key, found in collected.groups.items()),
+                tuple(
+                    (key, *(id(e[0]) for e in cast("list[_Entry]", found)))
+                    for key, found in collected.groups.items()
+                ),
                 tuple(collected.leaves),
                 sized_key,
             )
@@ -391,7 +404,7 @@ class Builder:
     def _field(
         self,
         key: str,
-        entries: list[_Entry],
+        group: _Group,
         runtime: CompiledType | None,
         sized: _Sized,
         level: int,
@@ -400,9 +413,18 @@ class Builder:
         definition as the executor reads it (``Mutation.export`` however a fragment on an
         interface spells it); below an interface or a union (``runtime`` None), on the
         type it was selected on."""
-        node, scope, origin = entries[0]
-        if runtime is not None:
-            scope = runtime
+        # A node written in a fragment may be reached along several paths (a DAG: plan
+        # it once) or around a cycle, and so may one below an interface or a union (each
+        # possible type reaches it); one written in the operation on objects, only once.
+        if isinstance(group, list):
+            entries = group
+            node, scope, origin = entries[0]
+            if runtime is not None:
+                scope = runtime
+            shared = origin is not None or runtime is None or len(entries) > 1
+        else:  # the common case: one node, written in the operation, read on ``runtime``
+            assert runtime is not None  # (gathered with a lookup type: see _Group)
+            node, scope, origin, shared = group, runtime, None, False
         name = node.name.value
         compiled = scope.fields.get(name)
         if compiled is None:
@@ -417,10 +439,6 @@ class Builder:
                 f"Introspection is disabled on this server: '{name}' cannot be queried.",
                 locations=locations(node),
             )
-        # A node written in a fragment may be reached along several paths (a DAG: plan
-        # it once) or around a cycle, and so may one below an interface or a union (each
-        # possible type reaches it); one written in the operation on objects, only once.
-        shared = origin is not None or runtime is None or len(entries) > 1
         if shared:
             sized_key = None if sized is None else (id(sized[0]), sized[1])
             memo_key = (scope.name, *(id(entry[0]) for entry in entries), sized_key)
@@ -444,7 +462,10 @@ class Builder:
         if compiled.arg_costs:
             args = self._argument_cost(compiled.arg_costs, node.arguments)
         if self.directive_costs:
-            args += max(self._directive_cost(entry[0]) for entry in entries)
+            if shared:
+                args += max(self._directive_cost(entry[0]) for entry in entries)
+            else:
+                args += self._directive_cost(node)
         child: Selection | None = None
         child_type = compiled.child
         if child_type is not None:
@@ -455,11 +476,11 @@ class Builder:
                 finally:
                     del self.in_progress[walking]
             elif child_type.abstract:
-                child = self._children(child_type, entries, size_below, level + 1)
+                child = self._children(child_type, [(node, scope, origin)], size_below, level + 1)
             elif node.selection_set is None:
                 child = EMPTY
             else:  # the common case: one node, of an object type, its selections collected
-                groups: dict[str, list[_Entry]] = {}
+                groups: dict[str, _Group] = {}
                 leaves: dict[str, bool] = {}
                 below = level + 1
                 leaf_aliases = self._gather(child_type, child_type, child_type,

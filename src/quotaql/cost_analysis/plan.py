@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from quotaql.cost_analysis._walk import ListSize
     from quotaql.cost_analysis.model import CostModel, ModelName, OperationType
 
-__all__ = ["CostReport", "Plan", "RootFieldCost", "deepest", "finite"]
+__all__ = ["CostReport", "Plan", "Pricing", "RootFieldCost", "deepest", "finite"]
 
 _MAX_COST = sys.float_info.max
 
@@ -90,7 +90,7 @@ class CostReport:
     model: ModelName = "apollo"
     field_cost: float = 0.0
     type_cost: float | None = None
-    _plan: Plan | None = field(default=None, repr=False, compare=False)
+    _plan: Pricing | None = field(default=None, repr=False, compare=False)
     _by_coordinate: dict[str, float] | None = field(default=None, repr=False, compare=False)
     _root_costs: dict[str, RootFieldCost] | None = field(default=None, repr=False, compare=False)
 
@@ -160,9 +160,15 @@ _set_root_costs = _setter("_root_costs")
 
 
 class Plan:
-    """One operation planned for one set of variable values: its price, ready to reuse."""
+    """One operation planned for one set of variable values: its price, ready to reuse.
 
-    __slots__ = ("ibm", "operation", "report", "root", "root_weight", "weight")
+    The plan holds its report, and the report its :class:`Pricing` (what its
+    ``actual``, ``by_coordinate`` and ``root_field_costs`` read), never the plan: they
+    form no reference cycle, so a plan the cache drops (or never kept) is freed at once,
+    not left to the garbage collector.
+    """
+
+    __slots__ = ("operation", "pricing", "report", "root")
 
     def __init__(
         self,
@@ -178,19 +184,19 @@ class Plan:
         its selections; ``root_weight``: the root type's weight (IBM type cost)."""
         self.operation = operation
         self.root = root
-        self.weight = weight
-        self.ibm = ibm = model.model == "ibm"
-        self.root_weight = root_weight
+        ibm = model.model == "ibm"
         field_cost = weight + root.fc
         if not 0.0 < field_cost <= _MAX_COST:
             field_cost = finite(field_cost)
         type_cost = finite(weight + root_weight + root.tc) if ibm else None
+        cost = max(field_cost, type_cost) if type_cost is not None else field_cost
+        self.pricing = pricing = Pricing(root, weight, ibm, root_weight, cost)
         # A frozen dataclass sets each field through object.__setattr__ in its __init__;
         # one report is made per plan, so its slots are set through their descriptors
         # (a third of the time). Every field is set, as the dataclass's __init__ would.
         report: CostReport = _new(CostReport)
         self.report = report
-        _set_cost(report, max(field_cost, type_cost) if type_cost is not None else field_cost)
+        _set_cost(report, cost)
         _set_depth(report, root.depth or 1)  # the root selection set is at depth 1
         _set_aliases(report, root.aliases)
         _set_root_fields(report, root_fields)
@@ -199,9 +205,31 @@ class Plan:
         _set_model(report, model.model)
         _set_field_cost(report, field_cost)
         _set_type_cost(report, type_cost)
-        _set_plan(report, self)
+        _set_plan(report, pricing)
         _set_by_coordinate(report, None)
         _set_root_costs(report, None)
+
+    def actual(
+        self, data: Any, errors: Sequence[Any] | None = None, sizes: list[ListSize] | None = None
+    ) -> float:
+        """The cost of what ran, from the ``data`` it returned (see :meth:`Pricing.actual`)."""
+        return self.pricing.actual(data, errors, sizes)
+
+
+class Pricing:
+    """What a plan's report reads: the plan's selections, the operation's weight, the
+    model, and the cost the plan priced."""
+
+    __slots__ = ("cost", "ibm", "root", "root_weight", "weight")
+
+    def __init__(
+        self, root: Selection, weight: float, ibm: bool, root_weight: float, cost: float
+    ) -> None:
+        self.root = root
+        self.weight = weight
+        self.ibm = ibm
+        self.root_weight = root_weight
+        self.cost = cost
 
     # -- explanation -----------------------------------------------------------------
 
@@ -235,7 +263,7 @@ class Plan:
             if errs is None:
                 return 0.0
             # A field error nulled the root: everything erased, charged as estimated.
-            return max(self.report.cost, finite(self.weight + self.root.erased))
+            return max(self.cost, finite(self.weight + self.root.erased))
         if not isinstance(data, Mapping):
             return finite(self.weight)
         walker = Walker(sizes)
@@ -244,7 +272,7 @@ class Plan:
         except RecursionError:
             # Data nested deeper than the stack allows a walk of it: what ran cannot be
             # told, it is charged as estimated (nothing refunded).
-            return self.report.cost
+            return self.cost
         if not self.ibm:
             return finite(self.weight + field_cost)
         return finite(self.weight + max(field_cost, self.root_weight + walker.tc))
