@@ -23,6 +23,7 @@ from graphql import (
 from quotaql.cost_analysis._compile import NO_VALUE, list_size_value
 from quotaql.cost_analysis._nodes import (
     EMPTY,
+    FREE,
     MAX_NESTING,
     Field,
     Selection,
@@ -60,6 +61,7 @@ __all__ = ["Builder", "build_plan", "input_cost"]
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _MISSING: Any = NO_VALUE  # a variable not sent, a slicing argument with no value
 _NO_NAMES: frozenset[str] = frozenset()
+_FREE_COUNT = len(FREE)
 
 # A field node collected for a response key: the node, the type it is read on (its
 # enclosing selection set's type), and the fragment it was written in (for cycles).
@@ -140,12 +142,13 @@ class Builder:
             )
         # Root fields are all planned, free or not: root-field quotas count each one.
         self.free_leaves = False
-        collected = self._collect(root, root, [(operation.selection_set, root, None)], 1)
+        groups: dict[str, _Group] = {}
+        leaves: dict[str, bool] = {}
+        leaf_aliases = self._gather(root, root, root, operation.selection_set, groups, leaves,
+                                    None, (), None, 1)  # fmt: skip
         self.free_leaves = True
-        selection = self._selection_of(
-            collected.groups, collected.leaves, collected.leaf_aliases, root, None, 1
-        )
-        root_fields = len(collected.groups) + len(collected.leaves)
+        selection = self._selection_of(groups, leaves, leaf_aliases, root, None, 1)
+        root_fields = len(groups) + len(leaves)
         return Plan(self.compiled.model, operation, operation_type, weight, selection,
                     root_fields, root.weight)  # fmt: skip
 
@@ -328,7 +331,7 @@ class Builder:
             if planned is not None:
                 fields.append(planned)
         if fields:
-            return new_selection(tuple(fields), len(leaves), leaf_aliases)
+            return new_selection(fields, len(leaves), leaf_aliases)
         return free_selection(len(leaves), leaf_aliases)
 
     def _children(
@@ -491,10 +494,13 @@ class Builder:
                     planned = self._field(child_key, child_entries, child_type, size_below, below)
                     if planned is not None:
                         fields.append(planned)
+                leaf_count = len(leaves)
                 if fields:
-                    child = new_selection(tuple(fields), len(leaves), leaf_aliases)
+                    child = new_selection(fields, leaf_count, leaf_aliases)
+                elif not leaf_aliases and leaf_count < _FREE_COUNT:
+                    child = FREE[leaf_count]  # (free_selection's common case, without a call)
                 else:
-                    child = free_selection(len(leaves), leaf_aliases)
+                    child = free_selection(leaf_count, leaf_aliases)
         self.count += 1
         made = new_field(key, node, compiled, n, sliced, args, child, node.alias is not None)
         if shared:

@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from graphql import FieldNode
 
     from quotaql.cost_analysis._compile import CompiledField
 
 __all__ = [
     "EMPTY",
+    "FREE",
     "MAX_NESTING",
     "Field",
     "Selection",
@@ -160,7 +163,7 @@ class Selection:
         "variants",
         "weightless",
     )
-    fields: tuple[Field, ...]
+    fields: Sequence[Field]
     by_type: dict[str, Selection] | None
     typename_keys: tuple[str, ...]
     variants: tuple[Selection, ...]
@@ -172,7 +175,7 @@ class Selection:
     weightless: bool
 
 
-def new_selection(fields: tuple[Field, ...], leaves: int, leaf_aliases: int) -> Selection:
+def new_selection(fields: Sequence[Field], leaves: int, leaf_aliases: int) -> Selection:
     """The selection of ``fields``, beside ``leaves`` fields that cost nothing whatever
     they return (``__typename``, scalars of weight 0 without costed arguments), left out
     of ``fields`` but counted for depth and aliases (``leaf_aliases`` of them aliased)."""
@@ -222,13 +225,15 @@ def abstract_selection(by_type: dict[str, Selection], typename_keys: tuple[str, 
 
 EMPTY = new_selection((), 0, 0)
 # Selections of free fields only, by their counts (they differ in nothing else): shared.
+# FREE[n]: n of them, none aliased (the common case, read at once); the others, in _FREE.
+FREE = (EMPTY, *(new_selection((), leaves, 0) for leaves in range(1, 64)))
 _FREE: dict[tuple[int, int], Selection] = {}
 
 
 def free_selection(leaves: int, aliases: int) -> Selection:
     """The selection of ``leaves`` fields that cost nothing, ``aliases`` of them aliased."""
-    if not leaves:
-        return EMPTY
+    if not aliases and leaves < len(FREE):
+        return FREE[leaves]
     found = _FREE.get((leaves, aliases))
     if found is None:
         found = new_selection((), leaves, aliases)
