@@ -3,10 +3,11 @@
 Issue 13 §4: one uvicorn worker per variant (a subprocess: ``bench_http_app.py``), each
 driven in turn by ``wrk -t1 -c32`` with ``bench_http_post.lua``: ``none`` (no limiting),
 ``depth`` (Strawberry's ``QueryDepthLimiter``, the reference for noise), ``memory``
-(quotaql on ``MemoryStorage``) and ``redis`` (quotaql on ``AsyncRedisStorage``, against a
-private redis-server). Rounds alternate the variants (ABBA); the figure is the median of the
-rounds' paired ratios against ``none``. Then, in other processes with timers in the gate,
-where a request's time goes (D11).
+(quotaql on ``MemoryStorage``), ``redis`` (quotaql on ``AsyncRedisStorage``, against a
+private redis-server) and ``cached`` (Strawberry's ``ParserCache`` and ``ValidationCache``, no
+quotaql: issue 23's baseline). Rounds alternate the variants (ABBA); the figures are the
+medians of the rounds' paired ratios against ``none`` and, for quotaql, against ``cached``.
+Then, in other processes with timers in the gate, where a request's time goes (D11).
 
 ``QUOTAQL_BENCH_QUICK=1``: one round of 2 s per variant, for smoke tests.
 """
@@ -64,6 +65,10 @@ if TYPE_CHECKING:
 # -- targets ---------------------------------------------------------------------------------
 REDIS_RATIO_MIN = 0.92  # wrk req/s, quotaql on Redis / no limiting
 MEMORY_RATIO_MIN = 0.97  # wrk req/s, quotaql on memory / no limiting
+# Issue 23: against what a performance-minded Strawberry user serves (ParserCache and
+# ValidationCache, no quotaql), the same bounds.
+REDIS_CACHED_RATIO_MIN = 0.92  # wrk req/s, quotaql on Redis / cached Strawberry
+MEMORY_CACHED_RATIO_MIN = 0.97  # wrk req/s, quotaql on memory / cached Strawberry
 
 # -- workload --------------------------------------------------------------------------------
 QUERY = EXPENSIVE  # { products(first: 10) { name reviews(first: 5) { stars } } }
@@ -90,7 +95,11 @@ LABELS = {
     "depth": f"QueryDepthLimiter(max_depth={DEPTH_LIMIT}) (reference for noise)",
     "memory": "quotaql CostLimiter, MemoryStorage",
     "redis": "quotaql CostLimiter, AsyncRedisStorage",
+    "cached": "Strawberry ParserCache + ValidationCache, no quotaql (the cached baseline)",
 }
+# The baselines each variant's paired ratio is taken against (per round).
+BASELINE_NAMES = {"none": "no limiting", "cached": "the cached baseline"}
+BASELINES = tuple(BASELINE_NAMES)
 
 
 class Settings(NamedTuple):
@@ -411,6 +420,8 @@ def _check_counts(
     served = after["requests"] - before["requests"]
     if not answered <= served <= answered + connections:
         raise RuntimeError(f"{where}: wrk counted {answered:,} answers, the app {served:,}")
+    if server.variant == "cached":
+        check_caches(before["caches"], after["caches"], answered, served, where)
     if server.variant not in QUOTAQL_VARIANTS:
         return
     was, now = before["limiter"], after["limiter"]
@@ -436,13 +447,38 @@ def _check_counts(
         raise RuntimeError(f"{where}: not every request was an allowed decision: {problems}")
 
 
+def check_caches(
+    before: Mapping[str, Sequence[int]],
+    after: Mapping[str, Sequence[int]],
+    low: int,
+    high: int,
+    where: str,
+) -> None:
+    """The cached baseline took every document of a run from Strawberry's caches: no miss,
+    and between ``low`` and ``high`` hits in each (``[hits, misses]`` before and after:
+    ``bench_http_app.strawberry_cache_calls``). A miss would time a parse or a validation,
+    a slower baseline (a target met too easily). Also bench_http_work's check."""
+    problems = []
+    for cache in ("parse", "validation"):
+        (hits_before, misses_before), (hits_after, misses_after) = before[cache], after[cache]
+        hits = hits_after - hits_before
+        if misses_after != misses_before:
+            problems.append(f"{cache}: {misses_after - misses_before:,} misses")
+        if not low <= hits <= high:
+            problems.append(f"{cache}: {hits:,} hits, not {low:,} to {high:,}")
+    if problems:
+        raise RuntimeError(f"{where}: Strawberry's caches did not answer every request: {problems}")
+
+
 # -- checks before timing --------------------------------------------------------------------
 
 
 def check_responses(servers: Mapping[str, Uvicorn]) -> dict[str, Any]:
     """One response per variant: the same data; quotaql's ``extensions.cost`` with the
-    estimate, a lower actual cost (the refund path runs) and the tenant's budget."""
+    estimate, a lower actual cost (the refund path runs) and the tenant's budget; without
+    quotaql, no limiting's body byte for byte."""
     replies = {}
+    bodies = {}
     for name, server in servers.items():
         response = httpx.post(
             f"{server.url}/graphql", json={"query": QUERY}, headers={"X-API-Key": TENANT},
@@ -451,6 +487,13 @@ def check_responses(servers: Mapping[str, Uvicorn]) -> dict[str, Any]:
         if response.status_code != 200:
             raise RuntimeError(f"check {name}: HTTP {response.status_code}: {response.text[:300]}")
         replies[name] = response.json()
+        bodies[name] = response.content
+    for name, body in bodies.items():
+        if name not in QUOTAQL_VARIANTS and body != bodies["none"]:
+            raise RuntimeError(
+                f"check {name}: not no limiting's body byte for byte: {body[:300]!r} against"
+                f" {bodies['none'][:300]!r}"
+            )
     return check_replies([(f"check {name}", name, reply) for name, reply in replies.items()])
 
 
@@ -555,7 +598,9 @@ def main() -> list[Target]:
         check_responses(splits | {"depth": servers["depth"]})
         print(
             "checked one response per variant: the same data (10 products with reviews), no"
-            f" errors; quotaql: requestedQueryCost {fmt_int(cost['requestedQueryCost'])},"
+            " errors; without quotaql, no limiting's body byte for byte (the cached baseline's"
+            " caches are then checked after every run: no miss); quotaql: requestedQueryCost"
+            f" {fmt_int(cost['requestedQueryCost'])},"
             f" actualQueryCost {fmt_int(cost['actualQueryCost'])} (refunded), the tenant's"
             f" {TENANT_CAPACITY:g} points; startup {time.monotonic() - started:.0f} s\n"
         )
@@ -588,9 +633,13 @@ def main() -> list[Target]:
 
 def report(runs: Mapping[str, Sequence[Run]], cut: str) -> list[Target]:
     rounds = len(runs["none"])
+    # Per baseline, each variant's req/s over the baseline's in the same round.
     paired = {
-        name: [r.rate / n.rate for r, n in zip(runs[name], runs["none"], strict=True)]
-        for name in VARIANTS
+        baseline: {
+            name: [r.rate / b.rate for r, b in zip(runs[name], runs[baseline], strict=True)]
+            for name in VARIANTS
+        }
+        for baseline in BASELINES
     }
     rows = []
     for name in VARIANTS:
@@ -605,8 +654,14 @@ def report(runs: Mapping[str, Sequence[Run]], cut: str) -> list[Target]:
                 fmt_us(statistics.median(r.p50_us for r in runs[name]) / 1e3),
                 fmt_us(statistics.median(r.p99_us for r in runs[name]) / 1e3),
                 fmt_us(statistics.median(cpu) if cpu else None),
-                fmt_ratio(statistics.median(paired[name])),
-                _spread(paired[name]),
+                *(
+                    cell
+                    for baseline in BASELINES
+                    for cell in (
+                        fmt_ratio(statistics.median(paired[baseline][name])),
+                        _spread(paired[baseline][name]),
+                    )
+                ),
             ]
         )
     print_table(
@@ -618,23 +673,39 @@ def report(runs: Mapping[str, Sequence[Run]], cut: str) -> list[Target]:
             "p50 ms",
             "p99 ms",
             "uvicorn CPU µs/req",
-            "/ none (paired)",
-            "spread",
+            *(column for baseline in BASELINES for column in (f"/ {baseline} (paired)", "spread")),
         ],
         rows,
         title=(
-            f"Requests/s over {rounds} round(s) per variant, ABBA order; '/ none' is the median"
-            " of the rounds' ratios to no limiting in the same round, 'spread' their range"
-            + (f" ({cut})" if cut else "")
+            f"Requests/s over {rounds} round(s) per variant, ABBA order; '/ none' and '/ cached'"
+            " are the medians of the rounds' ratios to no limiting and to the cached baseline"
+            " in the same round, 'spread' their range" + (f" ({cut})" if cut else "")
         ),
     )
+    against = {
+        "none": [name for name in VARIANTS if name != "none"],
+        "cached": list(QUOTAQL_VARIANTS),
+    }
     print_table(
-        ["round", *VARIANTS[1:]],
         [
-            [str(index + 1), *(fmt_ratio(paired[name][index]) for name in VARIANTS[1:])]
+            "round",
+            *(f"{name} / {baseline}" for baseline, names in against.items() for name in names),
+        ],
+        [
+            [
+                str(index + 1),
+                *(
+                    fmt_ratio(paired[baseline][name][index])
+                    for baseline, names in against.items()
+                    for name in names
+                ),
+            ]
             for index in range(rounds)
         ],
-        title="Per-round ratios to no limiting (each round: every variant once, ABBA)",
+        title=(
+            "Per-round ratios to no limiting and to the cached baseline (each round: every"
+            " variant once, ABBA)"
+        ),
     )
     cpu = {
         name: statistics.median(c)
@@ -642,29 +713,42 @@ def report(runs: Mapping[str, Sequence[Run]], cut: str) -> list[Target]:
         else None
         for name in VARIANTS
     }
-    none_cpu = cpu["none"]
-    if none_cpu is not None:
+    over = [
+        f"over {BASELINE_NAMES[baseline]}: "
+        + ", ".join(
+            f"{name} {value - base:+,.0f}" for name in names if (value := cpu[name]) is not None
+        )
+        for baseline, names in against.items()
+        if (base := cpu[baseline]) is not None
+    ]
+    if over:
         print(
-            "uvicorn CPU µs per request over no limiting (medians of the timed rounds; what"
-            " bounds one worker's throughput): "
-            + ", ".join(
-                f"{name} {value - none_cpu:+,.0f}"
-                for name, value in cpu.items()
-                if name != "none" and value is not None
-            )
-            + "\n"
+            "uvicorn CPU µs per request (medians of the timed rounds; what bounds one worker's"
+            " throughput), " + "; ".join(over) + "\n"
         )
     return [
         Target(
             "wrk req/s, quotaql Redis / no limiting (median of paired rounds)",
-            statistics.median(paired["redis"]),
+            statistics.median(paired["none"]["redis"]),
             REDIS_RATIO_MIN,
             op=">=",
         ),
         Target(
             "wrk req/s, quotaql memory / no limiting (median of paired rounds)",
-            statistics.median(paired["memory"]),
+            statistics.median(paired["none"]["memory"]),
             MEMORY_RATIO_MIN,
+            op=">=",
+        ),
+        Target(
+            "wrk req/s, quotaql Redis / cached Strawberry (median of paired rounds)",
+            statistics.median(paired["cached"]["redis"]),
+            REDIS_CACHED_RATIO_MIN,
+            op=">=",
+        ),
+        Target(
+            "wrk req/s, quotaql memory / cached Strawberry (median of paired rounds)",
+            statistics.median(paired["cached"]["memory"]),
+            MEMORY_CACHED_RATIO_MIN,
             op=">=",
         ),
     ]

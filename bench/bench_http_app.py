@@ -1,10 +1,12 @@
-"""The apps ``bench_http.py`` serves through uvicorn: the demo shop, limited four ways.
+"""The apps ``bench_http.py`` serves through uvicorn: the demo shop, served five ways.
 
 ``uvicorn --factory bench_http_app:create_app --app-dir bench`` with the environment:
 
 - ``QUOTAQL_BENCH_VARIANT``: ``none`` (no limiting), ``depth`` (Strawberry's
   ``QueryDepthLimiter``, the reference for noise), ``memory`` (quotaql's ``CostLimiter`` on
-  ``MemoryStorage``) or ``redis`` (``CostLimiter`` on ``AsyncRedisStorage``);
+  ``MemoryStorage``), ``redis`` (``CostLimiter`` on ``AsyncRedisStorage``) or ``cached``
+  (Strawberry's ``ParserCache`` and ``ValidationCache``, no quotaql: the baseline of issue 23,
+  what a performance-minded Strawberry user serves);
 - ``QUOTAQL_BENCH_CONFIG``: the ``quotaql.toml`` (``CONFIG_TOML``) of the quotaql variants;
 - ``QUOTAQL_BENCH_REDIS_URL``: the private redis-server of the ``redis`` variant;
 - ``QUOTAQL_BENCH_TIMEOUT``: the Redis storage's per-call timeout in seconds (default 1);
@@ -13,8 +15,9 @@
 
 The schema is the demo shop's (``quotaql.demo.shop.make_schema``) served by
 ``strawberry.asgi.GraphQL``, without the demo's metrics. Every variant answers
-``GET /__bench/stats`` with what it counted (JSON), and handles the ASGI lifespan itself
-(the Redis storage's connections are closed at shutdown).
+``GET /__bench/stats`` with what it counted (JSON: with the hits and misses of Strawberry's
+two caches, so that the bench can check the cached baseline parsed and validated once), and
+handles the ASGI lifespan itself (the Redis storage's connections are closed at shutdown).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from strawberry.asgi import GraphQL
-from strawberry.extensions import QueryDepthLimiter
+from strawberry.extensions import ParserCache, QueryDepthLimiter, ValidationCache
 
 import quotaql.gate.pricing as gate_module
 from quotaql import MemoryStorage
@@ -57,9 +60,12 @@ __all__ = [
     "TENANT_CAPACITY",
     "VARIANTS",
     "create_app",
+    "strawberry_cache_calls",
 ]
 
-VARIANTS = ("none", "depth", "memory", "redis")
+# ``cached`` last: in bench_http's ABBA rounds the pairs with ``none`` keep their distance,
+# and memory and Redis sit as near to ``cached`` as to ``none``.
+VARIANTS = ("none", "depth", "memory", "redis", "cached")
 QUOTAQL_VARIANTS = ("memory", "redis")
 STATS_PATH = "/__bench/stats"
 TENANT = "bench-tenant"
@@ -269,6 +275,7 @@ class _BenchApp:
             "pid": os.getpid(),
             "requests": self.requests,
             "limiter": self.counts.snapshot() if self.counts is not None else None,
+            "caches": strawberry_cache_calls(),
             "split": self.split.snapshot() if self.split is not None else None,
             "wrapped": self.wrapped,
         }
@@ -276,6 +283,17 @@ class _BenchApp:
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def strawberry_cache_calls() -> dict[str, list[int]]:
+    """``[hits, misses]`` of Strawberry's ``ParserCache`` and ``ValidationCache`` so far.
+
+    Each keeps one LRU cache per ``maxsize`` at module level, shared by every schema of the
+    process (here the default size): read through a fresh instance of each.
+    """
+    parse = ParserCache().cached_parse_document.cache_info()
+    validation = ValidationCache().cached_validate_document.cache_info()
+    return {"parse": [parse.hits, parse.misses], "validation": [validation.hits, validation.misses]}
 
 
 def _environ(name: str) -> str:
@@ -300,6 +318,10 @@ def create_app() -> _BenchApp:
         schema = make_schema()
     elif variant == "depth":
         schema = make_schema(lambda: QueryDepthLimiter(max_depth=DEPTH_LIMIT))
+    elif variant == "cached":
+        # Classes: Strawberry builds one of each per request; their LRU caches (the default
+        # 128 entries) live at module level, across requests.
+        schema = make_schema(ParserCache, ValidationCache)
     else:
         counts = _Counts()
         if variant == "redis":

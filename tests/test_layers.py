@@ -64,7 +64,9 @@ ALLOWED: dict[str, set[str]] = {
         "instrumentation.names",
         "asgi",
     },
+    "_ariadne_options": set(),  # Ariadne's keyword options, typed (typing only)
     "ariadne": {
+        "_ariadne_options",
         "gate",
         "config",
         "contract",

@@ -21,12 +21,13 @@ import weakref
 import wsgiref.headers
 from http import HTTPStatus
 from inspect import isawaitable
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from ariadne.asgi import GraphQL as ASGIGraphQL
 from ariadne.asgi.handlers import GraphQLHTTPHandler, GraphQLTransportWSHandler, GraphQLWSHandler
 from ariadne.wsgi import GraphQL as WSGIGraphQL
 from graphql import ExecutionResult, GraphQLError, OperationType
+from graphql import validate as graphql_validate
 from starlette.responses import JSONResponse
 
 from quotaql import web
@@ -45,33 +46,28 @@ from quotaql.errors import CostAnalysisError
 from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope, worktime
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
-    from datetime import timedelta
-    from logging import Logger, LoggerAdapter
+    from collections.abc import AsyncGenerator, Callable, Collection, Coroutine, Iterator
     from typing import Unpack
 
     from ariadne.asgi.handlers.graphql_transport_ws import ClientContext
-    from ariadne.explorer import Explorer
     from ariadne.types import (
-        ContextValue,
-        ErrorFormatter,
-        Extensions,
         GraphQLResult,
-        Middlewares,
-        OnComplete,
-        OnConnect,
-        OnDisconnect,
-        OnOperation,
-        QueryParser,
         QueryValidator,
-        RootValue,
-        ValidationRules,
     )
     from ariadne.types import Operation as AriadneOperation
-    from graphql import DocumentNode, GraphQLSchema, MiddlewareManager
+    from graphql import ASTValidationRule, DocumentNode, GraphQLSchema
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.websockets import WebSocket
+
+    from quotaql._ariadne_options import (
+        _ASGIOptions,
+        _EitherWebsocketOptions,
+        _HTTPOptions,
+        _TransportWSOptions,
+        _WSGIOptions,
+        _WSOptions,
+    )
 
 
 __all__ = [
@@ -84,70 +80,6 @@ __all__ = [
 ]
 
 WebsocketProtocol = Literal["graphql-transport-ws", "graphql-ws"]
-
-
-# Ariadne's own keyword options, typed as Ariadne types them, for the helpers that pass them on.
-
-
-class _HTTPOptions(TypedDict, total=False):
-    """``GraphQLHTTPHandler``'s (not ``subscription_handlers``: the limiter refuses them)."""
-
-    extensions: Extensions | None
-    middleware: Middlewares | None
-    middleware_manager_class: type[MiddlewareManager] | None
-
-
-class _WebsocketOptions(TypedDict, total=False):
-    """What both websocket handlers take."""
-
-    on_connect: OnConnect | None
-    on_disconnect: OnDisconnect | None
-    on_operation: OnOperation | None
-    on_complete: OnComplete | None
-
-
-class _TransportWSOptions(_WebsocketOptions, total=False):
-    """``GraphQLTransportWSHandler``'s."""
-
-    connection_init_wait_timeout: timedelta
-
-
-class _WSOptions(_WebsocketOptions, total=False):
-    """``GraphQLWSHandler``'s (graphql-ws)."""
-
-    keepalive: float | None
-
-
-class _EitherWebsocketOptions(_TransportWSOptions, _WSOptions, total=False):
-    """Either handler's (the overloads of :meth:`CostLimiter.websocket_handler` say which)."""
-
-
-class _AppOptions(TypedDict, total=False):
-    """What ``ariadne.asgi.GraphQL`` and ``ariadne.wsgi.GraphQL`` both take."""
-
-    context_value: ContextValue | None
-    root_value: RootValue | None
-    query_parser: QueryParser | None
-    query_validator: QueryValidator | None
-    validation_rules: ValidationRules | None
-    execute_get_queries: bool
-    debug: bool
-    introspection: bool
-    explorer: Explorer | None
-    error_formatter: ErrorFormatter
-    execution_context_class: type[Any] | None  # graphql-core's ExecutionContext (Executor in 3.3)
-
-
-class _ASGIOptions(_AppOptions, total=False):
-    """``ariadne.asgi.GraphQL``'s (not its two handlers: :meth:`CostLimiter.asgi` makes them)."""
-
-    logger: str | Logger | LoggerAdapter[Any] | None
-
-
-class _WSGIOptions(_AppOptions, _HTTPOptions, total=False):
-    """``ariadne.wsgi.GraphQL``'s."""
-
-    logger: str | None
 
 
 class _Scope:
@@ -308,13 +240,15 @@ class CostLimiter(Adapter):
             target.root_value = admission(self, target, target.root_value)
         if target.query_parser is None:
             target.query_parser = self._parse
+        if not isinstance(target.query_validator, _Validator):
+            target.query_validator = _Validator(self.gate, target.query_validator)
         if self.quiet_logs:
             _quiet(target.logger)
 
     def _parse(self, context: Any, data: dict[str, Any]) -> DocumentNode:
         """Ariadne's ``query_parser``: a subject the deny cache refuses is answered before
-        anything is parsed; the parser limits of ``[cost]`` answer their codes; the static
-        pass refuses a hostile document before Ariadne validates it. The handler charges
+        anything is parsed; the parser limits of ``[cost]`` answer their codes (the static
+        pass runs in the ``query_validator``, :class:`_Validator`). The handler charges
         ``[limits] min_charge`` for a refusal here (this hook cannot await)."""
         gate = self.gate
         scope = _scope.get()
@@ -337,9 +271,6 @@ class CostLimiter(Adapter):
                 worktime.stop(op.work)
                 gate.fail(op, [error])
             raise
-        refusal = gate.screen(op, document)
-        if refusal is not None:
-            raise refusal
         if scope is not None:
             scope.document = document
         return document
@@ -467,6 +398,39 @@ class CostLimiter(Adapter):
 
 
 _INVALID = "GRAPHQL_VALIDATION_FAILED"
+
+
+class _Validator:
+    """Ariadne's ``query_validator``: the static pass, then validation (the application's
+    ``query_validator``, or graphql-core's ``validate``), neither run again for a document
+    that passed both (:meth:`Gate.validate`). A refusal of the static pass is answered as
+    a validation error; the handler charges ``[limits] min_charge`` for it."""
+
+    __slots__ = ("_gate", "_validate")
+
+    def __init__(self, gate: Gate, validate: QueryValidator | None) -> None:
+        self._gate = gate
+        self._validate = validate
+
+    def __call__(
+        self,
+        schema: GraphQLSchema,
+        document_ast: DocumentNode,
+        rules: Collection[type[ASTValidationRule]] | None = None,
+        max_errors: int | None = None,
+        type_info: Any = None,
+    ) -> list[GraphQLError]:
+        scope = _scope.get()
+        op = scope.op if scope is not None else None
+        options: dict[str, Any] = {"max_errors": max_errors}
+        if type_info is not None:  # graphql-core 3.2 only
+            options["type_info"] = type_info
+        validate = self._validate or graphql_validate
+
+        def validator(schema: GraphQLSchema, document: DocumentNode, rules: Any) -> Any:
+            return validate(schema, document, rules, **options)
+
+        return self._gate.validate(op, schema, document_ast, rules, validator)
 
 
 def _runs_over_http(document: DocumentNode, name: str | None) -> bool:

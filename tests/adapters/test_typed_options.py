@@ -20,7 +20,7 @@ from ariadne.wsgi import GraphQL as WSGIGraphQL
 
 import quotaql.gate.core
 import quotaql.gate.options
-from quotaql import ariadne, plugin
+from quotaql import _ariadne_options, ariadne, plugin
 from quotaql.gate import Gate
 from quotaql.gate.adapter import Adapter
 from quotaql.gate.options import FromConfigOptions, GateOptions
@@ -94,12 +94,12 @@ def ariadne_keywords(cls: type) -> set[str]:
     ("options", "ariadne_class", "left_out"),
     [
         # The limiter refuses server-sent-event subscriptions (they escape its reach).
-        (ariadne._HTTPOptions, GraphQLHTTPHandler, {"subscription_handlers"}),
-        (ariadne._TransportWSOptions, GraphQLTransportWSHandler, set()),
-        (ariadne._WSOptions, GraphQLWSHandler, set()),
+        (_ariadne_options._HTTPOptions, GraphQLHTTPHandler, {"subscription_handlers"}),
+        (_ariadne_options._TransportWSOptions, GraphQLTransportWSHandler, set()),
+        (_ariadne_options._WSOptions, GraphQLWSHandler, set()),
         # CostLimiter.asgi makes the two handlers.
-        (ariadne._ASGIOptions, ASGIGraphQL, {"schema", "http_handler", "websocket_handler"}),
-        (ariadne._WSGIOptions, WSGIGraphQL, {"schema"}),
+        (_ariadne_options._ASGIOptions, ASGIGraphQL, {"schema", "http_handler", "websocket_handler"}),
+        (_ariadne_options._WSGIOptions, WSGIGraphQL, {"schema"}),
     ],
     ids=["http", "graphql-transport-ws", "graphql-ws", "asgi", "wsgi"],
 )
@@ -112,7 +112,7 @@ def test_the_ariadne_helpers_take_ariadnes_own_keywords(
 
 def test_the_websocket_helper_takes_either_handlers_keywords() -> None:
     either = ariadne_keywords(GraphQLTransportWSHandler) | ariadne_keywords(GraphQLWSHandler)
-    assert set(ariadne._EitherWebsocketOptions.__annotations__) == either
+    assert set(_ariadne_options._EitherWebsocketOptions.__annotations__) == either
 
 
 def test_the_rate_limit_field_takes_strawberrys_field_keywords() -> None:

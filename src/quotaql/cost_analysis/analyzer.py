@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ from quotaql._graphql_compat import GRAPHQL_CORE_VERSION, HAS_PARSER_LIMITS, PAR
 from quotaql.cost_analysis._builder import build_plan
 from quotaql.cost_analysis._cache import plan_for
 from quotaql.cost_analysis._compile import CompiledSchema, compiled_schema, graphql_schema
+from quotaql.cost_analysis._kept import Kept
 from quotaql.cost_analysis._nodes import MAX_NESTING
 from quotaql.cost_analysis.model import CostLimits, CostModel
 from quotaql.cost_analysis.operation import count_values, locations, select_operation
@@ -51,15 +51,14 @@ _BRACES_STRINGS_COMMENTS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|[{}]')
 # How deep graphql-core's parser follows selection sets (it refuses deeper documents).
 _PARSER_NESTING = PARSER_NESTING if PARSER_NESTING is not None else MAX_NESTING
 # Parsed documents kept by their text (and parser limits), so that a repeated query is
-# one document, whose plan is cached: at most this many, of at most this many characters
-# each and in all (a character makes at most one lexical token, which with its nodes is a
-# few hundred bytes).
+# one document, whose validation and plan are cached: at most this many, of at most this
+# many characters each and in all (a character makes at most one lexical token, which with
+# its nodes is a few hundred bytes); a flood of new documents cannot push out those in use
+# (``Kept``).
 _PARSED = 512
 _MAX_PARSED_SIZE = 10_000
 _PARSED_SIZE = 100_000
-_parsed: dict[tuple[str, int | None, int | None], DocumentNode] = {}
-_parsed_size = 0
-_parsed_lock = threading.Lock()
+_parsed: Kept[tuple[str, int | None, int | None], DocumentNode] = Kept(_PARSED, _PARSED_SIZE)
 
 
 def analyze(
@@ -177,31 +176,24 @@ def _within(plan: Plan, limits: CostLimits) -> CostReport:
 def parse_document(source: str, limits: CostLimits = _NO_LIMITS) -> DocumentNode:
     """Parse ``source`` within the parser limits of ``limits``.
 
-    A document of at most 10,000 characters is kept once parsed (the last 512, by their
-    text and limits, 100,000 characters in all): the same text gives the same
-    ``DocumentNode``, whose plan is then cached (graphql-core never changes a parsed
-    document). What does not parse is not kept.
+    A document of at most 10,000 characters is kept once parsed (512 documents by their
+    text and limits, 100,000 characters in all, those found again kept first: see
+    ``Kept``): the same text gives the same ``DocumentNode``, whose validation and plan are
+    then cached (graphql-core never changes a parsed document). What does not parse is not
+    kept.
 
     Raises:
         QuerySyntaxError: not GraphQL (``locations`` has the line and column).
         QueryTooLarge: more tokens than ``max_tokens`` or characters than ``max_length``.
         QueryTooDeep: nested deeper than the parser can follow.
     """
-    global _parsed_size
     key = (source, limits.max_tokens, limits.max_length)
     found = _parsed.get(key)
     if found is not None:
         return found
     document = _parse(source, limits)
     if len(source) <= _MAX_PARSED_SIZE:  # a character makes at most one lexical token
-        with _parsed_lock:
-            if key not in _parsed:
-                _parsed[key] = document
-                _parsed_size += len(source)
-            while _parsed and (len(_parsed) > _PARSED or _parsed_size > _PARSED_SIZE):
-                oldest = next(iter(_parsed))
-                del _parsed[oldest]
-                _parsed_size -= len(oldest[0])
+        _parsed.put(key, document, len(source))
     return document
 
 

@@ -31,7 +31,7 @@ import os
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Unpack
 
-from graphql import DocumentNode, GraphQLError, validate
+from graphql import DocumentNode, GraphQLError
 
 from quotaql import web
 from quotaql._flow import (
@@ -47,21 +47,14 @@ from quotaql._flow import (
 from quotaql.config import Config, default_config, load_config
 from quotaql.contract import (
     RATE_LIMITED,
-    QuotaqlGraphQLError,
     error_code,
-    graphql_error,
     too_many_subscriptions_error,
 )
 from quotaql.cost_analysis._compile import graphql_schema
-from quotaql.cost_analysis.analyzer import parse_document
-from quotaql.cost_analysis.screen import screen
-from quotaql.errors import (
-    CostAnalysisError,
-    LimitExceeded,
-)
 from quotaql.gate import charges, startup, worktime
 from quotaql.gate.answer import BatchAnswers, extensions
 from quotaql.gate.delay import DelayLine
+from quotaql.gate.documents import Documents
 from quotaql.gate.holdings import Holdings
 from quotaql.gate.operation import (
     CostHeader,
@@ -214,6 +207,7 @@ class Gate:
         self._ledger = worktime.Ledger()  # worker time owed, not charged yet
         self._delays = DelayLine(self._record, self._refund_all)
         self._refusals = Refusals(self._record, self._scaling, tier_resolver is not None)
+        self._documents = Documents(self._refusals, self._log)
         self._holdings = Holdings(self._concurrency, self._record, self._refusals.refuse)
         self._responses = BatchAnswers()
         self._configured(self._config)
@@ -261,7 +255,8 @@ class Gate:
     ) -> DocumentNode | list[GraphQLError]:
         """``query`` parsed within the ``[cost]`` parser limits, its shape checked (the
         static pass: :meth:`screen`), then validated (graphql-core's rules, or ``rules``):
-        the document to admit, or the errors to answer with.
+        the document to admit, or the errors to answer with. A document that passed both
+        is not checked again (per schema and rules: :meth:`known`).
 
         For servers that parse themselves (plain graphql-core, Graphene). Give the
         operation :meth:`begin` made: a subject refused a moment ago is answered its
@@ -272,23 +267,7 @@ class Gate:
         graphql-core's validation errors. :meth:`admit` charges ``[limits] min_charge``
         for them.
         """
-        if op is not None and op.error is not None:
-            return op.errors  # denied before parsing
-        if not isinstance(query, str):
-            return [QuotaqlGraphQLError("Send the query as a string.",
-                                        extensions={"code": "GRAPHQL_PARSE_FAILED"})]  # fmt: skip
-        if op is not None:  # parsing, the static pass and validation: its worker time
-            worktime.start(op.work)
-        try:
-            document = self.parse_document(query, op=op)
-            refusal = self.screen(op, document)
-            errors = [refusal] if refusal else validate(graphql_schema(schema), document, rules)
-        except GraphQLError as error:
-            errors = [error]
-        finally:
-            if op is not None:
-                worktime.stop(op.work)
-        return errors or document
+        return self._documents.parse(self._config, schema, query, rules, op)
 
     def screen(self, op: Operation | None, document: DocumentNode) -> GraphQLError | None:
         """The static pass: ``document``'s shape against the ``[cost]`` limits (depth,
@@ -299,26 +278,31 @@ class Gate:
         is quadratic. A shadow-mode ``op`` is not refused: the violation is logged and
         counted. Returns the refusal to answer, or None.
         """
-        limits = self._config.cost.limits
-        if op is not None:
-            op.screened = True
-            if not op.chars:
-                op.chars = charges.text_length(document, limits.max_length)
-        if not limits.screens:
-            return None
-        try:
-            screen(document, limits)
-        except LimitExceeded as exceeded:
-            if op is not None and op.mode is not Mode.ENFORCE:
-                if op.mode is Mode.SHADOW:
-                    op.violated(exceeded.code)
-                    self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
-                return None
-            error = graphql_error(exceeded)
-            if op is not None:
-                self._refusals.failed(op, [error])
-            return error
-        return None
+        found = self._documents.screen(self._config, op, document)
+        return found if isinstance(found, GraphQLError) else None
+
+    def validate(self, op: Operation | None, schema: Any, document: DocumentNode,
+                 rules: Collection[type[ASTValidationRule]] | None = None,
+                 validator: Callable[..., list[GraphQLError]] | None = None,
+                 ) -> list[GraphQLError]:  # fmt: skip
+        """The static pass, then validation (``validator(schema, document, rules)``,
+        graphql-core's ``validate`` by default), unless ``document`` passed both before
+        (:meth:`known`): the errors to answer, the static pass's refusal first."""
+        return self._documents.check(self._config, op, graphql_schema(schema), document,
+                                     rules, validator)  # fmt: skip
+
+    def known(self, op: Operation | None, schema: Any, document: DocumentNode,
+              rules: Collection[type[ASTValidationRule]] | None = None) -> bool:  # fmt: skip
+        """Whether ``document`` passed the static pass (under the limits in force) and
+        validated against ``schema`` with ``rules`` before: then it needs neither again
+        (``op`` counts as screened). For an adapter's validation hook."""
+        return self._documents.known(self._config, op, graphql_schema(schema), document, rules)
+
+    def checked(self, op: Operation | None, schema: Any, document: DocumentNode,
+                rules: Collection[type[ASTValidationRule]] | None = None) -> None:  # fmt: skip
+        """``document`` (screened for ``op``) validated against ``schema`` with ``rules``
+        without an error: :meth:`known` from now on, if the static pass found nothing."""
+        self._documents.checked(self._config, op, graphql_schema(schema), document, rules)
 
     def parse_document(self, query: str, *, op: Operation | None = None) -> DocumentNode:
         """``query`` parsed within the ``[cost]`` parser limits, for an adapter's parse hook;
@@ -328,13 +312,7 @@ class Gate:
             GraphQLError: the error to answer (``GRAPHQL_PARSE_FAILED``, ``QUERY_TOO_LARGE``,
                 ``QUERY_TOO_DEEP``), raised by quotaql (``QuotaqlGraphQLError``).
         """
-        limits = self._config.cost.limits
-        if op is not None and isinstance(query, str):
-            op.chars = charges.text_length(query, limits.max_length)
-        try:
-            return parse_document(query, limits)
-        except CostAnalysisError as error:
-            raise graphql_error(error) from None
+        return self._documents.parse_document(self._config, query, op)
 
     def open_subscriptions(self) -> int:
         """How many subscriptions this process holds open (the gauge's value)."""
@@ -585,8 +563,9 @@ class Gate:
         if op.tier.delays and not subscription:
             self._delays.may_wait(op, config.limits, can_await)
         try:
-            decision: Decision = yield worktime.acquire(op)  # the time quota checked too
-            decision = worktime.points(decision)
+            # The time quota checked too, when due (once a second, or after a charge).
+            decision: Decision = yield worktime.acquire(op, ledger=self._ledger)
+            decision = worktime.points(decision, op, self._ledger)
             self._decided(op, decision)
             if decision.delay > 0 and op.waits is True:  # allowed, at its turn
                 yield from self._delays.wait(op, decision.delay, can_await, self.adaptive)

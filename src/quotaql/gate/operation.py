@@ -113,6 +113,7 @@ class Operation:
         "breakdown",
         "charge",
         "chars",
+        "clean",
         "costs",
         "decision",
         "denied",
@@ -184,6 +185,7 @@ class Operation:
         self.denied = False
         self.failed = False
         self.screened = False
+        self.clean = False  # the static pass found nothing (the document may be kept)
         self.finished = False
         self.multiplier = 1.0
         self.base: tuple[float, ...] | None = None

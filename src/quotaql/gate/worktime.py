@@ -83,6 +83,9 @@ CLOCK, CLOCK_SOURCE = _pick_clock()
 CHARGE_AT_MS: Final = 25.0
 #: The most subjects a process keeps uncharged time of (past it, the oldest is forgotten).
 LEDGER_SIZE: Final = 100_000
+#: How long a process lets a subject whose time quota it found not in debt run without
+#: checking that quota again (its own charges of the subject's time make it check at once).
+CHECK_EVERY_S: Final = 1.0
 
 
 class _Thread(threading.local):
@@ -163,8 +166,26 @@ class Ledger:
     def __init__(self, size: int = LEDGER_SIZE, threshold: float = CHARGE_AT_MS) -> None:
         self._lock = threading.Lock()
         self._owed: dict[tuple[str, Quota], float] = {}
+        # The subjects whose time quota was found not in debt: until when it needs no check.
+        self._solvent: dict[str, tuple[Quota, float]] = {}
         self.size = size
         self.threshold = threshold
+
+    def due(self, key: str, quota: Quota) -> bool:
+        """Whether ``key``'s next debit checks its time ``quota`` (at cost 0): unless this
+        process found it not in debt less than :data:`CHECK_EVERY_S` ago and charged it
+        nothing since. Another process's charges are seen within that delay."""
+        found = self._solvent.get(key)
+        return found is None or found[0] is not quota or time.monotonic() >= found[1]
+
+    def solvent(self, key: str, quota: Quota) -> None:
+        """``key``'s time ``quota`` was found not in debt just now."""
+        with self._lock:
+            solvent = self._solvent
+            solvent.pop(key, None)
+            solvent[key] = (quota, time.monotonic() + CHECK_EVERY_S)
+            if len(solvent) > self.size:
+                del solvent[next(iter(solvent))]
 
     def __len__(self) -> int:
         return len(self._owed)
@@ -176,6 +197,7 @@ class Ledger:
         with self._lock:
             owed = self._owed.pop(slot, 0.0) + ms
             if owed >= self.threshold:
+                self._solvent.pop(key, None)  # charged now: checked on its next debit
                 return owed
             self._owed[slot] = owed  # re-inserted last: the most recent
             if len(self._owed) > self.size:
@@ -188,15 +210,17 @@ def acquire(
     charge: float | None = None,
     quotas: tuple[Quota, ...] | None = None,
     costs: tuple[float, ...] | None = None,
+    ledger: Ledger | None = None,
 ) -> Acquire:
     """The debit of ``op`` (``charge`` on ``quotas``, each its own of ``costs``; by default
     the operation's) with its time quota checked too, at cost 0: refused while the
-    subject's worker time is in debt (:func:`points` takes it out of the decision)."""
+    subject's worker time is in debt (:func:`points` takes it out of the decision). With
+    ``ledger``, only when it is due (:meth:`Ledger.due`)."""
     if charge is None:
         charge, quotas, costs = op.charge, op.quotas, op.costs
     quotas = quotas or ()
     quota = op.time
-    if quota is None:
+    if quota is None or (ledger is not None and not ledger.due(op.subject.key, quota)):
         return Acquire(op.subject.key, charge, quotas, costs)
     amounts = costs if costs is not None else (charge,) * len(quotas)
     return Acquire(op.subject.key, charge, (*quotas, quota), (*amounts, 0.0))
@@ -238,15 +262,24 @@ def charge(
     return ms
 
 
-def points(decision: Decision) -> Decision:
+def points(
+    decision: Decision, op: Operation | None = None, ledger: Ledger | None = None
+) -> Decision:
     """``decision`` (of an operation's quotas and its time quota) as the operation's points
-    see it: without the time quota's status, unless the time quota refused it."""
+    see it: without the time quota's status, unless the time quota refused it. With ``op``
+    and ``ledger``: a time quota found not in debt is noted (:meth:`Ledger.solvent`)."""
     statuses = decision.quotas
     if decision.limited_by == TIME_QUOTA:
         return decision
-    kept = tuple(status for status in statuses if status.name != TIME_QUOTA)
-    if len(kept) == len(statuses):
-        return decision
+    if not statuses or statuses[-1].name != TIME_QUOTA:  # acquire() puts it last
+        if all(status.name != TIME_QUOTA for status in statuses):
+            return decision
+        kept = tuple(status for status in statuses if status.name != TIME_QUOTA)
+    else:
+        kept = statuses[:-1]
+        if ledger is not None and op is not None and op.time is not None:
+            if statuses[-1].remaining > 0:
+                ledger.solvent(op.subject.key, op.time)
     if not decision.allowed or not kept:
         return decision._replace(quotas=kept)
     tightest = kept[0]

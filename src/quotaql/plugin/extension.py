@@ -153,11 +153,12 @@ class _Extension(SchemaExtension):
 
     def on_validate(self) -> Iterator[None]:
         op = self._op
-        if op is not None and self._screen(op) is not None:
+        known = self._known(op)
+        if not known and op is not None and self._screen(op) is not None:
             self._unpriced(op, op.errors)
             self._refused(op)
         yield
-        self._validated(op)
+        self._validated(op, known)
         errors = self._invalid(op) if op is not None else None
         if errors and op is not None:
             self._unpriced(op, errors)
@@ -236,11 +237,34 @@ class _Extension(SchemaExtension):
                 return error
         return None
 
-    @staticmethod
-    def _validated(op: Operation | None) -> None:
-        """Validation ended: the worker time measured since :meth:`_parse` is ``op``'s."""
-        if op is not None:
-            worktime.stop(op.work)
+    def _known(self, op: Operation | None) -> bool:
+        """Whether the document passed the static pass and Strawberry's validation (with
+        the rules in force) before: then neither runs again (Strawberry validates only
+        while ``pre_execution_errors`` is None)."""
+        ctx = self.execution_context
+        document = ctx.graphql_document
+        if (
+            op is None
+            or document is None
+            or ctx.pre_execution_errors is not None
+            or not ctx.validation_rules
+            or not self._gate.known(op, ctx.schema, document, ctx.validation_rules)
+        ):
+            return False
+        ctx.pre_execution_errors = []
+        return True
+
+    def _validated(self, op: Operation | None, known: bool) -> None:
+        """Validation ended: the worker time measured since :meth:`_parse` is ``op``'s; a
+        document Strawberry found valid is known from now on (if the static pass found
+        nothing)."""
+        if op is None:
+            return
+        worktime.stop(op.work)
+        ctx = self.execution_context
+        document = ctx.graphql_document
+        if not known and ctx.pre_execution_errors == [] and document is not None:
+            self._gate.checked(op, ctx.schema, document, ctx.validation_rules)
 
     def _screen(self, op: Operation) -> GraphQLError | None:
         """The static pass, before Strawberry validates (which it then does not)."""
@@ -320,13 +344,18 @@ _UNREACHED = QuotaqlGraphQLError(
 )
 
 
-# Strawberry's extensions that parse or validate outside quotaql's limits.
-_UNLIMITED_EXTENSIONS = frozenset({"ParserCache", "ValidationCache"})
+# Strawberry's extensions whose work quotaql does, within its limits: what each does there.
+_UNLIMITED_EXTENSIONS = {
+    "ParserCache": "parses every new document in full, whatever its size",
+    "ValidationCache": "validates every document, a hostile one in full, even one the static"
+    " pass refused",
+}
 _checked_schemas: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _check_extensions(gate: Gate, schema: Any) -> None:
-    """Say (once per schema) that an extension beside the limiter undoes its limits."""
+    """Say (once per schema) that an extension beside the limiter does again, outside its
+    limits, what the limiter does: keep parsed documents and validation results."""
     found = sorted(
         name
         for extension in getattr(schema, "extensions", ())
@@ -337,10 +366,11 @@ def _check_extensions(gate: Gate, schema: Any) -> None:
         gate.log.log(
             logging.ERROR,
             "unlimited_extension",
-            "quotaql: %s on this schema parses or validates documents outside the [cost]"
-            " limits (a multi-megabyte document is parsed, a hostile one validated in"
-            " full): remove it (docs/strawberry.md)",
+            "quotaql: %s on this schema is not needed: quotaql keeps parsed documents and"
+            " validates each document once, within the [cost] limits; %s. Remove it"
+            " (docs/strawberry.md)",
             " and ".join(found),
+            "; ".join(f"{name} {_UNLIMITED_EXTENSIONS[name]}" for name in found),
         )
 
 
@@ -442,11 +472,12 @@ class _AsyncExtension(_Extension):
 
     async def on_validate(self) -> AsyncIterator[None]:  # type: ignore[override]
         op = self._op
-        if op is not None and self._screen(op) is not None:
+        known = self._known(op)
+        if not known and op is not None and self._screen(op) is not None:
             await self._gate.reject_async(op, op.errors)
             self._refused(op)
         yield
-        self._validated(op)
+        self._validated(op, known)
         errors = self._invalid(op) if op is not None else None
         if errors and op is not None:
             await self._gate.reject_async(op, errors)
