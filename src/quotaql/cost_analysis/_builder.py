@@ -458,7 +458,20 @@ class Builder:
             if not compiled.is_list:
                 n, sliced = 1.0, False
             else:
-                n, sliced = self._own_size(compiled, node)
+                # The commonest list: one argument, its Int slicing argument, a literal in
+                # range (read here, without a call); any other, by _own_size.
+                n, sliced, arguments = -1.0, True, node.arguments
+                if arguments and len(arguments) == 1 and compiled.int_slice is not None:
+                    argument = arguments[0]
+                    literal = argument.value
+                    if (
+                        literal.__class__ is IntValueNode
+                        and argument.name.value == compiled.int_slice
+                        and 0 <= (number := int(literal.value)) <= _INT_MAX
+                    ):
+                        n = float(number)
+                if n < 0.0:
+                    n, sliced = self._own_size(compiled, node)
         else:
             n, sliced, size_below = self._sizes(compiled, node, name, sized)
         args = 0.0
