@@ -2,7 +2,10 @@
 
 Each node is built bottom-up, once, and holds what its subtree costs: the field cost
 ``fc``, the IBM type cost ``tc``, the estimate of what may have run below an error that
-erased it, its depth and its aliases.
+erased it, its depth and its aliases. A plan makes one node per field of the operation, so
+the nodes have no ``__init__``: :func:`new_field`, :func:`new_selection` and
+:func:`abstract_selection` make them and set their slots (one Python frame less each), and
+the selections of fields that cost nothing are shared (:data:`FREE`, :func:`free_selection`).
 """
 
 from __future__ import annotations
@@ -31,9 +34,6 @@ __all__ = [
 # Selection sets nested deeper than this (fields, inline fragments and fragment spreads
 # together) are refused whatever the limits say: planning recurses once per level.
 MAX_NESTING = 256
-
-# The nodes have no ``__init__``: they are made by functions that set their slots, one
-# Python frame less per node (a plan makes one per field of the operation).
 
 
 class Field:

@@ -11,7 +11,9 @@ Every price the library gives comes from the plan: :class:`CostReport` (the cost
 aliases and root fields), :attr:`CostReport.by_coordinate`, :attr:`CostReport.root_field_costs`
 and the actual cost after execution (:meth:`Plan.actual`), which walks the plan against
 ``data``, never the document. Plans are cached per compiled schema, keyed by the document,
-the operation and the values of the variables the plan read.
+the operation and the values of the variables the plan read. A report reads its plan through
+the plan's :class:`Pricing` (never the plan itself): the two form no reference cycle, so a
+plan the cache drops is freed at once, without waiting for the garbage collector.
 
 Per field, with ``n`` its list size (1 for a field that is not a list) and ``args`` the cost
 of its arguments and directives (input objects and their fields included)::
