@@ -39,6 +39,11 @@ time: cache misses, branch mispredictions, system calls and the waits on Redis a
 ``redis-server`` that runs outside valgrind: its own instructions are NOT counted, only the
 Python process's (the client side of Redis: encoding, the socket calls, decoding).
 
+quotaql's worker-time clock (the time quota, ``gate/worktime.py``) is divided in the child by
+valgrind's slowdown, measured on one pure-Python loop natively (the parent) and under valgrind
+(the child): an operation of 1 ms natively is then charged its time once in ~25 requests, as
+natively, not on every request as valgrind's 50-fold CPU time would make it.
+
 Every wait is bounded (a run ``RUN_TIMEOUT_S``, the whole child ``CHILD_TIMEOUT_S``); on any
 failure the runs and the child are killed by their PIDs. The module takes about 5 minutes.
 ``QUOTAQL_BENCH_QUICK=1``: a smoke run, fewer requests, C=1 only (the Targets are skipped).

@@ -266,7 +266,7 @@ def rate_limit_headers(decision: Decision, quotas: Sequence[Quota]) -> dict[str,
     name = decision.limited_by or _tightest(decision)
     remaining = max(0, math.floor(decision.remaining))
     reset = max(0, math.ceil(decision.reset_after))
-    headers["RateLimit-Policy"] = ", ".join(quota.policy for quota in quotas)
+    headers["RateLimit-Policy"] = _policies(quotas)
     headers["RateLimit"] = f'"{name}";r={remaining};t={reset}'
     headers["X-RateLimit-Limit"] = _points(decision.limit)
     headers["X-RateLimit-Remaining"] = str(remaining)
@@ -274,6 +274,24 @@ def rate_limit_headers(decision: Decision, quotas: Sequence[Quota]) -> dict[str,
     if not decision.allowed and decision.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(decision.retry_after)))
     return headers
+
+
+# ``RateLimit-Policy`` by the quotas it lists (their ids; the quotas held, compared by
+# identity): the same few tuples of quotas answer every request.
+_POLICIES: dict[tuple[int, ...], tuple[Sequence[Quota], str]] = {}
+_POLICIES_SIZE = 1024
+
+
+def _policies(quotas: Sequence[Quota]) -> str:
+    key = tuple(map(id, quotas))
+    found = _POLICIES.get(key)
+    if found is not None and all(a is b for a, b in zip(found[0], quotas, strict=True)):
+        return found[1]
+    value = ", ".join(quota.policy for quota in quotas)
+    if len(_POLICIES) >= _POLICIES_SIZE:  # configurations reloaded many times
+        _POLICIES.clear()
+    _POLICIES[key] = (tuple(quotas), value)
+    return value
 
 
 def _tightest(decision: Decision) -> str:

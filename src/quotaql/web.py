@@ -321,12 +321,31 @@ def set_headers(response: Any, headers: Mapping[str, str], *, remove: Sequence[s
     target = getattr(response, "headers", None)
     if target is None:
         return
+    cls = type(target)
+    if cls.__name__ == "MutableHeaders" and cls.__module__ == "starlette.datastructures":
+        _set_raw(target.raw, headers, remove)  # one pass over its list, not one per header
+        return
     for name, value in headers.items():
         target[name] = value
     for name in remove:
         if name not in headers:
             with contextlib.suppress(KeyError):
                 del target[name]
+
+
+def _set_raw(
+    raw: list[tuple[bytes, bytes]], headers: Mapping[str, str], remove: Sequence[str]
+) -> None:
+    """Starlette's ``MutableHeaders.__setitem__`` for each of ``headers`` (and ``del`` for
+    each of ``remove`` they do not set), in one pass over its raw list."""
+    encoded = [
+        (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
+    ]
+    dropped = {name for name, _ in encoded}
+    dropped.update(name.lower().encode("latin-1") for name in remove)
+    if any(name in dropped for name, _ in raw):
+        raw[:] = [item for item in raw if item[0] not in dropped]
+    raw.extend(encoded)
 
 
 # -- the frameworks' own logs -------------------------------------------------------------

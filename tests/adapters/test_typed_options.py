@@ -98,7 +98,11 @@ def ariadne_keywords(cls: type) -> set[str]:
         (_ariadne_options._TransportWSOptions, GraphQLTransportWSHandler, set()),
         (_ariadne_options._WSOptions, GraphQLWSHandler, set()),
         # CostLimiter.asgi makes the two handlers.
-        (_ariadne_options._ASGIOptions, ASGIGraphQL, {"schema", "http_handler", "websocket_handler"}),
+        (
+            _ariadne_options._ASGIOptions,
+            ASGIGraphQL,
+            {"schema", "http_handler", "websocket_handler"},
+        ),
         (_ariadne_options._WSGIOptions, WSGIGraphQL, {"schema"}),
     ],
     ids=["http", "graphql-transport-ws", "graphql-ws", "asgi", "wsgi"],

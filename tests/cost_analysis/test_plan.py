@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import gc
+
 import pytest
 from graphql import parse
 
-from quotaql.cost_analysis import CostModel, actual_cost, analyze
+from quotaql.cost_analysis import CostModel, CostReport, actual_cost, analyze
 from quotaql.cost_analysis._cache import plan_cache, plan_for
 from quotaql.cost_analysis._compile import compiled_schema
+from quotaql.cost_analysis._nodes import Field, Selection
 from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.errors import InvalidVariables, SlicingArgumentRequired
 from tests.cost_analysis.conftest import build
@@ -223,3 +227,42 @@ def test_slicing_argument_default_value_stands_in_only_when_no_slicing_argument_
     assert analyze(schema, "{ books { nodes { title } } }").cost == 1 + 10
     with pytest.raises(SlicingArgumentRequired):
         analyze(schema, "{ required { nodes { title } } }")
+
+
+def test_a_plans_report_is_the_frozen_dataclass_its_constructor_would_make():
+    # The plan fills its report's slots through their descriptors (not the dataclass's
+    # __init__): every field is set, and the report is the one the constructor makes.
+    report = analyze(SCHEMA, "query Named { users(first: 3) { friends { id } } }")
+    values = {f.name: getattr(report, f.name) for f in dataclasses.fields(CostReport)}
+    assert values["_plan"] is not None
+    assert values["_by_coordinate"] is values["_root_costs"] is None  # not read yet
+    made = CostReport(**values)
+    assert made == report
+    assert repr(made) == repr(report)
+    assert hash(made) == hash(report)
+    assert (report.cost, report.depth, report.operation_name) == (18, 3, "Named")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.cost = 1.0  # type: ignore[misc]
+
+
+def test_a_plan_the_cache_drops_is_freed_without_the_garbage_collector():
+    # A plan and its report form no reference cycle: dropped, a plan's nodes go at once
+    # (before, every plan waited for a collection, which each pricing paid for).
+    def planned() -> int:
+        return sum(1 for o in gc.get_objects() if isinstance(o, Field | Selection))
+
+    document = parse("{ users(first: 3) { id friends { id friends(first: 2) { id } } } }")
+    plan_cache(compiled()).clear()  # the plans of other documents go first
+    gc.collect()
+    gc.disable()
+    try:
+        before = planned()
+        report = analyze(SCHEMA, document)
+        assert report.by_coordinate  # the plan walked once, as the gate's settle does
+        assert report.actual({"users": [{"id": "1", "friends": []}]}) == 1
+        assert planned() > before
+        del report
+        plan_cache(compiled()).clear()
+        assert planned() == before
+    finally:
+        gc.enable()

@@ -1,6 +1,7 @@
 """The request's variables as the pricing reads them: counted against ``max_variable_values``
-before anything else, a scalar coerced as graphql-core coerces it, a list or an object left
-to the execution to coerce (once), of which the price reads only what it needs."""
+before anything else, a scalar coerced as graphql-core coerces it (or known valid at once
+when its type, a standard scalar, takes it as it is), a list or an object left to the
+execution to coerce (once), of which the price reads only what it needs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 import pytest
 from graphql import GraphQLScalarType, execute_sync, parse
 
-from quotaql.cost_analysis import CostLimits, analyze
+from quotaql._graphql_compat import get_variable_values
+from quotaql.cost_analysis import CostLimits, analyze, operation
 from quotaql.cost_analysis._cache import _UNKEPT, _freeze
 from quotaql.cost_analysis.model import SAFE_LIMITS
 from quotaql.cost_analysis.operation import count_values
@@ -214,3 +216,56 @@ def test_a_long_list_is_not_kept_as_a_cache_key_nor_walked_to_find_out() -> None
     assert _freeze({"a": Watched([1] * 300)}) is _UNKEPT
     assert Watched.iterated == []
     assert _freeze([1, 2, 3]) == (list, ((int, 1), (int, 2), (int, 3)))
+
+
+# -- scalars their type takes as they are --------------------------------------------------
+
+_SCALAR_TYPES = ("String", "String!", "ID", "ID!", "Int", "Int!", "Boolean", "Boolean!", "Float",
+                 "Counted")  # fmt: skip
+_SCALAR_VALUES = ("", "3", 0, 3, -1, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 10**30, 3.0, 3.5,
+                  True, False, None, [3], {"a": 1})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "sdl", [SDL, "type Query { hello: String }"], ids=["rich", "no Int nor ID"]
+)
+def test_a_scalar_variable_is_refused_exactly_when_graphql_core_refuses_it(sdl: str) -> None:
+    # A value its type takes as it is (a str for a String, an int in 32 bits for an Int, ...)
+    # is known valid without graphql-core's coercion: everything else is coerced as before,
+    # so the verdict and the message stay graphql-core's (a schema without Int or ID refuses
+    # those types whatever the value).
+    schema = build(sdl)
+    for type_name in _SCALAR_TYPES:
+        document = parse(f"query ($v: {type_name}) {{ hello }}")
+        definitions = document.definitions[0].variable_definitions  # type: ignore[attr-defined]
+        for value in _SCALAR_VALUES:
+            expected = get_variable_values(schema, definitions, {"v": value}, max_errors=10)
+            if isinstance(expected, list):
+                with pytest.raises(InvalidVariables) as raised:
+                    analyze(schema, document, {"v": value})
+                assert raised.value.message == " ".join(e.message for e in expected), (
+                    type_name,
+                    value,
+                )
+            else:
+                assert analyze(schema, document, {"v": value}).cost == 0, (type_name, value)
+
+
+def test_a_plain_scalar_is_checked_without_graphql_cores_coercion(
+    schema: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coerced: list[list[str]] = []
+
+    def counting(schema: Any, definitions: Any, inputs: Any, max_errors: Any = None) -> Any:
+        coerced.append([d.variable.name.value for d in definitions])
+        return get_variable_values(schema, definitions, inputs, max_errors)
+
+    monkeypatch.setattr(operation, "get_variable_values", counting)
+    query = "query ($s: String!, $i: ID, $n: Int!, $b: Boolean, $c: Counted) { hello }"
+    analyze(schema, query, {"s": "x", "i": "7", "n": 3, "b": True})
+    assert coerced == [["c"]]  # only the one not sent (nullable: fine)
+    analyze(schema, query, {"s": "x", "i": 7, "n": 3, "b": False, "c": 1})
+    assert coerced == [["c"], ["c"]]  # a custom scalar is always coerced
+    with pytest.raises(InvalidVariables, match=r"\$n"):
+        analyze(schema, query, {"s": "x", "n": "3"})
+    assert coerced[-1] == ["i", "n", "b", "c"]

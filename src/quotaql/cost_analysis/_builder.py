@@ -21,7 +21,17 @@ from graphql import (
 )
 
 from quotaql.cost_analysis._compile import NO_VALUE, list_size_value
-from quotaql.cost_analysis._nodes import EMPTY, MAX_NESTING, Field, Selection, free_selection
+from quotaql.cost_analysis._nodes import (
+    EMPTY,
+    FREE,
+    MAX_NESTING,
+    Field,
+    Selection,
+    abstract_selection,
+    free_selection,
+    new_field,
+    new_selection,
+)
 from quotaql.cost_analysis.operation import literal_of, locations, variable_values
 from quotaql.cost_analysis.plan import Plan
 from quotaql.errors import (
@@ -45,17 +55,21 @@ if TYPE_CHECKING:
         CompiledType,
         InputCost,
     )
-    from quotaql.cost_analysis.model import OperationType
-
 __all__ = ["Builder", "build_plan", "input_cost"]
 
 # GraphQL `Int` is 32-bit: a larger literal for an Int argument fails coercion.
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _MISSING: Any = NO_VALUE  # a variable not sent, a slicing argument with no value
+_NO_NAMES: frozenset[str] = frozenset()
+_FREE_COUNT = len(FREE)
 
 # A field node collected for a response key: the node, the type it is read on (its
 # enclosing selection set's type), and the fragment it was written in (for cycles).
 _Entry = tuple[FieldNode, "CompiledType", "str | None"]
+# The field nodes of one response key: the node alone in the common case (one node,
+# written in the operation, read on the runtime type: no tuple nor list to make), else
+# the list of its entries.
+_Group = FieldNode | list[_Entry]
 # sizedFields below a field: the names (a name mapped to None is sized, a name mapped to
 # a tree passes the size further down), the size and whether a slicing argument gave it.
 _Sized = tuple[Mapping[str, Any], float, bool] | None
@@ -63,14 +77,14 @@ _Sized = tuple[Mapping[str, Any], float, bool] | None
 
 class _Collected:
     """A selection set's fields, as ``CollectFields`` merges them: the field nodes by
-    response key, and the keys of fields that cost nothing (whether aliased, whether
-    ``__typename``)."""
+    response key, the keys of fields that cost nothing (each mapped to whether it is
+    ``__typename``) and how many of those are aliased."""
 
     __slots__ = ("groups", "leaf_aliases", "leaves")
 
     def __init__(self) -> None:
-        self.groups: dict[str, list[_Entry]] = {}
-        self.leaves: dict[str, tuple[bool, bool]] = {}
+        self.groups: dict[str, _Group] = {}
+        self.leaves: dict[str, bool] = {}
         self.leaf_aliases = 0
 
 
@@ -114,21 +128,29 @@ class Builder:
         self.free_leaves = True  # count fields that cost nothing rather than plan them
 
     def plan(self, operation: OperationDefinitionNode) -> Plan:
-        operation_type: OperationType = operation.operation.value
-        root_type = self.compiled.schema.get_root_type(operation.operation)
-        if root_type is None:
+        kind = operation.operation
+        for entry in self.compiled.operations:
+            if entry[0] is kind:
+                _, operation_type, root, weight = entry
+                break
+        else:  # not an operation type of graphql-core's
+            raise InvalidQuery(f"Unknown operation type {kind!r}.", locations=locations(operation))
+        if root is None:
             raise InvalidQuery(
                 f"The schema does not support {operation_type} operations.",
                 locations=locations(operation),
             )
-        root = self.types[root_type.name]
         # Root fields are all planned, free or not: root-field quotas count each one.
         self.free_leaves = False
-        collected = self._collect(root, root, [(operation.selection_set, root, None)], 1)
+        groups: dict[str, _Group] = {}
+        leaves: dict[str, bool] = {}
+        leaf_aliases = self._gather(root, root, root, operation.selection_set, groups, leaves,
+                                    None, (), None, 1)  # fmt: skip
         self.free_leaves = True
-        selection = self._selection_of(collected, root, None, 1)
-        root_fields = len(collected.groups) + len(collected.leaves)
-        return Plan(self.compiled.model, operation, selection, root_fields, root.weight)
+        selection = self._selection_of(groups, leaves, leaf_aliases, root, None, 1)
+        root_fields = len(groups) + len(leaves)
+        return Plan(self.compiled.model, operation, operation_type, weight, selection,
+                    root_fields, root.weight)  # fmt: skip
 
     # -- collecting (graphql-core's CollectFields) ------------------------------------
 
@@ -146,10 +168,12 @@ class Builder:
         nothing whatever they return are only counted, as ``leaves``.
         """
         collected = _Collected()
+        groups, leaves = collected.groups, collected.leaves
         visited: set[str] = set()
         for selection_set, scope, origin in selection_sets:
-            self._gather(runtime, lookup, scope, selection_set, collected, visited, (), origin,
-                         level)  # fmt: skip
+            collected.leaf_aliases += self._gather(
+                runtime, lookup, scope, selection_set, groups, leaves, visited, (), origin, level
+            )
         return collected
 
     def _gather(
@@ -158,15 +182,16 @@ class Builder:
         lookup: CompiledType | None,
         scope: CompiledType,
         selection_set: SelectionSetNode,
-        collected: _Collected,
-        visited: set[str],
+        groups: dict[str, _Group],
+        leaves: dict[str, bool],
+        visited: set[str] | None,
         spreading: tuple[str, ...],
         origin: str | None,
         level: int,
-    ) -> None:
-        groups, leaves = collected.groups, collected.leaves
-        fields = (lookup or scope).fields
-        directive_costs = self.directive_costs
+    ) -> int:
+        """Collect ``selection_set`` into ``groups`` and ``leaves`` (see ``_collect``);
+        the number of aliased fields it added to ``leaves``. ``visited``: the fragments
+        spread so far (None: none yet, made at the first spread)."""
         if level > MAX_NESTING:
             raise QueryTooDeep(
                 level,
@@ -175,34 +200,40 @@ class Builder:
                 " (fields, fragments and inline fragments together)",
                 locations=locations(selection_set),
             )
+        on = lookup or scope
+        # Free fields are planned as counts only below the root (root-field quotas count
+        # each root field): a field named here costs nothing whatever it returns.
+        free = on.free_names if self.free_leaves else _NO_NAMES
+        directive_costs = self.directive_costs
+        leaf_aliases = 0
         for selection in selection_set.selections:
-            if selection.directives and not self._included(selection.directives):
+            directives = selection.directives
+            if directives and not self._included(directives):
                 continue
             if selection.__class__ is FieldNode:  # (hot: the exact class, as graphql-core makes it)
                 name = selection.name.value
-                key = selection.alias.value if selection.alias is not None else name
-                found = groups.get(key)
-                if found is not None:
+                alias = selection.alias
+                key = name if alias is None else alias.value
+                if key in groups:
+                    found = groups[key]
+                    if isinstance(found, FieldNode):  # a second node: a list of them
+                        found = groups[key] = [(found, on, None)]
                     found.append((selection, scope, origin))
                     continue
                 if key in leaves:
                     continue  # the same free field again (validation: the same field)
-                compiled = fields.get(name)
-                if (
-                    (
-                        compiled.free_leaf
-                        and self.free_leaves
-                        and not (directive_costs and selection.directives)
-                    )
-                    if compiled is not None
-                    else name == "__typename"
-                ):
-                    aliased = selection.alias is not None
-                    leaves[key] = (aliased, name == "__typename")
-                    if aliased:
-                        collected.leaf_aliases += 1
+                if name in free and not (directive_costs and directives):
+                    leaves[key] = False
+                elif name == "__typename" and name not in on.fields:
+                    leaves[key] = True
+                elif lookup is not None and origin is None:
+                    groups[key] = selection  # read on the runtime type (see _Group)
+                    continue
                 else:
                     groups[key] = [(selection, scope, origin)]
+                    continue
+                if alias is not None:
+                    leaf_aliases += 1
             elif selection.__class__ is InlineFragmentNode:
                 condition = scope
                 if selection.type_condition is not None:
@@ -214,9 +245,11 @@ class Builder:
                     condition = found_type
                 if runtime is not None and runtime.name not in condition.possible:
                     continue
-                self._gather(
-                    runtime, lookup, condition, selection.selection_set, collected, visited,
-                    spreading, origin, level + 1,
+                if visited is None:
+                    visited = set()  # shared with the fragments below, spread or inline
+                leaf_aliases += self._gather(
+                    runtime, lookup, condition, selection.selection_set, groups, leaves,
+                    visited, spreading, origin, level + 1,
                 )  # fmt: skip
             else:
                 spread = cast("FragmentSpreadNode", selection)
@@ -224,7 +257,9 @@ class Builder:
                 if name in spreading:
                     self._cycle(name, spreading, spread)
                     continue
-                if name in visited:
+                if visited is None:
+                    visited = set()
+                elif name in visited:
                     continue
                 definition = self.fragments.get(name)
                 if definition is None:
@@ -241,10 +276,11 @@ class Builder:
                 if runtime is not None and runtime.name not in found_type.possible:
                     continue
                 visited.add(name)
-                self._gather(
-                    runtime, lookup, found_type, definition.selection_set, collected, visited,
-                    (*spreading, name), name, level + 1,
+                leaf_aliases += self._gather(
+                    runtime, lookup, found_type, definition.selection_set, groups, leaves,
+                    visited, (*spreading, name), name, level + 1,
                 )  # fmt: skip
+        return leaf_aliases
 
     def _narrows(
         self, parent: CompiledType, selection_sets: Sequence[SelectionSetNode], seen: set[str]
@@ -282,20 +318,21 @@ class Builder:
 
     def _selection_of(
         self,
-        collected: _Collected,
+        groups: dict[str, _Group],
+        leaves: dict[str, bool],
+        leaf_aliases: int,
         runtime: CompiledType | None,
         sized: _Sized,
         level: int,
     ) -> Selection:
         fields: list[Field] = []
-        for key, entries in collected.groups.items():
+        for key, entries in groups.items():
             planned = self._field(key, entries, runtime, sized, level)
             if planned is not None:
                 fields.append(planned)
-        leaves = collected.leaves
         if fields:
-            return Selection(tuple(fields), leaves=len(leaves), leaf_aliases=collected.leaf_aliases)
-        return free_selection(len(leaves), collected.leaf_aliases)
+            return new_selection(fields, len(leaves), leaf_aliases)
+        return free_selection(len(leaves), leaf_aliases)
 
     def _children(
         self,
@@ -304,14 +341,8 @@ class Builder:
         sized: _Sized,
         level: int,
     ) -> Selection:
-        if len(entries) == 1 and not child.abstract:  # the common case, inlined
-            node, _, origin = entries[0]
-            if node.selection_set is None:
-                return EMPTY
-            collected = _Collected()
-            self._gather(child, child, child, node.selection_set, collected, set(), (), origin,
-                         level)  # fmt: skip
-            return self._selection_of(collected, child, sized, level)
+        """The selections of a field of type ``child`` whose nodes are ``entries``, but
+        for one node of an object type (``_field`` plans that one itself)."""
         sets = [
             (node.selection_set, child, origin)
             for node, _, origin in entries
@@ -320,10 +351,15 @@ class Builder:
         if not sets:
             return EMPTY
         if not child.abstract:
-            return self._selection_of(self._collect(child, child, sets, level), child, sized,
-                                      level)  # fmt: skip
+            found = self._collect(child, child, sets, level)
+            return self._selection_of(
+                found.groups, found.leaves, found.leaf_aliases, child, sized, level
+            )
         if not self._narrows(child, [s[0] for s in sets], set()):
-            return self._selection_of(self._collect(None, None, sets, level), None, sized, level)
+            found = self._collect(None, None, sets, level)
+            return self._selection_of(
+                found.groups, found.leaves, found.leaf_aliases, None, sized, level
+            )
         # Fragments narrow by type: each possible type runs its own fields. They are read
         # on the type they were selected on (the interface's own definition for fields
         # outside `... on T`), so that the possible types share them: nested interfaces
@@ -340,10 +376,13 @@ class Builder:
             collected = self._collect(self.types[type_name], None, sets, level)
             for key in collected.groups:
                 typename[key] = False  # some field other than __typename answers it
-            for key, (_, is_typename) in collected.leaves.items():
+            for key, is_typename in collected.leaves.items():
                 typename[key] = typename.get(key, True) and is_typename
             identity = (
-                tuple((key, *(id(e[0]) for e in found)) for key, found in collected.groups.items()),
+                tuple(
+                    (key, *(id(e[0]) for e in cast("list[_Entry]", found)))
+                    for key, found in collected.groups.items()
+                ),
                 tuple(collected.leaves),
                 sized_key,
             )
@@ -356,17 +395,19 @@ class Builder:
         for type_name, identity, collected in per_type:
             selection = self.selections.get(identity)
             if selection is None:
-                selection = self._selection_of(collected, None, sized, level)
+                selection = self._selection_of(
+                    collected.groups, collected.leaves, collected.leaf_aliases, None, sized, level
+                )
                 self.selections[identity] = selection
             by_type[type_name] = selection
         keys = tuple(key for key, only in typename.items() if only)
-        result = self.selections[whole] = Selection((), by_type, keys)
+        result = self.selections[whole] = abstract_selection(by_type, keys)
         return result
 
     def _field(
         self,
         key: str,
-        entries: list[_Entry],
+        group: _Group,
         runtime: CompiledType | None,
         sized: _Sized,
         level: int,
@@ -375,9 +416,18 @@ class Builder:
         definition as the executor reads it (``Mutation.export`` however a fragment on an
         interface spells it); below an interface or a union (``runtime`` None), on the
         type it was selected on."""
-        node, scope, origin = entries[0]
-        if runtime is not None:
-            scope = runtime
+        # A node written in a fragment may be reached along several paths (a DAG: plan
+        # it once) or around a cycle, and so may one below an interface or a union (each
+        # possible type reaches it); one written in the operation on objects, only once.
+        if isinstance(group, list):
+            entries = group
+            node, scope, origin = entries[0]
+            if runtime is not None:
+                scope = runtime
+            shared = origin is not None or runtime is None or len(entries) > 1
+        else:  # the common case: one node, written in the operation, read on ``runtime``
+            assert runtime is not None  # (gathered with a lookup type: see _Group)
+            node, scope, origin, shared = group, runtime, None, False
         name = node.name.value
         compiled = scope.fields.get(name)
         if compiled is None:
@@ -392,10 +442,6 @@ class Builder:
                 f"Introspection is disabled on this server: '{name}' cannot be queried.",
                 locations=locations(node),
             )
-        # A node written in a fragment may be reached along several paths (a DAG: plan
-        # it once) or around a cycle, and so may one below an interface or a union (each
-        # possible type reaches it); one written in the operation on objects, only once.
-        shared = origin is not None or runtime is None or len(entries) > 1
         if shared:
             sized_key = None if sized is None else (id(sized[0]), sized[1])
             memo_key = (scope.name, *(id(entry[0]) for entry in entries), sized_key)
@@ -407,6 +453,104 @@ class Builder:
                 through = tuple(n for n in self.in_progress.values() if n)
                 self._cycle(origin or name, through, node)
                 return None
+        size_below: _Sized = None
+        if sized is None and compiled.sized_tree is None:  # the common case: its own size
+            if not compiled.is_list:
+                n, sliced = 1.0, False
+            else:
+                # The commonest list: one argument, its Int slicing argument, a literal in
+                # range (read here, without a call); any other, by _own_size.
+                n, sliced, arguments = -1.0, True, node.arguments
+                if arguments and len(arguments) == 1 and compiled.int_slice is not None:
+                    argument = arguments[0]
+                    literal = argument.value
+                    if (
+                        literal.__class__ is IntValueNode
+                        and argument.name.value == compiled.int_slice
+                        and 0 <= (number := int(literal.value)) <= _INT_MAX
+                    ):
+                        n = float(number)
+                if n < 0.0:
+                    n, sliced = self._own_size(compiled, node)
+        else:
+            n, sliced, size_below = self._sizes(compiled, node, name, sized)
+        args = 0.0
+        if compiled.arg_costs:
+            args = self._argument_cost(compiled.arg_costs, node.arguments)
+        if self.directive_costs:
+            if shared:
+                args += max(self._directive_cost(entry[0]) for entry in entries)
+            else:
+                args += self._directive_cost(node)
+        child: Selection | None = None
+        child_type = compiled.child
+        if child_type is not None:
+            if shared:
+                self.in_progress[walking] = origin
+                try:
+                    child = self._children(child_type, entries, size_below, level + 1)
+                finally:
+                    del self.in_progress[walking]
+            elif child_type.abstract:
+                child = self._children(child_type, [(node, scope, origin)], size_below, level + 1)
+            elif node.selection_set is None:
+                child = EMPTY
+            else:  # the common case: one node, of an object type, its selections collected
+                groups: dict[str, _Group] = {}
+                leaves: dict[str, bool] = {}
+                below = level + 1
+                leaf_aliases = self._gather(child_type, child_type, child_type,
+                                            node.selection_set, groups, leaves, None, (),
+                                            None, below)  # fmt: skip
+                fields: list[Field] = []
+                for child_key, child_entries in groups.items():
+                    planned = self._field(child_key, child_entries, child_type, size_below, below)
+                    if planned is not None:
+                        fields.append(planned)
+                leaf_count = len(leaves)
+                if fields:
+                    child = new_selection(fields, leaf_count, leaf_aliases)
+                elif not leaf_aliases and leaf_count < _FREE_COUNT:
+                    child = FREE[leaf_count]  # (free_selection's common case, without a call)
+                else:
+                    child = free_selection(leaf_count, leaf_aliases)
+        self.count += 1
+        made = new_field(key, node, compiled, n, sliced, args, child, node.alias is not None)
+        if shared:
+            self.memo[memo_key] = made
+        return made
+
+    def _own_size(self, compiled: CompiledField, node: FieldNode) -> tuple[float, bool]:
+        """A list field's size when nothing above sizes it: its slicing arguments'."""
+        name = compiled.int_slice
+        if name is None:
+            return self._list_size(compiled, node)
+        # The common case: one Int slicing argument, written once, as a literal in range
+        # or a variable sent as a non-negative integer.
+        first = last = None
+        for argument in node.arguments or ():
+            if argument.name.value == name:
+                last = argument.value
+                if first is None:
+                    first = last
+        if first is not None:
+            if first.__class__ is IntValueNode:
+                number = int(first.value)
+                if 0 <= number <= _INT_MAX:
+                    return float(number), True
+            elif first.__class__ is VariableNode and last is first:
+                variable = first.name.value
+                self.reads.add(variable)
+                value = self.values.get(variable, _MISSING)
+                if value.__class__ is int and value >= 0:
+                    return float(value), True
+        return self._list_size(compiled, node)
+
+    def _sizes(
+        self, compiled: CompiledField, node: FieldNode, name: str, sized: _Sized
+    ) -> tuple[float, bool, _Sized]:
+        """The field's list size, whether a slicing argument gave it, and the size its
+        sizedFields pass further down (its own or its parent's)."""
         # The field's own list size: sized by its parent's sizedFields, or its own.
         if sized is not None and sized[0].get(name, _MISSING) is None:
             n, sliced = sized[1], sized[2]  # the field the parent's slice sizes
@@ -422,27 +566,7 @@ class Builder:
         if compiled.sized_tree is not None:
             slice_size, slice_given = self._list_size(compiled, node)
             size_below = (compiled.sized_tree, slice_size, slice_given)
-        args = 0.0
-        if compiled.arg_costs:
-            args = self._argument_cost(compiled.arg_costs, node.arguments)
-        if self.directive_costs:
-            args += max(self._directive_cost(entry[0]) for entry in entries)
-        child: Selection | None = None
-        child_type = compiled.child
-        if child_type is not None:
-            if shared:
-                self.in_progress[walking] = origin
-                try:
-                    child = self._children(child_type, entries, size_below, level + 1)
-                finally:
-                    del self.in_progress[walking]
-            else:
-                child = self._children(child_type, entries, size_below, level + 1)
-        planned = Field(key, node, compiled, n, sliced, args, child, node.alias is not None)
-        self.count += 1
-        if shared:
-            self.memo[memo_key] = planned
-        return planned
+        return n, sliced, size_below
 
     def _list_size(self, compiled: CompiledField, node: FieldNode) -> tuple[float, bool]:
         """The size a field's slicing arguments give, and whether the query gave it."""

@@ -22,6 +22,7 @@ from graphql import (
     GraphQLSchema,
     GraphQLUnionType,
     GraphQLWrappingType,
+    OperationType,
     Undefined,
     get_named_type,
     is_composite_type,
@@ -32,6 +33,7 @@ from graphql.type.introspection import SchemaMetaFieldDef, TypeMetaFieldDef
 from quotaql._graphql_compat import argument_default
 from quotaql.cost_analysis.directives import directive_names, read_cost, read_list_size
 from quotaql.cost_analysis.model import INTROSPECTION_WEIGHTS, CostModel, FieldCost
+from quotaql.cost_analysis.model import OperationType as OperationName
 from quotaql.errors import ConfigError
 
 __all__ = [
@@ -48,6 +50,13 @@ _COORDINATE = re.compile(
     r"^(?P<type>[_A-Za-z][_0-9A-Za-z]*)"
     r"(?:\.(?P<field>[_A-Za-z][_0-9A-Za-z]*)(?:\((?P<arg>[_A-Za-z][_0-9A-Za-z]*):\))?)?$"
 )
+
+
+_OPERATION_NAMES: dict[OperationType, OperationName] = {
+    OperationType.QUERY: "query",
+    OperationType.MUTATION: "mutation",
+    OperationType.SUBSCRIPTION: "subscription",
+}
 
 
 class InputCost:
@@ -98,6 +107,7 @@ class CompiledField:
         "fixed_size",
         "free_leaf",
         "int_paths",
+        "int_slice",
         "is_list",
         "list_depth",
         "list_paths",
@@ -129,6 +139,10 @@ class CompiledField:
         self.slicing_fallback: float | None = None
         # The slicing paths of type Int (32-bit), whose values are range-checked.
         self.int_paths: frozenset[tuple[str, ...]] = frozenset()
+        # The name of the one slicing argument when it is the only one, of type Int (not
+        # a list, not in an input object) and not required one of several: the common
+        # case, which the planner reads without the general rules.
+        self.int_slice: str | None = None
         # The slicing paths of list type (a list's length is the size; one value where a
         # list is expected is a list of one), and the arguments that may not be null.
         self.list_paths: frozenset[tuple[str, ...]] = frozenset()
@@ -156,12 +170,14 @@ class CompiledField:
 class CompiledType:
     """A composite type: its fields and, for interfaces and unions, its possible types."""
 
-    __slots__ = ("abstract", "fields", "name", "possible", "weight")
+    __slots__ = ("abstract", "fields", "free_names", "name", "possible", "weight")
 
     def __init__(self, name: str, abstract: bool) -> None:
         self.name = name
         self.abstract = abstract
         self.fields: dict[str, CompiledField] = {}
+        # The names of its fields that cost nothing whatever they return (``free_leaf``).
+        self.free_names: frozenset[str] = frozenset()
         self.possible: frozenset[str] = frozenset((name,))
         self.weight = 1.0  # the type's weight (the IBM type cost of the root type)
 
@@ -170,7 +186,7 @@ class CompiledSchema:
     """Lookup tables of one (schema, model) pair."""
 
     # Weakly referenced: the plans made with it are kept beside it (``_cache``), not in it.
-    __slots__ = ("__weakref__", "directive_costs", "model", "schema", "types")
+    __slots__ = ("__weakref__", "directive_costs", "model", "operations", "schema", "types")
 
     def __init__(self, schema: GraphQLSchema, model: CostModel) -> None:
         self.schema = schema
@@ -178,6 +194,11 @@ class CompiledSchema:
         self.types: dict[str, CompiledType] = {}
         # The arguments of directives that cost something when used (IBM Example 13).
         self.directive_costs: dict[str, dict[str, InputCost]] = {}
+        # Each operation type: its name, its root type (None: the schema has none) and
+        # the model's weight of an operation of that type.
+        self.operations: tuple[
+            tuple[OperationType, OperationName, CompiledType | None, float], ...
+        ] = ()
 
 
 def graphql_schema(schema: Any) -> GraphQLSchema:
@@ -276,10 +297,20 @@ class _Compiler:
         for compiled in types.values():
             if compiled.abstract and compiled.fields:
                 self._most_expensive(compiled)
+        for compiled in types.values():
+            compiled.free_names = frozenset(
+                name for name, field in compiled.fields.items() if field.free_leaf
+            )
         for directive in schema.directives:
             costs = self._argument_costs(f"@{directive.name}", directive.args, free=False)
             if costs:
                 self.result.directive_costs[directive.name] = costs
+        operations = []
+        for kind, name in _OPERATION_NAMES.items():
+            root = schema.get_root_type(kind)
+            weight = self.model.operation_weights[name]
+            operations.append((kind, name, types[root.name] if root else None, weight))
+        self.result.operations = tuple(operations)
         return self.result
 
     # -- weights -------------------------------------------------------------------------
@@ -516,6 +547,10 @@ class _Compiler:
         compiled.nested_defaults = nested_defaults
         compiled.required_paths = frozenset(required)
         compiled.require_one = bool(slicing) and require_one
+        if len(paths) == 1 and not compiled.require_one:
+            path = paths[0][0]
+            if len(path) == 1 and path in int_paths and path not in list_paths:
+                compiled.int_slice = path[0]
         fixed: float | None = assumed
         if fixed is None:
             fixed = self.introspection_sizes.get(coordinate)

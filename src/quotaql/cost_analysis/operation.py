@@ -15,8 +15,14 @@ from graphql import (
     EnumValueNode,
     FloatValueNode,
     FragmentDefinitionNode,
+    GraphQLBoolean,
+    GraphQLID,
+    GraphQLInt,
+    GraphQLString,
     IntValueNode,
     ListValueNode,
+    NamedTypeNode,
+    NonNullTypeNode,
     ObjectValueNode,
     OperationDefinitionNode,
     StringValueNode,
@@ -33,7 +39,7 @@ from quotaql.cost_analysis._compile import NO_VALUE
 from quotaql.errors import InvalidVariables, OperationResolutionError
 
 if TYPE_CHECKING:
-    from graphql import DocumentNode, GraphQLSchema, VariableDefinitionNode
+    from graphql import DocumentNode, GraphQLScalarType, GraphQLSchema, VariableDefinitionNode
     from graphql.language import ValueNode
 
 __all__ = [
@@ -47,6 +53,16 @@ __all__ = [
 
 _MISSING: Any = NO_VALUE  # a variable not sent
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+# The standard scalars whose coercion takes some values as they are (a str for String or
+# ID, an int in 32 bits for Int or ID, a bool for Boolean: graphql-core's coerce_string,
+# coerce_id, coerce_int and coerce_boolean return them unchanged, in every version).
+_STANDARD_SCALARS: dict[str, GraphQLScalarType] = {
+    "String": GraphQLString,
+    "ID": GraphQLID,
+    "Int": GraphQLInt,
+    "Boolean": GraphQLBoolean,
+}
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 
 
 def select_operation(
@@ -85,7 +101,9 @@ def check_variables(
     resolver runs; the plan reads only what the price needs of it (a list's length, the
     input fields that cost). Every other variable (a scalar or an enum, a value where a
     list is expected, one not sent) is coerced as graphql-core coerces it, one check each,
-    so that an invalid one is refused before it is priced.
+    so that an invalid one is refused before it is priced; but for a value its type, a
+    standard scalar, takes as it is (a string for a ``String``, ...: see ``_plainly_valid``),
+    which needs no coercion to be known valid.
     """
     definitions = operation.variable_definitions
     if not definitions:
@@ -100,7 +118,8 @@ def check_variables(
     checked = [
         definition
         for definition in definitions
-        if not _left_to_execution(schema, definition, variables)
+        if not _plainly_valid(schema, definition, variables)
+        and not _left_to_execution(schema, definition, variables)
     ]
     if checked:
         inputs = variables if isinstance(variables, dict) else dict(variables)
@@ -113,6 +132,32 @@ def check_variables(
                 ),
             )
     return variable_values(operation, variables)
+
+
+def _plainly_valid(
+    schema: GraphQLSchema, definition: VariableDefinitionNode, variables: Mapping[str, Any]
+) -> bool:
+    """Whether the value sent for ``definition`` is one its type takes unchanged: the type a
+    standard scalar of the schema (``String``, ``ID``, ``Int``, ``Boolean``, nullable or
+    not) and the value a str for a ``String`` or an ``ID``, an int in 32 bits for an ``Int``
+    or an ``ID``, a bool for a ``Boolean``. Anything else (null, not sent, another type or
+    value) is left to graphql-core's coercion."""
+    type_node: Any = definition.type  # (the exact classes: no cast to call)
+    if type_node.__class__ is NonNullTypeNode:
+        type_node = type_node.type
+    if type_node.__class__ is not NamedTypeNode:
+        return False
+    name = type_node.name.value
+    scalar = _STANDARD_SCALARS.get(name)
+    if scalar is None or schema.type_map.get(name) is not scalar:
+        return False  # not a standard scalar, or the schema's own type of that name
+    value: Any = variables.get(definition.variable.name.value)
+    cls = value.__class__
+    if cls is str:
+        return name == "String" or name == "ID"  # noqa: PLR1714  (hot path)
+    if cls is int:  # (a bool's class is bool)
+        return (name == "Int" or name == "ID") and _INT_MIN <= value <= _INT_MAX  # noqa: PLR1714
+    return cls is bool and name == "Boolean"
 
 
 def _left_to_execution(

@@ -11,7 +11,9 @@ Every price the library gives comes from the plan: :class:`CostReport` (the cost
 aliases and root fields), :attr:`CostReport.by_coordinate`, :attr:`CostReport.root_field_costs`
 and the actual cost after execution (:meth:`Plan.actual`), which walks the plan against
 ``data``, never the document. Plans are cached per compiled schema, keyed by the document,
-the operation and the values of the variables the plan read.
+the operation and the values of the variables the plan read. A report reads its plan through
+the plan's :class:`Pricing` (never the plan itself): the two form no reference cycle, so a
+plan the cache drops is freed at once, without waiting for the garbage collector.
 
 Per field, with ``n`` its list size (1 for a field that is not a list) and ``args`` the cost
 of its arguments and directives (input objects and their fields included)::
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from quotaql.cost_analysis._walk import Walker, error_paths
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from graphql import OperationDefinitionNode
 
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
     from quotaql.cost_analysis._walk import ListSize
     from quotaql.cost_analysis.model import CostModel, ModelName, OperationType
 
-__all__ = ["CostReport", "Plan", "RootFieldCost", "deepest", "finite"]
+__all__ = ["CostReport", "Plan", "Pricing", "RootFieldCost", "deepest", "finite"]
 
 _MAX_COST = sys.float_info.max
 
@@ -90,7 +92,7 @@ class CostReport:
     model: ModelName = "apollo"
     field_cost: float = 0.0
     type_cost: float | None = None
-    _plan: Plan | None = field(default=None, repr=False, compare=False)
+    _plan: Pricing | None = field(default=None, repr=False, compare=False)
     _by_coordinate: dict[str, float] | None = field(default=None, repr=False, compare=False)
     _root_costs: dict[str, RootFieldCost] | None = field(default=None, repr=False, compare=False)
 
@@ -138,40 +140,98 @@ class CostReport:
         return cast("dict[str, RootFieldCost]", self._root_costs)
 
 
-class Plan:
-    """One operation planned for one set of variable values: its price, ready to reuse."""
+def _setter(name: str) -> Callable[[CostReport, Any], None]:
+    """The setter of ``CostReport``'s slot ``name`` (its member descriptor's ``__set__``)."""
+    setter: Callable[[CostReport, Any], None] = vars(CostReport)[name].__set__
+    return setter
 
-    __slots__ = ("ibm", "operation", "report", "root", "root_weight", "weight")
+
+_new: Any = object.__new__
+_set_cost = _setter("cost")
+_set_depth = _setter("depth")
+_set_aliases = _setter("aliases")
+_set_root_fields = _setter("root_fields")
+_set_operation_type = _setter("operation_type")
+_set_operation_name = _setter("operation_name")
+_set_model = _setter("model")
+_set_field_cost = _setter("field_cost")
+_set_type_cost = _setter("type_cost")
+_set_plan = _setter("_plan")
+_set_by_coordinate = _setter("_by_coordinate")
+_set_root_costs = _setter("_root_costs")
+
+
+class Plan:
+    """One operation planned for one set of variable values: its price, ready to reuse.
+
+    The plan holds its report, and the report its :class:`Pricing` (what its
+    ``actual``, ``by_coordinate`` and ``root_field_costs`` read), never the plan: they
+    form no reference cycle, so a plan the cache drops (or never kept) is freed at once,
+    not left to the garbage collector.
+    """
+
+    __slots__ = ("operation", "pricing", "report", "root")
 
     def __init__(
         self,
         model: CostModel,
         operation: OperationDefinitionNode,
+        operation_type: OperationType,
+        weight: float,
         root: Selection,
         root_fields: int,
         root_weight: float,
     ) -> None:
+        """``weight``: the model's weight of an operation of ``operation_type``; ``root``
+        its selections; ``root_weight``: the root type's weight (IBM type cost)."""
         self.operation = operation
         self.root = root
-        operation_type: OperationType = operation.operation.value
-        self.weight = weight = model.operation_weights[operation_type]
-        self.ibm = model.model == "ibm"
-        self.root_weight = root_weight
-        field_cost = finite(weight + root.fc)
-        type_cost = finite(weight + root_weight + root.tc) if self.ibm else None
+        ibm = model.model == "ibm"
+        field_cost = weight + root.fc
+        if not 0.0 < field_cost <= _MAX_COST:
+            field_cost = finite(field_cost)
+        type_cost = finite(weight + root_weight + root.tc) if ibm else None
         cost = max(field_cost, type_cost) if type_cost is not None else field_cost
-        self.report = CostReport(
-            cost=cost,
-            depth=max(root.depth, 1),  # the root selection set is at depth 1
-            aliases=root.aliases,
-            root_fields=root_fields,
-            operation_type=operation_type,
-            operation_name=operation.name.value if operation.name else None,
-            model=model.model,
-            field_cost=field_cost,
-            type_cost=type_cost,
-            _plan=self,
-        )
+        self.pricing = pricing = Pricing(root, weight, ibm, root_weight, cost)
+        # A frozen dataclass sets each field through object.__setattr__ in its __init__;
+        # one report is made per plan, so its slots are set through their descriptors
+        # (a third of the time). Every field is set, as the dataclass's __init__ would.
+        report: CostReport = _new(CostReport)
+        self.report = report
+        _set_cost(report, cost)
+        _set_depth(report, root.depth or 1)  # the root selection set is at depth 1
+        _set_aliases(report, root.aliases)
+        _set_root_fields(report, root_fields)
+        _set_operation_type(report, operation_type)
+        _set_operation_name(report, operation.name.value if operation.name else None)
+        _set_model(report, model.model)
+        _set_field_cost(report, field_cost)
+        _set_type_cost(report, type_cost)
+        _set_plan(report, pricing)
+        _set_by_coordinate(report, None)
+        _set_root_costs(report, None)
+
+    def actual(
+        self, data: Any, errors: Sequence[Any] | None = None, sizes: list[ListSize] | None = None
+    ) -> float:
+        """The cost of what ran, from the ``data`` it returned (see :meth:`Pricing.actual`)."""
+        return self.pricing.actual(data, errors, sizes)
+
+
+class Pricing:
+    """What a plan's report reads: the plan's selections, the operation's weight, the
+    model, and the cost the plan priced."""
+
+    __slots__ = ("cost", "ibm", "root", "root_weight", "weight")
+
+    def __init__(
+        self, root: Selection, weight: float, ibm: bool, root_weight: float, cost: float
+    ) -> None:
+        self.root = root
+        self.weight = weight
+        self.ibm = ibm
+        self.root_weight = root_weight
+        self.cost = cost
 
     # -- explanation -----------------------------------------------------------------
 
@@ -205,7 +265,7 @@ class Plan:
             if errs is None:
                 return 0.0
             # A field error nulled the root: everything erased, charged as estimated.
-            return max(self.report.cost, finite(self.weight + self.root.erased))
+            return max(self.cost, finite(self.weight + self.root.erased))
         if not isinstance(data, Mapping):
             return finite(self.weight)
         walker = Walker(sizes)
@@ -214,7 +274,7 @@ class Plan:
         except RecursionError:
             # Data nested deeper than the stack allows a walk of it: what ran cannot be
             # told, it is charged as estimated (nothing refunded).
-            return self.report.cost
+            return self.cost
         if not self.ibm:
             return finite(self.weight + field_cost)
         return finite(self.weight + max(field_cost, self.root_weight + walker.tc))

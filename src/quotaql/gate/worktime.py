@@ -277,9 +277,9 @@ def points(
         kept = tuple(status for status in statuses if status.name != TIME_QUOTA)
     else:
         kept = statuses[:-1]
-        if ledger is not None and op is not None and op.time is not None:
-            if statuses[-1].remaining > 0:
-                ledger.solvent(op.subject.key, op.time)
+        solvent = statuses[-1].remaining > 0
+        if solvent and ledger is not None and op is not None and op.time is not None:
+            ledger.solvent(op.subject.key, op.time)
     if not decision.allowed or not kept:
         return decision._replace(quotas=kept)
     tightest = kept[0]
