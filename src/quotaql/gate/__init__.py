@@ -7,7 +7,9 @@ from quotaql.gate.operation import (
     CostHeader,
     Operation,
     Outcome,
+    close_scope,
     current_operation,
+    open_scope,
     operation_scope,
 )
 from quotaql.gate.options import FromConfigOptions, GateOptions
@@ -22,6 +24,8 @@ __all__ = [
     "Operation",
     "Outcome",
     "TierResolver",
+    "close_scope",
     "current_operation",
+    "open_scope",
     "operation_scope",
 ]

@@ -379,7 +379,9 @@ class Gate:
         """
         flow = self._admit(schema, document, variables, operation_name, options, False)
         admitted: Operation = self._drive(flow)
-        self._drive(worktime.admitted(admitted, self._ledger))
+        charging = worktime.admitted(admitted, self._ledger)
+        if charging is not None:
+            self._drive(charging)
         return admitted
 
     async def admit_async(self, schema: Any, document: Any, variables: Variables = None,
@@ -388,7 +390,9 @@ class Gate:
         """:meth:`admit` on an event loop: storage calls and async hooks are awaited."""
         flow = self._admit(schema, document, variables, operation_name, options, True)
         admitted: Operation = await self._drive_async(flow)
-        await self._drive_async(worktime.admitted(admitted, self._ledger))
+        charging = worktime.admitted(admitted, self._ledger)
+        if charging is not None:
+            await self._drive_async(charging)
         return admitted
 
     def settle(

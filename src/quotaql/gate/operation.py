@@ -34,9 +34,11 @@ __all__ = [
     "Operation",
     "Outcome",
     "Work",
+    "close_scope",
     "concurrency_wait",
     "current_operation",
     "enter",
+    "open_scope",
     "operation_scope",
     "operation_type",
 ]
@@ -346,11 +348,22 @@ def enter(op: Operation) -> None:
 def operation_scope() -> Iterator[None]:
     """Where one operation runs: :func:`current_operation` starts empty inside and is
     what it was again after (an adapter wraps each operation in it)."""
-    token = _current.set(None)
+    token = open_scope()
     try:
         yield
     finally:
-        _current.reset(token)
+        close_scope(token)
+
+
+def open_scope() -> contextvars.Token[Operation | None]:
+    """:func:`operation_scope` opened by hand (a hook that is itself a generator): the
+    token that :func:`close_scope` takes."""
+    return _current.set(None)
+
+
+def close_scope(token: contextvars.Token[Operation | None]) -> None:
+    """Close the scope :func:`open_scope` opened."""
+    _current.reset(token)
 
 
 def concurrency_wait(op: Operation) -> float | None:

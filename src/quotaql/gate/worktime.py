@@ -226,14 +226,16 @@ def acquire(
     return Acquire(op.subject.key, charge, (*quotas, quota), (*amounts, 0.0))
 
 
-def admitted(op: Operation, ledger: Ledger) -> Generator[Any, Any, None]:
+def admitted(op: Operation, ledger: Ledger) -> Generator[Any, Any, float] | None:
     """After ``admit``: an operation that runs starts its execution's measure (not a
     subscription, which lives on; its events are charged their points); one that does not
-    is charged the worker time it took so far (parsing, validation, pricing)."""
-    if op.runs and op.operation_type != "subscription":
+    is charged the worker time it took so far (parsing, validation, pricing): the flow of
+    that charge, to drive (None: nothing to drive)."""
+    if op.error is not None or op.header == "validate":  # it does not run
+        return charge(op, ledger)
+    if op.operation_type != "subscription":
         run(op.work)
-    elif not op.runs:
-        yield from charge(op, ledger)
+    return None
 
 
 def charge(

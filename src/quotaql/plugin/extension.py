@@ -20,7 +20,15 @@ from strawberry.types.graphql import OperationType
 
 from quotaql import web
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
-from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope, worktime
+from quotaql.gate import (
+    Adapter,
+    Gate,
+    Operation,
+    close_scope,
+    current_operation,
+    open_scope,
+    worktime,
+)
 from quotaql.identity import ANONYMOUS
 from quotaql.policy.modes import Mode
 
@@ -166,14 +174,19 @@ class _Extension(SchemaExtension):
     # Typed as SchemaExtension types its hooks (either colour): _SyncExtension's are sync.
     async def on_execute(self) -> AsyncIteratorOrIterator[None]:
         gate, ctx = self._gate, self.execution_context
-        with operation_scope():
-            op = await gate.admit_async(*self._admit_arguments(), context=ctx.context,
+        scope = open_scope()  # (operation_scope's work, without a context manager's calls)
+        try:
+            op = await gate.admit_async(ctx.schema, ctx.graphql_document, ctx.variables,
+                                        ctx.operation_name, context=ctx.context,
                                         op=self._op)  # fmt: skip
             self._admitted(op)
             yield
-            if self._settles(op):
-                await gate.settle_async(op, *self._result())
+            ran = self._ran(op)
+            if ran is not None:
+                await gate.settle_async(op, *ran)
             self._answered(op)
+        finally:
+            close_scope(scope)
 
     async def on_stream_result(self, result: Any) -> AsyncIteratorOrIterator[None]:
         op = self._op
@@ -315,25 +328,21 @@ class _Extension(SchemaExtension):
         if cost:
             result.extensions = {**(getattr(result, "extensions", None) or {}), **cost}
 
-    def _settles(self, op: Operation) -> bool:
-        """Whether to settle ``op`` now: it ran, and all of it has (``@defer`` / ``@stream``
-        deliver the rest after this hook: what ran is not known, nothing is refunded)."""
+    def _ran(self, op: Operation) -> tuple[Any, list[GraphQLError] | None] | None:
+        """What execution returned, its data and errors (an error's erasure is charged),
+        when ``op`` is to be settled now: it ran, and all of it has (``@defer`` /
+        ``@stream`` deliver the rest after this hook: what ran is not known, nothing is
+        refunded)."""
         result = self.execution_context.result
-        return op.runs and not hasattr(result, "initial_result")
-
-    def _result(self) -> tuple[Any, list[GraphQLError] | None]:
-        """What execution returned: its data and errors (an error's erasure is charged)."""
-        result = self.execution_context.result
+        if not op.runs or (result.__class__ is not ExecutionResult
+                           and hasattr(result, "initial_result")):  # fmt: skip
+            return None
         return getattr(result, "data", None), getattr(result, "errors", None)
 
     def _answered(self, op: Operation) -> None:
         """After execution: status and headers on the response, unless it was refused."""
         if op.error is None:
             self._gate.respond(op, web.response_of(self.execution_context.context))
-
-    def _admit_arguments(self) -> tuple[Any, ...]:
-        ctx = self.execution_context
-        return ctx.schema, ctx.graphql_document, ctx.variables, ctx.operation_name
 
 
 # What a parsed document that Strawberry did not run is charged as (the client's answer is
@@ -403,13 +412,18 @@ class _SyncExtension(_Extension):
 
     def on_execute(self) -> Iterator[None]:
         gate, ctx = self._gate, self.execution_context
-        with operation_scope():
-            op = gate.admit(*self._admit_arguments(), context=ctx.context, op=self._op)
+        scope = open_scope()
+        try:
+            op = gate.admit(ctx.schema, ctx.graphql_document, ctx.variables,
+                            ctx.operation_name, context=ctx.context, op=self._op)  # fmt: skip
             self._admitted(op)
             yield
-            if self._settles(op):
-                gate.settle(op, *self._result())
+            ran = self._ran(op)
+            if ran is not None:
+                gate.settle(op, *ran)
             self._answered(op)
+        finally:
+            close_scope(scope)
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
         op = self._op
