@@ -285,8 +285,12 @@ _POLICIES_SIZE = 1024
 def _policies(quotas: Sequence[Quota]) -> str:
     key = tuple(map(id, quotas))
     found = _POLICIES.get(key)
-    if found is not None and all(a is b for a, b in zip(found[0], quotas, strict=True)):
-        return found[1]
+    if found is not None:
+        for held, quota in zip(found[0], quotas, strict=True):
+            if held is not quota:
+                break
+        else:
+            return found[1]
     value = ", ".join(quota.policy for quota in quotas)
     if len(_POLICIES) >= _POLICIES_SIZE:  # configurations reloaded many times
         _POLICIES.clear()

@@ -152,10 +152,11 @@ def header(request: Any, name: str) -> str | None:
     """The first value of the request header ``name`` (any case), or None."""
     if request is None:
         return None
-    scope = _consumer_scope(request)
-    if scope is not None:
-        values = _raw_header_values(scope, name.lower())
-        return values[0] if values else None
+    if getattr(request, "consumer", None) is not None:  # (most requests have none)
+        scope = _consumer_scope(request)
+        if scope is not None:
+            values = _raw_header_values(scope, name.lower())
+            return values[0] if values else None
     headers = getattr(request, "headers", None)
     if headers is not None and hasattr(headers, "get"):
         value = headers.get(name.lower())
@@ -338,13 +339,19 @@ def _set_raw(
 ) -> None:
     """Starlette's ``MutableHeaders.__setitem__`` for each of ``headers`` (and ``del`` for
     each of ``remove`` they do not set), in one pass over its raw list."""
-    encoded = [
-        (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
-    ]
-    dropped = {name for name, _ in encoded}
-    dropped.update(name.lower().encode("latin-1") for name in remove)
-    if any(name in dropped for name, _ in raw):
-        raw[:] = [item for item in raw if item[0] not in dropped]
+    # Plain loops: this runs on every response, and each comprehension is a call.
+    encoded = []
+    dropped = set()
+    for name, value in headers.items():
+        key = name.lower().encode("latin-1")
+        encoded.append((key, value.encode("latin-1")))
+        dropped.add(key)
+    for name in remove:
+        dropped.add(name.lower().encode("latin-1"))
+    for key, _ in raw:
+        if key in dropped:
+            raw[:] = [item for item in raw if item[0] not in dropped]
+            break
     raw.extend(encoded)
 
 

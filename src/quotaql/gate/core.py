@@ -447,8 +447,10 @@ class Gate:
         if op is None or op.finished:
             return
         op.finished = True
-        worktime.stop(op.work)
-        worktime.ran(op.work)
+        work = op.work
+        if work.phase is not None or work.running is not None:  # (settling closed both)
+            worktime.stop(work)
+            worktime.ran(work)
         self._holdings.free_slot(op)
         lease = op.lease
         releasing = None if lease is None else self._holdings.release(op, end_span=True)
@@ -531,7 +533,7 @@ class Gate:
         worktime.start(op.work)  # pricing (and the static pass): its worker time
         if not op.screened and isinstance(document, DocumentNode):
             self.screen(op, document)  # a document the adapter did not screen
-        priced = not op.refused and price(op, schema, document, variables, operation_name,
+        priced = op.error is None and price(op, schema, document, variables, operation_name,
                                           config.cost, self._log)  # fmt: skip
         worktime.stop(op.work)
         if not priced:
@@ -579,7 +581,7 @@ class Gate:
             raise
         finally:
             self._delays.stop_waiting(op)
-        if op.refused:  # refused: the subscription never opens, the lease goes back at once
+        if op.error is not None:  # refused: the subscription never opens, the lease goes back
             self._holdings.free_slot(op)
             lease = op.lease
             if lease is not None:
