@@ -5,7 +5,7 @@ attack works (work for free, or a server hurt). A passing test is a regression g
 the attack was tried and failed, and the assertion says what would show it working.
 
 Time is never asserted: planning and walking work is counted (calls of the planner's
-and the walker's per-field step), memory is measured with ``tracemalloc``.
+and the walker's per-selection step), memory is measured with ``tracemalloc``.
 """
 
 from __future__ import annotations
@@ -153,9 +153,9 @@ def test_the_actual_cost_walks_linear_data_in_linear_time(monkeypatch: pytest.Mo
     data: dict[str, Any] = {"id": "x"}
     for _ in range(depth):
         data = {"f": data}
-    walked = _Counter(monkeypatch, _walk.Walker, "_field")
+    walked = _Counter(monkeypatch, _walk.Walker, "objects")
     assert report.actual({"node": data}) == depth + 1
-    assert walked.calls <= 10 * depth, f"{walked.calls} field walks for {depth} objects of data"
+    assert walked.calls <= 10 * depth, f"{walked.calls} walks for {depth} objects of data"
 
 
 def test_the_actual_cost_of_a_plan_the_analyzer_accepted_does_not_overflow_the_stack() -> None:

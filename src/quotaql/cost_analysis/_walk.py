@@ -14,7 +14,7 @@ from quotaql.cost_analysis._compile import NO_VALUE
 from quotaql.cost_analysis._nodes import MAX_NESTING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from quotaql.cost_analysis._nodes import Field, Selection
 
@@ -65,72 +65,79 @@ class Walker:
         # types of its parent (fragments on each), once is enough.
         self.seen: dict[tuple[int, int], tuple[float, float]] = {}
 
-    def selection(
+    def objects(
         self,
         selection: Selection,
-        obj: Mapping[str, Any],
-        errs: _Trie | None,
+        items: Iterable[Any],
         level: int,
+        total: float = 0.0,
+        errs: _Trie | None = None,
         memo: dict[int, tuple[float, float]] | None = None,
     ) -> float:
-        """What ``obj`` costs under ``selection``. ``memo`` (one object read as several
-        possible types) keeps each field's cost, so that the fields the types share are
-        read once: nested interfaces without ``__typename`` stay linear."""
-        if selection.by_type is not None:
-            return self._abstract(selection, obj, errs, level)
-        if level > MAX_NESTING:  # data nested deeper than any plan: not this plan's data
-            return 0.0
-        total = 0.0
-        for planned in selection.fields:
-            if planned.weightless:
-                continue
-            if memo is not None:
-                known = memo.get(id(planned))
-                if known is not None:
-                    total += known[0]
-                    self.tc += known[1]
-                    continue
-                before = self.tc
-                cost = self._field(planned, obj, errs, level)
-                memo[id(planned)] = (cost, self.tc - before)
-                total += cost
-            else:
-                total += self._field(planned, obj, errs, level)
-        return total
+        """``total`` plus what each object of ``items`` costs under ``selection``, added
+        object by object (an item that is not an object adds nothing: the field that
+        returned it counted it). One call walks all the items of a list.
 
-    def _field(
-        self, planned: Field, obj: Mapping[str, Any], errs: _Trie | None, level: int
-    ) -> float:
-        value = obj.get(planned.key, _MISSING)
-        if errs is not None:
-            below = errs.get(planned.key)
-            if below is not None:  # an error's path goes through this field
-                return self._erased(planned, value, below, level)
-        if value is _MISSING:
-            return 0.0
-        list_depth = planned.list_depth
-        items: Sequence[Any]
-        if list_depth == 0:
-            count = 1
-            items = (value,)
-        elif list_depth == 1 and value.__class__ is list:
-            items = value
-            count = len(value)
-        else:
-            items = _items(value, list_depth)
-            count = len(items)
-        if self.sizes is not None and list_depth:
-            self.sizes.append((planned.coordinate, planned.n, count, planned.sliced))
-        own = count * planned.a + planned.b
-        total = own if own > 0.0 else 0.0
-        if planned.t:
-            self.tc += count * planned.t
-        child = planned.child
-        if child is None or child.weightless:
+        ``errs`` (the errors' paths below the object) and ``memo`` are given for one
+        object only. ``memo`` (one object read as several possible types) keeps each
+        field's cost, so that the fields the types share are read once: nested
+        interfaces without ``__typename`` stay linear."""
+        if selection.by_type is not None:
+            for item in items:
+                if item.__class__ is dict or (item is not None and isinstance(item, Mapping)):
+                    total += self._abstract(selection, item, errs, level)
             return total
-        for item in items:
-            if item.__class__ is dict or (item is not None and isinstance(item, Mapping)):
-                total += self.selection(child, item, None, level + 1)
+        if level > MAX_NESTING:  # data nested deeper than any plan: not this plan's data
+            return total
+        fields = selection.fields
+        sizes = self.sizes
+        for obj in items:
+            if obj.__class__ is not dict and (obj is None or not isinstance(obj, Mapping)):
+                continue
+            cost = 0.0
+            for planned in fields:
+                if planned.weightless:
+                    continue
+                if memo is not None:
+                    known = memo.get(id(planned))
+                    if known is not None:
+                        cost += known[0]
+                        self.tc += known[1]
+                        continue
+                    before = self.tc
+                value = obj.get(planned.key, _MISSING)
+                below = errs.get(planned.key) if errs is not None else None
+                if below is not None:  # an error's path goes through this field
+                    fc = self._erased(planned, value, below, level)
+                elif value is _MISSING:
+                    fc = 0.0
+                else:
+                    list_depth = planned.list_depth
+                    inner: Sequence[Any]
+                    if list_depth == 0:
+                        count = 1
+                        inner = (value,)
+                    elif list_depth == 1 and value.__class__ is list:
+                        inner = value
+                        count = len(value)
+                    else:
+                        inner = _items(value, list_depth)
+                        count = len(inner)
+                    if sizes is not None and list_depth:
+                        sizes.append((planned.coordinate, planned.n, count, planned.sliced))
+                    # The field's own part, clamped, then what its objects cost.
+                    fc = count * planned.a + planned.b
+                    if not fc > 0.0:  # also NaN (0 × inf)
+                        fc = 0.0
+                    if planned.t:
+                        self.tc += count * planned.t
+                    child = planned.child
+                    if child is not None and not child.weightless:
+                        fc = self.objects(child, inner, level + 1, fc)
+                if memo is not None:
+                    memo[id(planned)] = (fc, self.tc - before)
+                cost += fc
+            total += cost
         return total
 
     def _abstract(
@@ -142,7 +149,7 @@ class Walker:
             if name.__class__ is str:
                 found = by_type.get(name)
                 if found is not None:
-                    return self.selection(found, obj, errs, level)
+                    return self.objects(found, (obj,), level, 0.0, errs)
         # No __typename to read: the most any possible type makes of the object.
         seen = (id(selection), id(obj))
         if errs is None:
@@ -155,8 +162,12 @@ class Walker:
         memo: dict[int, tuple[float, float]] = {}
         for variant in selection.variants:
             self.tc = start
-            best = max(best, self.selection(variant, obj, errs, level, memo))
-            best_tc = max(best_tc, self.tc - start)
+            cost = self.objects(variant, (obj,), level, 0.0, errs, memo)
+            tc = self.tc - start
+            if cost > best:  # noqa: PLR1730  (max() without its call)
+                best = cost
+            if tc > best_tc:  # noqa: PLR1730
+                best_tc = tc
         self.tc = start + best_tc
         if errs is None:
             self.seen[seen] = (best, best_tc)
@@ -203,7 +214,7 @@ class Walker:
             if child is not None and (
                 item.__class__ is dict or (item is not None and isinstance(item, Mapping))
             ):
-                cost += self.selection(child, item, below, level + 1)
+                cost = self.objects(child, (item,), level + 1, cost, below)
             elif item is None and below is not None and child is not None:
                 cost += child.erased  # the item's own weight is in `own` already
                 self.tc += child.tc

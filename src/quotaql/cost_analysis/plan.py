@@ -266,18 +266,21 @@ class Pricing:
                 return 0.0
             # A field error nulled the root: everything erased, charged as estimated.
             return max(self.cost, finite(self.weight + self.root.erased))
-        if not isinstance(data, Mapping):
+        if data.__class__ is not dict and not isinstance(data, Mapping):
             return finite(self.weight)
         walker = Walker(sizes)
         try:
-            field_cost = walker.selection(self.root, data, errs, 1)
+            cost = walker.objects(self.root, (data,), 1, 0.0, errs)
         except RecursionError:
             # Data nested deeper than the stack allows a walk of it: what ran cannot be
             # told, it is charged as estimated (nothing refunded).
             return self.cost
-        if not self.ibm:
-            return finite(self.weight + field_cost)
-        return finite(self.weight + max(field_cost, self.root_weight + walker.tc))
+        if self.ibm:  # the larger of the field cost and the type cost
+            type_cost = self.root_weight + walker.tc
+            if type_cost > cost:  # noqa: PLR1730  (hot: no call)
+                cost = type_cost
+        cost += self.weight
+        return cost if 0.0 < cost <= _MAX_COST else finite(cost)
 
 
 def deepest(selection: Selection, depth: int) -> Any:

@@ -47,8 +47,9 @@ def refund_amounts(
         return 0.0, None
     if report.operation_type == "subscription":
         return 0.0, None  # each event is charged as it is delivered
-    refund = limits.refund_unused and op.debited
-    overage = limits.charge_overage and op.debited
+    debited = op.debited
+    refund = limits.refund_unused and debited
+    overage = limits.charge_overage and debited
     if not (refund or overage or limits.expose_cost or op.header is not None):
         return 0.0, None
     if errors and not all(has_path(error) for error in errors):
@@ -59,8 +60,16 @@ def refund_amounts(
         if tuning_sample and random.random() < tuning_sample:  # noqa: S311
             op.sizes = []
         op.actual = report.actual(data, errors or None, op.sizes)
-    kept = max(op.actual, limits.min_charge, op.least)  # least: its size, when more
-    amount = max(0.0, op.charge - kept) if refund else 0.0
+    # What it keeps: the largest of its actual cost, min_charge and its size (op.least,
+    # when more), the first of equals as max() takes it, without its call.
+    kept = op.actual
+    if limits.min_charge > kept:  # noqa: PLR1730
+        kept = limits.min_charge
+    if op.least > kept:  # noqa: PLR1730
+        kept = op.least
+    amount = op.charge - kept if refund else 0.0
+    if not amount > 0.0:
+        amount = 0.0
     return amount, _per_quota(op, amount)
 
 
@@ -141,8 +150,14 @@ def refunded(decision: Decision, amount: float, amounts: Sequence[float] | None)
     statuses = decision.quotas
     if len(statuses) <= 1:
         given_back = amounts[0] if amounts else amount  # its own amount, when scaled
-        remaining = max(0.0, min(decision.limit, decision.remaining + given_back))
-        statuses = tuple(status._replace(remaining=remaining) for status in statuses)
+        # max(0.0, min(limit, remaining + given_back)), without their calls.
+        remaining = decision.remaining + given_back
+        if not remaining < decision.limit:
+            remaining = decision.limit
+        if not remaining > 0.0:
+            remaining = 0.0
+        if statuses:
+            statuses = (statuses[0]._replace(remaining=remaining),)
         return decision._replace(remaining=remaining, quotas=statuses)
     given = amounts if amounts is not None else (amount,) * len(statuses)
     back = tuple(
