@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
     from strawberry.utils.await_maybe import AsyncIteratorOrIterator
+
+    from quotaql.config import Config
 
 
 __all__ = ["ANONYMOUS", "CostLimiter", "current_operation"]
@@ -73,8 +76,9 @@ class CostLimiter(Adapter):
     """
 
     def _ready(self) -> None:
-        # The configuration whose delay tiers _delays last looked at, and what it found.
-        self._delays_of: tuple[object, bool] = (None, False)
+        # What __call__ chose for the configuration in force and whether Django was loaded:
+        # (config, django, the class on an event loop, the class off one).
+        self._chosen: tuple[object, bool, type[_Extension], type[_Extension]] | None = None
         if self.quiet_logs:
             logging.getLogger("strawberry.execution").addFilter(OWN_REFUSALS)  # idempotent
 
@@ -88,25 +92,29 @@ class CostLimiter(Adapter):
         delay tier (``on_limit = "delay"``), execution awaited, so that its operations wait
         for their turn (run sync, they would be refused as a sync server's); else the sync
         hooks, which cost Strawberry less (each async hook costs it ~20 µs a request).
+        The choice is made again when the configuration changes or Django is loaded.
         """
         gate = self.gate
-        if gate.identity.may_await() and _on_event_loop():
-            return _AsyncExtension(gate, quiet=self.quiet_logs)
-        if gate.is_async:
-            return _Extension(gate, quiet=self.quiet_logs)
-        if self._delays() and _on_event_loop():
-            return _DelayingExtension(gate, quiet=self.quiet_logs)
-        return _SyncExtension(gate, quiet=self.quiet_logs)
+        config = gate.config
+        django = "django" in sys.modules
+        chosen = self._chosen
+        if chosen is None or chosen[0] is not config or chosen[1] is not django:
+            chosen = self._chosen = (config, django, *self._choose(config))
+        on_loop, off_loop = chosen[2], chosen[3]
+        if on_loop is not off_loop and not _on_event_loop():
+            return off_loop(gate, quiet=self.quiet_logs)
+        return on_loop(gate, quiet=self.quiet_logs)
 
-    def _delays(self) -> bool:
-        """Whether a tier of the configuration in force waits instead of refusing
-        (``on_limit = "delay"``), looked at again when the configuration changes."""
-        config = self.gate.config
-        seen, delays = self._delays_of
-        if seen is not config:
-            delays = any(tier.delays for tier in config.tiers.values())
-            self._delays_of = (config, delays)
-        return delays
+    def _choose(self, config: Config) -> tuple[type[_Extension], type[_Extension]]:
+        """The extension's class on an event loop, and off one, under ``config``."""
+        gate = self.gate
+        delays = any(tier.delays for tier in config.tiers.values())
+        off_loop = _Extension if gate.is_async else _SyncExtension
+        if gate.identity.may_await():
+            return _AsyncExtension, off_loop
+        if gate.is_async:
+            return _Extension, _Extension
+        return (_DelayingExtension if delays else _SyncExtension), _SyncExtension
 
 
 class _Extension(SchemaExtension):
