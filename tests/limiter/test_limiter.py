@@ -23,6 +23,8 @@ from quotaql import (
     StorageError,
 )
 from quotaql.errors import StorageTimeout
+from quotaql.limiter import MultiRecorder, NullRecorder
+from quotaql.limiter.recorder import decision_hook
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     import redis
     import redis.asyncio
 
-    from quotaql.policy.quota import Decision
+    from quotaql.policy.quota import Decision, Source
     from tests.support.servers import AsyncRunner, RedisServer
 
 # Explicit "now" (ms) for tests that run on both storages: Redis reads its own clock otherwise.
@@ -738,6 +740,78 @@ def test_async_recorder_receives_every_decision(clock: ManualClock) -> None:
 
     assert [decision for decision, _ in recorder.decisions] == made
     assert [decision.allowed for decision in made] == [True, False]
+
+
+class ErrorsOnly(NullRecorder):
+    """A recorder of backend errors alone, as the gate's logs are: decisions it ignores."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def backend_error(self, backend: str, error: BaseException) -> None:
+        self.errors.append(backend)
+
+
+class NullWithDecisions(NullRecorder):
+    """A :class:`NullRecorder` that keeps decisions after all."""
+
+    def __init__(self) -> None:
+        self.decisions: list[tuple[Decision, float]] = []
+
+    def decision(self, decision: Decision, seconds: float) -> None:
+        self.decisions.append((decision, seconds))
+
+
+def test_a_multi_recorder_tells_each_decision_to_every_recorder_that_takes_it(
+    clock: ManualClock,
+) -> None:
+    """The gate's recorder is its logs (which ignore decisions) and its metrics: the metrics
+    are told each decision once, whatever else the multi-recorder holds."""
+    alone, first, second = CollectingRecorder(), CollectingRecorder(), CollectingRecorder()
+    kept = NullWithDecisions()
+    cases: list[tuple[MultiRecorder, list[CollectingRecorder | NullWithDecisions]]] = [
+        (MultiRecorder(ErrorsOnly(), alone), [alone]),
+        (MultiRecorder(first, ErrorsOnly(), NullRecorder(), second), [first, second]),
+        (MultiRecorder(ErrorsOnly(), kept), [kept]),
+    ]
+    for recorder, told in cases:
+        limiter = Limiter(MemoryStorage(clock=clock), recorder=recorder)
+        made = [limiter.acquire("acme", 60, [TENANT]) for _ in range(2)]
+        for each in told:
+            assert [decision for decision, _ in each.decisions] == made
+
+
+def test_a_recorder_that_ignores_decisions_is_neither_told_them_nor_times_them(
+    clock: ManualClock,
+) -> None:
+    assert decision_hook(NullRecorder()) is None
+    assert decision_hook(MultiRecorder()) is None
+    assert decision_hook(MultiRecorder(ErrorsOnly(), NullRecorder())) is None
+    # The limiter's own recorder a NullRecorder: it never was told decisions, and is not.
+    assert decision_hook(NullWithDecisions()) is None
+    errors = ErrorsOnly()
+    limiter = Limiter(MemoryStorage(clock=clock), recorder=MultiRecorder(errors))
+    assert limiter.acquire("acme", 60, [TENANT]).allowed
+    assert errors.errors == []
+    collecting = CollectingRecorder()
+    assert decision_hook(MultiRecorder(ErrorsOnly(), collecting)) == collecting.decision
+    several = MultiRecorder(collecting, CollectingRecorder())
+    assert decision_hook(several) == several.decision
+
+
+@pytest.mark.parametrize("source", ["fail_open", "fail_closed", "fallback"])
+def test_a_refund_of_a_debit_the_memory_storage_did_not_make_gives_it_nothing(
+    clock: ManualClock, source: Source
+) -> None:
+    storage = MemoryStorage(clock=clock)
+    limiter = Limiter(storage)
+    spent = limiter.acquire("acme", 90, [TENANT], now=NOW)
+    limiter.refund("acme", 40, [TENANT], decision=spent._replace(source=source), now=NOW)
+    assert limiter.peek("acme", [TENANT], now=NOW).remaining == 10
+    limiter.refund("acme", 40, [TENANT], decision=spent, now=NOW)
+    assert limiter.peek("acme", [TENANT], now=NOW).remaining == 50
+    limiter.refund("acme", 20, [TENANT], now=NOW)  # no decision: a debit made there now
+    assert limiter.peek("acme", [TENANT], now=NOW).remaining == 70
 
 
 def test_recorder_sees_backend_errors_and_circuit_changes(

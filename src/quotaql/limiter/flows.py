@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 from quotaql._flow import drive, is_pending
 from quotaql.errors import ConfigError, StorageError, StorageNotReached, StorageTimeout
 from quotaql.limiter.breaker import CircuitBreaker
-from quotaql.limiter.recorder import NullRecorder, Recorder
+from quotaql.limiter.recorder import NullRecorder, Recorder, decision_hook
 from quotaql.limiter.refunds import DEFAULT_MAX_AGE, DEFAULT_MAX_ENTRIES, PendingRefund, RefundQueue
 from quotaql.policy.modes import BackendErrorMode
 from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
@@ -31,6 +31,7 @@ from quotaql.storage.keys import tenant_part
 from quotaql.storage.memory import MemoryStorage
 
 if TYPE_CHECKING:
+    from quotaql.limiter.options import AcquireOptions as Acquire
     from quotaql.limiter.options import RefundOptions
 
 __all__ = ["DEFAULT_LOCAL_SHARE", "MAX_REPORTS", "BackendErrorMode"]
@@ -92,8 +93,8 @@ class Core:
         # Not `fallback or ...`: an empty MemoryStorage is falsy (it has a length).
         self.fallback = fallback if fallback is not None else MemoryStorage(source="fallback")
         self.recorder: Recorder = recorder if recorder is not None else NullRecorder()
-        # Without a recorder there is nobody to tell how long a decision took.
-        self.timed = not isinstance(self.recorder, NullRecorder)
+        # Who is told each decision and how long it took (None: nobody listens: untimed).
+        self.tell = decision_hook(self.recorder)
         self.backend: str = getattr(storage, "name", type(storage).__name__)
         # A storage whose calls cannot fail (process memory): no breaker, no fail mode.
         self.infallible = not is_fallible(storage)
@@ -101,6 +102,12 @@ class Core:
         # storage's), which spares building a Debit (0.2 µs, a tenth of a memory decision).
         self.decide: Callable[..., Decision] = getattr(storage, "decide", None) or (
             lambda *debit: storage.acquire(Debit(*debit))
+        )
+        # Its refund of a checked debit: the storage's give_back when it has one (the memory
+        # storage's, which does not check the arguments again), else its refund (looked up
+        # at each call, as it always was).
+        self.give_back: Callable[[Debit], None] = getattr(storage, "give_back", None) or (
+            lambda debit: storage.refund(debit)  # noqa: PLW0108
         )
         # Refunds of the storage's debits, waiting to be applied off the response path
         # (None: applied at once; the memory storage needs no round trip).
@@ -187,21 +194,15 @@ class Core:
         shared_decision: Decision = yield ("peek", shared)
         return _merge(decision, shared_decision, own_first=bool(own.quotas))
 
-    def refund_to_storage(self, debit: Debit, decision: Decision | None) -> bool:
-        """Whether the refund of ``decision``'s debit goes to the storage (``debit`` names
-        that debit's time and turn). It does not when it is done here: a debit of the local
-        fallback goes back to it; no debit, nothing to give back."""
-        if decision is None:
-            return True  # a debit made in the storage now
-        if not decision.allowed:  # a refusal debited nothing: there is nothing to give back
-            return False
-        source = decision.source
-        if source == "fallback":
+    def refund_elsewhere(self, debit: Debit, decision: Decision) -> None:
+        """Give back ``decision``'s debit (``debit`` names its time and turn) when it was
+        not made in the storage (:data:`_NOT_STORED`): a debit of the local fallback goes
+        back to it; a refusal, a fail-open or a fail-closed decision debited nothing, so
+        there is nothing to give back."""
+        if decision.allowed and decision.source == "fallback":
             # Its states live as long as the outage: a refund after it finds nothing. The
             # shared quotas were debited in the shared scope: the flow gives theirs back there.
             drive(Core.refund_flow(debit), self.run_fallback, STORAGE_ERRORS)
-            return False
-        return source not in ("fail_open", "fail_closed")  # else nothing was debited
 
     @staticmethod
     def charges(decision: Decision | None) -> bool:
@@ -441,11 +442,21 @@ def _shared_part(refund: PendingRefund) -> PendingRefund:
 def _check_request(
     key: object, cost: float, quotas: Sequence[Quota], costs: Sequence[float] | None = None
 ) -> bool:
-    """Refuse bad arguments before anything is written; True when a quota is shared."""
+    """Refuse bad arguments before anything is written; True when a quota is shared.
+
+    The storage is given them checked (the memory storage's ``decide`` and ``give_back``
+    do not check them again)."""
     if type(key) is not str:
         raise TypeError(f"key must be a non-empty string, got {type(key).__name__}")
     if not key:
         raise ValueError("key must be a non-empty string, got ''")
+    kind = type(cost)
+    if (kind is float or kind is int) and 0 <= cost < math.inf and len(quotas) == 1:
+        # check_arguments' common case, on every request, without the call (in its order):
+        # a plain number, one Quota; anything else is checked there, refused as it says.
+        quota = quotas[0]
+        if costs is None and type(quota) is Quota:
+            return quota.shared
     check_arguments(cost, quotas, costs)
     if len(quotas) == 1:
         return quotas[0].shared
@@ -493,8 +504,8 @@ def refund_of(
     decision = options.get("decision")
     if decision is None:
         return _new(Debit, (key, amount, quotas, now, amounts, None, None)), None
-    at, turn = decision.at, reserved_turn(decision)
-    return _new(Debit, (key, amount, quotas, now, amounts, at, turn)), decision
+    turn = reserved_turn(decision) if decision.delay else None  # none unless it waited
+    return _new(Debit, (key, amount, quotas, now, amounts, decision.at, turn)), decision
 
 
 def reserved_turn(decision: Decision) -> int | None:
@@ -561,6 +572,10 @@ def _after(remember: _Remember) -> Callable[[_Call, Any], None]:
     return remembered
 
 
+# The sources of decisions whose debit was not made in the storage: the local fallback's
+# (given back there), the fail modes' (nothing was debited).
+_NOT_STORED = ("fallback", "fail_open", "fail_closed")
+
 # The errors of a storage call that a flow is told of (it decides: the fail mode).
 STORAGE_ERRORS = (StorageError,)
 
@@ -577,17 +592,16 @@ class Operations:
     def __init__(self, core: Core) -> None:
         self.core = core
 
-    def acquire(
-        self,
-        key: str,
-        cost: float,
-        quotas: Sequence[Quota],
-        now: int | None,
-        costs: Sequence[float] | None,
-    ) -> Any:
+    def acquire(self, key: str, cost: float, quotas: Sequence[Quota], options: Acquire) -> Any:
+        """Debit ``cost`` from ``quotas`` of ``key`` (``options``: the entry point's
+        keywords, ``now`` and ``costs``, as given)."""
+        now = costs = None
+        if options:  # the common call gives neither
+            now, costs = options.get("now"), options.get("costs")
         shared = _check_request(key, cost, quotas, costs)
         core = self.core
-        started = time.perf_counter() if core.timed else 0.0
+        tell = core.tell
+        started = 0.0 if tell is None else time.perf_counter()
         if core.infallible and not shared:  # the embedded default: no flow, no breaker
             decision = core.decide(key, cost, quotas, now, costs)  # checked above
         else:  # one path for one quota or many, shared or not
@@ -596,16 +610,17 @@ class Operations:
                 lambda: Core.acquire_flow(debit), debit, None if shared else ("acquire", debit)
             )
             if decision.__class__ is not Decision:  # an awaitable: timed once it is in
-                return self._timed_later(decision, started) if core.timed else decision
-        if core.timed:
-            core.recorder.decision(decision, time.perf_counter() - started)
+                return decision if tell is None else self._timed_later(decision, started, tell)
+        if tell is not None:
+            tell(decision, time.perf_counter() - started)
         return decision
 
-    async def _timed_later(self, pending: Awaitable[Decision], started: float) -> Decision:
+    @staticmethod
+    async def _timed_later(
+        pending: Awaitable[Decision], started: float, tell: Callable[[Decision, float], None]
+    ) -> Decision:
         decision = await pending
-        core = self.core
-        if core.timed:
-            core.recorder.decision(decision, time.perf_counter() - started)
+        tell(decision, time.perf_counter() - started)
         return decision
 
     def refund(self, debit: Debit, decision: Decision | None) -> Any:
@@ -617,10 +632,12 @@ class Operations:
         if not (amount > 0 if amounts is None else any(amounts)):
             return None
         core = self.core
-        if not core.refund_to_storage(debit, decision):
+        # None: a debit made in the storage now; else the refund goes where its debit was.
+        if decision is not None and (not decision.allowed or decision.source in _NOT_STORED):
+            core.refund_elsewhere(debit, decision)
             return None
         if core.infallible and not shared:  # the embedded default: no flow, no breaker
-            core.storage.refund(debit)
+            core.give_back(debit)  # checked above
             return None
         if core.refunds is not None:  # applied off the response path
             each = (amount,) * len(quotas) if amounts is None else amounts

@@ -133,7 +133,7 @@ class Limiter(_LimiterBase):
             costs: what each quota is debited instead of ``cost``, one per quota (a root
                 field's quota pays that field's cost).
         """
-        decision: Decision = self._ops.acquire(key, cost, quotas, *_acquired(options))
+        decision: Decision = self._ops.acquire(key, cost, quotas, options)
         return decision
 
     def refund(self, key: str, amount: float, quotas: Quotas, **options: Unpack[Refund]) -> None:
@@ -250,7 +250,7 @@ class AsyncLimiter(_LimiterBase):
     ) -> Decision:
         """Debit ``cost`` (or each quota's ``costs``) from every quota of ``key``, all of
         them or none."""
-        decision = self._ops.acquire(key, cost, quotas, *_acquired(options))
+        decision = self._ops.acquire(key, cost, quotas, options)
         return decision if decision.__class__ is Decision else await decision
 
     async def refund(
@@ -409,13 +409,3 @@ def _reset_in_child() -> None:
 
 atexit.register(_flush_at_exit)
 os.register_at_fork(after_in_child=_reset_in_child)
-
-
-_NO_OPTIONS: tuple[None, None] = (None, None)
-
-
-def _acquired(options: Acquire) -> tuple[int | None, Sequence[float] | None]:
-    """``acquire``'s ``now`` and ``costs`` (the common call gives neither)."""
-    if not options:
-        return _NO_OPTIONS
-    return options.get("now"), options.get("costs")

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from quotaql.policy.quota import Decision
 
-__all__ = ["MultiRecorder", "NullRecorder", "Recorder"]
+__all__ = ["MultiRecorder", "NullRecorder", "Recorder", "decision_hook"]
 
 
 class Recorder(Protocol):
@@ -70,3 +72,23 @@ class MultiRecorder:
             told = getattr(recorder, "refunds", None)
             if told is not None:
                 told(outcome, count, cost)
+
+
+def decision_hook(recorder: Recorder) -> Callable[[Decision, float], None] | None:
+    """What a limiter tells each of its decisions (and how long it took) to: ``recorder``'s
+    ``decision``; None when nobody listens (a :class:`NullRecorder`, whose decisions are
+    not even timed, or a :class:`MultiRecorder` whose recorders all ignore them). Of a
+    :class:`MultiRecorder` whose recorders but one ignore decisions (the gate's: its logs and
+    its metrics), that one's ``decision``: the others would only be called to do nothing."""
+    if isinstance(recorder, NullRecorder):
+        return None
+    if type(recorder) is not MultiRecorder:
+        return recorder.decision
+    listening = [
+        told.decision
+        for told in recorder.recorders
+        if getattr(told.decision, "__func__", None) is not NullRecorder.decision
+    ]
+    if not listening:
+        return None
+    return listening[0] if len(listening) == 1 else recorder.decision

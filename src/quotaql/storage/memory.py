@@ -175,20 +175,18 @@ class MemoryStorage:
     ) -> Decision:
         """:meth:`acquire` for arguments already checked: the limiter's in-process path, which
         checks them first and builds no :class:`Debit` (a fifth of a microsecond, a tenth of
-        a decision's time)."""
+        a decision's time).
+
+        One quota of a key that has a state, the common case, is decided here, inlined. A
+        key with no state under its plain name (a new key, or one stored as its digest) goes
+        to :meth:`_acquire_new`. A plain key is only ever stored through there, which checks
+        that it is short, so a long key never matches here.
+        """
         if now is None:
             now = int(self._clock() * 1000)
-        if len(quotas) == 1 and costs is None and not quotas[0].max_queued:
-            return self._acquire_one(key, cost, quotas[0], now)
-        return self._acquire_many(key, cost, quotas, now, costs)
-
-    def _acquire_one(self, key: str | None, cost: float, quota: Quota, now: int) -> Decision:
-        """:meth:`acquire` for one quota and a key that has a state: the common case, inlined.
-
-        A key with no state under its plain name (a new key, or one stored as its digest)
-        goes to :meth:`_acquire_new`. A plain key is only ever stored through there, which
-        checks that it is short, so a long key never matches here.
-        """
+        if len(quotas) != 1 or costs is not None or quotas[0].max_queued:
+            return self._acquire_many(key, cost, quotas, now, costs)
+        quota = quotas[0]
         k = f"{quota.state_name}\1" if key is None else f"{quota.state_name}\0{key}"
         algorithm = quota.algorithm
         check = ALGORITHMS[algorithm][0]
@@ -262,7 +260,10 @@ class MemoryStorage:
             # Room for the new keys first: only expired states are dropped, and one of
             # them may be a key of this very call, so the keys are looked up after.
             free = self._max_keys - len(states)
-            needed = sum(k not in states for k, amount in zip(keys, amounts, strict=True) if amount)
+            needed = 0
+            for k, amount in zip(keys, amounts, strict=True):
+                if amount and k not in states:
+                    needed += 1
             while free < needed and self._make_room(now):
                 free += 1
             targets: list[tuple[dict[str, tuple[int, Any]], str]] = []
@@ -290,27 +291,34 @@ class MemoryStorage:
                 self.overflowed += 1
                 if any(table is self._overflow for table, _ in shared):
                     self.overflowed_shared += 1
-            checks = [
-                self._queued(
-                    table,
-                    k,
-                    quota,
-                    ALGORITHMS[quota.algorithm][0](
-                        _get(table, k, now), now, amount, *quota.check_params
-                    ),
+            checks: list[Check] = []
+            allowed = True
+            wait = 0.0  # the longest reservation's wait (ms) of the allowed checks
+            for (table, k), quota, amount in zip(targets, quotas, amounts, strict=True):
+                entry = table.get(k)  # _get() inlined
+                check = ALGORITHMS[quota.algorithm][0](
+                    None if entry is None or entry[0] <= now else entry[1],
                     now,
+                    amount,
+                    *quota.check_params,
                 )
-                for (table, k), quota, amount in zip(targets, quotas, amounts, strict=True)
-            ]
-            if all(check.allowed for check in checks):
+                if quota.max_queued:
+                    check = self._queued(table, k, quota, check, now)
+                if not check.allowed:
+                    allowed = False
+                elif check.retry_after_ms > wait:
+                    wait = check.retry_after_ms
+                checks.append(check)
+            if allowed:
                 # It runs after its longest reservation: it waits in every line till then
                 # (a refund of its debit names that turn: Decision.at + Decision.delay).
-                wait = max((check.retry_after_ms for check in checks), default=0)
                 for (table, k), quota, check in zip(targets, quotas, checks, strict=True):
-                    if check.state is not None:
+                    state = check.state
+                    if state is not None:
                         if quota.max_queued and check.retry_after_ms > 0:
                             self._wait_in_line(table, k, now, wait)
-                        state = commit(quota.algorithm, check.state)
+                        if quota.algorithm == "sliding_log":  # the only state commit() changes
+                            state = commit(quota.algorithm, state)
                         self._write(table, k, now, check.ttl_ms, state)
         return combine(quotas, checks, cost, self._source, costs, now)
 
@@ -348,7 +356,32 @@ class MemoryStorage:
         self._write(table, _line_key(k), now, int(max(line, default=now)) - now + 1000, line)
 
     def refund(self, debit: Debit) -> None:
+        check_arguments(debit.amount, debit.quotas, debit.amounts)
+        self.give_back(debit)
+
+    def give_back(self, debit: Debit) -> None:
+        """:meth:`refund` for arguments already checked: the limiter's in-process path.
+
+        One quota of a key that has a state under its plain name, the common case, is given
+        back here, inlined (as :meth:`decide` finds it); any other refund goes through the
+        key mapping and the overflow states (:meth:`_each`).
+        """
         key, amount, quotas, now, amounts, at, turn = debit
+        if now is None:
+            now = int(self._clock() * 1000)
+        if len(quotas) == 1 and amounts is None and amount and not quotas[0].max_queued:
+            quota = quotas[0]
+            k = f"{quota.state_name}\1" if key is None else f"{quota.state_name}\0{key}"
+            states = self._states
+            with self._lock:
+                entry = states.get(k)
+                if entry is not None:
+                    refund = ALGORITHMS[quota.algorithm][1]
+                    state, ttl = refund(
+                        None if entry[0] <= now else entry[1], now, amount, *quota.params, at
+                    )
+                    states[k] = _EMPTY if state is None or ttl <= 0 else (now + ttl, state)
+                    return
 
         def give_back(table: _Table, k: str, quota: Quota, given: float, now: int) -> None:
             if turn is not None and turn > now and quota.max_queued:
@@ -365,6 +398,8 @@ class MemoryStorage:
         """Debit every quota of ``debit.key`` its amount whether it fits or not: a bucket may
         go below empty and admits nothing until it has refilled past the debt (what another
         region admitted, applied here: docs/scale-out.md)."""
+        key, amount, quotas, now, amounts, _, _ = debit
+        check_arguments(amount, quotas, amounts)
 
         def charge(table: _Table, k: str, quota: Quota, given: float, now: int) -> None:
             state, ttl = CHARGES[quota.algorithm](_get(table, k, now), now, given, *quota.params)
@@ -374,7 +409,6 @@ class MemoryStorage:
             else:
                 self._write(table, k, now, ttl, state)
 
-        key, amount, quotas, now, amounts, _, _ = debit
         self._each(key, amount, quotas, now, amounts, charge)
 
     def _each(
@@ -387,10 +421,9 @@ class MemoryStorage:
         change: Callable[[_Table, str, Quota, float, int], None],
     ) -> None:
         """``change`` each quota's state of ``key`` that is given an amount above 0, under
-        the lock (a refund, a charge)."""
-        check_arguments(amount, quotas, amounts)
+        the lock (a refund, a charge; their arguments checked)."""
         each = amounts if amounts is not None else [amount] * len(quotas)
-        now = self.now() if now is None else now
+        now = int(self._clock() * 1000) if now is None else now
         part = tenant_part(key)
         with self._lock:
             for quota, given in zip(quotas, each, strict=True):
