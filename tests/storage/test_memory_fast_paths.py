@@ -128,3 +128,21 @@ def test_a_bad_cost_is_refused_before_the_quotas_are_looked_at(
         limiter.acquire("acme", bad, iter([quota("gcra")]))  # type: ignore[arg-type]
     with pytest.raises(error, match=message):
         limiter.refund("acme", bad, iter([quota("gcra")]))  # type: ignore[arg-type]
+
+
+def test_a_subclass_that_overrides_refund_is_refunded_through_it() -> None:
+    """The limiter's in-process refund (``give_back``) never bypasses a subclass's refund."""
+
+    seen: list[float] = []
+
+    class Counting(MemoryStorage):
+        def refund(self, debit: Debit) -> None:
+            seen.append(debit.amount)
+            super().refund(debit)
+
+    quota = Quota("tenant", 100, refill_per_second=1.0)
+    limiter = Limiter(Counting())
+    decision = limiter.acquire("acme", 40, (quota,))
+    limiter.refund("acme", 15, (quota,), decision=decision)
+    assert seen == [15]
+    assert limiter.acquire("acme", 0, (quota,)).remaining == pytest.approx(75, abs=0.5)

@@ -104,11 +104,14 @@ class Core:
             lambda *debit: storage.acquire(Debit(*debit))
         )
         # Its refund of a checked debit: the storage's give_back when it has one (the memory
-        # storage's, which does not check the arguments again), else its refund (looked up
-        # at each call, as it always was).
-        self.give_back: Callable[[Debit], None] = getattr(storage, "give_back", None) or (
-            lambda debit: storage.refund(debit)  # noqa: PLW0108
-        )
+        # storage's, which does not check the arguments again) and a subclass did not
+        # override refund without it, else its refund (looked up at each call, as it was).
+        give_back = getattr(storage, "give_back", None)
+        if give_back is None or _owner(type(storage), "refund") is not _owner(
+            type(storage), "give_back"
+        ):
+            give_back = lambda debit: storage.refund(debit)  # noqa: E731, PLW0108
+        self.give_back: Callable[[Debit], None] = give_back
         # Refunds of the storage's debits, waiting to be applied off the response path
         # (None: applied at once; the memory storage needs no round trip).
         self.refunds: RefundQueue | None = None
@@ -762,3 +765,8 @@ class Operations:
             raise
         core.succeeded()
         return "applied"
+
+
+def _owner(cls: type, name: str) -> type | None:
+    """The class of ``cls``'s MRO that defines ``name``."""
+    return next((klass for klass in cls.__mro__ if name in vars(klass)), None)
