@@ -247,3 +247,13 @@ def test_a_map_without_room_keeps_nothing_or_is_refused(entries: int, weight: in
         return
     kept.put("a", "v", 1)
     assert (len(kept), kept.weight) == (0, 0)
+
+
+def test_a_kept_key_put_again_too_heavy_takes_the_new_value() -> None:
+    """Found by the sequence test: a key kept already, put again with a weight past the
+    probation's room, kept its old value (stale); it takes the new one and keeps its weight."""
+    kept: Kept[str, str] = Kept(8, 400)
+    kept.put("key", "old", 10)
+    kept.put("key", "new", 101)
+    assert kept.get("key") == "new"
+    assert kept.weight == 10

@@ -72,13 +72,14 @@ class Kept(Generic[K, V]):
 
     def put(self, key: K, value: V, weight: int) -> None:
         """Keep ``value`` for ``key`` (a new key on probation, making room; a key kept
-        already keeps its place); one heavier than the probation's room is not kept."""
-        if not 0 <= weight <= self.probation_weight:
-            return
+        already keeps its place and weight, and takes the new value); a new one heavier
+        than the probation's room is not kept."""
         with self._lock:
             entry = self._protected.get(key) or self._probation.get(key)
             if entry is not None:
-                entry[_VALUE] = value
+                entry[_VALUE] = value  # never a stale value, whatever the weight given
+                return
+            if not 0 <= weight <= self.probation_weight:
                 return
             self._probation[key] = [value, weight, False]
             self._weights[0] += weight
