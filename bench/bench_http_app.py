@@ -7,6 +7,8 @@
   ``MemoryStorage``), ``redis`` (``CostLimiter`` on ``AsyncRedisStorage``) or ``cached``
   (Strawberry's ``ParserCache`` and ``ValidationCache``, no quotaql: the baseline of issue 23,
   what a performance-minded Strawberry user serves);
+- or ``floor`` (``bench_http_work`` only: ``_floor.Floor``, the least work quotaql's default
+  contract asks for, written as directly as its authors could: a yardstick, not a limiter);
 - ``QUOTAQL_BENCH_CONFIG``: the ``quotaql.toml`` (``CONFIG_TOML``) of the quotaql variants;
 - ``QUOTAQL_BENCH_REDIS_URL``: the private redis-server of the ``redis`` variant;
 - ``QUOTAQL_BENCH_TIMEOUT``: the Redis storage's per-call timeout in seconds (default 1);
@@ -35,6 +37,7 @@ from strawberry.asgi import GraphQL
 from strawberry.extensions import ParserCache, QueryDepthLimiter, ValidationCache
 
 import quotaql.gate.pricing as gate_module
+from _floor import FLOOR, floor_extension
 from quotaql import MemoryStorage
 from quotaql.cost_analysis.analyzer import CostReport
 from quotaql.demo.shop import make_schema
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFIG_TOML",
     "DEPTH_LIMIT",
+    "FLOOR",
     "QUOTAQL_VARIANTS",
     "STATS_PATH",
     "TENANT",
@@ -306,7 +310,7 @@ def _environ(name: str) -> str:
 def create_app() -> _BenchApp:
     """The app of the variant ``$QUOTAQL_BENCH_VARIANT`` (uvicorn's ``--factory``)."""
     variant = _environ("QUOTAQL_BENCH_VARIANT")
-    if variant not in VARIANTS:
+    if variant not in (*VARIANTS, FLOOR):
         raise RuntimeError(
             f"bench_http_app: QUOTAQL_BENCH_VARIANT={variant!r}; one of {', '.join(VARIANTS)}"
         )
@@ -318,6 +322,10 @@ def create_app() -> _BenchApp:
         schema = make_schema()
     elif variant == "depth":
         schema = make_schema(lambda: QueryDepthLimiter(max_depth=DEPTH_LIMIT))
+    elif variant == FLOOR:
+        counts = _Counts()
+        tenants = {TENANT: (TENANT_CAPACITY, 1.0)}  # CONFIG_TOML's bench tier
+        schema = make_schema(floor_extension(tenants, counts))
     elif variant == "cached":
         # Classes: Strawberry builds one of each per request; their LRU caches (the default
         # 128 entries) live at module level, across requests.

@@ -1,0 +1,166 @@
+"""The floor: the least work a Strawberry extension does for quotaql's default contract.
+
+A yardstick for issue 23, not a limiter: ``bench_http_work`` counts its instructions per
+request beside ``CostLimiter``'s and the cached baseline's, to tell how much of quotaql's
+cost over Strawberry's two caches is the work its default contract asks for, done in the
+most direct Python its authors could write, and how much is quotaql's own structure.
+
+Per request, on the common path only (a known API key, an allowed decision, a document seen
+before), it does what ``CostLimiter`` does with the bench's configuration (every default:
+enforce, ``refund_unused``, ``expose_cost``, the time quota):
+
+- reads the ``X-API-Key`` and ``GraphQL-Cost`` headers and finds the tenant's tier;
+- parses within the parser limits, once per text (quotaql's ``parse_document``, cached);
+- validates once per document (Strawberry's validation the first time, then skipped);
+- prices with quotaql's cached plan (``analyze``) and debits a token bucket (capacity,
+  refill) in process memory, with a ``Decision``-like record told to the recorder;
+- measures the worker time (``time.thread_time_ns`` around parsing, pricing and
+  execution) and adds it to what the tenant owes its time quota;
+- measures the actual cost from the data (the plan's walk) and refunds what was not used;
+- answers ``extensions.cost`` and the ``RateLimit`` / ``RateLimit-Policy`` /
+  ``X-RateLimit-*`` headers.
+
+It leaves out everything off that path: unknown keys, addresses and principals, tiers chosen
+by a hook, the deny cache, refusals and their errors, shadow mode, batches sharing a
+response, subscriptions, concurrency limits, delays, adaptive limits, Redis, metrics beyond
+one decision record, spans, reloads. It is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from strawberry.extensions import SchemaExtension
+
+from quotaql.cost_analysis import analyze
+from quotaql.cost_analysis.analyzer import parse_document
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["FLOOR", "Floor", "floor_extension"]
+
+FLOOR = "floor"  # the variant's name, and its decisions' source
+_CHARGE_AT_MS = 25.0  # as quotaql's ledger: a tenant's time is charged once it adds up
+
+
+class _Decision(NamedTuple):
+    allowed: bool
+    source: str
+
+
+class _State:
+    """What every request of one app shares: tenants, buckets, documents, the recorder."""
+
+    def __init__(self, tenants: dict[str, tuple[float, float]], recorder: Any) -> None:
+        self.tenants = tenants  # API key -> (capacity, refill per second)
+        self.buckets: dict[str, list[float]] = {}  # key -> [tokens, last monotonic s]
+        self.owed: dict[str, float] = {}  # key -> worker ms not charged yet
+        self.time_spent: dict[str, float] = {}  # key -> worker ms charged
+        self.documents: dict[str, Any] = {}
+        self.valid: set[int] = set()
+        self.recorder = recorder
+        self.policies: dict[tuple[float, float], bytes] = {}
+
+
+class Floor(SchemaExtension):
+    """One request's hooks (see the module's docstring)."""
+
+    state: _State
+
+    def on_operation(self) -> Iterator[None]:
+        ctx = self.execution_context
+        headers = ctx.context["request"].headers
+        key = headers.get("x-api-key")
+        self.header = headers.get("graphql-cost")  # read, as quotaql reads it
+        self.key = key
+        self.tier = self.state.tenants[key]
+        self.began = time.thread_time_ns()
+        self.cost: dict[str, Any] = {}
+        yield
+        state = self.state
+        ms = (time.thread_time_ns() - self.began) / 1e6
+        owed = state.owed.pop(key, 0.0) + ms
+        if owed >= _CHARGE_AT_MS:
+            state.time_spent[key] = state.time_spent.get(key, 0.0) + owed
+        else:
+            state.owed[key] = owed
+
+    def on_parse(self) -> Iterator[None]:
+        ctx = self.execution_context
+        query = ctx.query
+        documents = self.state.documents
+        document = documents.get(query)
+        if document is None:
+            document = documents[query] = parse_document(query)
+        ctx.graphql_document = document
+        yield
+
+    def on_validate(self) -> Iterator[None]:
+        ctx = self.execution_context
+        key = id(ctx.graphql_document)
+        known = key in self.state.valid
+        if known:
+            ctx.pre_execution_errors = []
+        yield
+        if not known and ctx.pre_execution_errors == []:
+            self.state.valid.add(key)
+
+    def on_execute(self) -> Iterator[None]:
+        ctx = self.execution_context
+        state = self.state
+        report = analyze(ctx.schema, ctx.graphql_document, ctx.variables, ctx.operation_name)
+        capacity, refill = self.tier
+        key = self.key
+        now = time.monotonic()
+        bucket = state.buckets.get(key)
+        if bucket is None:
+            bucket = state.buckets[key] = [capacity, now]
+        tokens = bucket[0] + (now - bucket[1]) * refill
+        tokens = capacity if tokens > capacity else tokens
+        cost = report.cost
+        bucket[0], bucket[1] = tokens - cost, now
+        state.recorder.decision(_Decision(True, FLOOR), 0.0)
+        yield
+        result = ctx.result
+        actual = report.actual(result.data, result.errors)
+        kept = actual if actual > 1.0 else 1.0
+        if cost > kept:
+            bucket[0] = min(capacity, bucket[0] + cost - kept)
+        remaining = bucket[0]
+        self.cost = {
+            "requestedQueryCost": cost,
+            "actualQueryCost": actual,
+            "throttleStatus": {
+                "maximumAvailable": capacity,
+                "currentlyAvailable": remaining,
+                "restoreRate": refill,
+            },
+        }
+        policy = state.policies.get(self.tier)
+        if policy is None:
+            policy = state.policies[self.tier] = (
+                f'"tenant";q={capacity:g};w={math.ceil(capacity / refill)}'.encode()
+            )
+        left = max(0, math.floor(remaining))
+        reset = max(0, math.ceil((capacity - remaining) / refill))
+        ctx.context["response"].headers.raw.extend(
+            (
+                (b"ratelimit-policy", policy),
+                (b"ratelimit", f'"tenant";r={left};t={reset}'.encode()),
+                (b"x-ratelimit-limit", f"{capacity:g}".encode()),
+                (b"x-ratelimit-remaining", str(left).encode()),
+                (b"x-ratelimit-reset", str(reset).encode()),
+            )
+        )
+
+    def get_results(self) -> dict[str, Any]:
+        return {"cost": self.cost} if self.cost else {}
+
+
+def floor_extension(tenants: dict[str, tuple[float, float]], recorder: Any) -> type[Floor]:
+    """A :class:`Floor` class of its own (Strawberry builds one per request) sharing one
+    state: ``tenants`` by API key, ``recorder`` told each decision."""
+    return type("Floor", (Floor,), {"state": _State(tenants, recorder)})
