@@ -7,8 +7,8 @@
   ``MemoryStorage``), ``redis`` (``CostLimiter`` on ``AsyncRedisStorage``) or ``cached``
   (Strawberry's ``ParserCache`` and ``ValidationCache``, no quotaql: the baseline of issue 23,
   what a performance-minded Strawberry user serves);
-- or ``floor`` (``bench_http_work`` only: ``_floor.Floor``, the least work quotaql's default
-  contract asks for, written as directly as its authors could: a yardstick, not a limiter);
+- or ``floor`` (``_floor.Floor``: the least work quotaql's default contract asks for on the
+  common path, written as directly as its authors could; a yardstick, not a limiter);
 - ``QUOTAQL_BENCH_CONFIG``: the ``quotaql.toml`` (``CONFIG_TOML``) of the quotaql variants;
 - ``QUOTAQL_BENCH_REDIS_URL``: the private redis-server of the ``redis`` variant;
 - ``QUOTAQL_BENCH_TIMEOUT``: the Redis storage's per-call timeout in seconds (default 1);
@@ -69,8 +69,9 @@ __all__ = [
 
 # ``cached`` last: in bench_http's ABBA rounds the pairs with ``none`` keep their distance,
 # and memory and Redis sit as near to ``cached`` as to ``none``.
-VARIANTS = ("none", "depth", "memory", "redis", "cached")
-QUOTAQL_VARIANTS = ("memory", "redis")
+VARIANTS = ("none", "depth", "memory", "redis", FLOOR, "cached")
+# The variants that answer quotaql's contract (extensions.cost, headers, one decision each).
+QUOTAQL_VARIANTS = ("memory", "redis", FLOOR)
 STATS_PATH = "/__bench/stats"
 TENANT = "bench-tenant"
 DEPTH_LIMIT = 10  # the shop query is 3 deep: the rule walks it, never refuses
@@ -310,7 +311,7 @@ def _environ(name: str) -> str:
 def create_app() -> _BenchApp:
     """The app of the variant ``$QUOTAQL_BENCH_VARIANT`` (uvicorn's ``--factory``)."""
     variant = _environ("QUOTAQL_BENCH_VARIANT")
-    if variant not in (*VARIANTS, FLOOR):
+    if variant not in VARIANTS:
         raise RuntimeError(
             f"bench_http_app: QUOTAQL_BENCH_VARIANT={variant!r}; one of {', '.join(VARIANTS)}"
         )

@@ -29,7 +29,7 @@ quotaql ``extensions.cost``; every quotaql decision must come from the variant's
 (none from a fallback), allowed, with no backend error; the cached baseline must take every
 request but the first from Strawberry's two caches.
 
-A sixth app, ``floor`` (``_floor.py``), is counted too, not served by ``bench_http``: the work
+The ``floor`` app (``_floor.py``, served by ``bench_http`` too) is the work
 quotaql's default contract asks for on the common path (identify a known key, parse and
 validate once, price from the cached plan, debit a token bucket, time the worker, measure the
 actual cost, refund, ``extensions.cost`` and the rate-limit headers), written as directly as
@@ -610,12 +610,7 @@ def main() -> list[Target]:
 
     from _harness import Target, fmt_int, print_table, print_targets
     from bench_http import LABELS, QUERY, check_replies, uvicorn_flavour
-    from bench_http_app import CONFIG_TOML, FLOOR, QUOTAQL_VARIANTS, TENANT
-    from bench_http_app import VARIANTS as SERVED
-
-    # The floor (_floor.py) beside the apps bench_http serves: counted, not served by wrk.
-    VARIANTS = (*SERVED, FLOOR)  # noqa: N806
-    labels = {**LABELS, FLOOR: "the floor: quotaql's default contract, most directly (_floor.py)"}
+    from bench_http_app import CONFIG_TOML, QUOTAQL_VARIANTS, TENANT, VARIANTS
 
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
@@ -672,14 +667,14 @@ def main() -> list[Target]:
             "directory": str(directory),
             "query": QUERY,
             "tenant": TENANT,
-            "quotaql_variants": (*QUOTAQL_VARIANTS, FLOOR),
+            "quotaql_variants": QUOTAQL_VARIANTS,
             "warmup": run.warmup,
             "loop": loop,
             "native_ns": _calibration(),
         }
         counts = run_child(directory, env, jobs, plan)
     for job, count in counts.items():
-        check_run(job, count.seen, run.warmup, job.variant in (*QUOTAQL_VARIANTS, FLOOR))
+        check_run(job, count.seen, run.warmup, job.variant in QUOTAQL_VARIANTS)
     # Each run's first response, parsed: as bench_http checks its servers' replies.
     cost = check_replies([(job.name, job.variant, c.seen["first"]) for job, c in counts.items()])
     print(
@@ -700,7 +695,7 @@ def main() -> list[Target]:
     }
     rows = []
     for variant in VARIANTS:
-        cells = [labels[variant]]
+        cells = [LABELS[variant]]
         for concurrency in run.concurrencies:
             mine, none = per_request[variant, concurrency], per_request["none", concurrency]
             cached = per_request["cached", concurrency]
