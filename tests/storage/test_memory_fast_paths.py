@@ -10,24 +10,16 @@ are checked once, with the messages they always had.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import get_args
 
 import pytest
 
 from quotaql import Limiter, MemoryStorage, Quota
+from quotaql.policy.quota import Algorithm
 from quotaql.storage import Debit
 
-if TYPE_CHECKING:
-    from quotaql.policy.quota import Algorithm
-
 T0 = 1_700_000_000_000  # ms
-ALGORITHMS: tuple[Algorithm, ...] = (
-    "token_bucket",
-    "gcra",
-    "sliding_log",
-    "sliding_counter",
-    "fixed_window",
-)
+ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 # A plain key, a long one and one outside ASCII (both stored as their digest), the shared
 # scope.
 KEYS = ["acme", "k" * 65, "café", None]
