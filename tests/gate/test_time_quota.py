@@ -355,9 +355,12 @@ def test_an_operation_never_settled_takes_no_share_once_it_is_gone() -> None:
     must not halve every later operation's measure on that thread for good."""
 
     def measure() -> None:
-        leaked = Work()
+        leaked, cyclic = Work(), Work()
         worktime.run(leaked)
-        del leaked
+        worktime.run(cyclic)
+        garbage: list[object] = [cyclic]
+        garbage.append(garbage)  # collected by the collector, not by its count
+        del leaked, cyclic, garbage
         gc.collect()
         work = Work()
         worktime.run(work)

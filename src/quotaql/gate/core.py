@@ -533,7 +533,7 @@ class Gate:
         worktime.start(op.work)  # pricing (and the static pass): its worker time
         if not op.screened and isinstance(document, DocumentNode):
             self.screen(op, document)  # a document the adapter did not screen
-        priced = op.error is None and price(op, schema, document, variables, operation_name,
+        priced = not op.refused and price(op, schema, document, variables, operation_name,
                                           config.cost, self._log)  # fmt: skip
         worktime.stop(op.work)
         if not priced:
@@ -581,7 +581,7 @@ class Gate:
             raise
         finally:
             self._delays.stop_waiting(op)
-        if op.error is not None:  # refused: the subscription never opens, the lease goes back
+        if op.refused:  # refused: the subscription never opens, the lease goes back at once
             self._holdings.free_slot(op)
             lease = op.lease
             if lease is not None:

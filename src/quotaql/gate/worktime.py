@@ -38,6 +38,7 @@ most that much per process uncharged.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -100,8 +101,9 @@ class _Thread(threading.local):
         self.share = 0.0
         self.last = CLOCK()
 
-    def forget(self, key: int) -> None:
-        """An operation in execution on this thread was collected without :func:`ran`."""
+    def forget(self, key: int, _collected: object = None) -> None:
+        """An operation in execution on this thread was collected without :func:`ran` (its
+        weak reference's callback)."""
         self.running.pop(key, None)
 
 
@@ -147,7 +149,7 @@ def run(work: Work) -> None:
     state = _threads
     _advance(state, CLOCK())
     key = id(work)
-    state.running[key] = weakref.ref(work, lambda _, key=key: state.forget(key))
+    state.running[key] = weakref.ref(work, functools.partial(state.forget, key))
     work.running = (state, threading.get_ident(), state.share)
 
 
