@@ -7,6 +7,7 @@ servers is in tests/adapters.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -454,6 +455,44 @@ def test_a_batch_refused_by_the_analysis_and_by_the_limiter_is_still_a_429(
     gate.respond(too_costly, response)
     assert (too_costly.code, response.status_code) == ("RATE_LIMITED", 429)
     assert "retry-after" in response.headers
+
+
+def test_a_response_is_forgotten_when_it_goes_and_its_id_is_never_another_batch(
+    gate: Gate,
+) -> None:
+    """The replies a response collected go with it; a new response at the address of a
+    collected one starts a batch of its own (no Retry-After removed, no status mixed)."""
+    answers = gate._responses
+    before = len(answers._weak)
+    for _ in range(50):
+        response = Response()
+        gate.respond(admit(gate, "{ hello }"), response)
+        assert response.status_code == 200
+        del response
+    gc.collect()
+    assert len(answers._weak) == before
+    refused = admit(gate, "{ products(first: 500) { name } }")  # past the whole budget
+    response = Response()
+    gate.respond(refused, response)
+    assert (response.status_code, refused.code) == (400, "COST_EXCEEDS_CAPACITY")
+
+
+def test_a_response_without_weak_references_is_answered_as_a_batch_too(gate: Gate) -> None:
+    class Slotted:  # no __weakref__ (as Litestar's responses): kept among the last 256
+        __slots__ = ("headers", "status_code")
+
+        def __init__(self) -> None:
+            self.headers: dict[str, str] = {}
+            self.status_code = 200
+
+    response = Slotted()
+    ran = admit(gate, "{ products(first: 60) { name } }")
+    refused = admit(gate, "{ products(first: 60) { name } }")
+    gate.respond(refused, response)
+    assert response.status_code == 429
+    gate.respond(ran, response)
+    assert response.status_code == 200
+    assert "Retry-After" not in response.headers
 
 
 def test_nothing_is_written_for_a_subscription_or_to_a_websocket(gate: Gate) -> None:
