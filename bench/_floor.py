@@ -38,7 +38,7 @@ from quotaql.cost_analysis import analyze
 from quotaql.cost_analysis.analyzer import parse_document
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 __all__ = ["FLOOR", "Floor", "floor_extension"]
 
@@ -54,8 +54,14 @@ class _Decision(NamedTuple):
 class _State:
     """What every request of one app shares: tenants, buckets, documents, the recorder."""
 
-    def __init__(self, tenants: dict[str, tuple[float, float]], recorder: Any) -> None:
+    def __init__(
+        self,
+        tenants: dict[str, tuple[float, float]],
+        recorder: Any,
+        identify: Callable[[Any], str] | None,
+    ) -> None:
         self.tenants = tenants  # API key -> (capacity, refill per second)
+        self.identify = identify
         self.buckets: dict[str, list[float]] = {}  # key -> [tokens, last monotonic s]
         self.owed: dict[str, float] = {}  # key -> worker ms not charged yet
         self.time_spent: dict[str, float] = {}  # key -> worker ms charged
@@ -72,9 +78,14 @@ class Floor(SchemaExtension):
 
     def on_operation(self) -> Iterator[None]:
         ctx = self.execution_context
-        headers = ctx.context["request"].headers
-        key = headers.get("x-api-key")
-        self.header = headers.get("graphql-cost")  # read, as quotaql reads it
+        context = ctx.context
+        identify = self.state.identify
+        if identify is None:
+            headers = context["request"].headers
+            key = headers.get("x-api-key")
+            self.header = headers.get("graphql-cost")  # read, as quotaql reads it
+        else:  # in process: no request, the tenant from the context (bench_plugin)
+            key, self.header = identify(context), None
         self.key = key
         self.tier = self.state.tenants[key]
         self.began = time.thread_time_ns()
@@ -144,9 +155,12 @@ class Floor(SchemaExtension):
             policy = state.policies[self.tier] = (
                 f'"tenant";q={capacity:g};w={math.ceil(capacity / refill)}'.encode()
             )
+        response = ctx.context.get("response")
+        if response is None:  # in process: nothing to write headers on
+            return
         left = max(0, math.floor(remaining))
         reset = max(0, math.ceil((capacity - remaining) / refill))
-        ctx.context["response"].headers.raw.extend(
+        response.headers.raw.extend(
             (
                 (b"ratelimit-policy", policy),
                 (b"ratelimit", f'"tenant";r={left};t={reset}'.encode()),
@@ -160,7 +174,12 @@ class Floor(SchemaExtension):
         return {"cost": self.cost} if self.cost else {}
 
 
-def floor_extension(tenants: dict[str, tuple[float, float]], recorder: Any) -> type[Floor]:
+def floor_extension(
+    tenants: dict[str, tuple[float, float]],
+    recorder: Any,
+    identify: Callable[[Any], str] | None = None,
+) -> type[Floor]:
     """A :class:`Floor` class of its own (Strawberry builds one per request) sharing one
-    state: ``tenants`` by API key, ``recorder`` told each decision."""
-    return type("Floor", (Floor,), {"state": _State(tenants, recorder)})
+    state: ``tenants`` by API key, ``recorder`` told each decision; ``identify(context)``
+    instead of the ``X-API-Key`` header (in process, without a request)."""
+    return type("Floor", (Floor,), {"state": _State(tenants, recorder, identify)})

@@ -38,6 +38,7 @@ from strawberry.extensions import ParserCache, QueryDepthLimiter, SchemaExtensio
 
 import _previous
 import quotaql.gate.pricing as gate_module
+from _floor import FLOOR, floor_extension
 from _harness import (
     Measurement,
     Target,
@@ -99,7 +100,7 @@ TENANT = "bench-tenant"
 DEPTH_LIMIT = 100  # never reached by the corpus: we time the rule's walk, not a refusal
 # Executes are timed call by call, in turns (_harness.measure_calls_interleaved): about this
 # many seconds per set of turns, between these bounds on the number of rounds.
-MEMORY_SET_SECONDS = 9.0  # eight variants
+MEMORY_SET_SECONDS = 10.0  # nine variants
 REDIS_SET_SECONDS = 8.0  # six variants (three are short)
 IN_SITU_CALLS = 200  # executes timed piece by piece (no target uses them)
 IN_SITU_SECONDS = 2.0
@@ -413,12 +414,14 @@ MEMORY_LABELS = {
     "static": "CostLimiter, no refund, no expose_cost (ref.)",
     "parsercache": "Strawberry's ParserCache alone (ref.: quotaql keeps parsed documents too)",
     "cached": "Strawberry's ParserCache + ValidationCache, no quotaql (the cached baseline)",
+    FLOOR: "the floor: quotaql's default contract, most directly (_floor.py)",
 }
 
 
 def bench_memory(cases: dict[str, Case], config: Config) -> list[Target]:
     loop = asyncio.new_event_loop()
     recorders = {"memory": _Recorder(), "static": _Recorder()}
+    floor_recorder = _Recorder()
     # The defaults (refund_unused, expose_cost) price the result too (actual_cost); without
     # both, the extension only prices the operation and debits it.
     static_config = replace(
@@ -439,6 +442,8 @@ def bench_memory(cases: dict[str, Case], config: Config) -> list[Target]:
         # What a performance-minded Strawberry user has (issue 23): parsed and validated once
         # per document text, no quotaql. Classes, as the docs register them.
         "cached": make_schema(ParserCache, ValidationCache),
+        # quotaql's default contract on the common path, as directly as we could (issue 23).
+        FLOOR: make_schema(floor_extension({TENANT: (1e12, 1.0)}, floor_recorder, _tenant)),
     }
     timings: dict[str, dict[str, Measurement]] = {}
     costs: dict[str, float] = {}
@@ -449,11 +454,12 @@ def bench_memory(cases: dict[str, Case], config: Config) -> list[Target]:
             case = cases[query]
             fns = {name: _Executor(loop, schema, case) for name, schema in schemas.items()}
             costs[query] = _check_results(
-                case, {name: fn() for name, fn in fns.items()}, {"memory", "before"}
+                case, {name: fn() for name, fn in fns.items()}, {"memory", "before", FLOOR}
             )
-            for recorder in recorders.values():
+            for recorder in (*recorders.values(), floor_recorder):
                 recorder.reset()
             before = fns["memory"].calls
+            floor_before = fns[FLOOR].calls
             # Strawberry's caches serve these two: their hits and misses are checked too.
             cache_users = {name: fns[name].calls for name in ("cached", "parsercache")}
             caches_before = strawberry_cache_calls()
@@ -462,6 +468,7 @@ def bench_memory(cases: dict[str, Case], config: Config) -> list[Target]:
             problems = [f"{n}: {fn.errors[0]}" for n, fn in fns.items() if fn.errors]
             for name, recorder in recorders.items():
                 problems += recorder.problems("memory", fns[name].calls - before)
+            problems += floor_recorder.problems(FLOOR, fns[FLOOR].calls - floor_before)
             ran = {name: fns[name].calls - n for name, n in cache_users.items()}
             problems += _cache_problems(
                 caches_before,
@@ -504,6 +511,15 @@ def bench_memory(cases: dict[str, Case], config: Config) -> list[Target]:
     )
     for query in TIMED_QUERIES:
         _print_notes(timings[query], query)
+    print(
+        "Against the cached baseline (the floor: the least the default contract costs):"
+        + "".join(
+            f" {query}: memory {fmt_ratio(ratio(t['memory'].median_us, t['cached'].median_us))},"
+            f" floor {fmt_ratio(ratio(t[FLOOR].median_us, t['cached'].median_us))};"
+            for query, t in timings.items()
+        ),
+        end="\n\n",
+    )
 
     targets: list[Target] = []
     for query in TIMED_QUERIES:
