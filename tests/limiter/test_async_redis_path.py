@@ -1,4 +1,4 @@
-"""The async limiter's path to Redis: arguments checked once (the limiter's), each decision
+"""The async limiter's path to Redis: each decision
 timed once, and a storage subclass's own ``acquire`` or ``evaluate`` still the one called.
 
 Against a real private redis-server (the session's)."""
@@ -111,7 +111,7 @@ def test_the_storage_s_own_acquire_still_checks_its_arguments(
                 await storage.acquire(Debit("acme", 1, ["tenant"], NOW))  # type: ignore[list-item]
             with pytest.raises(ValueError, match="one amount per quota"):
                 await storage.acquire(Debit("acme", 1, [TENANT], NOW, [1, 2]))
-            assert (await storage.acquire_checked(Debit("acme", 1, [TENANT], NOW))).allowed
+            assert (await storage.acquire(Debit("acme", 1, [TENANT], NOW))).allowed
         finally:
             await storage.close()
 

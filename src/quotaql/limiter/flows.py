@@ -112,16 +112,6 @@ class Core:
         ):
             give_back = lambda debit: storage.refund(debit)  # noqa: E731, PLW0108
         self.give_back: Callable[[Debit], None] = give_back
-        # Its acquire of a checked debit (a request of one storage call): the storage's
-        # acquire_checked when it has one (the Redis storages', which do not check the
-        # arguments again) and a subclass did not override acquire without it, else its
-        # acquire (looked up at each call, as it was).
-        acquire_checked = getattr(storage, "acquire_checked", None)
-        if acquire_checked is None or _owner(type(storage), "acquire") is not _owner(
-            type(storage), "acquire_checked"
-        ):
-            acquire_checked = lambda debit: storage.acquire(debit)  # noqa: E731, PLW0108
-        self.acquire_checked: Callable[[Debit], Any] = acquire_checked
         # Refunds of the storage's debits, waiting to be applied off the response path
         # (None: applied at once; the memory storage needs no round trip).
         self.refunds: RefundQueue | None = None
@@ -572,8 +562,6 @@ def _call(storage: Any, call: _Call) -> Any:
 
 
 _Remember = Callable[[Debit, Decision], None]
-# An acquire's start (perf_counter seconds) and who is told of its decision and duration.
-_Timed = tuple[float, Callable[[Decision, float], None]]
 
 
 def _after(remember: _Remember) -> Callable[[_Call, Any], None]:
@@ -622,15 +610,10 @@ class Operations:
         else:  # one path for one quota or many, shared or not
             debit = _new(Debit, (key, cost, quotas, now, costs, None, None))
             decision = self.execute(
-                lambda: Core.acquire_flow(debit),
-                debit,
-                None if shared else ("acquire", debit),
-                None if tell is None else (started, tell),
+                lambda: Core.acquire_flow(debit), debit, None if shared else ("acquire", debit)
             )
             if decision.__class__ is not Decision:  # an awaitable: timed once it is in
-                if tell is None or not core.infallible:  # timed by _execute_later
-                    return decision
-                return self._timed_later(decision, started, tell)
+                return decision if tell is None else self._timed_later(decision, started, tell)
         if tell is not None:
             tell(decision, time.perf_counter() - started)
         return decision
@@ -688,15 +671,10 @@ class Operations:
         return self.execute(lambda: Core.peek_flow(debit), debit)
 
     def execute(
-        self,
-        flow_factory: Callable[[], _Flow],
-        debit: Debit,
-        call: _Call | None = None,
-        timed: _Timed | None = None,
+        self, flow_factory: Callable[[], _Flow], debit: Debit, call: _Call | None = None
     ) -> Any:
         """Run an operation's storage calls (``call`` alone, made at once, or the flow),
-        through the breaker and the fail mode (``timed``: an acquire's start and decision
-        hook, told of its decision when it comes later, from a fallible storage)."""
+        through the breaker and the fail mode."""
         core = self.core
         if core.infallible:
             return drive(flow_factory(), core.run, STORAGE_ERRORS)
@@ -705,8 +683,8 @@ class Operations:
         try:
             if call is None:
                 result = drive(flow_factory(), core.run, STORAGE_ERRORS, core.after)
-            else:  # a request of one storage call (an acquire): made at once, no flow to drive
-                result = core.acquire_checked(call[1])
+            else:  # a request of one storage call: made at once, no flow to drive
+                result = _call(core.storage, call)
         except StorageError as error:
             core.failed(error)
             return core.substitute(flow_factory, debit)
@@ -714,7 +692,7 @@ class Operations:
             core.breaker.abandon()  # e.g. interrupted: no verdict on the storage
             raise
         if is_pending(result):
-            return self._execute_later(result, flow_factory, debit, call, timed)
+            return self._execute_later(result, flow_factory, debit, call)
         return self._answered(result, call)
 
     async def _execute_later(
@@ -723,27 +701,20 @@ class Operations:
         flow_factory: Callable[[], _Flow],
         debit: Debit,
         call: _Call | None,
-        timed: _Timed | None,
     ) -> Any:
         """:meth:`execute` once the storage's answer is in (an async storage): written
         apart, not as a flow through the breaker, because this is the hot path of an async
-        limiter (a generator and a closure per decision cost it 8 % of its throughput).
-        An acquire's decision is timed here too (``timed``), not in a coroutine of its own."""
+        limiter (a generator and a closure per decision cost it 8 % of its throughput)."""
         core = self.core
         try:
             result = await pending
         except StorageError as error:
             core.failed(error)
-            result = core.substitute(flow_factory, debit)
+            return core.substitute(flow_factory, debit)
         except BaseException:
             core.breaker.abandon()  # e.g. cancelled: no verdict on the storage
             raise
-        else:
-            result = self._answered(result, call)
-        if timed is not None:
-            started, tell = timed
-            tell(result, time.perf_counter() - started)
-        return result
+        return self._answered(result, call)
 
     def _answered(self, result: Any, call: _Call | None) -> Any:
         core = self.core

@@ -260,13 +260,7 @@ class AsyncLimiter(_LimiterBase):
         storage's calls in flight."""
         done = self._ops.refund(*refund_of(key, amount, quotas, options))
         if done is QUEUED:
-            # The loop's refund task is started unless it runs (it takes what is queued
-            # meanwhile). A task of another loop does not count: that loop may be closed
-            # with the task left pending for good (``run_until_complete`` then ``close()``).
-            task = self._task
-            loop = asyncio.get_running_loop()
-            if task is None or task.done() or task.get_loop() is not loop:
-                self._task = loop.create_task(self._drain())
+            self._schedule()
         elif is_pending(done):
             await done
 
@@ -334,6 +328,16 @@ class AsyncLimiter(_LimiterBase):
                 for index, outcome in zip(later, answers, strict=True):
                     outcomes[index] = outcome
             return self._core.settle_refunds(queue, waiting, outcomes)
+
+    def _schedule(self) -> None:
+        """Start the loop's refund task unless it runs (it takes what is queued meanwhile).
+
+        A task of another loop does not count: that loop may be closed with the task left
+        pending for good (``run_until_complete`` then ``close()``)."""
+        task = self._task
+        loop = asyncio.get_running_loop()
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._task = loop.create_task(self._drain())
 
     async def _drain(self) -> None:
         queue = self._core.refunds

@@ -31,8 +31,6 @@ import os
 import threading
 import time
 import weakref
-from itertools import starmap
-from operator import add
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -239,7 +237,7 @@ def _merged(
     waiting: PendingRefund, amounts: tuple[float, ...], at: int | None, since: float, count: int
 ) -> PendingRefund:
     """``waiting`` with ``amounts`` added, dated by the earlier debit time."""
-    total = tuple(starmap(add, zip(waiting.amounts, amounts, strict=True)))
+    total = tuple(a + b for a, b in zip(waiting.amounts, amounts, strict=True))
     earliest = waiting.at if at is None else at if waiting.at is None else min(waiting.at, at)
     return waiting._replace(amounts=total, at=earliest, since=since, merged=waiting.merged + count)
 

@@ -80,14 +80,12 @@ class Pipeline:
     """
 
     __slots__ = (
-        "__weakref__", "_busy", "_idle", "_queue", "_scheduled", "_settings", "batches", "closed",
-        "commands", "loop",
+        "__weakref__", "_busy", "_idle", "_loop", "_queue", "_scheduled", "_settings", "batches",
+        "closed", "commands",
     )  # fmt: skip
 
     def __init__(self, loop: asyncio.AbstractEventLoop, settings: PipelineSettings) -> None:
-        self.loop = loop
-        """The event loop this pipeline serves (an attribute, not a property: the storage
-        reads it on each call)."""
+        self._loop = loop
         self._settings = settings
         self._queue: deque[_Command] = deque()
         self._idle: list[Any] = []  # connections not carrying a batch
@@ -96,6 +94,11 @@ class Pipeline:
         self.closed = False
         self.batches = 0  # writes made
         self.commands = 0  # commands sent (a NOSCRIPT retry counts again)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this pipeline serves."""
+        return self._loop
 
     def submit(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> asyncio.Future[Any]:
         """Queue one ``EVALSHA`` of ``script``; the future gets its reply (or a StorageError)."""
@@ -106,11 +109,11 @@ class Pipeline:
                 f"quotaql: {self._settings.queue_max} Redis calls are already waiting in this"
                 " process"
             )
-        future = self.loop.create_future()
+        future = self._loop.create_future()
         self._queue.append(_Command(script, keys, args, future))
         if not self._scheduled:
             self._scheduled = True
-            self.loop.call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         return future
 
     def _flush(self) -> None:
@@ -136,14 +139,14 @@ class Pipeline:
                     self._idle.append(connection)
                 continue
             self._busy += 1
-            self.loop.create_task(self._send(connection, batch))
+            self._loop.create_task(self._send(connection, batch))
 
     async def _send(self, connection: Any, batch: list[_Command]) -> None:
         """Write ``batch`` on ``connection`` and hand out the replies, within one deadline."""
         settings = self._settings
-        task = asyncio.current_task(self.loop)
+        task = asyncio.current_task(self._loop)
         assert task is not None  # a task of its own, made by _flush
-        deadline = settings.deadline(self.loop, task)
+        deadline = settings.deadline(self._loop, task)
         done = 0
         again: list[_Command] = []
         try:
@@ -241,7 +244,7 @@ class Pipeline:
                 await _disconnect(connection)
             if self._queue and not self._scheduled and not self.closed:
                 self._scheduled = True
-                self.loop.call_soon(self._flush)
+                self._loop.call_soon(self._flush)
             elif self.closed:  # calls queued again (after NOSCRIPT) once closed: none flushes
                 self._fail_queued(_closed_error())
 

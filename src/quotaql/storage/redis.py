@@ -20,7 +20,6 @@ import contextlib
 import weakref
 from functools import cache
 from importlib import resources
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from quotaql.errors import StorageTimeout
@@ -32,7 +31,7 @@ from quotaql.storage.keys import redis_key_base
 from quotaql.storage.redis_leases import AsyncRedisLeases, RedisLeases
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Sequence
+    from collections.abc import Sequence
     from types import ModuleType
 
 
@@ -52,7 +51,6 @@ MIN_STALL_TOLERANCE = 0.002
 # stalling fails after at most 1 + 3 periods (plus the stalls).
 MAX_STALL_EXTENSIONS = 3
 _FIELDS_PER_QUOTA = 5
-_algorithm = attrgetter("algorithm")
 
 
 @cache
@@ -128,8 +126,10 @@ def _request(prefix: str, mode: str, debit: Debit) -> tuple[list[str], list[str]
             else:
                 parts.append(f"{quota.script_args} {place} {quota.state_field}")
         specs = " ".join(parts)
-    # One amount for all quotas, or one per quota.
-    text = repr(float(amount)) if amounts is None else " ".join(map(repr, map(float, amounts)))
+    if amounts is None:
+        text = repr(float(amount))
+    else:  # one amount per quota
+        text = " ".join(repr(float(each)) for each in amounts)
     args = [mode, text, "" if now is None else str(int(now)), specs]
     if at is not None or turn is not None:
         args.append("" if at is None else str(int(at)))
@@ -330,7 +330,7 @@ class _RedisBase:
         if len(quotas) == 1:
             name: str = quotas[0].algorithm
         else:
-            name = " ".join(sorted(set(map(_algorithm, quotas))))
+            name = " ".join(sorted({quota.algorithm for quota in quotas}))
         script = self._scripts.get(name)
         if script is None:
             script = self.client.register_script(script_source(tuple(name.split())))
@@ -341,8 +341,7 @@ class _RedisBase:
         """The script call of one operation: its reply (sync), or an awaitable of it (async).
 
         The one body of both storages' ``acquire``, ``refund``, ``charge`` and ``peek``: they
-        differ only in waiting for it (the async storage's makes the call with its
-        ``_evaluation``, which spares a coroutine on its common path).
+        differ only in waiting for it.
         """
         keys, args = _request(self.prefix, mode, debit)
         return self.evaluate(self.script_for(debit.quotas), keys, args)
@@ -386,11 +385,6 @@ class RedisStorage(_RedisBase):
 
     def acquire(self, debit: Debit) -> Decision:
         check_arguments(debit.amount, debit.quotas, debit.amounts)
-        return self.acquire_checked(debit)
-
-    def acquire_checked(self, debit: Debit) -> Decision:
-        """:meth:`acquire` for arguments already checked: the limiter's path, which checks
-        them first."""
         raw = self._send("acquire", debit) if debit.quotas else []
         return _decision(raw, debit.quotas, debit.amount, debit.amounts)
 
@@ -567,11 +561,6 @@ class AsyncRedisStorage(_RedisBase):
 
     async def acquire(self, debit: Debit) -> Decision:
         check_arguments(debit.amount, debit.quotas, debit.amounts)
-        return await self.acquire_checked(debit)
-
-    async def acquire_checked(self, debit: Debit) -> Decision:
-        """:meth:`acquire` for arguments already checked: the limiter's path, which checks
-        them first."""
         raw = await self._send("acquire", debit) if debit.quotas else []
         return _decision(raw, debit.quotas, debit.amount, debit.amounts)
 
@@ -663,27 +652,6 @@ class AsyncRedisStorage(_RedisBase):
             await self.client.aclose()
         else:  # a pool passed in is not closed by the client unless asked
             await self.client.aclose(close_connection_pool=True)
-
-    def _send(self, mode: str, debit: Debit) -> Awaitable[Any]:
-        """:meth:`_RedisBase._send`, with the script call made by :meth:`_evaluation`."""
-        keys, args = _request(self.prefix, mode, debit)
-        return self._evaluation(self.script_for(debit.quotas), keys, args)
-
-    def _evaluation(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Awaitable[Any]:
-        """What :meth:`evaluate` would await: on the common path (this loop's pipeline made,
-        the server's eviction checked) the pipeline's future itself, with no coroutine
-        around it; any other call (and any call of a subclass with an ``evaluate`` of its
-        own) is ``evaluate``'s."""
-        pipeline = self._pipeline
-        if (
-            pipeline is not None
-            and self.pipelined
-            and self.eviction.passed
-            and pipeline.loop is asyncio.get_running_loop()
-            and type(self).evaluate is AsyncRedisStorage.evaluate
-        ):
-            return pipeline.submit(script, keys, args)
-        return self.evaluate(script, keys, args)
 
     async def evaluate(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
         """:meth:`RedisStorage.evaluate` for asyncio, bounded by the storage's deadline (and
