@@ -1,5 +1,5 @@
-"""The async limiter's path to Redis: each decision
-timed once, and a storage subclass's own ``acquire`` or ``evaluate`` still the one called.
+"""The async limiter's path to Redis: each decision timed once, a storage subclass's own
+``acquire`` or ``evaluate`` still the one called, bad arguments refused by the storage.
 
 Against a real private redis-server (the session's)."""
 
