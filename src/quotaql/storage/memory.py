@@ -317,8 +317,7 @@ class MemoryStorage:
                     if state is not None:
                         if quota.max_queued and check.retry_after_ms > 0:
                             self._wait_in_line(table, k, now, wait)
-                        if quota.algorithm == "sliding_log":  # the only state commit() changes
-                            state = commit(quota.algorithm, state)
+                        state = commit(quota.algorithm, state)
                         self._write(table, k, now, check.ttl_ms, state)
         return combine(quotas, checks, cost, self._source, costs, now)
 
