@@ -1,14 +1,14 @@
-"""The apps ``bench_http.py`` serves through uvicorn: the demo shop, served five ways.
+"""The apps ``bench_http.py`` serves through uvicorn: the demo shop, served six ways.
 
 ``uvicorn --factory bench_http_app:create_app --app-dir bench`` with the environment:
 
 - ``QUOTAQL_BENCH_VARIANT``: ``none`` (no limiting), ``depth`` (Strawberry's
   ``QueryDepthLimiter``, the reference for noise), ``memory`` (quotaql's ``CostLimiter`` on
-  ``MemoryStorage``), ``redis`` (``CostLimiter`` on ``AsyncRedisStorage``) or ``cached``
+  ``MemoryStorage``), ``redis`` (``CostLimiter`` on ``AsyncRedisStorage``), ``floor``
+  (``_floor.Floor``: the least work quotaql's default contract asks for on the common path,
+  written as directly as its authors could; a yardstick, not a limiter) or ``cached``
   (Strawberry's ``ParserCache`` and ``ValidationCache``, no quotaql: the baseline of issue 23,
   what a performance-minded Strawberry user serves);
-- or ``floor`` (``_floor.Floor``: the least work quotaql's default contract asks for on the
-  common path, written as directly as its authors could; a yardstick, not a limiter);
 - ``QUOTAQL_BENCH_CONFIG``: the ``quotaql.toml`` (``CONFIG_TOML``) of the quotaql variants;
 - ``QUOTAQL_BENCH_REDIS_URL``: the private redis-server of the ``redis`` variant;
 - ``QUOTAQL_BENCH_TIMEOUT``: the Redis storage's per-call timeout in seconds (default 1);

@@ -4,14 +4,14 @@ Issue 13 §4 asks, through uvicorn and wrk, quotaql on memory / no limiting >= 0
 / no limiting >= 0.92 (``bench_http``). Those are wall-clock ratios, and this VM's speed moves
 2 x within seconds (the do-nothing reference ``QueryDepthLimiter`` reads 0.71-1.48 per round):
 they cannot resolve the 3 % looked for. This module counts the work instead, which repeats from
-run to run. Each app of ``bench_http_app`` (``none``, ``depth``, ``memory``, ``redis`` and
-``cached``, Strawberry's ``ParserCache`` and ``ValidationCache`` without quotaql: the same
-config, query and ``X-API-Key`` as ``bench_http``) is driven in process by a bare ASGI loop (a
-real HTTP scope, a ``receive`` that gives the body, a ``send`` that keeps the messages; no
-sockets, no uvicorn) under ``valgrind --tool=callgrind``: one request read in full, ``warmup``
-requests, then ``requests`` more, one at a time (C=1) or 32 at a time (C=32: ``asyncio.gather``
-of 32 per batch). A second run does the warm-up alone; instructions per request are the
-difference of the two runs' totals divided by ``requests``.
+run to run. Each app of ``bench_http_app`` (``none``, ``depth``, ``memory``, ``redis``,
+``floor`` and ``cached``, Strawberry's ``ParserCache`` and ``ValidationCache`` without quotaql:
+the same config, query and ``X-API-Key`` as ``bench_http``) is driven in process by a bare ASGI
+loop (a real HTTP scope, a ``receive`` that gives the body, a ``send`` that keeps the messages;
+no sockets, no uvicorn) under ``valgrind --tool=callgrind``: one request read in full,
+``warmup`` requests, then ``requests`` more, one at a time (C=1) or 32 at a time (C=32:
+``asyncio.gather`` of 32 per batch). A second run does the warm-up alone; instructions per
+request are the difference of the two runs' totals divided by ``requests``.
 
 The runs are processes of their own: one Python child under callgrind imports everything
 (about 2.3 G instructions, 45 s under valgrind, that every run would repeat), then forks every
@@ -29,8 +29,8 @@ quotaql ``extensions.cost``; every quotaql decision must come from the variant's
 (none from a fallback), allowed, with no backend error; the cached baseline must take every
 request but the first from Strawberry's two caches.
 
-The ``floor`` app (``_floor.py``, served by ``bench_http`` too) is the work
-quotaql's default contract asks for on the common path (identify a known key, parse and
+The ``floor`` app (``_floor.py``, served by ``bench_http`` too) does the work quotaql's
+default contract asks for on the common path (identify a known key, parse and
 validate once, price from the cached plan, debit a token bucket, time the worker, measure the
 actual cost, refund, ``extensions.cost`` and the rate-limit headers), written as directly as
 its authors could, without what a library needs off that path: a yardstick for how much of
