@@ -453,13 +453,6 @@ def _check_request(
         raise TypeError(f"key must be a non-empty string, got {type(key).__name__}")
     if not key:
         raise ValueError("key must be a non-empty string, got ''")
-    kind = type(cost)
-    if (kind is float or kind is int) and 0 <= cost < math.inf and len(quotas) == 1:
-        # check_arguments' common case, on every request, without the call (in its order):
-        # a plain number, one Quota; anything else is checked there, refused as it says.
-        quota = quotas[0]
-        if costs is None and type(quota) is Quota:
-            return quota.shared
     check_arguments(cost, quotas, costs)
     if len(quotas) == 1:
         return quotas[0].shared

@@ -126,11 +126,10 @@ def _debt(state: BucketState | None, now_us: int) -> float:
 def _rebucket(state: BucketState | None, now: int, change: float) -> tuple[BucketState | None, int]:
     """The state and TTL of a bucket whose debt moves by ``change`` ms (a refund's is negative)."""
     now_us = now * 1000
-    # _debt() inlined: every refund of the default algorithm comes here.
-    debt = ((state - now_us) / 1000 if state is not None and state > now_us else 0.0) + change
+    debt = _debt(state, now_us) + change
     if debt <= 0:
         return None, 0
-    return now_us + _ceil(debt * 1000), _ceil(debt)  # _ms() without its max(): debt > 0
+    return now_us + _ceil(debt * 1000), _ms(debt)
 
 
 def token_bucket(

@@ -96,11 +96,15 @@ def check_arguments(
             one valid amount per quota.
     """
     kind = type(amount)
-    plain = (kind is float or kind is int) and 0 <= amount < math.inf
-    if plain and len(quotas) == 1 and type(quotas[0]) is Quota and amounts is None:
+    if (
+        (kind is float or kind is int)
+        and 0 <= amount < math.inf
+        and len(quotas) == 1
+        and type(quotas[0]) is Quota
+        and amounts is None
+    ):
         return  # the common case, on every request: one quota, a plain number
-    if not plain:
-        _check_amount(amount)
+    _check_amount(amount)
     for quota in quotas:
         if type(quota) is not Quota:
             raise TypeError(f"quotas must be Quota objects, got {type(quota).__name__}")
@@ -110,9 +114,7 @@ def check_arguments(
                 f"costs must give one amount per quota: {len(amounts)} for {len(quotas)}"
             )
         for each in amounts:
-            kind = type(each)
-            if not ((kind is float or kind is int) and 0 <= each < math.inf):
-                _check_amount(each)  # a plain number in range passes without the call
+            _check_amount(each)
 
 
 def _check_amount(amount: float) -> None:
