@@ -24,6 +24,11 @@ It leaves out everything off that path: unknown keys, addresses and principals, 
 by a hook, the deny cache, refusals and their errors, shadow mode, batches sharing a
 response, subscriptions, concurrency limits, delays, adaptive limits, Redis, metrics beyond
 one decision record, spans, reloads. It is not thread-safe.
+
+:class:`RedisFloor` (variant ``floor_redis``) is the same with its bucket in Redis, through
+redis-py's asyncio client: one ``EVALSHA`` a request (refill and debit in a Lua script),
+refunds summed per key and sent once every ``FLUSH_EVERY`` requests, as quotaql defers them.
+Its worker time stays in process memory.
 """
 
 from __future__ import annotations
@@ -32,17 +37,27 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import redis.asyncio
 from strawberry.extensions import SchemaExtension
 
 from quotaql.cost_analysis import analyze
 from quotaql.cost_analysis.analyzer import parse_document
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import AsyncIterator, Callable, Iterator
 
-__all__ = ["FLOOR", "Floor", "floor_extension"]
+__all__ = [
+    "FLOOR",
+    "FLOOR_REDIS",
+    "Floor",
+    "RedisFloor",
+    "floor_extension",
+    "redis_floor_extension",
+]
 
 FLOOR = "floor"  # the variant's name, and its decisions' source
+FLOOR_REDIS = "floor_redis"  # the same with its bucket in Redis
+FLUSH_EVERY = 32  # the Redis floor's refunds: sent once every this many requests
 _CHARGE_AT_MS = 25.0  # as quotaql's ledger: a tenant's time is charged once it adds up
 
 
@@ -141,6 +156,11 @@ class Floor(SchemaExtension):
         if cost > kept:
             bucket[0] = min(capacity, bucket[0] + cost - kept)
         remaining = bucket[0]
+        self.answer(cost, actual, remaining)
+
+    def answer(self, cost: float, actual: float, remaining: float) -> None:
+        """``extensions.cost`` and the five rate-limit headers (where there is a response)."""
+        capacity, refill = self.tier
         self.cost = {
             "requestedQueryCost": cost,
             "actualQueryCost": actual,
@@ -150,12 +170,13 @@ class Floor(SchemaExtension):
                 "restoreRate": refill,
             },
         }
-        policy = state.policies.get(self.tier)
+        policies = self.state.policies
+        policy = policies.get(self.tier)
         if policy is None:
-            policy = state.policies[self.tier] = (
+            policy = policies[self.tier] = (
                 f'"tenant";q={capacity:g};w={math.ceil(capacity / refill)}'.encode()
             )
-        response = ctx.context.get("response")
+        response = self.execution_context.context.get("response")
         if response is None:  # in process: nothing to write headers on
             return
         left = max(0, math.floor(remaining))
@@ -183,3 +204,74 @@ def floor_extension(
     state: ``tenants`` by API key, ``recorder`` told each decision; ``identify(context)``
     instead of the ``X-API-Key`` header (in process, without a request)."""
     return type("Floor", (Floor,), {"state": _State(tenants, recorder, identify)})
+
+
+_BUCKET = """
+local t = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local cap, rate = tonumber(ARGV[1]), tonumber(ARGV[2])
+local cost, now = tonumber(ARGV[3]), tonumber(ARGV[4])
+local tokens = tonumber(t[1]) or cap
+local ts = tonumber(t[2]) or now
+tokens = math.min(cap, tokens + (now - ts) * rate / 1000)
+if tokens >= cost then tokens = tokens - cost end
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
+return tostring(tokens)
+"""
+_REFUND = "return redis.call('HINCRBYFLOAT', KEYS[1], 'tokens', ARGV[1])"
+
+
+class RedisFloor(Floor):
+    """:class:`Floor` with its bucket in Redis (see the module's docstring)."""
+
+    client: redis.asyncio.Redis
+    pending: dict[str, float]  # key -> points to refund at the next flush
+    count: list[int]  # requests since the last flush
+    shas: list[str]  # the two scripts' SHA1s, once loaded
+
+    async def on_execute(self) -> AsyncIterator[None]:  # type: ignore[override]
+        ctx = self.execution_context
+        report = analyze(ctx.schema, ctx.graphql_document, ctx.variables, ctx.operation_name)
+        capacity, refill = self.tier
+        key = f"floor:{self.key}"
+        cost = report.cost
+        client = self.client
+        if not self.shas:
+            self.shas.append(await client.script_load(_BUCKET))
+            self.shas.append(await client.script_load(_REFUND))
+        now_ms = int(time.time() * 1000)
+        remaining = float(
+            await client.evalsha(self.shas[0], 1, key, capacity, refill, cost, now_ms)
+        )
+        self.state.recorder.decision(_Decision(True, FLOOR_REDIS), 0.0)
+        yield
+        result = ctx.result
+        actual = report.actual(result.data, result.errors)
+        kept = actual if actual > 1.0 else 1.0
+        if cost > kept:
+            self.pending[key] = self.pending.get(key, 0.0) + cost - kept
+            remaining = min(capacity, remaining + cost - kept)
+        self.count[0] += 1
+        if self.count[0] >= FLUSH_EVERY:
+            self.count[0] = 0
+            batch = dict(self.pending)
+            self.pending.clear()
+            for name, amount in batch.items():
+                await client.evalsha(self.shas[1], 1, name, amount)
+        self.answer(cost, actual, remaining)
+
+
+def redis_floor_extension(
+    tenants: dict[str, tuple[float, float]], recorder: Any, url: str
+) -> type[RedisFloor]:
+    """A :class:`RedisFloor` class of its own, on the Redis server at ``url``."""
+    return type(
+        "RedisFloor",
+        (RedisFloor,),
+        {
+            "state": _State(tenants, recorder, None),
+            "client": redis.asyncio.Redis.from_url(url),
+            "pending": {},
+            "count": [0],
+            "shas": [],
+        },
+    )

@@ -45,6 +45,7 @@ from bench_http_app import (
     CONFIG_TOML,
     DEPTH_LIMIT,
     FLOOR,
+    FLOOR_REDIS,
     QUOTAQL_VARIANTS,
     STATS_PATH,
     TENANT,
@@ -97,6 +98,7 @@ LABELS = {
     "memory": "quotaql CostLimiter, MemoryStorage",
     "redis": "quotaql CostLimiter, AsyncRedisStorage",
     FLOOR: "the floor: quotaql's default contract, most directly (_floor.py)",
+    FLOOR_REDIS: "the floor with its bucket in Redis (_floor.py)",
     "cached": "Strawberry ParserCache + ValidationCache, no quotaql (the cached baseline)",
 }
 # The baselines each variant's paired ratio is taken against (per round).

@@ -1,4 +1,4 @@
-"""The apps ``bench_http.py`` serves through uvicorn: the demo shop, served six ways.
+"""The apps ``bench_http.py`` serves through uvicorn: the demo shop, served seven ways.
 
 ``uvicorn --factory bench_http_app:create_app --app-dir bench`` with the environment:
 
@@ -6,11 +6,12 @@
   ``QueryDepthLimiter``, the reference for noise), ``memory`` (quotaql's ``CostLimiter`` on
   ``MemoryStorage``), ``redis`` (``CostLimiter`` on ``AsyncRedisStorage``), ``floor``
   (``_floor.Floor``: the least work quotaql's default contract asks for on the common path,
-  written as directly as its authors could; a yardstick, not a limiter) or ``cached``
+  written as directly as its authors could; a yardstick, not a limiter), ``floor_redis``
+  (the same with its bucket in Redis: ``_floor.RedisFloor``) or ``cached``
   (Strawberry's ``ParserCache`` and ``ValidationCache``, no quotaql: the baseline of issue 23,
   what a performance-minded Strawberry user serves);
 - ``QUOTAQL_BENCH_CONFIG``: the ``quotaql.toml`` (``CONFIG_TOML``) of the quotaql variants;
-- ``QUOTAQL_BENCH_REDIS_URL``: the private redis-server of the ``redis`` variant;
+- ``QUOTAQL_BENCH_REDIS_URL``: the private redis-server of ``redis`` and ``floor_redis``;
 - ``QUOTAQL_BENCH_TIMEOUT``: the Redis storage's per-call timeout in seconds (default 1);
 - ``QUOTAQL_BENCH_SPLIT=1``: time the gate's pieces in every request (see :class:`_Split`);
   the timed rounds run without it.
@@ -37,7 +38,7 @@ from strawberry.asgi import GraphQL
 from strawberry.extensions import ParserCache, QueryDepthLimiter, ValidationCache
 
 import quotaql.gate.pricing as gate_module
-from _floor import FLOOR, floor_extension
+from _floor import FLOOR, FLOOR_REDIS, floor_extension, redis_floor_extension
 from quotaql import MemoryStorage
 from quotaql.cost_analysis.analyzer import CostReport
 from quotaql.demo.shop import make_schema
@@ -58,6 +59,7 @@ __all__ = [
     "CONFIG_TOML",
     "DEPTH_LIMIT",
     "FLOOR",
+    "FLOOR_REDIS",
     "QUOTAQL_VARIANTS",
     "STATS_PATH",
     "TENANT",
@@ -69,9 +71,9 @@ __all__ = [
 
 # ``cached`` last: in bench_http's ABBA rounds the pairs with ``none`` keep their distance,
 # and memory and Redis sit as near to ``cached`` as to ``none``.
-VARIANTS = ("none", "depth", "memory", "redis", FLOOR, "cached")
+VARIANTS = ("none", "depth", "memory", "redis", FLOOR, FLOOR_REDIS, "cached")
 # The variants that answer quotaql's contract (extensions.cost, headers, one decision each).
-QUOTAQL_VARIANTS = ("memory", "redis", FLOOR)
+QUOTAQL_VARIANTS = ("memory", "redis", FLOOR, FLOOR_REDIS)
 STATS_PATH = "/__bench/stats"
 TENANT = "bench-tenant"
 DEPTH_LIMIT = 10  # the shop query is 3 deep: the rule walks it, never refuses
@@ -327,6 +329,12 @@ def create_app() -> _BenchApp:
         counts = _Counts()
         tenants = {TENANT: (TENANT_CAPACITY, 1.0)}  # CONFIG_TOML's bench tier
         schema = make_schema(floor_extension(tenants, counts))
+    elif variant == FLOOR_REDIS:
+        counts = _Counts()
+        tenants = {TENANT: (TENANT_CAPACITY, 1.0)}
+        schema = make_schema(
+            redis_floor_extension(tenants, counts, _environ("QUOTAQL_BENCH_REDIS_URL"))
+        )
     elif variant == "cached":
         # Classes: Strawberry builds one of each per request; their LRU caches (the default
         # 128 entries) live at module level, across requests.
