@@ -19,6 +19,7 @@ from strawberry.asgi import GraphQL
 from quotaql.errors import CostAnalysisError, LimitExceeded
 from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics, TenantLabels, metrics_app
+from quotaql.instrumentation.tenants import hashed
 from quotaql.plugin import CostLimiter
 from tests.adapters.strawberry.test_extension import EXPENSIVE, _dead_redis_storage, context
 from tests.support import strawberry_shop as shop
@@ -203,6 +204,30 @@ def test_tenant_labels_stay_bounded_under_rotating_keys() -> None:
     assert "acme" in seen
     assert len(seen) <= 1 + 5 + 1  # allowlist, top-N, "other"
     assert labels.label("heavy") == names.OTHER_TENANT
+
+
+def test_an_allowlist_of_tenant_names_labels_them_by_name(
+    write_config: Callable[..., Path],
+) -> None:
+    """The form docs/observability.md shows: ``tenant_allowlist=["vip"]``, the [tenants]
+    name, labels the tenant ``vip`` (not a hash); an unlisted tenant whose name is its API
+    key stays hashed among the top-N."""
+    registry = CollectorRegistry()
+    limiter = CostLimiter.from_config(
+        write_config(base=TOML.format(extra="")),
+        metrics=PrometheusMetrics(registry, tenant_allowlist=["vip"], top_tenants=5),
+    )
+    schema = shop.make_schema(limiter)
+    for tenant in ("vip", "x"):
+        schema.execute_sync("{ products(first: 1) { name } }", context_value=context(tenant))
+    assert sample(registry, names.TENANT_REQUESTS_TOTAL, tenant="vip", decision="allowed") == 1
+    labels = {
+        sample.labels["tenant"]
+        for metric in registry.collect()
+        if metric.name == names.TENANT_REQUESTS_TOTAL.removesuffix("_total")
+        for sample in metric.samples
+    }
+    assert labels == {"vip", hashed("key:x")}
 
 
 def test_top_n_tenants_get_a_hashed_label() -> None:

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from quotaql.instrumentation import names
-from quotaql.instrumentation.tracing import hashed_tenant
+from quotaql.instrumentation.tenants import hashed
 from quotaql.plugin import CostLimiter
 from tests.adapters.strawberry.test_extension import EXPENSIVE, _dead_redis_storage, context
 from tests.support import strawberry_shop as shop
@@ -76,7 +76,7 @@ def test_a_check_span_under_the_operation_span(
         names.ATTR_COST_MODEL: "apollo",
         names.ATTR_COST_ACTUAL: 16.0,
         names.ATTR_DEPTH: 3,
-        names.ATTR_TENANT: hashed_tenant("key:acme"),
+        names.ATTR_TENANT: hashed("key:acme"),
         names.ATTR_IDENTITY: "key",
         names.ATTR_TIER: "free",
         names.ATTR_DECISION: "allowed",

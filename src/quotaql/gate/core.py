@@ -173,7 +173,7 @@ class Gate:
         self.metrics = metrics
         self.tracing = Tracing(tracer_provider) if tracer_provider is not None else None
         self.log = log if log is not None else StructuredLog()
-        self._record = OperationRecorder(metrics, self.log)
+        self._record = OperationRecorder(metrics, self.log, resolved=key_resolver is not None)
         self._log = self._record.log_op
         self._scaling = Scaling(pressure, self._record)
         self._scaling.check(self._config)

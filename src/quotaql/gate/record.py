@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from quotaql.instrumentation import names
-from quotaql.instrumentation.tracing import hashed_tenant
+from quotaql.instrumentation.tenants import TenantNames, hashed
 from quotaql.storage.base import is_pipelined
 
 if TYPE_CHECKING:
@@ -29,9 +29,16 @@ class OperationRecorder:
     It is the concurrency limiter's :class:`~quotaql.limiter.concurrency.LeaseRecorder` too.
     """
 
-    def __init__(self, metrics: PrometheusMetrics | None, log: StructuredLog) -> None:
+    def __init__(
+        self, metrics: PrometheusMetrics | None, log: StructuredLog, *, resolved: bool = False
+    ) -> None:
         self.metrics = metrics
         self.log = log
+        # What spans, logs and metric labels call a subject: a tenant by its name where
+        # that name is not an API key (with a key_resolver, or allowlisted), else hashed.
+        self.names = TenantNames(
+            metrics.tenants.allowlist if metrics is not None else (), resolved=resolved
+        )
         self._said: set[str] = set()  # what has been logged once
 
     def finished(self, op: Operation, lease: Lease | None) -> Any:
@@ -54,6 +61,7 @@ class OperationRecorder:
                 refunded=op.refunded,
                 identity=op.subject.source,
                 overage=op.overage,
+                name=self.names.name(op.subject),
             )
             if outcome == names.REJECTED:
                 metrics.rejection(op.code)
@@ -70,7 +78,7 @@ class OperationRecorder:
         if span is not None:
             attributes: dict[str, Any] = {
                 names.ATTR_OPERATION_TYPE: operation_type,
-                names.ATTR_TENANT: hashed_tenant(op.subject.key),
+                names.ATTR_TENANT: self.names.shown(op.subject),
                 names.ATTR_IDENTITY: op.subject.source,
                 names.ATTR_TIER: op.tier.name,
                 names.ATTR_DECISION: outcome,
@@ -107,12 +115,13 @@ class OperationRecorder:
         return span
 
     def log_op(self, op: Operation, event: str, message: str, *args: object) -> None:
-        """Log ``message % args`` about ``op`` with its subject (hashed), tier and cost;
+        """Log ``message % args`` about ``op`` with its subject (named or hashed: ``names``),
+        tier and cost;
         nothing is built for a record the rate limit drops (a flood of refusals)."""
         suppressed = self.log.take(logging.INFO, event)
         if suppressed is None:
             return
-        tenant, tier = hashed_tenant(op.subject.key), op.tier.name
+        tenant, tier = self.names.shown(op.subject), op.tier.name
         self.log.emit(
             logging.INFO, event, suppressed, message + " (tenant %s, tier %s)", *args, tenant,
             tier, tenant=tenant, identity=op.subject.source, tier=tier, cost=op.cost,
@@ -146,7 +155,7 @@ class OperationRecorder:
         """A lease expired before its operation ended: an event on its span, and a warning."""
         if span is not None:
             span.add_event(names.EVENT_LEASE_EXPIRED, {"quotaql.lease.live_in": live_in})
-        tenant = hashed_tenant(lease.key)
+        tenant = hashed(lease.key)
         self.log.log(
             logging.WARNING,
             "lease_expired",

@@ -415,9 +415,12 @@ class PrometheusMetrics:
         refunded: float = 0.0,
         identity: str | None = None,
         overage: float = 0.0,
+        name: str | None = None,
     ) -> None:
         """Count one operation (``decision`` is one of ``names.DECISIONS``, ``identity`` one
-        of ``names.IDENTITY_SOURCES``)."""
+        of ``names.IDENTITY_SOURCES``) of the subject ``tenant`` (its namespaced key), whose
+        tenant name, where it may be shown (:class:`~quotaql.instrumentation.tenants.
+        TenantNames`), is ``name``."""
         key = (decision, operation_type, tier, identity)
         children = self._operations.get(key)
         if children is None:  # once per label set: labels() is the expensive part
@@ -437,7 +440,7 @@ class PrometheusMetrics:
             self.sync()  # no scrape reads this process: its backend counters, once a second
         if identified is not None:
             identified.inc()
-        self._child(self.tenant_requests, self.tenants.label(tenant), decision).inc()
+        self._child(self.tenant_requests, self.tenants.label(tenant, name), decision).inc()
         if cost is not None:
             query_cost.observe(cost)
         if depth is not None:

@@ -6,17 +6,11 @@ no span, no attribute dictionary and imports nothing from OpenTelemetry.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from quotaql.instrumentation import names
 
-__all__ = ["Tracing", "hashed_tenant"]
-
-
-def hashed_tenant(tenant: str) -> str:
-    """What spans and logs show of a tenant: 16 hex digits of its SHA-256, never the API key."""
-    return hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+__all__ = ["Tracing"]
 
 
 class Tracing:

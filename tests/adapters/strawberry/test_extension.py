@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from quotaql.instrumentation.tracing import hashed_tenant
+from quotaql.instrumentation.tenants import hashed
 from quotaql.plugin import CostLimiter
 from quotaql.storage.redis import RedisStorage
 from tests.adapters.strawberry.conftest import BASE_TOML
@@ -223,7 +223,7 @@ def test_shadow_mode_never_blocks_but_logs(
         assert result.data["products"]
     shadow = [r for r in caplog.records if getattr(r, "quotaql_event", None) == "shadow_blocked"]
     assert shadow
-    assert shadow[0].tenant == hashed_tenant("key:t")  # never the raw key in logs
+    assert shadow[0].tenant == hashed("key:t")  # never the raw key in logs
 
 
 BASE_SHADOW = """
