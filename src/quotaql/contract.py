@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphql import GraphQLError
 
+from quotaql.policy import numbers
 from quotaql.policy.quota import TIME_QUOTA
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from quotaql.policy.quota import Decision, Quota
 
 __all__ = [
+    "BAD_COST_HEADER",
     "COST_EXCEEDS_CAPACITY",
     "RATE_LIMITED",
     "RATE_LIMITER_UNAVAILABLE",
@@ -29,6 +31,8 @@ __all__ = [
     "TOO_MANY_SUBSCRIPTIONS",
     "UNKNOWN_API_KEY",
     "QuotaqlGraphQLError",
+    "bad_cost_header_error",
+    "capacity_warning",
     "cost_extension",
     "graphql_error",
     "rate_limit_error",
@@ -45,6 +49,8 @@ RATE_LIMITER_UNAVAILABLE = "RATE_LIMITER_UNAVAILABLE"
 UNKNOWN_API_KEY = "UNKNOWN_API_KEY"
 TOO_MANY_SUBSCRIPTIONS = "TOO_MANY_SUBSCRIPTIONS"
 TOO_MANY_CONCURRENT = "TOO_MANY_CONCURRENT"
+#: A ``GraphQL-Cost`` header that is neither ``validate`` nor ``report``.
+BAD_COST_HEADER = "BAD_COST_HEADER"
 #: The codes of the refusals the limiter answers (the analysis has its own, on its errors).
 REFUSAL_CODES = frozenset(
     {RATE_LIMITED, COST_EXCEEDS_CAPACITY, RATE_LIMITER_UNAVAILABLE, UNKNOWN_API_KEY,
@@ -89,11 +95,10 @@ def graphql_error(error: CostAnalysisError) -> QuotaqlGraphQLError:
 
 
 def _points(value: float) -> str:
-    """``120``, ``0.5``: a cost or budget as a person reads it."""
+    """``120``, ``0.5``: a cost or limit as a person reads it (:func:`numbers.points`)."""
     if value == math.inf:
         return "unlimited"
-    rounded = round(value, 2)
-    return str(int(rounded)) if rounded == int(rounded) else f"{rounded:g}"
+    return str(numbers.points(value))
 
 
 def _counted(value: float) -> str:
@@ -119,11 +124,14 @@ def error_code(decision: Decision) -> str:
     return RATE_LIMITED
 
 
-def rate_limit_error(decision: Decision, *, unpriced: bool = False) -> QuotaqlGraphQLError:
+def rate_limit_error(
+    decision: Decision, *, unpriced: bool = False, what: str = "query"
+) -> QuotaqlGraphQLError:
     """The GraphQL error of a refused decision, with a message a person understands.
 
     ``unpriced``: refused before the query was read (the deny cache: the budget cannot
-    hold even the least a request pays, ``decision.cost``).
+    hold even the least a request pays, ``decision.cost``). ``what`` was refused:
+    ``"query"``, or ``"subscription event"`` (an event of an open subscription).
 
     Example:
         >>> from quotaql.policy.quota import Decision
@@ -136,28 +144,29 @@ def rate_limit_error(decision: Decision, *, unpriced: bool = False) -> QuotaqlGr
     cost, limit, remaining = decision.cost, decision.limit, decision.remaining
     # "your 100" for the tenant's own budget; a quota of its own is named.
     whose = "your" if decision.limited_by in (None, "tenant") else f"the '{decision.limited_by}'"
+    left = numbers.left(remaining, numbers.is_whole(cost))
     extensions: dict[str, Any] = {
         "code": code,
-        "cost": cost,
-        "limit": limit,
-        "remaining": remaining,
+        "cost": numbers.points(cost),
+        "limit": numbers.points(limit),
+        "remaining": left,
         "quota": decision.limited_by,
     }
     if code == COST_EXCEEDS_CAPACITY:
         message = (
-            f"This query costs {_counted(cost)}, more than the {_points(limit)} your"
+            f"This {what} costs {_counted(cost)}, more than the {_points(limit)} your"
             f" '{decision.limited_by}' budget can ever hold; ask for less (smaller pages,"
             " fewer fields) to run it."
         )
     elif code == RATE_LIMITER_UNAVAILABLE:
-        retry = decision.retry_after or 1.0
+        retry = numbers.seconds(decision.retry_after or 1.0)
         extensions["retryAfter"] = retry
         message = (
             "The rate limiter is unavailable and this API does not run queries it cannot"
             f" account for; retry in {_seconds(retry)}."
         )
     else:
-        retry = decision.retry_after or 0.0
+        retry = numbers.seconds(decision.retry_after or 0.0)
         extensions["retryAfter"] = retry
         if decision.limited_by == TIME_QUOTA:
             message = (
@@ -167,12 +176,12 @@ def rate_limit_error(decision: Decision, *, unpriced: bool = False) -> QuotaqlGr
             )
         elif unpriced:
             message = (
-                f"Only {_points(remaining)} of {whose} {_points(limit)} points remain, less"
+                f"Only {left} of {whose} {_points(limit)} points remain, less"
                 f" than any request costs ({_points(cost)}); retry in {_seconds(retry)}."
             )
         else:
             message = (
-                f"This query costs {_counted(cost)} but only {_points(remaining)} of {whose}"
+                f"This {what} costs {_counted(cost)} but only {left} of {whose}"
                 f" {_points(limit)} remain; retry in {_seconds(retry)}."
             )
     return QuotaqlGraphQLError(message, extensions=extensions)
@@ -191,13 +200,54 @@ def unknown_key_error(header: str) -> QuotaqlGraphQLError:
     )
 
 
+def bad_cost_header_error(value: str) -> QuotaqlGraphQLError:
+    """The error of a ``GraphQL-Cost`` header quotaql does not know (HTTP 400; the request
+    pays ``[limits] min_charge``, as a document that does not parse).
+
+    Example:
+        >>> bad_cost_header_error("estimate").message
+        "The GraphQL-Cost header says 'estimate'; send 'validate' (price the operation without running it) or 'report' (run it and report its price)."
+    """  # noqa: E501
+    shown = value if len(value) <= 40 else value[:40] + "..."
+    return QuotaqlGraphQLError(
+        f"The GraphQL-Cost header says {shown!r}; send 'validate' (price the operation without"
+        " running it) or 'report' (run it and report its price).",
+        extensions={"code": BAD_COST_HEADER},
+    )
+
+
+def capacity_warning(quota: str, cost: float, limit: float) -> dict[str, Any]:
+    """The ``extensions.warnings`` entry of an operation priced (``GraphQL-Cost: validate``)
+    above what quota ``quota`` can ever hold: it would be refused ``COST_EXCEEDS_CAPACITY``.
+
+    Example:
+        >>> capacity_warning("tenant", 490.0, 300.0)["message"]
+        "This query costs 490 points, more than the 300 your 'tenant' budget can ever hold: running it would be refused (COST_EXCEEDS_CAPACITY)."
+    """  # noqa: E501
+    return {
+        "code": COST_EXCEEDS_CAPACITY,
+        "message": (
+            f"This query costs {_counted(cost)}, more than the {_points(limit)} your"
+            f" '{quota}' budget can ever hold: running it would be refused"
+            f" ({COST_EXCEEDS_CAPACITY})."
+        ),
+        "quota": quota,
+        "cost": numbers.points(cost),
+        "limit": numbers.points(limit),
+    }
+
+
 def too_many_subscriptions_error(limit: int, retry_after: float = 1.0) -> QuotaqlGraphQLError:
     """The error of a subscription beyond ``[limits] max_subscriptions`` (per subject, in
     each server process)."""
     return QuotaqlGraphQLError(
         f"You have {limit} subscriptions open, the most this API allows at once;"
         " close one to open another.",
-        extensions={"code": TOO_MANY_SUBSCRIPTIONS, "limit": limit, "retryAfter": retry_after},
+        extensions={
+            "code": TOO_MANY_SUBSCRIPTIONS,
+            "limit": limit,
+            "retryAfter": numbers.seconds(retry_after),
+        },
     )
 
 
@@ -237,7 +287,7 @@ def too_many_concurrent_error(
             "code": TOO_MANY_CONCURRENT,
             "limit": limit,
             "quota": limited_by,
-            "retryAfter": retry_after,
+            "retryAfter": numbers.seconds(retry_after),
         },
     )
 
@@ -312,14 +362,19 @@ def cost_extension(
     restore_rate: float | None,
     breakdown: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """``extensions.cost``: ``{requestedQueryCost, actualQueryCost, throttleStatus}``."""
-    cost: dict[str, Any] = {"requestedQueryCost": requested, "actualQueryCost": actual}
+    """``extensions.cost``: ``{requestedQueryCost, actualQueryCost, throttleStatus}``, its
+    numbers rounded as clients see them (:mod:`quotaql.policy.numbers`)."""
+    points = numbers.points
+    cost: dict[str, Any] = {
+        "requestedQueryCost": points(requested),
+        "actualQueryCost": None if actual is None else points(actual),
+    }
     if decision is not None and decision.limit != math.inf:
         cost["throttleStatus"] = {
-            "maximumAvailable": decision.limit,
-            "currentlyAvailable": decision.remaining,
-            "restoreRate": restore_rate,
+            "maximumAvailable": points(decision.limit),
+            "currentlyAvailable": numbers.left(decision.remaining, numbers.is_whole(requested)),
+            "restoreRate": None if restore_rate is None else points(restore_rate),
         }
     if breakdown is not None:
-        cost["breakdown"] = breakdown
+        cost["breakdown"] = {name: points(value) for name, value in breakdown.items()}
     return cost

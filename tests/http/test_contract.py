@@ -197,6 +197,62 @@ def test_graphql_cost_validate_prices_without_running_and_pays_the_minimum(
     )
 
 
+TOO_BIG = "{ products(first: 20) { name reviews(first: 5) { stars } } }"  # 140 > 100, ever
+
+
+def test_graphql_cost_validate_warns_of_an_operation_that_can_never_run(
+    adapter: Adapter, server: UvicornServer
+) -> None:
+    response = post(server.url, TOO_BIG, **{"GraphQL-Cost": "validate"})
+    assert response.status_code == 200  # priced, as asked: nothing refused
+    body = response.json()
+    (warning,) = body["extensions"]["warnings"]
+    assert warning["code"] == "COST_EXCEEDS_CAPACITY"
+    assert (warning["quota"], warning["cost"], warning["limit"]) == ("tenant", 140, 100)
+    assert "can ever hold" in warning["message"]
+    ran = post(server.url, TOO_BIG)  # what the warning said running it would be
+    assert ran.json()["errors"][0]["extensions"]["code"] == "COST_EXCEEDS_CAPACITY"
+    assert ran.status_code == 400
+    fits = post(server.url, EXPENSIVE, **{"GraphQL-Cost": "validate"}).json()
+    assert "warnings" not in fits["extensions"]
+
+
+@pytest.mark.parametrize("value", ["estimate", "VALIDATEX", "x" * 5000])
+def test_an_unknown_graphql_cost_value_is_refused_with_a_code(
+    adapter: Adapter, server: UvicornServer, value: str
+) -> None:
+    response = post(server.url, EXPENSIVE, **{"GraphQL-Cost": value})
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert error["extensions"]["code"] == "BAD_COST_HEADER"
+    assert "'validate'" in error["message"]
+    assert len(error["message"]) < 300  # a hostile value is not echoed whole
+    assert adapter.shop.resolver_calls == []
+    # it paid the minimum, as a document that does not parse (Strawberry charges it once
+    # the operation ended: by a task, perhaps after the response)
+    time.sleep(0.2)
+    cost = post(server.url, "{ hello }").json()["extensions"]["cost"]
+    assert cost["throttleStatus"]["currentlyAvailable"] == 98
+
+
+def test_numbers_reach_clients_without_float_noise(server: UvicornServer) -> None:
+    # A refill of 0.001 point a second leaves a budget at 84.0000x: told 84 (an integer),
+    # in headers and extensions alike; a wait to the millisecond.
+    cost = post(server.url, EXPENSIVE).json()["extensions"]["cost"]
+    status = cost["throttleStatus"]
+    assert [type(v) for v in (cost["requestedQueryCost"], status["currentlyAvailable"])] == [
+        int,
+        int,
+    ]
+    assert (cost["requestedQueryCost"], status["currentlyAvailable"]) == (70, 84)
+    for _ in range(12):
+        refused = post(server.url, EXPORT)
+    error = refused.json()["errors"][0]["extensions"]
+    retry = error["retryAfter"]
+    assert retry == round(retry, 3)
+    assert isinstance(error["remaining"], int)
+
+
 def test_refusals_by_the_analysis_are_graphql_errors_not_500(
     adapter: Adapter, server: UvicornServer
 ) -> None:

@@ -57,7 +57,7 @@ def test_fragments_side_by_side_pay_for_their_size(config: Path, adapter: str) -
         assert error["extensions"]["code"] == "TOO_MANY_FIELD_PAIRS"
     each = len(ATTACK) / 1000  # 42.8 points a request; it paid 1
     assert each >= 20
-    assert left == pytest.approx(CAPACITY - 3 * each, abs=0.5)
+    assert left == pytest.approx(CAPACITY - 3 * each, abs=1)
 
 
 @pytest.mark.parametrize("adapter", ["strawberry", "ariadne"])
@@ -73,9 +73,9 @@ def test_a_large_cheap_or_broken_document_pays_for_its_size(config: Path, adapte
         honest = [_post(client, "honest", HONEST)[0] for _ in range(3)]
     assert cheap.json()["data"] == {"field00": 0}
     assert cheap.json()["extensions"]["cost"]["requestedQueryCost"] == 0  # priced 0 points
-    assert after_cheap == pytest.approx(CAPACITY - len(CHEAP) / 1000, abs=0.5)
+    assert after_cheap == pytest.approx(CAPACITY - len(CHEAP) / 1000, abs=1)
     assert broken.json()["errors"][0]["extensions"]["code"] == "GRAPHQL_PARSE_FAILED"
-    assert after_broken == pytest.approx(after_cheap - 1 - len(BROKEN) / 1000, abs=0.5)
+    assert after_broken == pytest.approx(after_cheap - 1 - len(BROKEN) / 1000, abs=1.5)
     # An honest small query pays min_charge, as before.
     remaining = [r.json()["extensions"]["cost"]["throttleStatus"]["currentlyAvailable"]
                  for r in honest]  # fmt: skip

@@ -40,6 +40,7 @@ __all__ = [
     "RootFieldCost",
     "analyze",
     "check_model",
+    "free_subscription_fields",
     "parse_document",
     "select_operation",
 ]
@@ -121,6 +122,18 @@ def check_model(schema: Any, model: CostModel) -> None:
             (with the closest real coordinates), or a directive has an invalid value.
     """
     compiled_schema(graphql_schema(schema), model)
+
+
+def free_subscription_fields(schema: Any, model: CostModel) -> list[str]:
+    """The coordinates of the subscription fields whose events ``model`` prices at 0
+    (a scalar or enum without a weight, and no ``subscription`` operation weight): each of
+    their events would pay only ``[limits] min_charge``. Empty without a subscription type.
+    """
+    compiled = compiled_schema(graphql_schema(schema), model)
+    for _kind, name, root, weight in compiled.operations:
+        if name == "subscription" and root is not None and weight <= 0:
+            return [f"{root.name}.{field}" for field in sorted(root.free_names)]
+    return []
 
 
 def price_operation(

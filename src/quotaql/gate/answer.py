@@ -111,8 +111,14 @@ def _answer(replies: Sequence[_Reply]) -> tuple[int | None, dict[str, str]]:
 
 def extensions(op: Operation | None, expose_cost: bool) -> dict[str, Any]:
     """The response's ``extensions`` for ``op``: ``{"cost": ...}`` when ``expose_cost`` (or
-    the ``GraphQL-Cost`` header asked), else empty."""
+    the ``GraphQL-Cost`` header asked), and ``{"warnings": [...]}`` when ``GraphQL-Cost:
+    validate`` priced it above a quota's capacity; else empty."""
     if op is None or op.report is None or (not expose_cost and op.header is None):
         return {}
     restore = restore_rate(op.quotas[0]) if op.quotas else None
-    return {"cost": cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)}
+    found: dict[str, Any] = {
+        "cost": cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)
+    }
+    if op.warnings:
+        found["warnings"] = op.warnings
+    return found

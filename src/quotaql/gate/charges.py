@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 from quotaql.config.locator import render_key
 from quotaql.config.values import DEFAULT_TIME, TIME_MS_PER_POINT
 from quotaql.config.values import time_quota as time_quota_of
+from quotaql.contract import capacity_warning
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.errors import ConfigError
 from quotaql.gate.settle import restore_rate
@@ -134,11 +135,38 @@ def debit(config: Config, op: Operation, report: CostReport, tier: TierConfig | 
     op.least = minimum
 
 
-def event_price(config: Config, op: Operation, report: CostReport, tier: TierConfig | None) -> None:
+def beyond_capacity(
+    config: Config, op: Operation, report: CostReport, tier: TierConfig | None
+) -> list[dict[str, Any]] | None:
+    """What ``GraphQL-Cost: validate`` warns of: each quota that ``op``, priced ``report``,
+    would ask more of than it can ever hold (running it would be refused
+    ``COST_EXCEEDS_CAPACITY``); None when it fits them all."""
+    charge = max(report.cost, least(config, op))
+    quotas, costs = charges_for(
+        config, op.subject, report, tier, charge if charge != report.cost else None
+    )
+    found = [
+        capacity_warning(quota.name, amount, quota.maximum)
+        for quota, amount in zip(quotas, costs or (charge,) * len(quotas), strict=True)
+        if amount > quota.maximum
+    ]
+    return found or None
+
+
+def event_price(
+    config: Config,
+    op: Operation,
+    report: CostReport,
+    tier: TierConfig | None,
+    *,
+    reloaded: bool = False,
+) -> None:
     """From its second event on, subscription ``op`` pays its price (at least
-    ``min_charge``), not the size of its document, which the first paid (parsed once)."""
+    ``min_charge``), not the size of its document, which the first paid (parsed once);
+    ``reloaded``: priced again under a new configuration (its weights, its quotas), up or
+    down."""
     price = max(report.cost, config.limits.min_charge)
-    if op.charge <= price:
+    if op.charge <= price and not reloaded:
         return
     op.quotas, op.costs = charges_for(
         config, op.subject, report, tier, price if price != report.cost else None

@@ -46,11 +46,14 @@ from quotaql._flow import (
 )
 from quotaql.config import Config, default_config, load_config
 from quotaql.contract import (
+    BAD_COST_HEADER,
     RATE_LIMITED,
+    bad_cost_header_error,
     error_code,
     too_many_subscriptions_error,
 )
 from quotaql.cost_analysis._compile import graphql_schema
+from quotaql.cost_analysis.analyzer import free_subscription_fields
 from quotaql.gate import charges, startup, worktime
 from quotaql.gate.answer import BatchAnswers, extensions
 from quotaql.gate.delay import DelayLine
@@ -63,7 +66,7 @@ from quotaql.gate.operation import (
     enter,
     operation_type,
 )
-from quotaql.gate.pricing import price
+from quotaql.gate.pricing import price, repriced
 from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder, watch
 from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
@@ -212,6 +215,9 @@ class Gate:
         self._responses = BatchAnswers()
         self._configured(self._config)
         startup.check(self.storage, metrics)  # an evicting Redis: no start
+        if self._reloader is not None:
+            self._loaded(self._reloader)
+            self._reloader.start(self, Gate._reload_tick)
 
     @property
     def adaptive(self) -> Adaptive | None:
@@ -244,6 +250,15 @@ class Gate:
         """
         check_config(self._config, schema)
         self._checked_schema = schema
+        minimum = self._config.limits.min_charge
+        for coordinate in free_subscription_fields(schema, self._config.cost.model):
+            self._record.say_once(
+                f"free_events:{coordinate}",
+                f"quotaql: the events of {coordinate} price at 0 points (a scalar without a"
+                f" weight): each pays only [limits] min_charge ({minimum:g}); give it a"
+                f' weight ([cost.weights] "{coordinate}" = 1) or a @cost directive'
+                " (docs/cost-model.md)",
+            )
 
     def parse(
         self,
@@ -478,9 +493,12 @@ class Gate:
                 " (docs/identity.md)",
             )
         tier = resolve_tier(config, self.tier_resolver, subject, context, self.log)
-        header = _cost_header(request)
+        sent = _cost_header(request)
+        header = _known_header(sent)
         op = Operation(subject, tier, tier.mode or config.limits.mode, header)
         op.time = charges.time_quota(config, tier) if op.mode is not Mode.OFF else None
+        if sent is not None and header is None and op.mode is not Mode.OFF:
+            self._bad_header(op, sent)
         if op.mode is Mode.OFF and header is None:
             return op
         if self.tracing is not None:
@@ -546,6 +564,7 @@ class Gate:
         if op.mode is Mode.OFF:
             return op  # priced, not limited: nothing debited
         if header == "validate":
+            op.warnings = charges.beyond_capacity(config, op, report, self._resolved(op))
             yield from self._refusals.charge_minimum(op)  # priced, not run: it pays the minimum
             return op
         charges.debit(config, op, report, self._resolved(op))
@@ -630,9 +649,14 @@ class Gate:
         op.events += 1
         if op.events == 1 or op.mode is Mode.OFF or not op.quotas or op.error is not None:
             return None  # the first event was paid when the subscription started
-        report = op.report
+        report, config = op.report, self._config
         if op.events == 2 and report is not None:  # its document's size was paid once
-            charges.event_price(self._config, op, report, self._resolved(op))
+            charges.event_price(config, op, report, self._resolved(op))
+            op.priced = config
+        elif op.priced is not config and report is not None:  # reloaded: the new weights
+            report = op.report = repriced(op, config.cost, report)
+            charges.event_price(config, op, report, self._resolved(op), reloaded=True)
+            op.priced = config
         adaptive = self.adaptive
         if adaptive is not None:
             adaptive.poll()
@@ -759,14 +783,43 @@ class Gate:
 
     # -- pieces ----------------------------------------------------------------------------
 
+    def _bad_header(self, op: Operation, sent: str) -> None:
+        """A ``GraphQL-Cost`` value quotaql does not know: refused ``BAD_COST_HEADER``
+        (paying ``min_charge``, as a document that does not parse); in shadow mode let
+        through, counted and logged."""
+        error = bad_cost_header_error(sent)
+        if op.mode is Mode.ENFORCE:
+            self._refusals.failed(op, [error])
+            op.status = 400  # the client's mistake, whatever its framework answers others'
+        else:
+            op.violated(BAD_COST_HEADER)
+            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, BAD_COST_HEADER)
+
     def _refresh(self, schema: Any) -> None:
         if self._checked_schema is not schema:
             self.check(schema)
-        if self._reloader is not None:
-            config = self._reloader.poll(schema, self._config)
-            if config is not None:
-                self._config = config
-                self._configured(config)
+        reloader = self._reloader
+        if reloader is not None and not reloader.running:  # no thread: requests look
+            self._reload(reloader.poll(schema, self._config))
+
+    def _reload_tick(self) -> None:
+        """The reload thread's look at the file (once a schema was seen: a new file is
+        checked against it before it applies)."""
+        schema, reloader = self._checked_schema, self._reloader
+        if schema is not None and reloader is not None:
+            self._reload(reloader.poll(schema, self._config, due=True))
+
+    def _reload(self, config: Config | None) -> None:
+        if config is not None and self._reloader is not None:
+            self._config = config
+            self._configured(config)
+            self._loaded(self._reloader)
+
+    def _loaded(self, reloader: Reloader) -> None:
+        """Tell the metrics which file is in force (``quotaql_config_generation``)."""
+        loaded = getattr(self.metrics, "config_loaded", None)
+        if loaded is not None:
+            loaded(reloader.generation, reloader.digest)
 
     def _configured(self, config: Config) -> None:
         """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
@@ -797,11 +850,14 @@ class Gate:
             )
 
 
-def _cost_header(request: Any) -> CostHeader | None:
+def _cost_header(request: Any) -> str | None:
+    """The ``GraphQL-Cost`` header, trimmed and lower-cased (None: not sent)."""
     value = web.header(request, "graphql-cost")
-    if value is None:
-        return None
-    value = value.strip().lower()
+    return None if value is None else value.strip().lower()
+
+
+def _known_header(value: str | None) -> CostHeader | None:
+    """``value`` if quotaql knows it (``validate``, ``report``), else None."""
     if value == "validate":
         return "validate"
     if value == "report":

@@ -134,6 +134,7 @@ class Operation:
         "outcome",
         "overage",
         "paid_minimum",
+        "priced",
         "quotas",
         "refunded",
         "report",
@@ -150,6 +151,7 @@ class Operation:
         "variables",
         "violation",
         "waits",
+        "warnings",
         "work",
     )
 
@@ -174,6 +176,8 @@ class Operation:
         self.violation: str | None = None
         self.span: Any = None
         self.events = 0
+        self.priced: Any = None  # the Config a subscription's events are priced under
+        self.warnings: list[dict[str, Any]] | None = None  # extensions.warnings
         self.slot = False  # holds one of the subject's subscription slots
         self.status: int | None = None
         self.schema: Any = None

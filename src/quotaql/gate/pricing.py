@@ -15,9 +15,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from quotaql.config import CostConfig
+    from quotaql.cost_analysis.analyzer import CostReport
     from quotaql.gate.operation import Operation
 
-__all__ = ["price"]
+__all__ = ["price", "repriced"]
 
 
 def price(
@@ -48,3 +49,13 @@ def price(
         log(op, names.REJECTED, "quotaql: rejected %s: %s", error.code, error)
         return False
     return True
+
+
+def repriced(op: Operation, cost: CostConfig, report: CostReport) -> CostReport:
+    """Open subscription ``op``'s report under the weights of ``cost`` (a reload: its
+    events pay them; the new limits do not end it, it was admitted), or ``report`` when
+    the new model cannot price it."""
+    try:
+        return analyze(op.schema, op.document, op.variables, op.operation_name, cost.model)
+    except CostAnalysisError:
+        return report

@@ -172,10 +172,12 @@ class Refusals:
         self, op: Operation, decision: Decision, *, unpriced: bool = False
     ) -> GraphQLError:
         """Refuse ``op`` for the storage's (or the deny cache's) refusal ``decision``: its
-        retry time jittered, in the error and in the headers alike."""
+        retry time jittered, in the error and in the headers alike. A subscription's
+        later event is refused as one (``"This subscription event costs ..."``)."""
         decision = self._jittered(decision)
         op.decided(decision)
-        return self.refuse(op, rate_limit_error(decision, unpriced=unpriced))
+        what = "subscription event" if op.events > 1 else "query"
+        return self.refuse(op, rate_limit_error(decision, unpriced=unpriced, what=what))
 
     def remember(
         self, op: Operation, decision: Decision, quotas: tuple[Quota, ...] | None = None

@@ -160,6 +160,8 @@ class _Extension(SchemaExtension):
     def on_parse(self) -> Iterator[None]:
         op = self._op
         if op is not None and op.refused:
+            if op.failed and op.unpaid:  # the request itself refused (a bad GraphQL-Cost)
+                self._unpriced(op, op.errors)
             self._refused_early(op)
         error = self._parse()
         if error is not None and op is not None:
@@ -485,6 +487,8 @@ class _AsyncExtension(_Extension):
     async def on_parse(self) -> AsyncIterator[None]:  # type: ignore[override]
         op = self._op
         if op is not None and op.refused:
+            if op.failed and op.unpaid:  # the request itself refused (a bad GraphQL-Cost)
+                await self._gate.reject_async(op, op.errors)
             self._refused_early(op)
         error = self._parse()
         if error is not None and op is not None:

@@ -25,11 +25,14 @@ _NOISE: Final = 1e-6  # below what any weight, refill or capacity expresses
 
 def is_whole(value: float) -> bool:
     """Whether ``value`` is an integer, within float noise."""
-    return abs(value - round(value)) < _NOISE
+    return math.isfinite(value) and abs(value - round(value)) < _NOISE
 
 
 def points(value: float) -> int | float:
-    """A cost or a limit as answered: ``280`` (not ``280.0``), ``2.5``, ``0.333``."""
+    """A cost or a limit as answered: ``280`` (not ``280.0``), ``2.5``, ``0.333``; an
+    unlimited one (``inf``) as it is."""
+    if not math.isfinite(value):
+        return value
     whole = round(value)
     if abs(value - whole) < _NOISE:
         return int(whole)
@@ -41,6 +44,8 @@ def left(value: float, whole: bool = True) -> int | float:
     weighed against are), else to three decimals. Never below 0."""
     if value <= 0:
         return 0
+    if not math.isfinite(value):
+        return value
     if whole:
         return math.floor(value + _NOISE)
     return math.floor(value * 1000 + _NOISE * 1000) / 1000
@@ -50,4 +55,6 @@ def seconds(value: float) -> float:
     """A wait in seconds, rounded up to the millisecond: ``7.4780136352716955`` -> ``7.479``."""
     if value <= 0:
         return 0.0
+    if not math.isfinite(value):
+        return value
     return math.ceil(value * 1000 - _NOISE) / 1000

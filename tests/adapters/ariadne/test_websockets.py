@@ -123,7 +123,7 @@ def test_each_event_after_the_first_is_charged_and_running_dry_ends_it(
         (error,) = errors
         assert error["extensions"]["code"] == "RATE_LIMITED"
         assert error["extensions"]["cost"] == 30
-        assert error["message"].startswith("This query costs 30 points but only 10 of your 100")
+        assert error["message"].startswith("This subscription event costs 30 points but only 10 of your 100")
         # Out of budget, a new subscription is refused before its source runs.
         shop.resolver_calls.clear()
         client.subscribe("2", TICKS)
@@ -222,4 +222,4 @@ def test_subscriptions_refused_before_pricing_pay_the_minimum(
     time.sleep(0.1)
     # Each paid min_charge, or its size when more ([cost] chars_per_point: the 101 aliases).
     paid = sum(max(1.0, len(query) / 1000) for query in refused)
-    assert available(server) == pytest.approx(before - 1 - paid, abs=0.5)  # a probe
+    assert available(server) == pytest.approx(before - 1 - paid, abs=1)  # a probe
