@@ -123,7 +123,9 @@ def test_each_event_after_the_first_is_charged_and_running_dry_ends_it(
         (error,) = errors
         assert error["extensions"]["code"] == "RATE_LIMITED"
         assert error["extensions"]["cost"] == 30
-        assert error["message"].startswith("This subscription event costs 30 points but only 10 of your 100")
+        assert error["message"].startswith(
+            "This subscription event costs 30 points but only 10 of your 100"
+        )
         # Out of budget, a new subscription is refused before its source runs.
         shop.resolver_calls.clear()
         client.subscribe("2", TICKS)
