@@ -411,3 +411,23 @@ def test_a_log_on_a_logger_nobody_reads_warns_once() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         StructuredLog(target=target)  # once per process and logger
+
+
+def test_a_tier_resolver_echoing_a_client_value_cannot_flood_or_forge_the_log(
+    write_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="quotaql")
+    limiter = CostLimiter.from_config(
+        write_config(),
+        tier_resolver=lambda subject, ctx: ctx["request"].headers.get("x-tier"),
+        log=StructuredLog(clock=Clock()),
+    )
+    schema = shop.make_schema(limiter)
+    for index in range(200):
+        tier = f"gold\nquotaql: forged {index}" + "z" * 10_000
+        schema.execute_sync("{ products(first: 1) { name } }",
+                            context_value=context("t", **{"x-tier": tier}))  # fmt: skip
+    unknown = records(caplog, "unknown_tier")
+    assert len(unknown) == 5  # one subject's burst
+    assert "\n" not in unknown[0].getMessage()
+    assert len(unknown[0].tier) < 110
