@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING
 import pytest
 from prometheus_client import CollectorRegistry
 
+from quotaql.config import load_config
+from quotaql.gate import Gate
 from quotaql.instrumentation.logs import (
     JsonFormatter,
     LoggingWarning,
@@ -24,6 +27,7 @@ from quotaql.instrumentation.logs import (
 from quotaql.instrumentation.metrics import PrometheusMetrics
 from quotaql.plugin import CostLimiter
 from tests.adapters.strawberry.test_extension import EXPENSIVE, context
+from tests.gate import test_delay as delay_tests
 from tests.support import strawberry_shop as shop
 
 if TYPE_CHECKING:
@@ -431,3 +435,39 @@ def test_a_tier_resolver_echoing_a_client_value_cannot_flood_or_forge_the_log(
     assert len(unknown) == 5  # one subject's burst
     assert "\n" not in unknown[0].getMessage()
     assert len(unknown[0].tier) < 110
+
+
+def test_an_unknown_key_and_a_wait_for_its_turn_are_one_line_each(
+    tmp_path: Path, write_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="quotaql")
+    rejecting = write_config('[identity]\nunknown_keys = "reject"\n')
+    schema = shop.make_schema(CostLimiter.from_config(rejecting))
+    schema.execute_sync(GET_ORDERS, context_value=context("guess"))
+    (unknown,) = records(caplog, "unknown_key")
+    assert unknown.getMessage().startswith(
+        "quotaql: refused query GetOrders of tenant h:"  # the address, never the key
+    )
+    assert "(tier free): costs 1 point, UNKNOWN_API_KEY: " in unknown.getMessage()
+    assert "guess" not in unknown.getMessage()
+    assert unknown.code == "UNKNOWN_API_KEY"
+
+    path = tmp_path / "delay.toml"
+    path.write_text(delay_tests.TOML, encoding="utf-8")
+    gate = Gate(load_config(path))
+
+    async def main() -> None:
+        for _ in range(delay_tests.CAPACITY + 1):
+            op = await gate.admit_async(
+                delay_tests.SCHEMA, delay_tests.THREE, request=delay_tests.scope("acme")
+            )
+            gate.finish(op)
+
+    asyncio.run(main())
+    delayed = records(caplog, "delayed")[0]
+    assert delayed.delay > 0
+    assert round(delayed.delay, 3) == delayed.delay
+    assert delayed.getMessage() == (
+        f"quotaql: delayed query of tenant {delayed.tenant} (tier free): costs 3 points, waits"
+        f" {delayed.delay} s for its turn"
+    )

@@ -250,14 +250,14 @@ def _described(
         "limit": None,
         "retry_after": None,
     }
-    tail = f": costs {points(cost)} points, " if cost else ": "
+    tail = f": costs {_points(cost)}, " if cost else ": "
     if event == names.DELAYED:
         waits = seconds(wait if wait is not None else decision.delay if decision else 0.0)
         fields["delay"] = waits
         return (what, f"{tail}waits {waits} s for its turn"), fields
     if event == names.DELAY_CANCELLED:
         fields["refunded"] = refunded = points(op.refunded)
-        return (what, f"{tail}its client left while it waited; {refunded} points given back"), (
+        return (what, f"{tail}its client left while it waited; {_points(refunded)} given back"), (
             fields
         )
     if refused:
@@ -268,6 +268,12 @@ def _described(
     if error is not None and error.message:
         why += ": " + clipped(error.message)
     return (what, tail + why), fields
+
+
+def _points(value: float) -> str:
+    """``1 point``, ``70 points``, ``2.5 points``."""
+    shown = points(value)
+    return f"{shown} point" if shown == 1 else f"{shown} points"
 
 
 def _refusal(decision: Decision, event: str, fields: dict[str, Any]) -> str:
