@@ -226,7 +226,8 @@ def _described(
     """What ``op`` is (``query GetOrders``) and what its line says after its tenant and
     tier (``: costs 490 points, 210 of 300 left ...``), and the fields of the record."""
     report = op.report
-    kind = op.operation_type or "operation"
+    operation_type = op.operation_type
+    kind = operation_type or "operation"
     name = report.operation_name if report is not None else op.operation_name
     name = clipped(name, _NAME_LIMIT) if name else None
     what = kind if name is None else f"{kind} {name}"
@@ -234,15 +235,14 @@ def _described(
         what += f" (event {op.events})"
     cost = report.cost if report is not None else op.charge
     decision = op.decision
-    refused = decision is not None and not decision.allowed
+    refusal = decision if decision is not None and not decision.allowed else None
     if code is None:
         code = op.code or op.violation
-    if code is None and refused:
-        assert decision is not None
-        code = error_code(decision)
+    if code is None and refusal is not None:
+        code = error_code(refusal)
     fields: dict[str, Any] = {
         "cost": points(cost),
-        "operation_type": op.operation_type,
+        "operation_type": operation_type,
         "operation_name": name,
         "code": code,
         "limited_by": None,
@@ -260,9 +260,8 @@ def _described(
         return (what, f"{tail}its client left while it waited; {_points(refunded)} given back"), (
             fields
         )
-    if refused:
-        assert decision is not None
-        return (what, tail + _refusal(decision, event, fields)), fields
+    if refusal is not None:
+        return (what, tail + _refusal(refusal, event, fields)), fields
     error = op.error
     why = code or "refused"
     if error is not None and error.message:
