@@ -9,7 +9,7 @@ import logging
 import logging.config
 import tracemalloc
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -470,4 +470,26 @@ def test_an_unknown_key_and_a_wait_for_its_turn_are_one_line_each(
     assert delayed.getMessage() == (
         f"quotaql: delayed query of tenant {delayed.tenant} (tier free): costs 3 points, waits"
         f" {delayed.delay} s for its turn"
+    )
+
+
+def test_a_subscription_ended_by_an_events_refusal_says_which_event(
+    write_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="quotaql")
+    schema = shop.make_schema(named_limiter(write_config()))
+
+    async def run() -> list[Any]:
+        started = await schema.subscribe(
+            "subscription Ticks { ticks(count: 6) }", context_value=context("t")
+        )
+        return [event async for event in started]  # type: ignore[union-attr]
+
+    events = asyncio.run(run())
+    assert events[-1].errors[0].extensions["code"] == "RATE_LIMITED"
+    (ended,) = records(caplog, "blocked")
+    assert ended.getMessage() == (
+        "quotaql: blocked subscription Ticks (event 4) of tenant t (tier free): costs 30"
+        f' points, 10 of 100 left on quota "tenant"; retry in {ended.retry_after} s; the'
+        " subscription ends"
     )

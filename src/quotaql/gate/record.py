@@ -261,7 +261,10 @@ def _described(
             fields
         )
     if refusal is not None:
-        return (what, tail + _refusal(refusal, event, fields)), fields
+        why = _refusal(refusal, event, fields)
+        if event == names.BLOCKED and kind == "subscription" and op.events > 1:
+            why += "; the subscription ends"
+        return (what, tail + why), fields
     error = op.error
     why = code or "refused"
     if error is not None and error.message:
