@@ -91,7 +91,7 @@ class DelayLine:
         if op.span is not None:
             op.span.set_attribute(names.ATTR_DELAY, delay)
             op.span.add_event(names.EVENT_DELAYED, {names.ATTR_DELAY: delay})
-        self._log(op, names.DELAYED, "quotaql: delayed %.3fs for its turn", delay)
+        self._log(op, names.DELAYED, wait=delay)
         try:
             if can_await:
                 yield Await(asyncio.sleep(delay))
@@ -114,8 +114,7 @@ class DelayLine:
             self.metrics.delay_cancelled(op.tier.name)
         if op.span is not None:
             op.span.add_event(names.EVENT_DELAY_CANCELLED, {"quotaql.refund": op.charge})
-        self._log(op, names.DELAY_CANCELLED, "quotaql: left while waiting, refunded %s",
-                  op.charge)  # fmt: skip
+        self._log(op, names.DELAY_CANCELLED)
 
     def stop_waiting(self, op: Operation) -> None:
         """Give back ``op``'s place among the operations waiting (if it holds one)."""

@@ -20,7 +20,6 @@ from quotaql.cost_analysis.analyzer import parse_document
 from quotaql.cost_analysis.screen import screen
 from quotaql.errors import CostAnalysisError, LimitExceeded
 from quotaql.gate import charges, worktime
-from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.instrumentation import names
 from quotaql.policy.modes import Mode
 
@@ -152,7 +151,7 @@ class Documents:
             if op is not None and op.mode is not Mode.ENFORCE:
                 if op.mode is Mode.SHADOW:
                     op.violated(exceeded.code)
-                    self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
+                    self._log(op, names.SHADOW_BLOCKED, exceeded.code)
                 return False
             error: GraphQLError = graphql_error(exceeded)
             if op is not None:

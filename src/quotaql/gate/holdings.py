@@ -20,7 +20,6 @@ from quotaql.contract import (
 from quotaql.gate import charges
 from quotaql.gate.charges import SUBSCRIPTION_LEASES, TIER_LEASES
 from quotaql.gate.operation import Outcome
-from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.gate.slots import Slots
 from quotaql.instrumentation import names
 from quotaql.limiter.concurrency import Lease
@@ -126,9 +125,8 @@ class Holdings:
                 "backend_unavailable",
             )  # fmt: skip
             op.decided(decision)
-            error = self._refuse(op, rate_limit_error(decision))
-            self._log(op, names.FAIL_CLOSED, "quotaql: refused %s: %s", RATE_LIMITER_UNAVAILABLE,
-                      error.message)  # fmt: skip
+            self._refuse(op, rate_limit_error(decision))
+            self._log(op, names.FAIL_CLOSED, RATE_LIMITER_UNAVAILABLE)
             return False
         if result.taken:
             count = result.in_flight[0] if result.in_flight else 0
@@ -154,13 +152,12 @@ class Holdings:
         let it run without a lease; True when it runs."""
         if op.mode is not Mode.ENFORCE:
             op.violated(TOO_MANY_CONCURRENT)
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, TOO_MANY_CONCURRENT)
+            self._log(op, names.SHADOW_BLOCKED, TOO_MANY_CONCURRENT)
             return True
         error = too_many_concurrent_error(limited_by, maximum, self._in_flight_wait(next_free_ms))
         self._refuse(op, error)
         op.outcome = Outcome.TOO_MANY_CONCURRENT
-        self._log(op, names.TOO_MANY_CONCURRENT, "quotaql: refused %s: %s", TOO_MANY_CONCURRENT,
-                  error.message)  # fmt: skip
+        self._log(op, names.TOO_MANY_CONCURRENT, TOO_MANY_CONCURRENT)
         return False
 
     def release(self, op: Operation, *, end_span: bool = False) -> Any:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 from quotaql.contract import graphql_error
 from quotaql.cost_analysis import analyze
 from quotaql.errors import CostAnalysisError, LimitExceeded
-from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.instrumentation import names
 from quotaql.policy.modes import Mode
 
@@ -40,8 +39,9 @@ def price(
         except LimitExceeded as exceeded:
             if op.mode is not Mode.SHADOW:
                 raise
+            if op.violation != exceeded.code:  # the static pass logged it already
+                log(op, names.SHADOW_BLOCKED, exceeded.code)
             op.violated(exceeded.code)
-            log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, exceeded.code)
             op.report = analyze(schema, document, variables, operation_name, cost.model)
     except CostAnalysisError as error:
         op.refuse(graphql_error(error))

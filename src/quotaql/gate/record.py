@@ -6,8 +6,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from quotaql.contract import error_code
 from quotaql.instrumentation import names
+from quotaql.instrumentation.logs import clipped
 from quotaql.instrumentation.tenants import TenantNames, hashed
+from quotaql.policy.numbers import is_whole, left, points, seconds
 from quotaql.storage.base import is_pipelined
 
 if TYPE_CHECKING:
@@ -16,6 +19,7 @@ if TYPE_CHECKING:
     from quotaql.instrumentation.metrics import PrometheusMetrics
     from quotaql.limiter.concurrency import Lease
     from quotaql.limiter.rate import AsyncLimiter, Limiter
+    from quotaql.policy.quota import Decision
     from quotaql.storage.leases import LeaseKeeper
 
 __all__ = ["SHADOW_MESSAGE", "OperationRecorder", "watch"]
@@ -114,25 +118,35 @@ class OperationRecorder:
             span.set_attributes(attributes)
         return span
 
-    def log_op(self, op: Operation, event: str, message: str, *args: object) -> None:
-        """Log ``message % args`` about ``op`` with its subject (named or hashed: ``names``),
-        tier and cost;
-        nothing is built for a record the rate limit drops (a flood of refusals)."""
-        suppressed = self.log.take(logging.INFO, event)
+    def log_op(self, op: Operation, event: str, *args: object, wait: float | None = None) -> None:
+        """Log one line a person can read about ``op`` (a refusal, a shadow refusal, a
+        wait): what it is, whose (:attr:`names`), its tier, its cost, and why, every number
+        rounded as clients see it; the same as ``extra`` fields (docs/logging.md).
+
+        ``args`` may name the code of the limit ``op`` crossed where ``op`` does not tell
+        it (a shadow refusal answers no error): the first upper-case code among them;
+        ``wait``: the seconds a delayed operation waits. At most so many lines per event
+        and per subject (:class:`~quotaql.instrumentation.logs.StructuredLog`); nothing is
+        built for a line the rate limit drops (a flood of refusals)."""
+        subject = op.subject
+        suppressed = self.log.take(logging.INFO, event, subject.key)
         if suppressed is None:
             return
-        tenant, tier = self.names.shown(op.subject), op.tier.name
-        self.log.emit(
-            logging.INFO, event, suppressed, message + " (tenant %s, tier %s)", *args, tenant,
-            tier, tenant=tenant, identity=op.subject.source, tier=tier, cost=op.cost,
-        )  # fmt: skip
+        line, fields = _described(op, event, _code_of(args), wait)
+        fields["tenant"] = tenant = clipped(self.names.shown(subject))
+        fields["identity"] = subject.source
+        tier = fields["tier"] = op.tier.name
+        verb = _VERBS.get(event, event.replace("_", " "))
+        self.log.emit(logging.INFO, event, suppressed, "%s", f"quotaql: {verb} {line[0]} of tenant"
+                      f" {tenant} (tier {tier}){line[1]}", **fields)  # fmt: skip
 
     def say_once(self, event: str, message: str, level: int = logging.WARNING) -> None:
-        """Log ``message`` the first time ``event`` happens, never again."""
+        """Log ``message`` the first time ``event`` happens, never again (not rate-limited:
+        it cannot repeat)."""
         if event in self._said:
             return
         self._said.add(event)
-        self.log.log(level, event, message)
+        self.log.emit(level, event, 0, "%s", message)
 
     # -- the concurrency limiter's events ---------------------------------------------------
 
@@ -179,6 +193,113 @@ def _limited_by(op: Operation) -> str | None:
 
 
 _BUDGET_REFUSED = frozenset({names.BLOCKED, names.DENIED})
+
+
+# What each event's line says was done to the operation.
+_VERBS = {
+    names.BLOCKED: "blocked",
+    names.SHADOW_BLOCKED: "shadow mode would have blocked",
+    names.DENIED: "denied",
+    names.REJECTED: "rejected",
+    names.UNKNOWN_KEY: "refused",
+    names.TOO_MANY_CONCURRENT: "refused",
+    names.TOO_MANY_SUBSCRIPTIONS: "refused",
+    names.FAIL_CLOSED: "refused",
+    names.DELAYED: "delayed",
+    names.DELAY_CANCELLED: "gave back the debit of",
+}
+_NAME_LIMIT = 100  # the characters of an operation name a line shows
+
+
+def _code_of(args: tuple[object, ...]) -> str | None:
+    """The first ``UPPER_CASE`` code among a caller's ``args`` (a message and its
+    arguments, as callers passed them before, or the code alone)."""
+    for arg in args:
+        if isinstance(arg, str) and arg.isupper() and arg.replace("_", "").isalnum():
+            return arg
+    return None
+
+
+def _described(
+    op: Operation, event: str, code: str | None, wait: float | None
+) -> tuple[tuple[str, str], dict[str, Any]]:
+    """What ``op`` is (``query GetOrders``) and what its line says after its tenant and
+    tier (``: costs 490 points, 210 of 300 left ...``), and the fields of the record."""
+    report = op.report
+    operation_type = op.operation_type
+    kind = operation_type or "operation"
+    name = report.operation_name if report is not None else op.operation_name
+    name = clipped(name, _NAME_LIMIT) if name else None
+    what = kind if name is None else f"{kind} {name}"
+    if kind == "subscription" and op.events > 1:
+        what += f" (event {op.events})"
+    cost = report.cost if report is not None else op.charge
+    decision = op.decision
+    refusal = decision if decision is not None and not decision.allowed else None
+    if code is None:
+        code = op.code or op.violation
+    if code is None and refusal is not None:
+        code = error_code(refusal)
+    fields: dict[str, Any] = {
+        "cost": points(cost),
+        "operation_type": operation_type,
+        "operation_name": name,
+        "code": code,
+        "limited_by": None,
+        "remaining": None,
+        "limit": None,
+        "retry_after": None,
+    }
+    tail = f": costs {_points(cost)}, " if cost else ": "
+    if event == names.DELAYED:
+        waits = seconds(wait if wait is not None else decision.delay if decision else 0.0)
+        fields["delay"] = waits
+        return (what, f"{tail}waits {waits} s for its turn"), fields
+    if event == names.DELAY_CANCELLED:
+        fields["refunded"] = refunded = points(op.refunded)
+        return (what, f"{tail}its client left while it waited; {_points(refunded)} given back"), (
+            fields
+        )
+    if refusal is not None:
+        why = _refusal(refusal, event, fields)
+        if event == names.BLOCKED and kind == "subscription" and op.events > 1:
+            why += "; the subscription ends"
+        return (what, tail + why), fields
+    error = op.error
+    why = code or "refused"
+    if error is not None and error.message:
+        why += ": " + clipped(error.message)
+    return (what, tail + why), fields
+
+
+def _points(value: float) -> str:
+    """``1 point``, ``70 points``, ``2.5 points``."""
+    shown = points(value)
+    return f"{shown} point" if shown == 1 else f"{shown} points"
+
+
+def _refusal(decision: Decision, event: str, fields: dict[str, Any]) -> str:
+    """Why the limiter refused (a quota, what is left of it, when to retry), the numbers
+    rounded as a client reads them; ``fields`` take them too."""
+    quota, limit = decision.limited_by, points(decision.limit)
+    retry = decision.retry_after
+    fields["limited_by"], fields["limit"] = quota, limit
+    if retry is not None and retry > 0:
+        fields["retry_after"] = seconds(retry)
+    if decision.reason == "exceeds_capacity":
+        return f'more than quota "{quota}" ever holds ({limit}): {fields["code"]}'
+    if decision.source == "fail_closed" or decision.reason == "backend_unavailable":
+        return (
+            f"the rate limiter is unavailable: {fields['code']}; retry in {seconds(retry or 1.0)} s"
+        )
+    whole = is_whole(decision.cost) and is_whole(decision.limit)
+    fields["remaining"] = remaining = left(decision.remaining, whole)
+    why = f'{remaining} of {limit} left on quota "{quota}"'
+    if fields["retry_after"] is not None:
+        why += f"; retry in {fields['retry_after']} s"
+    if event == names.DENIED:
+        why += " (deny cache)"
+    return why
 
 
 def watch(metrics: PrometheusMetrics, limiter: Limiter | AsyncLimiter, identity: Any) -> None:

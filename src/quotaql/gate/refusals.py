@@ -17,7 +17,6 @@ from quotaql.contract import (
 )
 from quotaql.gate import charges, worktime
 from quotaql.gate.operation import Outcome
-from quotaql.gate.record import SHADOW_MESSAGE
 from quotaql.instrumentation import names
 from quotaql.limiter.deny import DenyCache
 from quotaql.policy.modes import Mode
@@ -93,7 +92,7 @@ class Refusals:
         op.failed = True
         op.rejected()
         code = op.code or "GRAPHQL_VALIDATION_FAILED"
-        self._log(op, names.REJECTED, "quotaql: rejected %s: %s", code, errors[0].message)
+        self._log(op, names.REJECTED, code)
 
     def charge_minimum(self, op: Operation) -> Generator[Any, Any, None]:
         """``[limits] min_charge`` (or the document's size in points, when more:
@@ -115,7 +114,7 @@ class Refusals:
         if decision.allowed:
             return
         if op.mode is not Mode.ENFORCE:
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))
+            self._log(op, names.SHADOW_BLOCKED, error_code(decision))
             return
         self.remember(op, decision, op.quotas)
         if op.error is None:  # a validate-only request: refused like any other
@@ -163,10 +162,9 @@ class Refusals:
         """Refuse ``op`` from the deny cache: the storage refused its subject a moment ago."""
         op.denied = True
         op.quotas = quotas
-        error = self.rate_limited(op, decision, unpriced=unpriced)
+        self.rate_limited(op, decision, unpriced=unpriced)
         op.outcome = Outcome.DENIED
-        self._log(op, names.DENIED, "quotaql: denied %s (deny cache): %s", RATE_LIMITED,
-                  error.message)  # fmt: skip
+        self._log(op, names.DENIED, RATE_LIMITED)
 
     def rate_limited(
         self, op: Operation, decision: Decision, *, unpriced: bool = False
@@ -210,7 +208,7 @@ class Refusals:
         op.decided(decision)
         header = self.config.identity.api_key_header
         if op.mode is not Mode.ENFORCE:
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, "UNKNOWN_API_KEY")
+            self._log(op, names.SHADOW_BLOCKED, "UNKNOWN_API_KEY")
             return
         if not decision.allowed and decision.reason == "rate_limited":
             self.remember(op, decision)  # the address's next tries are refused from memory
@@ -219,7 +217,7 @@ class Refusals:
             self.refuse(op, unknown_key_error(header))
             op.decision = None  # no budget headers on a 401
             op.outcome = Outcome.UNKNOWN_KEY
-        self._log(op, names.UNKNOWN_KEY, "quotaql: refused %s", op.code)
+        self._log(op, names.UNKNOWN_KEY)
 
     def refuse(self, op: Operation, error: GraphQLError) -> GraphQLError:
         """Refuse ``op`` with a limiter's ``error`` and the HTTP status its code has."""

@@ -6,6 +6,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from quotaql.instrumentation.logs import clipped
+
 if TYPE_CHECKING:
     from quotaql.config import Config, TierConfig
     from quotaql.identity import Subject
@@ -43,12 +45,14 @@ def resolve_tier(
         return config.tier_of(None)
     tier = config.tiers.get(str(name))
     if tier is None:
+        shown = clipped(repr(name), 100)  # what a resolver returns may come from a client
         log.log(
             logging.WARNING,
             "unknown_tier",
-            "quotaql: the tier resolver named an unknown tier %r; using the default tier",
-            name,
-            tier=name,
+            "quotaql: the tier resolver named an unknown tier %s; using the default tier",
+            shown,
+            subject=subject.key,
+            tier=shown,
         )
         return config.tier_of(None)
     return tier

@@ -1,20 +1,28 @@
-"""Structured, rate-limited log records: an attack must not be able to flood the logs.
+"""Structured, rate-limited log records a person can read: an attack must not be able to
+flood the logs, nor one subject crowd out the lines of others.
 
 Every record goes to the ``quotaql`` logger with its fields as ``extra`` (``quotaql_event``
-says what happened: ``blocked``, ``shadow_blocked``, ``backend_error``, ``circuit_opened``,
-``circuit_closed``, ``config_reloaded``, ``config_reload_failed``, ``unknown_tier``,
-``adaptive_engaged``, ``adaptive_released``, ``adaptive_failed``, ``pressure_failed``,
-``pressure_slow``, ``too_many_concurrent``, ``lease_expired``, ``leases_in_memory``,
-``refunds_lost``).
-Each event kind may log ``burst`` records at once and ``per_second`` on average; the records
-it drops are counted and the next record that passes says how many (``suppressed``).
+says what happened; docs/logging.md lists every event and its fields).
+Each event kind may log ``burst`` records at once and ``per_second`` on average, and each
+subject (a tenant, a user, an address) ``subject_burst`` records of one kind at once and
+``subject_per_second`` on average, tracked for the ``subjects`` subjects seen last (a
+bounded map: a flood of new subjects evicts the oldest, and the per-event limit still
+holds). The records either limit drops are counted and the next record of the kind that
+passes says how many (``suppressed``).
+
+:class:`JsonFormatter` writes each record as one JSON object with its fields: the
+formatter of the recipe in docs/logging.md (``uvicorn --log-config``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+import warnings
+from collections import OrderedDict
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from quotaql.instrumentation import names
@@ -23,18 +31,46 @@ from quotaql.limiter import NullRecorder
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["LogRecorder", "StructuredLog"]
+__all__ = [
+    "JsonFormatter",
+    "LogRecorder",
+    "LoggingWarning",
+    "StructuredLog",
+    "clipped",
+    "unseen_warnings",
+    "warn_if_unseen",
+]
 
 logger = logging.getLogger(names.LOGGER)
 
+_MAX_TEXT = 200  # a client's text (a name, an error message) in a line: at most this long
+
+
+def clipped(text: str, limit: int = _MAX_TEXT) -> str:
+    """``text`` as a log line may show it: control characters escaped (a client cannot
+    forge a line), at most ``limit`` characters (then ``...``)."""
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
 
 class StructuredLog:
-    """Log records with ``extra`` fields, at most ``per_second`` per event kind (burst ``burst``).
+    """Log records with ``extra`` fields, at most ``per_second`` per event kind (burst
+    ``burst``), and of those at most ``subject_per_second`` per subject (burst
+    ``subject_burst``), so that one subject's flood leaves room for the others' lines.
 
     Args:
         per_second: the average rate each event kind may log at.
         burst: how many records of one kind may pass at once.
+        subject_per_second: the average rate one subject's records of one kind may log at.
+        subject_burst: how many records of one kind one subject may log at once.
+        subjects: how many (event, subject) budgets are kept (the least recently used go
+            first): the memory a flood of new subjects can take.
         clock: seconds from a monotonic clock (tests inject their own).
+        target: the logger (``quotaql``). When it was created, if its WARNING records
+            would reach no handler, a :class:`LoggingWarning` says so, once per process.
     """
 
     def __init__(
@@ -42,39 +78,83 @@ class StructuredLog:
         per_second: float = 5.0,
         burst: float = 20.0,
         *,
+        subject_per_second: float = 0.2,
+        subject_burst: float = 5.0,
+        subjects: int = 4096,
         clock: Callable[[], float] = time.monotonic,
         target: logging.Logger = logger,
     ) -> None:
+        if subjects < 1:
+            raise ValueError(f"subjects must be >= 1, got {subjects}")
         self.per_second = per_second
         self.burst = burst
+        self.subject_per_second = subject_per_second
+        self.subject_burst = subject_burst
+        self.subjects = subjects
         self._clock = clock
         self._logger = target
         self._lock = threading.Lock()
         self._buckets: dict[str, tuple[float, float, int]] = {}  # tokens, at, suppressed
+        # (event, hash of the subject): tokens, at. Hashes, not the keys: an entry's size
+        # does not grow with a hostile key's length (the hash is salted per process).
+        self._theirs: OrderedDict[tuple[str, int], tuple[float, float]] = OrderedDict()
+        warn_if_unseen(target)
 
-    def log(self, level: int, event: str, message: str, *args: object, **fields: Any) -> bool:
-        """Log ``message % args`` with ``fields`` as ``extra``; False when rate-limited."""
-        suppressed = self.take(level, event)
+    def log(
+        self,
+        level: int,
+        event: str,
+        message: str,
+        *args: object,
+        subject: str | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Log ``message % args`` with ``fields`` as ``extra``; False when rate-limited
+        (for ``event``, or for ``subject``'s records of it)."""
+        suppressed = self.take(level, event, subject)
         if suppressed is None:
             return False
         self.emit(level, event, suppressed, message, *args, **fields)
         return True
 
-    def take(self, level: int, event: str) -> int | None:
-        """Room for one record of ``event`` now: how many were suppressed before it, or
-        None (disabled, or rate-limited: counted as suppressed). For callers whose fields
-        cost something to build: build them only then, and :meth:`emit`."""
+    def take(self, level: int, event: str, subject: str | None = None) -> int | None:
+        """Room for one record of ``event`` (about ``subject``) now: how many were
+        suppressed before it, or None (disabled, or rate-limited: counted as suppressed).
+        For callers whose fields cost something to build: build them only then, and
+        :meth:`emit`."""
         if not self._logger.isEnabledFor(level):
             return None
         now = self._clock()
         with self._lock:
             tokens, at, suppressed = self._buckets.get(event, (self.burst, now, 0))
             tokens = min(self.burst, tokens + (now - at) * self.per_second)
-            if tokens < 1:
+            room = tokens >= 1
+            if subject is not None:
+                room = self._their_room(event, subject, now, room)
+            if not room:
                 self._buckets[event] = (tokens, now, suppressed + 1)
                 return None
             self._buckets[event] = (tokens - 1, now, 0)
         return suppressed
+
+    def _their_room(self, event: str, subject: str, now: float, room: bool) -> bool:
+        """Whether ``subject`` has room for one more record of ``event`` (taken if so and
+        the event has ``room``): its budget refilled, moved to the most recent end."""
+        theirs = self._theirs
+        key = (event, hash(subject))
+        state = theirs.pop(key, None)
+        if state is None:
+            tokens = self.subject_burst
+            if len(theirs) >= self.subjects:
+                theirs.popitem(last=False)  # the least recently seen subject
+        else:
+            tokens = min(self.subject_burst, state[0] + (now - state[1]) * self.subject_per_second)
+        if tokens < 1:
+            room = False
+        elif room:
+            tokens -= 1
+        theirs[key] = (tokens, now)
+        return room
 
     def emit(
         self, level: int, event: str, suppressed: int, message: str, *args: object, **fields: Any
@@ -147,3 +227,125 @@ class LogRecorder(NullRecorder):
                 backend,
                 backend=backend,
             )
+
+
+# -- JSON lines ---------------------------------------------------------------------------
+
+# What every LogRecord holds: not a field of the event (``extra`` adds the others).
+_RECORD_ATTRIBUTES = frozenset(
+    (*logging.LogRecord("", 0, "", 0, "", (), None).__dict__, "message", "asctime", "taskName")
+)
+# uvicorn's records repeat their message with terminal colours: not a field worth a column.
+_SKIPPED = frozenset({"color_message"})
+
+
+class JsonFormatter(logging.Formatter):
+    """Each record as one JSON object on one line, with every field the record was logged
+    with (``extra``): ``time`` (ISO 8601, UTC, to the millisecond), ``level``, ``logger``,
+    ``message``, then the fields (a quotaql record's ``quotaql_event``, ``tenant``,
+    ``tier``, ``cost``, ...), and ``exception`` when there is one.
+
+    Standard formatters (``%(message)s``) drop what ``extra`` adds; this one keeps it, for a
+    log pipeline to index. A field JSON cannot hold is written as its ``str()``. It takes
+    ``logging.Formatter``'s arguments (a ``dictConfig`` passes ``format``, ``datefmt``
+    and ``style``), and ignores them: its lines have one shape.
+
+    Example:
+        >>> import logging
+        >>> record = logging.LogRecord("quotaql", logging.INFO, "", 0, "blocked", (), None)
+        >>> record.quotaql_event = "blocked"
+        >>> line = JsonFormatter().format(record)
+        >>> line.startswith('{"time": "') and line.endswith('"quotaql_event": "blocked"}')
+        True
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        """``record`` as one line of JSON."""
+        created = datetime.fromtimestamp(record.created, UTC)
+        entry: dict[str, Any] = {
+            "time": created.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update(
+            (key, value)
+            for key, value in record.__dict__.items()
+            if key not in _RECORD_ATTRIBUTES and key not in _SKIPPED and key[:1] != "_"
+        )
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, default=_jsonable)
+
+
+def _jsonable(value: object) -> object:
+    """What JSON cannot hold as it is: a collection as a list, anything else as ``str()``."""
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+# -- a logger nobody reads ----------------------------------------------------------------
+
+
+class LoggingWarning(UserWarning):
+    """quotaql's log records would reach no handler: configure logging (docs/logging.md)."""
+
+
+def unseen_warnings(target: logging.Logger = logger) -> str | None:
+    """Why nothing would show ``target``'s WARNING records (None: something does).
+
+    Nothing does when the level is above WARNING (inherited from the root, or
+    ``logging.disable``; a level set on the logger itself is taken as meant), the logger
+    is disabled (a ``dictConfig`` with ``disable_existing_loggers``), or no
+    handler at WARNING or below sits on it or on the loggers it propagates to: Python
+    then prints WARNINGs on stderr through its last resort, without their fields, and
+    drops every INFO line. That is the case under uvicorn's default logging, which
+    configures uvicorn's own loggers, not the root.
+    """
+    if target.disabled:
+        return (
+            f"the {target.name!r} logger is disabled (a dictConfig with disable_existing_loggers)"
+        )
+    if not target.isEnabledFor(logging.WARNING):
+        if target.level > logging.WARNING:
+            return None  # set on the logger itself: the operator's choice
+        level = logging.getLevelName(target.getEffectiveLevel())
+        return f"the {target.name!r} logger's level is {level} (inherited), above WARNING"
+    current: logging.Logger | None = target
+    while current is not None:
+        if any(handler.level <= logging.WARNING for handler in current.handlers):
+            return None
+        if not current.propagate:
+            return f"the {current.name!r} logger does not propagate and has no handler"
+        current = current.parent
+    return f"no handler receives the {target.name!r} logger's records (nor the root's)"
+
+
+_warned: set[str] = set()  # the loggers warned about, once each per process
+_warned_lock = threading.Lock()
+
+
+def warn_if_unseen(target: logging.Logger = logger) -> bool:
+    """Warn (a :class:`LoggingWarning`, once per process and logger) when nothing would
+    show ``target``'s WARNING records: True when it warned."""
+    if target.name in _warned:
+        return False
+    why = unseen_warnings(target)
+    if why is None:
+        return False
+    with _warned_lock:
+        if target.name in _warned:
+            return False
+        _warned.add(target.name)
+    warnings.warn(
+        f"quotaql logs to nothing: {why}. Its INFO lines (refusals, shadow mode's 'would"
+        " have blocked', reloads) are lost, and its WARNINGs reach at most Python's"
+        " last-resort stderr, without their fields. Configure logging before creating the"
+        " gate, e.g. uvicorn --log-config with the quotaql logger at INFO (docs/logging.md)",
+        LoggingWarning,
+        stacklevel=4,
+    )
+    return True
