@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import os
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Unpack
@@ -46,15 +45,12 @@ from quotaql._flow import (
 )
 from quotaql.config import Config, default_config, load_config
 from quotaql.contract import (
-    BAD_COST_HEADER,
     RATE_LIMITED,
-    bad_cost_header_error,
     error_code,
     too_many_subscriptions_error,
 )
 from quotaql.cost_analysis._compile import graphql_schema
-from quotaql.cost_analysis.analyzer import free_subscription_fields
-from quotaql.gate import charges, startup, worktime
+from quotaql.gate import advice, charges, startup, worktime
 from quotaql.gate.answer import BatchAnswers, extensions
 from quotaql.gate.delay import DelayLine
 from quotaql.gate.documents import Documents
@@ -67,7 +63,7 @@ from quotaql.gate.operation import (
     operation_type,
 )
 from quotaql.gate.pricing import price, repriced
-from quotaql.gate.record import SHADOW_MESSAGE, OperationRecorder, watch
+from quotaql.gate.record import OperationRecorder, watch
 from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
@@ -203,9 +199,8 @@ class Gate:
         self._reloader: Reloader | None = None
         if config_path is not None:
             interval = self._config.limits.reload_interval
-            self._reloader = Reloader(
-                os.fspath(config_path), interval, self.log, self._scaling.check
-            )
+            path = os.fspath(config_path)
+            self._reloader = Reloader(path, interval, self.log, self._scaling.check)
         self._checked_schema: Any = None
         self._ledger = worktime.Ledger()  # worker time owed, not charged yet
         self._delays = DelayLine(self._record, self._refund_all)
@@ -216,7 +211,6 @@ class Gate:
         self._configured(self._config)
         startup.check(self.storage, metrics)  # an evicting Redis: no start
         if self._reloader is not None:
-            self._loaded(self._reloader)
             self._reloader.start(self, Gate._reload_tick)
 
     @property
@@ -250,15 +244,7 @@ class Gate:
         """
         check_config(self._config, schema)
         self._checked_schema = schema
-        minimum = self._config.limits.min_charge
-        for coordinate in free_subscription_fields(schema, self._config.cost.model):
-            self._record.say_once(
-                f"free_events:{coordinate}",
-                f"quotaql: the events of {coordinate} price at 0 points (a scalar without a"
-                f" weight): each pays only [limits] min_charge ({minimum:g}); give it a"
-                f' weight ([cost.weights] "{coordinate}" = 1) or a @cost directive'
-                " (docs/cost-model.md)",
-            )
+        advice.schema(self._record, self._config, schema)
 
     def parse(
         self,
@@ -498,7 +484,7 @@ class Gate:
         op = Operation(subject, tier, tier.mode or config.limits.mode, header)
         op.time = charges.time_quota(config, tier) if op.mode is not Mode.OFF else None
         if sent is not None and header is None and op.mode is not Mode.OFF:
-            self._bad_header(op, sent)
+            self._refusals.bad_header(op, sent)
         if op.mode is Mode.OFF and header is None:
             return op
         if self.tracing is not None:
@@ -579,7 +565,7 @@ class Gate:
             if not self._holdings.take_slot(op, limit if op.mode is Mode.ENFORCE else None):
                 op.refuse(too_many_subscriptions_error(limit or 0))  # a websocket: no status
                 op.outcome = Outcome.TOO_MANY_SUBSCRIPTIONS
-                self._log(op, names.TOO_MANY_SUBSCRIPTIONS, "quotaql: refused %s", op.code)
+                self._log(op, names.TOO_MANY_SUBSCRIPTIONS)
                 return op
         if charges.in_flight(op.tier) is not None and not (
             yield from self._holdings.lease_first(op, report)
@@ -632,10 +618,10 @@ class Gate:
             if op.mode is Mode.ENFORCE:
                 if waits not in _NO_PLACE:  # the next one may find a place
                     self._refusals.remember(op, decision)
-                error = self._refusals.rate_limited(op, decision)
-                self._log(op, names.BLOCKED, "quotaql: blocked %s: %s", code, error.message)
+                self._refusals.rate_limited(op, decision)
+                self._log(op, names.BLOCKED, code)
                 return
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, code)
+            self._log(op, names.SHADOW_BLOCKED, code)
         if op.span is not None and decision.source in ("fail_open", "fail_closed"):
             fail_open = decision.source == "fail_open"
             op.span.add_event(names.EVENT_FAIL_OPEN if fail_open else names.EVENT_FAIL_CLOSED)
@@ -674,11 +660,10 @@ class Gate:
             op.decided(decision)  # what the subscriber has left now
             return None
         if op.mode is not Mode.ENFORCE:
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, error_code(decision))
+            self._log(op, names.SHADOW_BLOCKED, error_code(decision))
             return None
         error = self._refusals.rate_limited(op, decision)
-        self._log(op, names.BLOCKED, "quotaql: ended a subscription %s: %s", RATE_LIMITED,
-                  error.message)  # fmt: skip
+        self._log(op, names.BLOCKED, RATE_LIMITED)
         return error
 
     def _step(self, step: Any) -> Any:
@@ -783,18 +768,6 @@ class Gate:
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _bad_header(self, op: Operation, sent: str) -> None:
-        """A ``GraphQL-Cost`` value quotaql does not know: refused ``BAD_COST_HEADER``
-        (paying ``min_charge``, as a document that does not parse); in shadow mode let
-        through, counted and logged."""
-        error = bad_cost_header_error(sent)
-        if op.mode is Mode.ENFORCE:
-            self._refusals.failed(op, [error])
-            op.status = 400  # the client's mistake, whatever its framework answers others'
-        else:
-            op.violated(BAD_COST_HEADER)
-            self._log(op, names.SHADOW_BLOCKED, SHADOW_MESSAGE, BAD_COST_HEADER)
-
     def _refresh(self, schema: Any) -> None:
         if self._checked_schema is not schema:
             self.check(schema)
@@ -803,23 +776,15 @@ class Gate:
             self._reload(reloader.poll(schema, self._config))
 
     def _reload_tick(self) -> None:
-        """The reload thread's look at the file (once a schema was seen: a new file is
-        checked against it before it applies)."""
+        """The reload thread's look at the file, once a schema was seen (to check it on)."""
         schema, reloader = self._checked_schema, self._reloader
         if schema is not None and reloader is not None:
             self._reload(reloader.poll(schema, self._config, due=True))
 
     def _reload(self, config: Config | None) -> None:
-        if config is not None and self._reloader is not None:
+        if config is not None:
             self._config = config
             self._configured(config)
-            self._loaded(self._reloader)
-
-    def _loaded(self, reloader: Reloader) -> None:
-        """Tell the metrics which file is in force (``quotaql_config_generation``)."""
-        loaded = getattr(self.metrics, "config_loaded", None)
-        if loaded is not None:
-            loaded(reloader.generation, reloader.digest)
 
     def _configured(self, config: Config) -> None:
         """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
@@ -833,21 +798,11 @@ class Gate:
         leases = self._concurrency.store
         if self.metrics is not None and hasattr(leases, "overflowed_shared"):  # past max_keys
             self.metrics.watch_overflow(leases, names.STORE_LEASES)
-        if not configured:
-            self._record.say_once(
-                "leases_in_memory",
-                f"quotaql: the {type(self.storage).__name__} storage has no lease storage of its"
-                " own: the concurrency limits (max_in_flight) are counted in this process's"
-                " memory, per process; pass Gate(leases=...) to share them",
-            )
-        if config.identity.unknown_keys == "tenant":
-            self._record.say_once(
-                "unknown_keys_tenant",
-                'quotaql: [identity] unknown_keys = "tenant": every API key is a tenant of its'
-                " own, so a client that sends a new key each time gets a new budget each"
-                " time; do not use it on a public API (docs/identity.md)",
-                logging.WARNING,
-            )
+        advice.configuration(self._record, config, self.storage, configured)
+        reloader = self._reloader
+        loaded = getattr(self.metrics, "config_loaded", None)
+        if reloader is not None and loaded is not None:  # which file runs (every worker)
+            loaded(reloader.generation, reloader.digest)
 
 
 def _cost_header(request: Any) -> str | None:

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from quotaql._flow import Acquire
 from quotaql.contract import (
+    BAD_COST_HEADER,
     RATE_LIMITED,
+    bad_cost_header_error,
     error_code,
     rate_limit_error,
     status_for,
@@ -93,6 +95,17 @@ class Refusals:
         op.rejected()
         code = op.code or "GRAPHQL_VALIDATION_FAILED"
         self._log(op, names.REJECTED, code)
+
+    def bad_header(self, op: Operation, sent: str) -> None:
+        """A ``GraphQL-Cost`` value quotaql does not know: refused ``BAD_COST_HEADER``, HTTP
+        400 (paying ``min_charge``, as a document that does not parse); in shadow mode let
+        through, counted and logged."""
+        if op.mode is Mode.ENFORCE:
+            self.failed(op, [bad_cost_header_error(sent)])
+            op.status = 400  # the client's mistake, whatever its framework answers others'
+        else:
+            op.violated(BAD_COST_HEADER)
+            self._log(op, names.SHADOW_BLOCKED, BAD_COST_HEADER)
 
     def charge_minimum(self, op: Operation) -> Generator[Any, Any, None]:
         """``[limits] min_charge`` (or the document's size in points, when more:

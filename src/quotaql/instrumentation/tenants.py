@@ -6,14 +6,24 @@ from __future__ import annotations
 import hashlib
 import heapq
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from quotaql.instrumentation import names
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from quotaql.identity import Subject
+
+class Subject(Protocol):
+    """What naming reads of a subject (``quotaql.identity.Subject``, a layer above)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def tenant(self) -> str | None: ...
+
 
 __all__ = ["TenantLabels", "TenantNames", "hashed"]
 
