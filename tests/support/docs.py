@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: What a snippet may need beyond the main environment (None: nothing).
 NEEDS = (None, "graphene")
+#: A block fenced ```` ```python file:<path> ```` is a whole file of the repository shown on
+#: its page (docs/production.md's app): the test of that file runs it, and checks the copy.
+FILE = "file:"
 _BLOCK = re.compile(r"^```python(?: (?P<needs>\S+))?\n(?P<code>.*?)^```", re.DOTALL | re.MULTILINE)
 
 
