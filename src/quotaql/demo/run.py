@@ -229,7 +229,7 @@ class Demo:
         self.console.print(
             f"\nStill serving (Ctrl-C to stop):\n"
             f"  GraphiQL      {self.url}/graphql\n"
-            f"  metrics       {self.url}/metrics/\n"
+            f"  metrics       {self.url}/metrics\n"
             f"  a 429 with its headers (run it twice: the first call spends the budget):\n"
             f"  curl -i {self.url}/graphql -H 'X-API-Key: demo-scraper'"
             f" -H 'Content-Type: application/json' -d '{body}'\n",
