@@ -4,6 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+# `make demo`'s environment: the `demo` extra only (not the development group), apart from
+# `make test`'s .venv.
+DEMO_VENV  := .venv-demo
+DEMO_BIN   := $(DEMO_VENV)/bin
+DEMO_STAMP := $(DEMO_VENV)/.installed
+
 # A second environment for the suites that need no Strawberry (which needs graphql-core
 # 3.3): graphql-core 3.2 with Graphene 3 (which needs graphql-core < 3.3).
 GQL32       := .venv-gql32
@@ -39,6 +45,12 @@ $(BIN)/python:
 # Reinstall when the project metadata changes; pip >= 25.1 understands --group.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[all]' --group dev
+	@touch $@
+
+$(DEMO_STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "quotaql needs Python >= 3.11 (set PYTHON=python3.11)")'
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[demo]'
 	@touch $@
 
 $(GQL32_BIN)/python:
@@ -95,8 +107,8 @@ test:
 bench: $(STAMP) system-deps
 	$(BIN)/python bench/run.py
 
-demo: $(STAMP)
-	$(BIN)/quotaql demo
+demo: $(DEMO_STAMP)
+	$(DEMO_BIN)/quotaql demo
 
 # Regenerate the committed dashboards and alert rules (tests fail when they are stale).
 artifacts: $(STAMP)
@@ -108,4 +120,4 @@ stack: $(STAMP) system-deps
 	$(BIN)/python examples/stack/stack.py
 
 clean:
-	rm -rf $(VENV) $(GQL32) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(GQL32) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
