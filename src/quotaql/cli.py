@@ -3,6 +3,7 @@ and alert rules."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -25,6 +26,7 @@ from graphql.validation.validate import validate_sdl
 
 from quotaql import __version__
 from quotaql.config import load_cost_config
+from quotaql.config.reader import config_errors
 from quotaql.cost_analysis import CostLimits, CostModel, analyze, check_model
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
@@ -45,7 +47,7 @@ except ModuleNotFoundError as exc:  # the optional 'cli' extra is not installed
     ) from None
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
     from types import ModuleType
 
     from quotaql.cost_analysis import CostReport
@@ -200,6 +202,12 @@ def _schema_option(ctx: click.Context, param: click.Parameter, value: str) -> Gr
         raise click.BadParameter(str(error), ctx, param) from None
 
 
+def _optional_schema_option(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> GraphQLSchema | None:
+    return None if value is None else _schema_option(ctx, param, value)
+
+
 def _variables_option(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> dict[str, Any] | None:
@@ -332,17 +340,22 @@ def cost(
 @click.option(
     "--schema",
     metavar="SPEC",
-    required=True,
-    callback=_schema_option,
-    help="As for `quotaql cost`.",
+    callback=_optional_schema_option,
+    help="Also check that each weight names a coordinate of this schema: as for"
+    " `quotaql cost` (it imports MODULE:ATTR; an SDL file imports nothing).",
 )
-def check_config(config: Path, schema: GraphQLSchema) -> None:
-    """Check CONFIG (quotaql.toml) and that each of its weights names a schema coordinate."""
-    try:
-        cost_config = load_cost_config(config)
-        check_model(schema, cost_config.model)
-    except ConfigError as error:
-        _fail(f"error: {error}", 1)
+def check_config(config: Path, schema: GraphQLSchema | None) -> None:
+    """Check CONFIG (quotaql.toml): every error at once, each with its line and key.
+
+    Without --schema, every check that needs no schema; with it, also that each weight
+    names a coordinate of the schema. Exits 1 on any error.
+    """
+    errors = config_errors(config)
+    if not errors and schema is not None:
+        errors = _coordinate_errors(schema, load_cost_config(config).model)
+    if errors:
+        _fail_all(errors)
+    cost_config = load_cost_config(config)
     weights = len(cost_config.model.weights)
     click.echo(
         f"OK: {config}: {weights} weight{'' if weights == 1 else 's'},"
@@ -363,7 +376,11 @@ def dashboards(out_dir: Path) -> None:
     """Generate the Grafana dashboards (quotaql-overview.json, quotaql-tenant.json)."""
     from quotaql.observability.dashboards import write_dashboards  # noqa: PLC0415
 
-    for path in write_dashboards(out_dir):
+    try:
+        written = write_dashboards(out_dir)
+    except OSError as error:
+        _cannot_write(out_dir, error)
+    for path in written:
         click.echo(f"wrote {path}")
 
 
@@ -391,7 +408,11 @@ def alerts(out_dir: Path, config_path: Path | None) -> None:
         thresholds = load_config(config_path).alerts if config_path else AlertsConfig()
     except ConfigError as error:
         _fail(f"error: {error}", 1)
-    click.echo(f"wrote {write_alerts(out_dir, thresholds)}")
+    try:
+        written = write_alerts(out_dir, thresholds)
+    except OSError as error:
+        _cannot_write(out_dir, error)
+    click.echo(f"wrote {written}")
 
 
 @app.command("tune")
@@ -529,7 +550,7 @@ def tune(
 @click.option("--port", default=8000, show_default=True, help="Port to serve on (0: any free one).")
 @click.option(
     "--duration",
-    default=20.0,
+    default=10.0,
     show_default=True,
     type=click.FloatRange(min=1, max=600),
     help="Seconds of scripted traffic.",
@@ -542,8 +563,11 @@ def tune(
 )
 def demo(port: int, duration: float, redis_url: str | None, serve: bool) -> None:
     """Run the example shop API protected by quotaql, with three scripted tenants."""
-    from quotaql.demo.run import Demo  # noqa: PLC0415
-
+    with _demo_extra("demo"):
+        from quotaql.demo.run import Demo  # noqa: PLC0415
+    if redis_url is not None:
+        with _demo_extra("demo"):
+            _check_redis_url(redis_url)
     try:
         runner = Demo(port=port, duration=duration, redis_url=redis_url)
     except OSError as error:
@@ -582,7 +606,8 @@ def demo(port: int, duration: float, redis_url: str | None, serve: bool) -> None
 )
 def loadgen(url: str, tenants: str, duration: float, concurrency: int, max_requests: int) -> None:
     """Send the demo shop's queries to URL from several tenants, with a progress bar."""
-    from quotaql.demo.loadgen import run_load  # noqa: PLC0415
+    with _demo_extra("loadgen"):
+        from quotaql.demo.loadgen import run_load  # noqa: PLC0415
 
     names = [name.strip() for name in tenants.split(",") if name.strip()]
     if not names:
@@ -609,6 +634,65 @@ def main() -> None:
 def _fail(message: str, exit_code: int) -> NoReturn:
     click.echo(message, err=True)
     raise click.exceptions.Exit(exit_code)
+
+
+#: At most this many errors of a file are printed (a file of a million wrong keys would
+#: otherwise print a million lines); a last line says how many more there are.
+MAX_ERRORS_SHOWN = 50
+
+
+def _fail_all(errors: list[ConfigError]) -> NoReturn:
+    """Print each error as one ``error:`` line; exit 1."""
+    for error in errors[:MAX_ERRORS_SHOWN]:
+        click.echo(f"error: {error}", err=True)
+    hidden = len(errors) - MAX_ERRORS_SHOWN
+    if hidden > 0:
+        click.echo(f"error: {hidden} more error{'' if hidden == 1 else 's'} not shown", err=True)
+    raise click.exceptions.Exit(1)
+
+
+def _coordinate_errors(schema: GraphQLSchema, model: CostModel) -> list[ConfigError]:
+    """Each weight of ``model`` that does not fit ``schema``: the model is checked whole,
+    then, if that fails, weight by weight, so that every wrong coordinate is named."""
+    try:
+        check_model(schema, model)
+    except ConfigError as whole:
+        errors = []
+        for coordinate, weight in model.weights.items():
+            try:
+                check_model(schema, dataclasses.replace(model, weights={coordinate: weight}))
+            except ConfigError as error:
+                errors.append(error)
+        return errors or [whole]
+    return []
+
+
+def _cannot_write(out_dir: Path, error: OSError) -> NoReturn:
+    where = error.filename if isinstance(error.filename, str) else out_dir
+    _fail(f"error: cannot write {where}: {error.strerror or error}", 1)
+
+
+@contextlib.contextmanager
+def _demo_extra(command: str) -> Iterator[None]:
+    """Turn a missing package of the ``demo`` extra into one ``error:`` line."""
+    try:
+        yield
+    except ModuleNotFoundError as error:
+        _fail(
+            f"error: quotaql {command} needs the 'demo' extra (no module named"
+            f" {error.name!r}): pip install 'quotaql[demo]'",
+            1,
+        )
+
+
+def _check_redis_url(url: str) -> None:
+    """A usage error (exit 2) unless ``url`` is a Redis URL that redis-py accepts."""
+    from redis.connection import parse_url  # noqa: PLC0415
+
+    try:
+        parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as error:
+        _fail(f"error: --redis {url!r} is not a Redis URL: {error}", 2)
 
 
 def _cost_config(path: Path | None) -> tuple[CostModel, CostLimits | None]:

@@ -41,7 +41,9 @@ def test_the_wheel_holds_the_license_and_the_project_urls(dist: Path) -> None:
     (wheel,) = dist.glob("quotaql-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        info = next(name.rpartition("/")[0] for name in names if name.endswith(".dist-info/METADATA"))
+        info = next(
+            name.rpartition("/")[0] for name in names if name.endswith(".dist-info/METADATA")
+        )
         license_text = archive.read(f"{info}/licenses/LICENSE").decode()
         metadata = Parser().parsestr(archive.read(f"{info}/METADATA").decode())
     assert license_text == (ROOT / "LICENSE").read_text()

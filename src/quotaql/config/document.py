@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import tomllib
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -28,11 +29,42 @@ _DECODE_ERROR: Final = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """A parsed file with the line of each key, so that any value can be blamed precisely."""
+    """A parsed file with the line of each key, so that any value can be blamed precisely.
+
+    ``problems`` is ``None`` (the default) to raise at the first error, as loading does; a
+    list to collect every error into it instead (``quotaql check-config``): a check that
+    fails then reports its error and the reading goes on with the key left out, as if the
+    file did not give it.
+    """
 
     file: str
     data: Mapping[str, object]
     lines: Mapping[KeyPath, int]
+    problems: list[ConfigError] | None = field(default=None, compare=False)
+
+    def report(self, error: ConfigError) -> None:
+        """Raise ``error``, or (when collecting) add it to ``problems``.
+
+        An error about a key at or above one already reported is left out: it follows from
+        the first (a tier whose capacity is wrong also lacks a capacity).
+        """
+        if self.problems is None:
+            raise error
+        if not any(_follows(error, earlier) for earlier in self.problems):
+            self.problems.append(error)
+
+    def fail(self, path: KeyPath, reason: str) -> None:
+        """Report the error ``reason`` at ``path`` (raise it, unless collecting)."""
+        self.report(self.error(path, reason))
+
+    @contextmanager
+    def attempt(self) -> Iterator[None]:
+        """Report a ``ConfigError`` raised in the block: raised as is, unless collecting,
+        when it is added to ``problems`` and the code after the block runs on."""
+        try:
+            yield
+        except ConfigError as error:
+            self.report(error)
 
     def line(self, path: KeyPath) -> int | None:
         """The line that defines ``path``, else that of its closest located parent."""
@@ -60,25 +92,32 @@ class Table:
         """``check`` the value of ``key``; ``None`` when the key is absent."""
         if key not in self.data:
             return None
-        return check(self.doc, (*self.path, key), self.data[key])
+        try:
+            return check(self.doc, (*self.path, key), self.data[key])
+        except ConfigError as error:
+            self.doc.report(error)  # raises, unless collecting: then the key is left out
+            return None
 
     def read(
         self, checks: Mapping[str, Callable[[Document, KeyPath, object], object]]
     ) -> dict[str, Any]:
         """Each key of ``checks`` that the table has, with its value checked by its check, in
-        the order of ``checks`` (so that of two wrong values, the first is the one blamed)."""
-        return {
-            key: check(self.doc, (*self.path, key), self.data[key])
-            for key, check in checks.items()
-            if key in self.data
-        }
+        the order of ``checks`` (so that of two wrong values, the first is the one blamed).
+        When collecting errors, a wrong value is reported and left out."""
+        values: dict[str, Any] = {}
+        for key, check in checks.items():
+            if key in self.data:
+                with self.doc.attempt():
+                    values[key] = check(self.doc, (*self.path, key), self.data[key])
+        return values
 
     def table(self, key: str) -> Table:
         """The subtable ``key``; an empty one when the key is absent."""
         return _table(self.doc, (*self.path, key), self.data.get(key, {}))
 
     def check_keys(self, known: Collection[str], what: str = "key") -> None:
-        """Reject the first key not in ``known``, suggesting the closest known one."""
+        """Reject the first key not in ``known`` (each of them, when collecting errors),
+        suggesting the closest known one."""
         for key in self.data:
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)
@@ -87,7 +126,7 @@ class Table:
                     if close
                     else "expected one of: " + ", ".join(repr(k) for k in known)
                 )
-                raise self.doc.error((*self.path, key), f"unknown {what}; {hint}")
+                self.doc.fail((*self.path, key), f"unknown {what}; {hint}")
 
     @contextmanager
     def blame(self) -> Iterator[None]:
@@ -110,7 +149,10 @@ def read_document(file: str) -> Document:
         with open(file, "rb") as stream:
             raw = stream.read()
     except OSError as exc:
-        raise ConfigError(f"cannot read the file ({exc.strerror or exc})", file=file) from exc
+        reason = f"cannot read the file ({exc.strerror or exc})"
+        if not os.path.isabs(file):  # say where a relative path was looked for
+            reason += f"; {file} is relative to the working directory: {os.path.abspath(file)}"
+        raise ConfigError(reason, file=file) from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -134,10 +176,24 @@ def read_document(file: str) -> Document:
 
 
 def _table(doc: Document, path: KeyPath, value: object) -> Table:
-    """The table at ``path``, or an error if the value there is not one."""
+    """The table at ``path``, or an error if the value there is not one (an empty table
+    when collecting errors)."""
     if not isinstance(value, dict):
-        raise doc.error(path, f"expected a table, got {describe_value(value)}")
+        doc.fail(path, f"expected a table, got {describe_value(value)}")
+        return Table(doc, path, {})
     return Table(doc, path, value)
+
+
+def _follows(error: ConfigError, earlier: ConfigError) -> bool:
+    """Whether ``error`` blames a key at or above the one ``earlier`` blames (or the whole
+    file), in the same file."""
+    if error.file != earlier.file:
+        return False
+    if error.key is None:
+        return True
+    return earlier.key is not None and (
+        earlier.key == error.key or earlier.key.startswith(f"{error.key}.")
+    )
 
 
 #: The TOML types as an error names them, each with how its value shows (if it does); a

@@ -80,7 +80,7 @@ class Demo:
         self,
         *,
         port: int = 8000,
-        duration: float = 20.0,
+        duration: float = 10.0,
         redis_url: str | None = None,
         console: Console | None = None,
     ) -> None:
