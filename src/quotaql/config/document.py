@@ -41,17 +41,26 @@ class Document:
     data: Mapping[str, object]
     lines: Mapping[KeyPath, int]
     problems: list[ConfigError] | None = field(default=None, compare=False)
+    #: When collecting: each key reported, and each of its parents.
+    _blamed: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def report(self, error: ConfigError) -> None:
         """Raise ``error``, or (when collecting) add it to ``problems``.
 
-        An error about a key at or above one already reported is left out: it follows from
-        the first (a tier whose capacity is wrong also lacks a capacity).
+        An error about a key at or above one already reported (or about the whole file,
+        once any is) is left out: it follows from the first (a tier whose capacity is
+        wrong also lacks a capacity). A set of the keys blamed keeps this linear in the
+        errors: a file of thousands of wrong keys is read as fast as one.
         """
         if self.problems is None:
             raise error
-        if not any(_follows(error, earlier) for earlier in self.problems):
-            self.problems.append(error)
+        key = error.key
+        if (key is None and self.problems) or key in self._blamed:
+            return
+        self.problems.append(error)
+        if key is not None:  # a quoted part may hold dots: extra prefixes match no key
+            parts = key.split(".")
+            self._blamed.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
 
     def fail(self, path: KeyPath, reason: str) -> None:
         """Report the error ``reason`` at ``path`` (raise it, unless collecting)."""
@@ -182,18 +191,6 @@ def _table(doc: Document, path: KeyPath, value: object) -> Table:
         doc.fail(path, f"expected a table, got {describe_value(value)}")
         return Table(doc, path, {})
     return Table(doc, path, value)
-
-
-def _follows(error: ConfigError, earlier: ConfigError) -> bool:
-    """Whether ``error`` blames a key at or above the one ``earlier`` blames (or the whole
-    file), in the same file."""
-    if error.file != earlier.file:
-        return False
-    if error.key is None:
-        return True
-    return earlier.key is not None and (
-        earlier.key == error.key or earlier.key.startswith(f"{error.key}.")
-    )
 
 
 #: The TOML types as an error names them, each with how its value shows (if it does); a
