@@ -248,7 +248,31 @@ def load_variables(value: str) -> dict[str, Any]:
 # --- the commands ------------------------------------------------------------------------
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The command group, whose usage errors are one ``error:`` line (exit 2), as every
+    other failure of the command is, instead of click's usage text and ``Error:`` line."""
+
+    def main(
+        self, args: Any = None, prog_name: str | None = None, *rest: Any, **options: Any
+    ) -> Any:
+        if not options.pop("standalone_mode", True) or rest:  # a caller handling errors
+            return super().main(args, prog_name, *rest, **options)
+        try:
+            status = super().main(args, prog_name, standalone_mode=False, **options)
+        except click.UsageError as error:
+            where = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+            click.echo(f"error: {error.format_message()}{where}", err=True)
+            sys.exit(error.exit_code)
+        except click.ClickException as error:
+            click.echo(f"error: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="quotaql")
 def app() -> None:
     """Price GraphQL operations by cost, and check cost configuration."""
@@ -678,9 +702,10 @@ def _demo_extra(command: str) -> Iterator[None]:
     try:
         yield
     except ModuleNotFoundError as error:
+        package = (error.name or "?").partition(".")[0]
         _fail(
             f"error: quotaql {command} needs the 'demo' extra (no module named"
-            f" {error.name!r}): pip install 'quotaql[demo]'",
+            f" {package!r}): pip install 'quotaql[demo]'",
             1,
         )
 
