@@ -53,7 +53,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 DEMO_PIP := install --quiet --disable-pip-version-check --no-compile -e '.[demo]'
 $(DEMO_STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "quotaql needs Python >= 3.11 (set PYTHON=python3.11)")'
-	@if $(PYTHON) -m pip --python $(PYTHON) --version >/dev/null 2>&1; then \
+	@if $(PYTHON) -c 'import pip, sys; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 3))' 2>/dev/null; then \
 		set -x; $(PYTHON) -m venv --without-pip $(DEMO_VENV) && \
 		$(PYTHON) -m pip --python $(DEMO_BIN)/python $(DEMO_PIP); \
 	else \
