@@ -72,3 +72,29 @@ def test_the_sdist_holds_the_docs_the_readme_and_the_license(dist: Path) -> None
     assert {"README.md", "LICENSE", "pyproject.toml", "Makefile"} <= names
     assert "scripts/ensure-system-deps.sh" in names  # `make test` runs it
     assert not any(name.startswith((".venv", ".git/")) for name in names)
+
+
+def test_make_demo_installs_the_demo_extra_only_in_its_own_environment(tmp_path: Path) -> None:
+    # What `make demo` would run from a fresh clone (no environment yet): -n prints it.
+    shown = subprocess.run(
+        [
+            "make",
+            "-n",
+            "--no-print-directory",
+            "-C",
+            str(ROOT),
+            "demo",
+            f"DEMO_VENV={tmp_path / 'venv'}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    installs = [line for line in shown.splitlines() if " install " in line]
+
+    assert installs, shown
+    assert all("-e '.[demo]'" in line for line in installs), installs
+    assert "--group" not in shown  # not the development group (Django, Flask, ...)
+    assert ".venv/" not in shown  # nor `make test`'s environment
+    assert shown.rstrip().endswith(f"{tmp_path / 'venv'}/bin/quotaql demo")
