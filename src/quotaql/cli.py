@@ -25,7 +25,7 @@ from graphql import (
 from graphql.validation.validate import validate_sdl
 
 from quotaql import __version__
-from quotaql.config import load_cost_config
+from quotaql.config import Config, load_config, load_cost_config
 from quotaql.config.reader import config_errors
 from quotaql.cost_analysis import CostLimits, CostModel, analyze, check_model
 from quotaql.cost_analysis._compile import graphql_schema
@@ -372,11 +372,14 @@ def check_config(config: Path, schema: GraphQLSchema | None) -> None:
     """Check CONFIG (quotaql.toml): every error at once, each with its line and key.
 
     Without --schema, every check that needs no schema; with it, also that each weight
-    names a coordinate of the schema. Exits 1 on any error.
+    names a coordinate of the schema, and each [tiers.<t>.fields] entry a root field.
+    Exits 1 on any error.
     """
     errors = config_errors(config)
     if not errors and schema is not None:
-        errors = _coordinate_errors(schema, load_cost_config(config).model)
+        whole = load_config(config)
+        errors = _coordinate_errors(schema, whole.cost.model) + _root_field_errors(schema, whole)
+        errors.sort(key=lambda error: error.line or 0)
     if errors:
         _fail_all(errors)
     cost_config = load_cost_config(config)
@@ -425,7 +428,7 @@ def dashboards(out_dir: Path) -> None:
 )
 def alerts(out_dir: Path, config_path: Path | None) -> None:
     """Generate the Prometheus alert rules (quotaql.rules.yml)."""
-    from quotaql.config import AlertsConfig, load_config  # noqa: PLC0415
+    from quotaql.config import AlertsConfig  # noqa: PLC0415
     from quotaql.observability.alerts import write_alerts  # noqa: PLC0415
 
     try:
@@ -687,6 +690,36 @@ def _coordinate_errors(schema: GraphQLSchema, model: CostModel) -> list[ConfigEr
                 check_model(schema, dataclasses.replace(model, weights={coordinate: weight}))
             except ConfigError as error:
                 errors.append(error)
+        return errors or [whole]
+    return []
+
+
+def _root_field_errors(schema: GraphQLSchema, config: Config) -> list[ConfigError]:
+    """Each ``[tiers.<t>.fields]`` coordinate of ``config`` that is not a root field of
+    ``schema``: checked whole, then (if that fails) one coordinate at a time."""
+    from quotaql.gate.charges import check_fields  # noqa: PLC0415
+
+    try:
+        check_fields(config, schema)
+    except ConfigError as whole:
+        errors = []
+        bare = {
+            name: dataclasses.replace(tier, fields={}, fields_in_flight={})
+            for name, tier in config.tiers.items()
+        }
+        for name, tier in config.tiers.items():
+            for coordinate in {**tier.fields, **tier.fields_in_flight}:
+                one = dataclasses.replace(
+                    tier,
+                    fields={k: v for k, v in tier.fields.items() if k == coordinate},
+                    fields_in_flight={
+                        k: v for k, v in tier.fields_in_flight.items() if k == coordinate
+                    },
+                )
+                try:
+                    check_fields(dataclasses.replace(config, tiers={**bare, name: one}), schema)
+                except ConfigError as error:
+                    errors.append(error)
         return errors or [whole]
     return []
 

@@ -123,6 +123,45 @@ def test_check_config_with_a_schema_names_every_wrong_coordinate(tmp_path):
     ]
 
 
+def test_check_config_with_a_schema_names_every_root_field_that_is_not_one(tmp_path):
+    write(tmp_path / "schema.graphql", SDL)
+    write(
+        tmp_path / "quotaql.toml",
+        """\
+        [tiers.free]
+        capacity = 10
+        refill_per_second = 1
+        [tiers.free.fields]
+        "Query.user" = { capacity = 5, refill_per_second = 1 }
+        "Query.users" = { max_in_flight = 2 }
+        [tiers.pro]
+        capacity = 10
+        refill_per_second = 1
+        [tiers.pro.fields]
+        "Query.sers" = { max_in_flight = 2 }
+        [cost.weights]
+        "User.frends" = 2
+        """,
+    )
+
+    with_schema = run("check-config", "quotaql.toml", "--schema", "schema.graphql", cwd=tmp_path)
+    without = run("check-config", "quotaql.toml", cwd=tmp_path)
+
+    not_root = (
+        "is not a root field of the schema (a field of its query, mutation or subscription type)"
+    )
+    assert error_lines(with_schema, 1) == [
+        f"error: quotaql.toml:5: tiers.free.fields.\"Query.user\": 'Query.user' {not_root};"
+        " did you mean 'Query.users'?",
+        f"error: quotaql.toml:11: tiers.pro.fields.\"Query.sers\": 'Query.sers' {not_root};"
+        " did you mean 'Query.users'?",
+        "error: quotaql.toml:13: cost.weights.\"User.frends\": no field 'frends' on type 'User';"
+        " did you mean 'User.friends' or 'User.id' or 'User.name'?",
+    ]
+    # without the schema, the file is valid: coordinates are the schema's to judge
+    assert (without.returncode, without.stderr) == (0, "")
+
+
 def test_a_flood_of_errors_prints_a_bounded_number_of_lines(tmp_path):
     write(tmp_path / "quotaql.toml", "[limits]\n" + "".join(f"k{i} = 1\n" for i in range(5000)))
 
