@@ -433,8 +433,8 @@ def alerts(out_dir: Path, config_path: Path | None) -> None:
 
     try:
         thresholds = load_config(config_path).alerts if config_path else AlertsConfig()
-    except ConfigError as error:
-        _fail(f"error: {error}", 1)
+    except ConfigError as error:  # every error of the file, as check-config lists them
+        _fail_all(config_errors(config_path) if config_path else [error], 1)
     try:
         written = write_alerts(out_dir, thresholds)
     except OSError as error:
@@ -668,14 +668,14 @@ def _fail(message: str, exit_code: int) -> NoReturn:
 MAX_ERRORS_SHOWN = 50
 
 
-def _fail_all(errors: list[ConfigError]) -> NoReturn:
-    """Print each error as one ``error:`` line; exit 1."""
+def _fail_all(errors: list[ConfigError], exit_code: int = 1) -> NoReturn:
+    """Print each error as one ``error:`` line; exit ``exit_code``."""
     for error in errors[:MAX_ERRORS_SHOWN]:
         click.echo(f"error: {error}", err=True)
     hidden = len(errors) - MAX_ERRORS_SHOWN
     if hidden > 0:
         click.echo(f"error: {hidden} more error{'' if hidden == 1 else 's'} not shown", err=True)
-    raise click.exceptions.Exit(1)
+    raise click.exceptions.Exit(exit_code)
 
 
 def _coordinate_errors(schema: GraphQLSchema, model: CostModel) -> list[ConfigError]:
@@ -758,8 +758,8 @@ def _cost_config(path: Path | None) -> tuple[CostModel, CostLimits | None]:
         return CostModel(), None
     try:
         config = load_cost_config(path)
-    except ConfigError as error:
-        _fail(f"error: {error}", 2)
+    except ConfigError as error:  # every error of the file, as check-config lists them
+        _fail_all(config_errors(path) or [error], 2)
     return config.model, config.limits
 
 

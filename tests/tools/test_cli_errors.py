@@ -162,6 +162,27 @@ def test_check_config_with_a_schema_names_every_root_field_that_is_not_one(tmp_p
     assert (without.returncode, without.stderr) == (0, "")
 
 
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [
+        (("cost", "--schema", "schema.graphql", "--config", "quotaql.toml", "q.graphql"), 2),
+        (("alerts", "--config", "quotaql.toml", "--out", "out"), 1),
+    ],
+)
+def test_commands_reading_a_config_list_every_error_of_it(tmp_path, args, status):
+    write(tmp_path / "schema.graphql", SDL)
+    write(tmp_path / "q.graphql", "{ users { id } }")
+    write(tmp_path / "quotaql.toml", "[cost]\nmax_depth = -1\n[alerts]\nblocked_ratio = 2\n")
+
+    lines = error_lines(run(*args, cwd=tmp_path), status)
+
+    assert [line.split(": ")[1:3] for line in lines] == [
+        ["quotaql.toml:2", "cost.max_depth"],
+        ["quotaql.toml:4", "alerts.blocked_ratio"],
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_flood_of_errors_prints_a_bounded_number_of_lines(tmp_path):
     write(tmp_path / "quotaql.toml", "[limits]\n" + "".join(f"k{i} = 1\n" for i in range(5000)))
 
