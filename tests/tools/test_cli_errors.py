@@ -215,6 +215,12 @@ def test_a_missing_relative_config_path_says_relative_to_what(tmp_path, args):
     )
 
 
+def test_a_newline_or_escape_in_a_name_cannot_split_or_colour_the_error_line(tmp_path):
+    (line,) = error_lines(run("check-config", "evil\n\x1b[31mname.toml", cwd=tmp_path), 1)
+
+    assert line.startswith("error: evil\\n\\x1b[31mname.toml: cannot read the file")
+
+
 def test_cost_with_a_missing_config_is_a_usage_error(tmp_path):
     write(tmp_path / "schema.graphql", SDL)
     write(tmp_path / "query.graphql", "{ users { id } }")

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, cast
 
 from quotaql import __version__
 from quotaql.cli._schema import SDL_SUFFIXES, SchemaSpecError, load_schema
@@ -121,10 +121,10 @@ class _Group(click.Group):
             status = super().main(args, prog_name, standalone_mode=False, **options)
         except click.UsageError as error:
             where = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
-            click.echo(f"error: {error.format_message()}{where}", err=True)
+            click.echo(_one_line(f"error: {error.format_message()}{where}"), err=True)
             sys.exit(error.exit_code)
         except click.ClickException as error:
-            click.echo(f"error: {error.format_message()}", err=True)
+            click.echo(_one_line(f"error: {error.format_message()}"), err=True)
             sys.exit(error.exit_code)
         except click.Abort:
             click.echo("error: aborted", err=True)
@@ -518,8 +518,17 @@ def main() -> None:
 # --- helpers of the commands -------------------------------------------------------------
 
 
+#: Control characters as escapes: a file name or value holding a newline (or a terminal
+#: escape) cannot split an error line in two, or recolour the terminal.
+_CONTROL: Final = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {10: "\\n"}
+
+
+def _one_line(text: str) -> str:
+    return text.translate(_CONTROL)
+
+
 def _fail(message: str, exit_code: int) -> NoReturn:
-    click.echo(message, err=True)
+    click.echo(_one_line(message), err=True)
     raise click.exceptions.Exit(exit_code)
 
 
@@ -531,7 +540,7 @@ MAX_ERRORS_SHOWN = 50
 def _fail_all(errors: list[ConfigError], exit_code: int = 1) -> NoReturn:
     """Print each error as one ``error:`` line; exit ``exit_code``."""
     for error in errors[:MAX_ERRORS_SHOWN]:
-        click.echo(f"error: {error}", err=True)
+        click.echo(_one_line(f"error: {error}"), err=True)
     hidden = len(errors) - MAX_ERRORS_SHOWN
     if hidden > 0:
         click.echo(f"error: {hidden} more error{'' if hidden == 1 else 's'} not shown", err=True)
