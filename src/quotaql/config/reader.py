@@ -325,7 +325,7 @@ def _parse_weights(table: Table) -> tuple[dict[str, float | FieldCost], dict[str
                     path, f"expected a number or a table, got {describe_value(value)}"
                 )
         line = table.doc.line(path)
-        if line is not None:
+        if line is not None and coordinate in weights:
             locations[coordinate] = line
     return weights, locations
 
