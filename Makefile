@@ -4,6 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+# `make demo`'s environment: the `demo` extra only (not the development group), apart from
+# `make test`'s .venv.
+DEMO_VENV  := .venv-demo
+DEMO_BIN   := $(DEMO_VENV)/bin
+DEMO_STAMP := $(DEMO_VENV)/.installed
+
 # A second environment for the suites that need no Strawberry (which needs graphql-core
 # 3.3): graphql-core 3.2 with Graphene 3 (which needs graphql-core < 3.3).
 GQL32       := .venv-gql32
@@ -39,6 +45,20 @@ $(BIN)/python:
 # Reinstall when the project metadata changes; pip >= 25.1 understands --group.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[all]' --group dev
+	@touch $@
+
+# Quick from a fresh clone: a venv without its own pip, filled by $(PYTHON)'s pip (--python,
+# pip >= 22.3), and no bytecode compiled ahead (Python compiles what the demo imports):
+# about 9 s instead of 23 s on a busy 2-core machine. An older pip: a venv with its own.
+DEMO_PIP := install --quiet --disable-pip-version-check --no-compile -e '.[demo]'
+$(DEMO_STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "quotaql needs Python >= 3.11 (set PYTHON=python3.11)")'
+	@if $(PYTHON) -c 'import pip, sys; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 3))' 2>/dev/null; then \
+		set -x; $(PYTHON) -m venv --without-pip $(DEMO_VENV) && \
+		$(PYTHON) -m pip --python $(DEMO_BIN)/python $(DEMO_PIP); \
+	else \
+		set -x; $(PYTHON) -m venv $(DEMO_VENV) && $(DEMO_BIN)/python -m pip $(DEMO_PIP); \
+	fi
 	@touch $@
 
 $(GQL32_BIN)/python:
@@ -95,8 +115,8 @@ test:
 bench: $(STAMP) system-deps
 	$(BIN)/python bench/run.py
 
-demo: $(STAMP)
-	$(BIN)/quotaql demo
+demo: $(DEMO_STAMP)
+	$(DEMO_BIN)/quotaql demo
 
 # Regenerate the committed dashboards and alert rules (tests fail when they are stale).
 artifacts: $(STAMP)
@@ -108,4 +128,4 @@ stack: $(STAMP) system-deps
 	$(BIN)/python examples/stack/stack.py
 
 clean:
-	rm -rf $(VENV) $(GQL32) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(GQL32) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -84,9 +84,16 @@ def test_demo_keeps_serving_and_shows_a_429() -> None:
         assert statuses == [200, 429]
         assert int(response.headers["Retry-After"]) >= 1
         assert response.headers["RateLimit-Policy"].startswith('"tenant";q=300')
-        metrics = httpx.get(f"{url}/metrics/").text
-        assert 'quotaql_requests_total{decision="blocked"' in metrics
+        # /metrics (what a default Prometheus job scrapes) and /metrics/ both serve the
+        # Prometheus text format, not GraphiQL
+        for path in ("/metrics", "/metrics/"):
+            scraped = httpx.get(f"{url}{path}", headers={"Accept": "text/html"})
+            assert scraped.status_code == 200, path
+            assert scraped.headers["Content-Type"].startswith("text/plain"), path
+            assert 'quotaql_requests_total{decision="blocked"' in scraped.text, path
+            assert "<html" not in scraped.text.lower(), path
         printed = "".join(lines)
+        assert f"metrics       {url}/metrics\n" in printed
         assert f"curl -i {url}/graphql -H 'X-API-Key: demo-scraper'" in printed
     finally:
         process.send_signal(signal.SIGINT)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import tomllib
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -28,11 +29,51 @@ _DECODE_ERROR: Final = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """A parsed file with the line of each key, so that any value can be blamed precisely."""
+    """A parsed file with the line of each key, so that any value can be blamed precisely.
+
+    ``problems`` is ``None`` (the default) to raise at the first error, as loading does; a
+    list to collect every error into it instead (``quotaql check-config``): a check that
+    fails then reports its error and the reading goes on with the key left out, as if the
+    file did not give it.
+    """
 
     file: str
     data: Mapping[str, object]
     lines: Mapping[KeyPath, int]
+    problems: list[ConfigError] | None = field(default=None, compare=False)
+    #: When collecting: each key reported, and each of its parents.
+    _blamed: set[str] = field(default_factory=set, compare=False, repr=False)
+
+    def report(self, error: ConfigError) -> None:
+        """Raise ``error``, or (when collecting) add it to ``problems``.
+
+        An error about a key at or above one already reported (or about the whole file,
+        once any is) is left out: it follows from the first (a tier whose capacity is
+        wrong also lacks a capacity). A set of the keys blamed keeps this linear in the
+        errors: a file of thousands of wrong keys is read as fast as one.
+        """
+        if self.problems is None:
+            raise error
+        key = error.key
+        if (key is None and self.problems) or key in self._blamed:
+            return
+        self.problems.append(error)
+        if key is not None:  # a quoted part may hold dots: extra prefixes match no key
+            parts = key.split(".")
+            self._blamed.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+
+    def fail(self, path: KeyPath, reason: str) -> None:
+        """Report the error ``reason`` at ``path`` (raise it, unless collecting)."""
+        self.report(self.error(path, reason))
+
+    @contextmanager
+    def attempt(self) -> Iterator[None]:
+        """Report a ``ConfigError`` raised in the block: raised as is, unless collecting,
+        when it is added to ``problems`` and the code after the block runs on."""
+        try:
+            yield
+        except ConfigError as error:
+            self.report(error)
 
     def line(self, path: KeyPath) -> int | None:
         """The line that defines ``path``, else that of its closest located parent."""
@@ -60,25 +101,32 @@ class Table:
         """``check`` the value of ``key``; ``None`` when the key is absent."""
         if key not in self.data:
             return None
-        return check(self.doc, (*self.path, key), self.data[key])
+        try:
+            return check(self.doc, (*self.path, key), self.data[key])
+        except ConfigError as error:
+            self.doc.report(error)  # raises, unless collecting: then the key is left out
+            return None
 
     def read(
         self, checks: Mapping[str, Callable[[Document, KeyPath, object], object]]
     ) -> dict[str, Any]:
         """Each key of ``checks`` that the table has, with its value checked by its check, in
-        the order of ``checks`` (so that of two wrong values, the first is the one blamed)."""
-        return {
-            key: check(self.doc, (*self.path, key), self.data[key])
-            for key, check in checks.items()
-            if key in self.data
-        }
+        the order of ``checks`` (so that of two wrong values, the first is the one blamed).
+        When collecting errors, a wrong value is reported and left out."""
+        values: dict[str, Any] = {}
+        for key, check in checks.items():
+            if key in self.data:
+                with self.doc.attempt():
+                    values[key] = check(self.doc, (*self.path, key), self.data[key])
+        return values
 
     def table(self, key: str) -> Table:
         """The subtable ``key``; an empty one when the key is absent."""
         return _table(self.doc, (*self.path, key), self.data.get(key, {}))
 
     def check_keys(self, known: Collection[str], what: str = "key") -> None:
-        """Reject the first key not in ``known``, suggesting the closest known one."""
+        """Reject the first key not in ``known`` (each of them, when collecting errors),
+        suggesting the closest known one."""
         for key in self.data:
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)
@@ -87,7 +135,7 @@ class Table:
                     if close
                     else "expected one of: " + ", ".join(repr(k) for k in known)
                 )
-                raise self.doc.error((*self.path, key), f"unknown {what}; {hint}")
+                self.doc.fail((*self.path, key), f"unknown {what}; {hint}")
 
     @contextmanager
     def blame(self) -> Iterator[None]:
@@ -110,7 +158,10 @@ def read_document(file: str) -> Document:
         with open(file, "rb") as stream:
             raw = stream.read()
     except OSError as exc:
-        raise ConfigError(f"cannot read the file ({exc.strerror or exc})", file=file) from exc
+        reason = f"cannot read the file ({exc.strerror or exc})"
+        if not os.path.isabs(file):  # say where a relative path was looked for
+            reason += f"; {file} is relative to the working directory: {os.path.abspath(file)}"
+        raise ConfigError(reason, file=file) from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -134,9 +185,11 @@ def read_document(file: str) -> Document:
 
 
 def _table(doc: Document, path: KeyPath, value: object) -> Table:
-    """The table at ``path``, or an error if the value there is not one."""
+    """The table at ``path``, or an error if the value there is not one (an empty table
+    when collecting errors)."""
     if not isinstance(value, dict):
-        raise doc.error(path, f"expected a table, got {describe_value(value)}")
+        doc.fail(path, f"expected a table, got {describe_value(value)}")
+        return Table(doc, path, {})
     return Table(doc, path, value)
 
 

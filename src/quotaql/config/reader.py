@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
     from quotaql.config.checks import Check
 
-__all__ = ["default_config", "load_config", "load_cost_config"]
+__all__ = ["config_errors", "default_config", "load_config", "load_cost_config"]
 
 T = TypeVar("T")
 
@@ -303,27 +303,29 @@ def _parse_weights(table: Table) -> tuple[dict[str, float | FieldCost], dict[str
         path = (*table.path, coordinate)
         match = _COORDINATE.fullmatch(coordinate)
         if match is None:
-            raise table.doc.error(
+            table.doc.fail(
                 path,
                 "expected a schema coordinate ('Type', 'Type.field' or 'Type.field(arg:)'),"
                 f" got {json.dumps(coordinate, ensure_ascii=False)}",
             )
-        if isinstance(value, dict):
-            if match["field"] is None or match["arg"] is not None:
+            continue  # when collecting errors: the next weight
+        with table.doc.attempt():
+            if isinstance(value, dict):
+                if match["field"] is None or match["arg"] is not None:
+                    raise table.doc.error(
+                        path,
+                        "expected a number (a table of settings is only for a 'Type.field'"
+                        " coordinate), got a table",
+                    )
+                weights[coordinate] = _parse_field_cost(table.table(coordinate))
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                weights[coordinate] = checks.number(table.doc, path, value)
+            else:
                 raise table.doc.error(
-                    path,
-                    "expected a number (a table of settings is only for a 'Type.field'"
-                    " coordinate), got a table",
+                    path, f"expected a number or a table, got {describe_value(value)}"
                 )
-            weights[coordinate] = _parse_field_cost(table.table(coordinate))
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            weights[coordinate] = checks.number(table.doc, path, value)
-        else:
-            raise table.doc.error(
-                path, f"expected a number or a table, got {describe_value(value)}"
-            )
         line = table.doc.line(path)
-        if line is not None:
+        if line is not None and coordinate in weights:
             locations[coordinate] = line
     return weights, locations
 
@@ -422,66 +424,69 @@ def _parse_quota_keys(table: Table) -> _QuotaKeys:
 def _parse_tiers(tiers: Table) -> _Tiers:
     entries: dict[str, _TierKeys] = {}
     for name in tiers.data:
-        tier = tiers.table(name)
-        tier.check_keys(_TIER_KEYS)
-        operations = {
-            operation: _parse_quota_keys(entry)
-            for operation, entry in _entries(
-                tier.table("operations"),
-                _GRAPHQL_NAME.fullmatch,
-                "an operation name (letters, digits and _, not starting with a digit)",
-                _QUOTA_KEYS,
-            )
-        }
-        mode = tier.get("mode", checks.one_of(MODES))
-        per_user = None
-        if "per_user" in tier.data:
-            table = tier.table("per_user")
-            table.check_keys(_QUOTA_KEYS)
-            per_user = _parse_quota_keys(table)
-        fields: dict[str, _QuotaKeys] = {}
-        fields_in_flight: dict[str, int] = {}
-        for coordinate, entry in _entries(
-            tier.table("fields"),
-            _is_field_coordinate,
-            "a root field's coordinate ('Query.search', 'Mutation.exportOrders')",
-            _FIELD_KEYS,
-        ):
-            keys = _parse_quota_keys(entry)
-            field_in_flight = entry.get("max_in_flight", checks.integer(1))
-            if field_in_flight is not None:
-                fields_in_flight[coordinate] = field_in_flight
-            if keys.given or field_in_flight is None:  # a rate quota (or an empty entry)
-                fields[coordinate] = keys
-        essential = tier.get("essential", checks.boolean) or False
-        max_in_flight = tier.get("max_in_flight", checks.integer(1))
-        max_subscriptions = tier.get("max_subscriptions_in_flight", checks.integer(0))
-        on_limit = tier.get("on_limit", checks.one_of(ON_LIMIT))
-        max_delay = tier.get("max_delay", checks.seconds(0.0, MAX_DELAY_SECONDS, low_in=False))
-        max_queued = tier.get("max_queued", checks.integer(1))
-        if on_limit != "delay":
-            for key, value in (("max_delay", max_delay), ("max_queued", max_queued)):
-                if value is not None:
-                    raise tier.doc.error(
-                        (*tier.path, key), f'{key} needs on_limit = "delay" in this tier'
-                    )
-        entries[name] = _TierKeys(
-            tier,
-            _parse_quota_keys(tier),
-            mode,
-            operations,
-            per_user,
-            fields,
-            essential,
-            max_in_flight,
-            max_subscriptions,
-            fields_in_flight,
-            on_limit,
-            max_delay,
-            max_queued,
-            _default_time(tier.get("time", _tier_time)),
-        )
+        with tiers.doc.attempt():  # when collecting errors: the next tier
+            entries[name] = _parse_tier(tiers.table(name))
     return _Tiers(tiers, tiers.path[0] in tiers.doc.data, entries)
+
+
+def _parse_tier(tier: Table) -> _TierKeys:
+    """One tier's table, its keys checked one by one."""
+    tier.check_keys(_TIER_KEYS)
+    operations = {
+        operation: _parse_quota_keys(entry)
+        for operation, entry in _entries(
+            tier.table("operations"),
+            _GRAPHQL_NAME.fullmatch,
+            "an operation name (letters, digits and _, not starting with a digit)",
+            _QUOTA_KEYS,
+        )
+    }
+    mode = tier.get("mode", checks.one_of(MODES))
+    per_user = None
+    if "per_user" in tier.data:
+        table = tier.table("per_user")
+        table.check_keys(_QUOTA_KEYS)
+        per_user = _parse_quota_keys(table)
+    fields: dict[str, _QuotaKeys] = {}
+    fields_in_flight: dict[str, int] = {}
+    for coordinate, entry in _entries(
+        tier.table("fields"),
+        _is_field_coordinate,
+        "a root field's coordinate ('Query.search', 'Mutation.exportOrders')",
+        _FIELD_KEYS,
+    ):
+        keys = _parse_quota_keys(entry)
+        field_in_flight = entry.get("max_in_flight", checks.integer(1))
+        if field_in_flight is not None:
+            fields_in_flight[coordinate] = field_in_flight
+        if keys.given or field_in_flight is None:  # a rate quota (or an empty entry)
+            fields[coordinate] = keys
+    essential = tier.get("essential", checks.boolean) or False
+    max_in_flight = tier.get("max_in_flight", checks.integer(1))
+    max_subscriptions = tier.get("max_subscriptions_in_flight", checks.integer(0))
+    on_limit = tier.get("on_limit", checks.one_of(ON_LIMIT))
+    max_delay = tier.get("max_delay", checks.seconds(0.0, MAX_DELAY_SECONDS, low_in=False))
+    max_queued = tier.get("max_queued", checks.integer(1))
+    if on_limit != "delay":
+        for key, value in (("max_delay", max_delay), ("max_queued", max_queued)):
+            if value is not None:
+                tier.doc.fail((*tier.path, key), f'{key} needs on_limit = "delay" in this tier')
+    return _TierKeys(
+        tier,
+        _parse_quota_keys(tier),
+        mode,
+        operations,
+        per_user,
+        fields,
+        essential,
+        max_in_flight,
+        max_subscriptions,
+        fields_in_flight,
+        on_limit,
+        max_delay,
+        max_queued,
+        _default_time(tier.get("time", _tier_time)),
+    )
 
 
 def _entries(
@@ -491,10 +496,11 @@ def _entries(
     for a name that is not ``valid`` says it ``expected`` another."""
     for name in table.data:
         if not valid(name):
-            raise table.doc.error(
+            table.doc.fail(
                 (*table.path, name),
                 f"expected {expected}, got {json.dumps(name, ensure_ascii=False)}",
             )
+            continue  # when collecting errors: the next entry
         entry = table.table(name)
         entry.check_keys(keys)
         yield name, entry
@@ -513,7 +519,9 @@ def _parse_tenants(tenants: Table) -> _Tenants:
         tenant.check_keys(_TENANT_KEYS)
         tier = tenant.get("tier", checks.string)
         if tier is None:
-            raise tenant.doc.error(tenant.path, 'a tenant needs a tier: add tier = "<name>"')
+            if "tier" not in tenant.data:
+                tenant.doc.fail(tenant.path, 'a tenant needs a tier: add tier = "<name>"')
+            continue  # when collecting errors: the next tenant
         entries[name] = _TenantKeys(tenant, tier, _parse_quota_keys(tenant))
     return _Tenants(entries)
 
@@ -554,7 +562,13 @@ _TABLES: Final[Mapping[str, Callable[[Table], object]]] = {
 def _load_tables(doc: Document) -> dict[str, object]:
     root = Table(doc, (), doc.data)
     root.check_keys(_TABLES, what="table")
-    return {name: parse(root.table(name)) for name, parse in _TABLES.items()}
+    tables: dict[str, object] = {}
+    for name, parse in _TABLES.items():
+        with doc.attempt():
+            tables[name] = parse(root.table(name))
+        if name not in tables:  # collecting errors: the table's defaults, to check the rest
+            tables[name] = parse(Table(doc, (name,), {}))
+    return tables
 
 
 def _parsed(tables: Mapping[str, object], name: str, kind: type[T]) -> T:
@@ -585,44 +599,63 @@ def _build(doc: Document) -> Config:
     )
 
     tiers: dict[str, TierConfig] = {}
+    # When collecting errors, a tier that the file names but that has an error of its own
+    # is left out of `tiers`: the checks of names below do not blame the names of it.
+    named: Collection[str] = tier_keys.table.data if tier_keys.present else ()
     if not tier_keys.present:
-        tiers[DEFAULT_TIER] = _default_tier(doc, limits.algorithm)
+        with doc.attempt():
+            tiers[DEFAULT_TIER] = _default_tier(doc, limits.algorithm)
     elif not tier_keys.tiers:
-        raise doc.error(tier_keys.table.path, "expected at least one tier ([tiers.<name>])")
+        doc.fail(tier_keys.table.path, "expected at least one tier ([tiers.<name>])")
     for name, tier_entry in tier_keys.tiers.items():
-        tiers[name] = _build_tier(name, tier_entry, base)
+        with doc.attempt():
+            tiers[name] = _build_tier(name, tier_entry, base)
+    broken = doc.problems is not None and any(name not in tiers for name in named)
+    known = named or tiers  # the names to suggest
+    if not tiers and doc.problems is not None:
+        raise _stop(doc)
 
-    if limits.default_tier not in tiers:
+    if limits.default_tier not in tiers and limits.default_tier not in named:
         path: KeyPath = ("limits", "default_tier")
         located = path if doc.line(path) is not None else tier_keys.table.path
-        raise ConfigError(
-            f"no tier named {json.dumps(limits.default_tier, ensure_ascii=False)}"
-            f"{'' if 'default_tier' in limits_keys else ' (the default)'};"
-            f" expected one of: {checks.listing(tiers)}",
-            file=doc.file,
-            key=render_key(path),
-            line=doc.line(located),
+        doc.report(
+            ConfigError(
+                f"no tier named {json.dumps(limits.default_tier, ensure_ascii=False)}"
+                f"{'' if 'default_tier' in limits_keys else ' (the default)'};"
+                f" expected one of: {checks.listing(known)}",
+                file=doc.file,
+                key=render_key(path),
+                line=doc.line(located),
+            )
         )
 
     tenants: dict[str, TenantConfig] = {}
     for name, entry in tenant_keys.tenants.items():
         tier = tiers.get(entry.tier)
         if tier is None:
-            raise doc.error(
-                (*entry.table.path, "tier"),
-                f"no tier named {json.dumps(entry.tier, ensure_ascii=False)};"
-                f" expected one of: {checks.listing(tiers)}",
-            )
-        quota = None
-        if entry.quota.given:
-            tier_algorithm = (tier.quota.algorithm, f"the algorithm of tier {tier.name!r}")
-            quota = _build_quota(entry.quota, "tenant", (tier_algorithm, base))
-        tenants[name] = TenantConfig(name, entry.tier, quota)
+            if entry.tier not in named:
+                doc.fail(
+                    (*entry.table.path, "tier"),
+                    f"no tier named {json.dumps(entry.tier, ensure_ascii=False)};"
+                    f" expected one of: {checks.listing(known)}",
+                )
+            continue  # collecting errors: the next tenant
+        with doc.attempt():
+            quota = None
+            if entry.quota.given:
+                tier_algorithm = (tier.quota.algorithm, f"the algorithm of tier {tier.name!r}")
+                quota = _build_quota(entry.quota, "tenant", (tier_algorithm, base))
+            tenants[name] = TenantConfig(name, entry.tier, quota)
 
     global_quota = None
     if global_keys.quota is not None:
-        global_quota = _build_quota(global_keys.quota, "global", (base,), shared=True)
-    features.check_adaptive_tiers(doc, adaptive, tiers)
+        with doc.attempt():
+            global_quota = _build_quota(global_keys.quota, "global", (base,), shared=True)
+    if not broken:
+        with doc.attempt():
+            features.check_adaptive_tiers(doc, adaptive, tiers)
+    if doc.problems:
+        raise _stop(doc)
 
     with Table(doc, (), doc.data).blame():
         return Config(
@@ -638,6 +671,44 @@ def _build(doc: Document) -> Config:
             adaptive=adaptive,
             redis=redis,
         )
+
+
+def _stop(doc: Document) -> ConfigError:
+    """The first error collected in ``doc``: reading stops there, the others are in
+    ``doc.problems``."""
+    if not doc.problems:
+        raise TypeError("no error was collected")
+    return doc.problems[0]
+
+
+def config_errors(path: str | os.PathLike[str]) -> list[ConfigError]:
+    """Every error of the file ``path``, by line (none: the file is valid, and
+    :func:`load_config` reads it).
+
+    Where :func:`load_config` stops at the first error, this goes on past each wrong value
+    as if the file did not give it; an error that follows from one already found (a
+    missing capacity where the capacity is wrong) is left out. An unreadable file or
+    invalid TOML is one error.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "quotaql.toml"
+        >>> _ = path.write_text("[limits]\\nmode = 'loud'\\nreload_intervl = 5\\n")
+        >>> for error in config_errors(path):
+        ...     print(error.line, error.key, error.reason)
+        2 limits.mode expected one of "enforce", "shadow", "off", got a string ("loud")
+        3 limits.reload_intervl unknown key; did you mean 'reload_interval'?
+    """
+    try:
+        read = read_document(os.fspath(path))
+    except ConfigError as error:
+        return [error]
+    doc = Document(read.file, read.data, read.lines, problems=[])
+    try:
+        _build(doc)
+    except ConfigError as error:
+        doc.report(error)
+    return sorted(doc.problems or (), key=lambda error: (error.line is None, error.line or 0))
 
 
 def _default_tier(doc: Document, algorithm: Algorithm) -> TierConfig:

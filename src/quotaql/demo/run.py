@@ -80,7 +80,7 @@ class Demo:
         self,
         *,
         port: int = 8000,
-        duration: float = 20.0,
+        duration: float = 10.0,
         redis_url: str | None = None,
         console: Console | None = None,
     ) -> None:
@@ -229,7 +229,7 @@ class Demo:
         self.console.print(
             f"\nStill serving (Ctrl-C to stop):\n"
             f"  GraphiQL      {self.url}/graphql\n"
-            f"  metrics       {self.url}/metrics/\n"
+            f"  metrics       {self.url}/metrics\n"
             f"  a 429 with its headers (run it twice: the first call spends the budget):\n"
             f"  curl -i {self.url}/graphql -H 'X-API-Key: demo-scraper'"
             f" -H 'Content-Type: application/json' -d '{body}'\n",

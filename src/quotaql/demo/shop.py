@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import strawberry
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 from strawberry.asgi import GraphQL
 
 from quotaql.cost_analysis._strawberry import Cost, ListSize
@@ -138,7 +138,26 @@ def create_app(
         metrics=PrometheusMetrics(registry, top_tenants=10),
     )
     graphql = GraphQL(make_schema(cost_limiter))
-    # GraphQL answers on any path but /metrics: /graphql as the docs say, / as well.
-    app = Starlette(routes=[Mount("/metrics", metrics_app(registry)), Mount("/", graphql)])
+    metrics = metrics_app(registry)
+    # GraphQL answers on any path but /metrics: /graphql as the docs say, / as well. A Mount
+    # matches /metrics/ only: the Route answers /metrics itself, as Prometheus scrapes it.
+    app = Starlette(
+        routes=[
+            Route("/metrics", _AsgiEndpoint(metrics)),
+            Mount("/metrics", metrics),
+            Mount("/", graphql),
+        ]
+    )
     app.state.cost_limiter = cost_limiter
     return app
+
+
+class _AsgiEndpoint:
+    """An ASGI app as a ``Route``'s endpoint (Starlette wraps a plain function as a request
+    handler, which an ASGI function such as prometheus-client's app is not)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)

@@ -3,31 +3,18 @@ and alert rules."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import importlib
 import json
-import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
-
-from graphql import (
-    DirectiveDefinitionNode,
-    DocumentNode,
-    GraphQLError,
-    GraphQLSchema,
-    Source,
-    build_ast_schema,
-    parse,
-    validate_schema,
-)
-from graphql.validation.validate import validate_sdl
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, cast
 
 from quotaql import __version__
-from quotaql.config import load_cost_config
+from quotaql.cli._schema import SDL_SUFFIXES, SchemaSpecError, load_schema
+from quotaql.config import Config, load_config, load_cost_config
+from quotaql.config.reader import config_errors
 from quotaql.cost_analysis import CostLimits, CostModel, analyze, check_model
-from quotaql.cost_analysis._compile import graphql_schema
-from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
 from quotaql.cost_analysis.model import MODELS, SAFE_LIMITS, ModelName
 from quotaql.errors import ConfigError, CostAnalysisError
 
@@ -45,17 +32,16 @@ except ModuleNotFoundError as exc:  # the optional 'cli' extra is not installed
     ) from None
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from types import ModuleType
+    from collections.abc import Iterator
+
+    from graphql import GraphQLSchema
 
     from quotaql.cost_analysis import CostReport
 
-__all__ = ["app", "load_schema", "load_variables", "main"]
+__all__ = ["SDL_SUFFIXES", "SchemaSpecError", "app", "load_schema", "load_variables", "main"]
 
-SDL_SUFFIXES = (".graphql", ".graphqls", ".gql")
 DEFAULT_TOP = 15
 
-_COST_DIRECTIVES = parse(COST_DIRECTIVES_SDL)
 _JSON_KINDS = {
     list: "an array",
     str: "a string",
@@ -66,130 +52,6 @@ _JSON_KINDS = {
 }
 
 
-# --- loading a schema --------------------------------------------------------------------
-
-
-class SchemaSpecError(Exception):
-    """A ``--schema`` value that does not lead to a schema (reported as a usage error)."""
-
-
-def load_schema(spec: str) -> GraphQLSchema:
-    """The schema named by ``spec``: an SDL file, or ``MODULE:ATTR`` in an importable module.
-
-    ``ATTR`` may be a dotted path (``pkg.app:api.schema``); it names a
-    ``graphql.GraphQLSchema``, a ``strawberry.Schema``, or a function without arguments
-    that returns one. The working directory is importable, as with ``python -m``.
-
-    Raises:
-        SchemaSpecError: the file or module cannot be read, or does not hold a valid schema.
-    """
-    if spec.endswith(SDL_SUFFIXES):
-        schema = _schema_from_sdl(Path(spec))
-    elif ":" in spec:
-        schema = _schema_from_object(spec)
-    else:
-        raise SchemaSpecError(
-            f"{spec!r} is neither MODULE:ATTR nor a schema file ({', '.join(SDL_SUFFIXES)})"
-        )
-    errors = validate_schema(schema)
-    if errors:
-        raise SchemaSpecError(f"{spec}: invalid schema: {_join(e.message for e in errors)}")
-    return schema
-
-
-def _schema_from_sdl(path: Path) -> GraphQLSchema:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise SchemaSpecError(f"cannot read {path}: {reason}") from exc
-    try:
-        document = _with_cost_directives(parse(Source(text, str(path))))
-    except GraphQLError as exc:
-        raise SchemaSpecError(_located(path, exc)) from exc
-    errors = validate_sdl(document)
-    if errors:
-        raise SchemaSpecError(_join(_located(path, error) for error in errors))
-    return build_ast_schema(document, assume_valid_sdl=True)
-
-
-def _with_cost_directives(document: DocumentNode) -> DocumentNode:
-    """Declare ``@cost`` and ``@listSize`` unless the SDL does, keeping its line numbers."""
-    declared = _directive_names(document)
-    missing = [
-        definition
-        for definition in _COST_DIRECTIVES.definitions
-        if isinstance(definition, DirectiveDefinitionNode) and definition.name.value not in declared
-    ]
-    return DocumentNode(definitions=(*missing, *document.definitions), loc=document.loc)
-
-
-def _directive_names(document: DocumentNode) -> set[str]:
-    return {
-        definition.name.value
-        for definition in document.definitions
-        if isinstance(definition, DirectiveDefinitionNode)
-    }
-
-
-def _located(path: Path, error: GraphQLError) -> str:
-    where = "".join(f":{loc.line}:{loc.column}" for loc in (error.locations or ())[:1])
-    return f"{path}{where}: {error.message}"
-
-
-def _schema_from_object(spec: str) -> GraphQLSchema:
-    module_name, _, attribute = spec.partition(":")
-    if not _is_dotted_name(module_name) or not _is_dotted_name(attribute):
-        raise SchemaSpecError(f"{spec!r} is not MODULE:ATTR (like 'myapp.schema:schema')")
-    target: Any = _import(module_name, spec)
-    owner = f"module {module_name!r}"
-    for name in attribute.split("."):
-        try:
-            target = getattr(target, name)
-        except AttributeError:
-            raise SchemaSpecError(f"{spec}: {owner} has no attribute {name!r}") from None
-        owner = repr(name)
-    if not _is_schema(target) and callable(target):
-        target = target()
-    if not _is_schema(target):
-        raise SchemaSpecError(
-            f"{spec} is of type {type(target).__name__!r}, not a graphql.GraphQLSchema or a"
-            " strawberry.Schema (or a function returning one)"
-        )
-    return graphql_schema(target)
-
-
-def _import(module_name: str, spec: str) -> ModuleType:
-    # Like `python -m` and uvicorn: modules in the working directory are importable.
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        # Only the module named by the spec (or a parent package) is the user's mistake;
-        # a missing import inside their module keeps its traceback.
-        if exc.name is None or not f"{module_name}.".startswith(f"{exc.name}."):
-            raise
-        raise SchemaSpecError(f"{spec}: no module named {exc.name!r}") from None
-
-
-def _is_dotted_name(text: str) -> bool:
-    return bool(text) and all(part.isidentifier() for part in text.split("."))
-
-
-def _is_schema(value: object) -> bool:
-    try:
-        graphql_schema(value)
-    except TypeError:
-        return False
-    return True
-
-
-def _join(messages: Iterable[str]) -> str:
-    return "; ".join(messages)
-
-
 # --- option callbacks: convert a value or fail as a usage error (exit 2) --------------------
 
 
@@ -198,6 +60,12 @@ def _schema_option(ctx: click.Context, param: click.Parameter, value: str) -> Gr
         return load_schema(value)
     except SchemaSpecError as error:
         raise click.BadParameter(str(error), ctx, param) from None
+
+
+def _optional_schema_option(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> GraphQLSchema | None:
+    return None if value is None else _schema_option(ctx, param, value)
 
 
 def _variables_option(
@@ -240,7 +108,31 @@ def load_variables(value: str) -> dict[str, Any]:
 # --- the commands ------------------------------------------------------------------------
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The command group, whose usage errors are one ``error:`` line (exit 2), as every
+    other failure of the command is, instead of click's usage text and ``Error:`` line."""
+
+    def main(
+        self, args: Any = None, prog_name: str | None = None, *rest: Any, **options: Any
+    ) -> Any:
+        if not options.pop("standalone_mode", True) or rest:  # a caller handling errors
+            return super().main(args, prog_name, *rest, **options)
+        try:
+            status = super().main(args, prog_name, standalone_mode=False, **options)
+        except click.UsageError as error:
+            where = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+            click.echo(_one_line(f"error: {error.format_message()}{where}"), err=True)
+            sys.exit(error.exit_code)
+        except click.ClickException as error:
+            click.echo(_one_line(f"error: {error.format_message()}"), err=True)
+            sys.exit(error.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="quotaql")
 def app() -> None:
     """Price GraphQL operations by cost, and check cost configuration."""
@@ -332,17 +224,25 @@ def cost(
 @click.option(
     "--schema",
     metavar="SPEC",
-    required=True,
-    callback=_schema_option,
-    help="As for `quotaql cost`.",
+    callback=_optional_schema_option,
+    help="Also check that each weight names a coordinate of this schema: as for"
+    " `quotaql cost` (it imports MODULE:ATTR; an SDL file imports nothing).",
 )
-def check_config(config: Path, schema: GraphQLSchema) -> None:
-    """Check CONFIG (quotaql.toml) and that each of its weights names a schema coordinate."""
-    try:
-        cost_config = load_cost_config(config)
-        check_model(schema, cost_config.model)
-    except ConfigError as error:
-        _fail(f"error: {error}", 1)
+def check_config(config: Path, schema: GraphQLSchema | None) -> None:
+    """Check CONFIG (quotaql.toml): every error at once, each with its line and key.
+
+    Without --schema, every check that needs no schema; with it, also that each weight
+    names a coordinate of the schema, and each [tiers.<t>.fields] entry a root field.
+    Exits 1 on any error.
+    """
+    errors = config_errors(config)
+    if not errors and schema is not None:
+        whole = load_config(config)
+        errors = _coordinate_errors(schema, whole.cost.model) + _root_field_errors(schema, whole)
+        errors.sort(key=lambda error: error.line or 0)
+    if errors:
+        _fail_all(errors)
+    cost_config = load_cost_config(config)
     weights = len(cost_config.model.weights)
     click.echo(
         f"OK: {config}: {weights} weight{'' if weights == 1 else 's'},"
@@ -363,7 +263,11 @@ def dashboards(out_dir: Path) -> None:
     """Generate the Grafana dashboards (quotaql-overview.json, quotaql-tenant.json)."""
     from quotaql.observability.dashboards import write_dashboards  # noqa: PLC0415
 
-    for path in write_dashboards(out_dir):
+    try:
+        written = write_dashboards(out_dir)
+    except OSError as error:
+        _cannot_write(out_dir, error)
+    for path in written:
         click.echo(f"wrote {path}")
 
 
@@ -384,14 +288,18 @@ def dashboards(out_dir: Path) -> None:
 )
 def alerts(out_dir: Path, config_path: Path | None) -> None:
     """Generate the Prometheus alert rules (quotaql.rules.yml)."""
-    from quotaql.config import AlertsConfig, load_config  # noqa: PLC0415
+    from quotaql.config import AlertsConfig  # noqa: PLC0415
     from quotaql.observability.alerts import write_alerts  # noqa: PLC0415
 
     try:
         thresholds = load_config(config_path).alerts if config_path else AlertsConfig()
-    except ConfigError as error:
-        _fail(f"error: {error}", 1)
-    click.echo(f"wrote {write_alerts(out_dir, thresholds)}")
+    except ConfigError as error:  # every error of the file, as check-config lists them
+        _fail_all(config_errors(config_path) if config_path else [error], 1)
+    try:
+        written = write_alerts(out_dir, thresholds)
+    except OSError as error:
+        _cannot_write(out_dir, error)
+    click.echo(f"wrote {written}")
 
 
 @app.command("tune")
@@ -529,7 +437,7 @@ def tune(
 @click.option("--port", default=8000, show_default=True, help="Port to serve on (0: any free one).")
 @click.option(
     "--duration",
-    default=20.0,
+    default=10.0,
     show_default=True,
     type=click.FloatRange(min=1, max=600),
     help="Seconds of scripted traffic.",
@@ -542,8 +450,11 @@ def tune(
 )
 def demo(port: int, duration: float, redis_url: str | None, serve: bool) -> None:
     """Run the example shop API protected by quotaql, with three scripted tenants."""
-    from quotaql.demo.run import Demo  # noqa: PLC0415
-
+    with _demo_extra("demo"):
+        from quotaql.demo.run import Demo  # noqa: PLC0415
+    if redis_url is not None:
+        with _demo_extra("demo"):
+            _check_redis_url(redis_url)
     try:
         runner = Demo(port=port, duration=duration, redis_url=redis_url)
     except OSError as error:
@@ -582,7 +493,8 @@ def demo(port: int, duration: float, redis_url: str | None, serve: bool) -> None
 )
 def loadgen(url: str, tenants: str, duration: float, concurrency: int, max_requests: int) -> None:
     """Send the demo shop's queries to URL from several tenants, with a progress bar."""
-    from quotaql.demo.loadgen import run_load  # noqa: PLC0415
+    with _demo_extra("loadgen"):
+        from quotaql.demo.loadgen import run_load  # noqa: PLC0415
 
     names = [name.strip() for name in tenants.split(",") if name.strip()]
     if not names:
@@ -606,9 +518,108 @@ def main() -> None:
 # --- helpers of the commands -------------------------------------------------------------
 
 
+#: Control characters as escapes: a file name or value holding a newline (or a terminal
+#: escape) cannot split an error line in two, or recolour the terminal.
+_CONTROL: Final = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {10: "\\n"}
+
+
+def _one_line(text: str) -> str:
+    return text.translate(_CONTROL)
+
+
 def _fail(message: str, exit_code: int) -> NoReturn:
-    click.echo(message, err=True)
+    click.echo(_one_line(message), err=True)
     raise click.exceptions.Exit(exit_code)
+
+
+#: At most this many errors of a file are printed (a file of a million wrong keys would
+#: otherwise print a million lines); a last line says how many more there are.
+MAX_ERRORS_SHOWN = 50
+
+
+def _fail_all(errors: list[ConfigError], exit_code: int = 1) -> NoReturn:
+    """Print each error as one ``error:`` line; exit ``exit_code``."""
+    for error in errors[:MAX_ERRORS_SHOWN]:
+        click.echo(_one_line(f"error: {error}"), err=True)
+    hidden = len(errors) - MAX_ERRORS_SHOWN
+    if hidden > 0:
+        click.echo(f"error: {hidden} more error{'' if hidden == 1 else 's'} not shown", err=True)
+    raise click.exceptions.Exit(exit_code)
+
+
+def _coordinate_errors(schema: GraphQLSchema, model: CostModel) -> list[ConfigError]:
+    """Each weight of ``model`` that does not fit ``schema``: the model is checked whole,
+    then, if that fails, weight by weight, so that every wrong coordinate is named."""
+    try:
+        check_model(schema, model)
+    except ConfigError as whole:
+        errors = []
+        for coordinate, weight in model.weights.items():
+            try:
+                check_model(schema, dataclasses.replace(model, weights={coordinate: weight}))
+            except ConfigError as error:
+                errors.append(error)
+        return errors or [whole]
+    return []
+
+
+def _root_field_errors(schema: GraphQLSchema, config: Config) -> list[ConfigError]:
+    """Each ``[tiers.<t>.fields]`` coordinate of ``config`` that is not a root field of
+    ``schema``: checked whole, then (if that fails) one coordinate at a time."""
+    from quotaql.gate.charges import check_fields  # noqa: PLC0415
+
+    try:
+        check_fields(config, schema)
+    except ConfigError as whole:
+        errors = []
+        bare = {
+            name: dataclasses.replace(tier, fields={}, fields_in_flight={})
+            for name, tier in config.tiers.items()
+        }
+        for name, tier in config.tiers.items():
+            for coordinate in {**tier.fields, **tier.fields_in_flight}:
+                one = dataclasses.replace(
+                    tier,
+                    fields={k: v for k, v in tier.fields.items() if k == coordinate},
+                    fields_in_flight={
+                        k: v for k, v in tier.fields_in_flight.items() if k == coordinate
+                    },
+                )
+                try:
+                    check_fields(dataclasses.replace(config, tiers={**bare, name: one}), schema)
+                except ConfigError as error:
+                    errors.append(error)
+        return errors or [whole]
+    return []
+
+
+def _cannot_write(out_dir: Path, error: OSError) -> NoReturn:
+    where = error.filename if isinstance(error.filename, str) else out_dir
+    _fail(f"error: cannot write {where}: {error.strerror or error}", 1)
+
+
+@contextlib.contextmanager
+def _demo_extra(command: str) -> Iterator[None]:
+    """Turn a missing package of the ``demo`` extra into one ``error:`` line."""
+    try:
+        yield
+    except ModuleNotFoundError as error:
+        package = (error.name or "?").partition(".")[0]
+        _fail(
+            f"error: quotaql {command} needs the 'demo' extra (no module named"
+            f" {package!r}): pip install 'quotaql[demo]'",
+            1,
+        )
+
+
+def _check_redis_url(url: str) -> None:
+    """A usage error (exit 2) unless ``url`` is a Redis URL that redis-py accepts."""
+    from redis.connection import parse_url  # noqa: PLC0415
+
+    try:
+        parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as error:
+        _fail(f"error: --redis {url!r} is not a Redis URL: {error}", 2)
 
 
 def _cost_config(path: Path | None) -> tuple[CostModel, CostLimits | None]:
@@ -616,8 +627,8 @@ def _cost_config(path: Path | None) -> tuple[CostModel, CostLimits | None]:
         return CostModel(), None
     try:
         config = load_cost_config(path)
-    except ConfigError as error:
-        _fail(f"error: {error}", 2)
+    except ConfigError as error:  # every error of the file, as check-config lists them
+        _fail_all(config_errors(path) or [error], 2)
     return config.model, config.limits
 
 
@@ -737,7 +748,3 @@ def _plain(value: Any) -> Any:
     if not isinstance(value, float):
         return value
     return int(value) if value.is_integer() and abs(value) < 2**53 else value
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,5 @@
+"""``python -m quotaql.cli``: the ``quotaql`` command."""
+
+from quotaql.cli import main
+
+main()
