@@ -149,7 +149,7 @@ class CostLimiter(Adapter):
         >>> answer["status"], answer["RateLimit-Policy"]
         ('200 OK', '"tenant";q=1000;w=20')
         >>> json.loads(b"".join(chunks))["extensions"]["cost"]["requestedQueryCost"]
-        0.0
+        0
 
     On ASGI, give ``ariadne.asgi.GraphQL`` both handlers (or call :meth:`asgi`)::
 

@@ -299,11 +299,12 @@ def unseen_warnings(target: logging.Logger = logger) -> str | None:
 
     Nothing does when the level is above WARNING (inherited from the root, or
     ``logging.disable``; a level set on the logger itself is taken as meant), the logger
-    is disabled (a ``dictConfig`` with ``disable_existing_loggers``), or no
-    handler at WARNING or below sits on it or on the loggers it propagates to: Python
-    then prints WARNINGs on stderr through its last resort, without their fields, and
-    drops every INFO line. That is the case under uvicorn's default logging, which
-    configures uvicorn's own loggers, not the root.
+    is disabled (a ``dictConfig`` with ``disable_existing_loggers``), the handlers on its
+    way are all above WARNING, or none is and logging was configured for other loggers
+    only: Python then prints WARNINGs on stderr through its last resort, without their
+    fields, and drops every INFO line. That is the case under uvicorn's default logging,
+    which configures uvicorn's own loggers, not the root. A script that configured no
+    logging at all is not warned: the last resort shows its WARNINGs.
     """
     if target.disabled:
         return (
@@ -315,13 +316,32 @@ def unseen_warnings(target: logging.Logger = logger) -> str | None:
         level = logging.getLevelName(target.getEffectiveLevel())
         return f"the {target.name!r} logger's level is {level} (inherited), above WARNING"
     current: logging.Logger | None = target
+    found = False  # a handler on the way, at any level: then Python's last resort is not
     while current is not None:
-        if any(handler.level <= logging.WARNING for handler in current.handlers):
-            return None
+        for handler in current.handlers:
+            if handler.level <= logging.WARNING:
+                return None
+            found = True
         if not current.propagate:
-            return f"the {current.name!r} logger does not propagate and has no handler"
+            break
         current = current.parent
-    return f"no handler receives the {target.name!r} logger's records (nor the root's)"
+    if found:
+        return f"the handlers that receive the {target.name!r} logger's records are above WARNING"
+    last = logging.lastResort
+    if last is None or last.level > logging.WARNING:
+        return f"no handler receives the {target.name!r} logger's records, and no last resort"
+    if not _configured_elsewhere():
+        return None  # nothing is configured at all (a script): the last resort shows them
+    return (
+        f"logging is configured (other loggers have handlers: uvicorn's?) but no handler"
+        f" receives the {target.name!r} logger's records (nor the root's)"
+    )
+
+
+def _configured_elsewhere() -> bool:
+    """Whether any logger has a handler (an application or a server configured logging)."""
+    loggers = list(logging.Logger.manager.loggerDict.values())
+    return any(isinstance(one, logging.Logger) and one.handlers for one in loggers)
 
 
 _warned: set[str] = set()  # the loggers warned about, once each per process

@@ -57,7 +57,7 @@ class CostLimiter(Adapter):
         >>> schema = strawberry.Schema(query=Query, extensions=[CostLimiter()])
         >>> result = schema.execute_sync("{ hello }")
         >>> result.data, result.extensions["cost"]["requestedQueryCost"]
-        ({'hello': 'world'}, 0.0)
+        ({'hello': 'world'}, 0)
 
     Every keyword but ``quiet_logs`` and ``gate`` configures the
     :class:`~quotaql.gate.Gate` (see there): ``config``, ``storage`` (an
