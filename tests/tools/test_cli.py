@@ -485,6 +485,24 @@ def test_check_config_reports_weights_and_limits(workdir):
     )
 
 
+def test_check_config_warns_of_subscription_events_that_price_at_0(workdir):
+    write(
+        workdir / "events.graphql",
+        """\
+        type Query { hello: String }
+        type Subscription { countdown: Int  ticks: Int }
+        """,
+    )
+    write(workdir / "quotaql.toml", '[cost.weights]\n"Subscription.ticks" = 2\n')
+
+    result = invoke("check-config", "quotaql.toml", "--schema", "events.graphql")
+
+    assert result.exit_code == 0  # a warning, not an error
+    assert result.stderr.startswith("warning: the events of Subscription.countdown price at 0")
+    assert "Subscription.ticks" not in result.stderr
+    assert result.stdout.startswith("OK: quotaql.toml: 1 weight")
+
+
 def test_check_config_of_an_empty_file_has_the_safe_limits(workdir):
     write(workdir / "quotaql.toml", "")
 

@@ -15,6 +15,7 @@ from quotaql.cli._schema import SDL_SUFFIXES, SchemaSpecError, load_schema
 from quotaql.config import Config, load_config, load_cost_config
 from quotaql.config.reader import config_errors
 from quotaql.cost_analysis import CostLimits, CostModel, analyze, check_model
+from quotaql.cost_analysis.analyzer import free_subscription_fields
 from quotaql.cost_analysis.model import MODELS, SAFE_LIMITS, ModelName
 from quotaql.errors import ConfigError, CostAnalysisError
 
@@ -243,6 +244,15 @@ def check_config(config: Path, schema: GraphQLSchema | None) -> None:
     if errors:
         _fail_all(errors)
     cost_config = load_cost_config(config)
+    if schema is not None:  # what is no error, but prices something at nothing
+        minimum = load_config(config).limits.min_charge
+        for coordinate in free_subscription_fields(schema, cost_config.model):
+            click.echo(
+                f"warning: the events of {coordinate} price at 0 points (a scalar without a"
+                f" weight): each pays only [limits] min_charge ({minimum:g}); give it a"
+                f' weight ([cost.weights] "{coordinate}" = 1)',
+                err=True,
+            )
     weights = len(cost_config.model.weights)
     click.echo(
         f"OK: {config}: {weights} weight{'' if weights == 1 else 's'},"
