@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from quotaql.instrumentation import names
+from quotaql.instrumentation.routes import granted_rate
 from quotaql.instrumentation.tenants import TenantNames, hashed
 from quotaql.storage.base import is_pipelined
 
@@ -49,6 +50,7 @@ class OperationRecorder:
         outcome = op.outcome
         metrics = self.metrics
         if metrics is not None:
+            paid = op.charge if op.debited or op.paid_minimum else 0.0
             metrics.operation(
                 outcome,
                 operation_type,
@@ -57,18 +59,23 @@ class OperationRecorder:
                 cost=report.cost if report else None,
                 depth=report.depth if report else None,
                 actual=op.actual,
-                charged=op.charge if op.debited or op.paid_minimum else 0.0,
+                charged=paid,
                 refunded=op.refunded,
                 identity=op.subject.source,
                 overage=op.overage,
                 name=self.names.name(op.subject),
+                rate=granted_rate(op.tier.quota),
             )
+            seconds = op.work.ns / 1e9 if op.work.ns and op.time is not None else None
+            if report is not None:
+                paid += op.overage - op.refunded
+                metrics.routes.record(outcome, report, paid, seconds)
             if outcome == names.REJECTED:
                 metrics.rejection(op.code)
             if report is not None and op.actual is not None:
                 metrics.estimate(operation_type, op.tier.name, report.cost, op.actual)
-            if op.work.ns and op.time is not None:
-                metrics.worked(operation_type, op.tier.name, op.work.ns / 1e9)
+            if seconds is not None:
+                metrics.worked(operation_type, op.tier.name, seconds)
             limited_by = _limited_by(op)
             if limited_by is not None:
                 metrics.refused_by(op.tier.name, limited_by)
