@@ -351,3 +351,45 @@ def test_multiprocess_mode_shows_each_worker_s_generation_and_digest(tmp_path: P
 def _family(metric: str) -> str:
     """The family name prometheus-client collects a counter under (without ``_total``)."""
     return metric.removesuffix("_total")
+
+
+ROUTES_WORKER = textwrap.dedent(
+    """
+    import sys
+    from graphql import build_schema
+    from quotaql.cost_analysis import analyze
+    from quotaql.instrumentation.metrics import PrometheusMetrics
+    metrics = PrometheusMetrics()
+    report = analyze(build_schema("type Query { hello: String }"), "query Hi { hello }")
+    for _ in range(int(sys.argv[1])):
+        metrics.routes.record("allowed", report, 2.0, 0.003)
+    metrics.flush(final=True)  # what a worker calls when it stops
+    """
+)
+
+
+def test_multiprocess_mode_sums_the_workers_route_tallies(tmp_path: Path) -> None:
+    directory = tmp_path / "prometheus-multiproc"
+    directory.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    for count in ("3", "4"):
+        subprocess.run(
+            [sys.executable, "-W", "error", "-c", ROUTES_WORKER, count],
+            env=env,
+            check=True,
+            timeout=60,
+        )
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+
+    assert (
+        sample(
+            registry, names.ROOT_FIELD_REQUESTS_TOTAL, coordinate="Query.hello", decision="allowed"
+        )
+        == 7
+    )
+    assert sample(registry, names.OPERATION_NAME_COST_TOTAL, operation_name="Hi") == 14
+    assert sample(registry, f"{names.OPERATION_NAME_TIME}_bucket", operation_name="Hi",
+                  le="0.005") == 7  # fmt: skip
+    assert sample(registry, f"{names.OPERATION_NAME_TIME}_bucket", operation_name="Hi",
+                  le="0.0025") == 0  # fmt: skip

@@ -415,6 +415,7 @@ class PrometheusMetrics:
                     self._add(self.key_lookups, outcome, count - seen.get(outcome, 0))
                 self._identities[identity] = lookups
             self._sync_eviction()
+        self.routes.flush()
         self.routes.refresh()
 
     def _add(self, counter: Counter, label: str, count: int) -> None:
@@ -703,6 +704,7 @@ class PrometheusMetrics:
             if end is not None and (final or time.monotonic() >= end):
                 self._close_period()
             self._add_waiting()
+        self.routes.flush()
 
     def _close_period(self) -> None:
         """Each coordinate's subjects of the period: their longest lists, observed once

@@ -832,32 +832,38 @@ ROUTE_INSTRUMENTS: Final = (
         "root_field_requests", "counter", ROOT_FIELD_REQUESTS_TOTAL,
         "Operations selecting each root field (a schema coordinate), by decision.",
         (LABEL_COORDINATE, LABEL_DECISION),
+        collected="backend",  # tallied, added before each collection
     ),
     Instrument(
         "root_field_cost", "counter", ROOT_FIELD_COST_TOTAL,
         "Cost points charged, shared among the root fields of each operation in proportion"
         " to their estimated cost.",
         (LABEL_COORDINATE,),
+        collected="backend",  # tallied, added before each collection
     ),
     Instrument(
         "root_field_time", "histogram", ROOT_FIELD_TIME,
         "Worker time of each operation that ran, under each root field it selected, in seconds.",
         (LABEL_COORDINATE,), TIME_BUCKETS,
+        collected="backend",  # tallied, added before each collection
     ),
     Instrument(
         "operation_name_requests", "counter", OPERATION_NAME_REQUESTS_TOTAL,
         "Priced operations by name (the busiest names; every other is 'other'), by decision.",
         (LABEL_OPERATION_NAME, LABEL_DECISION),
+        collected="backend",  # tallied, added before each collection
     ),
     Instrument(
         "operation_name_cost", "counter", OPERATION_NAME_COST_TOTAL,
         "Cost points charged, by operation name (the busiest names; every other is 'other').",
         (LABEL_OPERATION_NAME,),
+        collected="backend",  # tallied, added before each collection
     ),
     Instrument(
         "operation_name_time", "histogram", OPERATION_NAME_TIME,
         "Worker time of each operation that ran, by operation name, in seconds.",
         (LABEL_OPERATION_NAME,), TIME_BUCKETS,
+        collected="backend",  # tallied, added before each collection
     ),
     Instrument(
         "tenant_utilisation", "gauge", TENANT_UTILISATION,

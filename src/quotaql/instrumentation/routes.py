@@ -9,11 +9,14 @@ have a label of their own.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from bisect import bisect_left
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from quotaql.instrumentation import names
+from quotaql.instrumentation.tallies import Pending
 from quotaql.instrumentation.tenants import TenantLabels, hashed
 
 if TYPE_CHECKING:
@@ -58,10 +61,11 @@ class Routes:
         self.window = window
         self.operations = TenantLabels((), top_operations)
         self._labels: dict[str | None, str] = {None: names.ANONYMOUS_OPERATION}
-        # label -> its children: (cost, time); requests are per (label, decision).
-        self._fields: dict[str, tuple[Any, Any]] = {}
-        self._named: dict[str, tuple[Any, Any]] = {}
-        self._requests: dict[tuple[Any, str, str], Any] = {}
+        # coordinate or operation label -> its series, their children resolved once
+        self._fields: dict[str, _Series] = {}
+        self._named: dict[str, _Series] = {}
+        self._waiting: dict[_Series, None] = {}  # tallied since they were last added
+        self._flush_at = 0.0
         self._lock = threading.Lock()
         self._digest: str | None = None  # the digest of the configuration loaded last
         # tenant label -> [rate, half start, this half's points, the last half's points]
@@ -90,46 +94,68 @@ class Routes:
             ... )
             11.0
         """
-        metrics = self._metrics
+        now = time.monotonic()
         roots = report.root_field_costs  # computed once per plan (the report is cached)
-        if roots:
-            share = 0.0
-            if paid:
+        if seconds is not None:
+            bucket = bisect_left(_TIME_BOUNDS, seconds) if 0 <= seconds < _INF else -1
+        label = self._operation_label(report.operation_name)
+        with self._lock:
+            waiting = self._waiting
+            if roots:
                 total = 0.0
                 for root in roots.values():
                     total += root.cost
-                share = paid / total if total > 0 else paid / len(roots)
-            for coordinate, root in roots.items():
-                children = self._fields.get(coordinate)
-                if children is None:
-                    children = self._fields[coordinate] = (
-                        metrics.root_field_cost.labels(coordinate),
-                        metrics.root_field_time.labels(coordinate),
-                    )
-                self._request(metrics.root_field_requests, coordinate, decision)
-                if share:
-                    children[0].inc(share * root.cost if total > 0 else share)
-                if seconds is not None:
-                    children[1].observe(seconds)
-        label = self._operation_label(report.operation_name)
-        children = self._named.get(label)
-        if children is None:
-            children = self._named[label] = (
-                metrics.operation_name_cost.labels(label),
-                metrics.operation_name_time.labels(label),
-            )
-        self._request(metrics.operation_name_requests, label, decision)
-        if paid:
-            children[0].inc(paid)
-        if seconds is not None:
-            children[1].observe(seconds)
+                fields = self._fields
+                for coordinate, root in roots.items():
+                    series = fields.get(coordinate)
+                    if series is None:
+                        series = fields[coordinate] = self._series(coordinate, field=True)
+                    requests = series.requests
+                    requests[decision] = requests.get(decision, 0) + 1
+                    if paid:
+                        series.paid += paid * root.cost / total if total > 0 else paid / len(roots)
+                    if seconds is not None and bucket >= 0:
+                        _observe(series.time, bucket, seconds)
+                    waiting[series] = None
+            series = self._named.get(label)
+            if series is None:
+                series = self._named[label] = self._series(label, field=False)
+            requests = series.requests
+            requests[decision] = requests.get(decision, 0) + 1
+            series.paid += paid
+            if seconds is not None and bucket >= 0:
+                _observe(series.time, bucket, seconds)
+            waiting[series] = None
+            if now >= self._flush_at:
+                self._flush_at = now + _FLUSH_SECONDS
+                self._add_waiting()
 
-    def _request(self, counter: Any, label: str, decision: str) -> None:
-        key = (counter, label, decision)
-        child = self._requests.get(key)
-        if child is None:
-            child = self._requests[key] = counter.labels(label, decision)
-        child.inc()
+    def flush(self) -> None:
+        """Add what :meth:`record` tallied to the counters and histograms now (a collection
+        of the registry does it first; :meth:`record` at most once a second)."""
+        with self._lock:
+            self._add_waiting()
+
+    def _add_waiting(self) -> None:
+        for series in self._waiting:
+            series.add()
+        self._waiting.clear()
+
+    def _series(self, label: str, *, field: bool) -> _Series:
+        metrics = self._metrics
+        if field:
+            return _Series(
+                metrics.root_field_requests.labels,
+                metrics.root_field_cost.labels(label),
+                metrics.root_field_time.labels(label),
+                label,
+            )
+        return _Series(
+            metrics.operation_name_requests.labels,
+            metrics.operation_name_cost.labels(label),
+            metrics.operation_name_time.labels(label),
+            label,
+        )
 
     def _operation_label(self, name: str | None) -> str:
         """The ``operation_name`` of an operation named ``name``."""
@@ -215,3 +241,48 @@ class Routes:
                 else:
                     metrics.config_info.remove(previous)
             metrics._child(metrics.config_info, digest).set(1)
+
+
+class _Series:
+    """One coordinate's or operation name's children (its requests by decision, its points,
+    its worker time) and what was tallied for them since they were last added to."""
+
+    __slots__ = ("__weakref__", "_children", "_cost", "_labels", "label", "paid", "requests",
+                 "time")  # fmt: skip
+
+    def __init__(self, labels: Any, cost: Any, histogram: Any, label: str) -> None:
+        self._labels = labels  # the requests counter's labels(): (label, decision)
+        self._children: dict[str, Any] = {}
+        self._cost = cost
+        self.label = label
+        self.requests: dict[str, int] = {}
+        self.paid = 0.0
+        self.time = Pending(histogram, _TIME_BOUNDS, bulk=True)
+
+    def add(self) -> None:
+        """Add the tallies to the children, and start them again."""
+        children = self._children
+        for decision, count in self.requests.items():
+            child = children.get(decision)
+            if child is None:
+                child = children[decision] = self._labels(self.label, decision)
+            child.inc(count)
+        self.requests.clear()
+        if self.paid:
+            self._cost.inc(self.paid)
+            self.paid = 0.0
+        self.time.add()
+
+
+_INF = math.inf
+_TIME_BOUNDS: Final = (*names.TIME_BUCKETS, _INF)
+_FLUSH_SECONDS: Final = 1.0
+
+
+def _observe(pending: Pending, bucket: int, seconds: float) -> None:
+    """Tally one observation of ``seconds`` (in ``bucket``)."""
+    if pending.values is None:
+        pending.counts[bucket] += 1
+        pending.total += seconds
+    else:  # a histogram without the values Pending adds to: observed one by one
+        pending.values.append(seconds)
