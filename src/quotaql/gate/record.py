@@ -50,7 +50,7 @@ class OperationRecorder:
         outcome = op.outcome
         metrics = self.metrics
         if metrics is not None:
-            paid = op.charge if op.debited or op.paid_minimum else 0.0
+            charged = op.charge if op.debited or op.paid_minimum else 0.0
             metrics.operation(
                 outcome,
                 operation_type,
@@ -59,7 +59,7 @@ class OperationRecorder:
                 cost=report.cost if report else None,
                 depth=report.depth if report else None,
                 actual=op.actual,
-                charged=paid,
+                charged=charged,
                 refunded=op.refunded,
                 identity=op.subject.source,
                 overage=op.overage,
@@ -68,7 +68,7 @@ class OperationRecorder:
             )
             seconds = op.work.ns / 1e9 if op.work.ns and op.time is not None else None
             if report is not None:
-                paid += op.overage - op.refunded
+                paid = charged - op.refunded + op.overage  # what it cost its subject in the end
                 metrics.routes.record(outcome, report, paid, seconds)
             if outcome == names.REJECTED:
                 metrics.rejection(op.code)
