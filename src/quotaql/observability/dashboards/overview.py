@@ -575,11 +575,11 @@ def overview_dashboard() -> dict[str, Any]:
     return assemble(
         OVERVIEW_UID,
         "quotaql / Overview",
-        "Cost-based rate limiting: decisions, adaptive limits, identity, cost, rejections "
-        "(by code), tuning "
+        "Cost-based rate limiting: decisions, the quotaql alerts, adaptive limits, identity, "
+        "cost, rejections (by code), cost by root field and by operation name, tuning "
         "(estimates against actual list sizes), subscriptions, concurrency limits, delays, "
         "check latency, storage backend (errors, breaker, deferred refunds, pipeline), "
-        "tenants.",
+        "the configuration each worker runs, tenants.",
         [datasource_variable(), job_variable(), tier_variable()],
         ROWS,
     )
