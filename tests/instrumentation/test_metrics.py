@@ -286,7 +286,7 @@ def test_the_instrument_table_builds_every_metric_as_the_attribute_declared() ->
         for attribute, kind in PrometheusMetrics.__annotations__.items()
         if kind in kinds
     }
-    rows = names.INSTRUMENTS
+    rows = names.EVERY_INSTRUMENT
 
     assert declared == {row.attribute: row.kind.capitalize() for row in rows}
     assert len({row.name for row in rows}) == len(rows)

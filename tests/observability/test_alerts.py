@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -138,6 +139,7 @@ def test_the_alerts_are_the_issue_s_list_in_order():
         "QuotaqlTimeQuotaRefusing",
         "QuotaqlMetricsAbsent",
         "QuotaqlRedisEvictionRefused",
+        "QuotaqlConfigDrift",
     )
     assert all(re.fullmatch(r"Quotaql(?:[A-Z][a-z]+)+", name) for name in ALERT_NAMES)
 
@@ -436,6 +438,7 @@ def test_thresholds_from_an_alerts_table_end_up_in_the_rules(tmp_path):
         "QuotaqlTimeQuotaRefusing": "40m",
         "QuotaqlMetricsAbsent": "1h30m",
         "QuotaqlRedisEvictionRefused": "5m",
+        "QuotaqlConfigDrift": "2m",  # no [alerts] key: a reload takes seconds, not minutes
     }
     for name, rule in rules.items():
         assert rule["annotations"]["runbook_url"] == (
@@ -602,3 +605,75 @@ def test_promtool_reads_back_tricky_annotations(tmp_path):
     )
 
     assert "SUCCESS" in promtool("test", "rules", tmp_path / "t.yml")
+
+
+# --- what the alerts print ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", rules_of(alert_rules()), ids=ALERT_NAMES)
+def test_alert_text_prints_rates_as_plain_decimals_never_si_prefixes(rule):
+    """``humanize`` writes 0.3845 as "384.5m": rates and counts are printed with printf."""
+    for field in ("summary", "description"):
+        text = rule["annotations"][field]
+        assert "| humanize }}" not in text, (rule["alert"], field)
+        for per_second in re.findall(r"\{\{ ([^}]*) \}\} \w+/s", text):
+            assert per_second == 'printf "%.2f" $value', (rule["alert"], per_second)
+
+
+def test_promtool_renders_small_rates_and_counts_as_an_operator_reads_them(tmp_path):
+    """0.3845 failed calls/s read "0.38 calls/s" (humanize wrote "384.5m"), and a drift of two
+    configurations "2", in the alerts promtool evaluates from the generated rules."""
+    config = AlertsConfig(backend_errors_for="0s")
+    (tmp_path / RULES_FILE).write_text(render_rules(alert_rules(config)), encoding="utf-8")
+    errors = _texts(config, "QuotaqlBackendErrors", "0.38", job="api", backend="redis")
+    drift = _texts(config, "QuotaqlConfigDrift", "2", job="api")
+    assert errors[0] == "quotaql storage redis fails 0.38 calls/s"
+    assert drift[0] == "api runs 2 different configurations"
+    cases = f"""\
+rule_files:
+  - {RULES_FILE}
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'quotaql_backend_errors_total{{job="api", backend="redis", error_type="TimeoutError"}}'
+        values: '0+23.07x30'
+      - series: 'quotaql_config_info{{job="api", pid="1", digest="aaaaaaaaaaaa"}}'
+        values: '1x10'
+      - series: 'quotaql_config_info{{job="api", pid="2", digest="bbbbbbbbbbbb"}}'
+        values: '1x10'
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: QuotaqlBackendErrors
+        exp_alerts:
+          - exp_labels: {{severity: warning, job: api, backend: redis}}
+            exp_annotations: {_annotations(config, "QuotaqlBackendErrors", errors)}
+      - eval_time: 10m
+        alertname: QuotaqlConfigDrift
+        exp_alerts:
+          - exp_labels: {{severity: warning, job: api}}
+            exp_annotations: {_annotations(config, "QuotaqlConfigDrift", drift)}
+"""
+    (tmp_path / "cases.yml").write_text(cases, encoding="utf-8")
+    promtool("test", "rules", tmp_path / "cases.yml")
+
+
+def _texts(config: AlertsConfig, name: str, value: str, **labels: str) -> tuple[str, str]:
+    """The summary and description of alert ``name`` with ``labels`` and ``value`` filled in."""
+    (rule,) = [r for r in rules_of(alert_rules(config)) if r["alert"] == name]
+    texts = []
+    for field in ("summary", "description"):
+        text = rule["annotations"][field]
+        for label, label_value in labels.items():
+            text = text.replace(f"{{{{ $labels.{label} }}}}", label_value)
+        text = re.sub(r'\{\{ printf "%\.[02]f" \$value \}\}', value, text)
+        assert "{{" not in text, text
+        texts.append(text)
+    return texts[0], texts[1]
+
+
+def _annotations(config: AlertsConfig, name: str, texts: tuple[str, str]) -> str:
+    """The ``exp_annotations`` of ``name`` as a YAML flow mapping (JSON strings)."""
+    url = f"{config.runbook_base_url}#{runbook_anchor(name)}"
+    summary, description = texts
+    return json.dumps({"summary": summary, "description": description, "runbook_url": url})

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from quotaql.contract import error_code
 from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import clipped
+from quotaql.instrumentation.routes import granted_rate
 from quotaql.instrumentation.tenants import TenantNames, hashed
 from quotaql.policy.numbers import is_whole, left, points, seconds
 from quotaql.storage.base import is_pipelined
@@ -22,9 +23,7 @@ if TYPE_CHECKING:
     from quotaql.policy.quota import Decision
     from quotaql.storage.leases import LeaseKeeper
 
-__all__ = ["SHADOW_MESSAGE", "OperationRecorder", "watch"]
-
-SHADOW_MESSAGE = "quotaql: shadow mode would have blocked %s"
+__all__ = ["OperationRecorder", "watch"]
 
 
 class OperationRecorder:
@@ -53,6 +52,7 @@ class OperationRecorder:
         outcome = op.outcome
         metrics = self.metrics
         if metrics is not None:
+            charged = op.charge if op.debited or op.paid_minimum else 0.0
             metrics.operation(
                 outcome,
                 operation_type,
@@ -61,18 +61,23 @@ class OperationRecorder:
                 cost=report.cost if report else None,
                 depth=report.depth if report else None,
                 actual=op.actual,
-                charged=op.charge if op.debited or op.paid_minimum else 0.0,
+                charged=charged,
                 refunded=op.refunded,
                 identity=op.subject.source,
                 overage=op.overage,
                 name=self.names.name(op.subject),
+                rate=granted_rate(op.tier.quota),
             )
+            seconds = op.work.ns / 1e9 if op.work.ns and op.time is not None else None
+            if report is not None:
+                paid = charged - op.refunded + op.overage  # what it cost its subject in the end
+                metrics.routes.record(outcome, report, paid, seconds)
             if outcome == names.REJECTED:
                 metrics.rejection(op.code)
             if report is not None and op.actual is not None:
                 metrics.estimate(operation_type, op.tier.name, report.cost, op.actual)
-            if op.work.ns and op.time is not None:
-                metrics.worked(operation_type, op.tier.name, op.work.ns / 1e9)
+            if seconds is not None:
+                metrics.worked(operation_type, op.tier.name, seconds)
             limited_by = _limited_by(op)
             if limited_by is not None:
                 metrics.refused_by(op.tier.name, limited_by)

@@ -31,7 +31,9 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import names
+from quotaql.instrumentation.routes import Routes
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
+from quotaql.instrumentation.tallies import Pending
 from quotaql.instrumentation.tenants import TenantLabels
 
 if TYPE_CHECKING:
@@ -93,6 +95,10 @@ class PrometheusMetrics:
         subject_period: seconds of one period of ``quotaql_list_subject_max_items``
             (``names.LIST_SUBJECT_PERIOD``, a minute: ``quotaql tune`` reports subject-minutes;
             tests shorten it).
+        top_operations: how many operation names (the busiest) get their own label in the
+            series by operation name (``names.TOP_OPERATIONS``; every other is ``other``).
+        utilisation_window: seconds of the window of ``quotaql_tenant_utilisation``
+            (``names.UTILISATION_WINDOW``; tests shorten it).
     """
 
     # The instruments: one attribute per row of names.INSTRUMENTS (set by one loop).
@@ -140,6 +146,15 @@ class PrometheusMetrics:
     list_max_returned: Gauge
     list_sliced_ratio: Histogram
     list_subject_max: Histogram
+    root_field_requests: Counter
+    root_field_cost: Counter
+    root_field_time: Histogram
+    operation_name_requests: Counter
+    operation_name_cost: Counter
+    operation_name_time: Histogram
+    tenant_utilisation: Gauge
+    config_generation: Gauge
+    config_info: Gauge
 
     def __init__(
         self,
@@ -148,17 +163,23 @@ class PrometheusMetrics:
         tenant_allowlist: Iterable[str] = (),
         top_tenants: int = 0,
         subject_period: float = names.LIST_SUBJECT_PERIOD,
+        top_operations: int = names.TOP_OPERATIONS,
+        utilisation_window: float = names.UTILISATION_WINDOW,
     ) -> None:
         from prometheus_client import REGISTRY  # noqa: PLC0415
 
         if not 0 < subject_period < _INF:
             raise ValueError(f"subject_period must be a positive number, got {subject_period}")
+        if not 0 < utilisation_window < _INF:
+            raise ValueError(
+                f"utilisation_window must be a positive number, got {utilisation_window}"
+            )
         registry = REGISTRY if registry is None else registry
         self.registry = registry
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._operations: dict[tuple[str, str, str, str | None], tuple[Any, ...]] = {}
         self.tenants = TenantLabels(tenant_allowlist, top_tenants)
-        for row in names.INSTRUMENTS:
+        for row in names.EVERY_INSTRUMENT:
             setattr(self, row.attribute, _instrument(row))
         self._delay_tiers: set[str] = set()
         for outcome in names.LEASE_OUTCOMES:  # every series from 0: increase() sees the first
@@ -196,8 +217,8 @@ class PrometheusMetrics:
         self._adaptive_tiers: set[str] = set()
         self.build_info.labels(_quotaql_version()).set(1)
         self._lists: dict[str, _ListSeries] = {}
-        self._sliced: dict[str, _Pending] = {}
-        self._waiting: dict[_Pending, None] = {}  # tallies not yet added to their histogram
+        self._sliced: dict[str, Pending] = {}
+        self._waiting: dict[Pending, None] = {}  # tallies not yet added to their histogram
         self._tuning_lock = threading.Lock()
         self._flush_at = 0.0
         self._subject_period = subject_period
@@ -205,16 +226,17 @@ class PrometheusMetrics:
         # Tally, then add to the histograms' bucket values directly (prometheus-client's
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
+        self.routes = Routes(self, top_operations, utilisation_window)
         self._register(registry)
 
     def _register(self, registry: CollectorRegistry) -> None:
         """Register the instruments in the table's order: each one the registry collects
         itself, and the collector of each group of the others where its first one is."""
         groups: dict[str, list[Any]] = {}
-        for row in names.INSTRUMENTS:
+        for row in names.EVERY_INSTRUMENT:
             if row.collected != "registry":
                 groups.setdefault(row.collected, []).append(getattr(self, row.attribute))
-        for row in names.INSTRUMENTS:
+        for row in names.EVERY_INSTRUMENT:
             if row.collected == "registry":
                 registry.register(getattr(self, row.attribute))
             elif row.collected in groups:
@@ -393,6 +415,8 @@ class PrometheusMetrics:
                     self._add(self.key_lookups, outcome, count - seen.get(outcome, 0))
                 self._identities[identity] = lookups
             self._sync_eviction()
+        self.routes.flush()
+        self.routes.refresh()
 
     def _add(self, counter: Counter, label: str, count: int) -> None:
         """Add what a watched object counted since it was last read, if anything."""
@@ -416,11 +440,14 @@ class PrometheusMetrics:
         identity: str | None = None,
         overage: float = 0.0,
         name: str | None = None,
+        rate: float = 0.0,
     ) -> None:
         """Count one operation (``decision`` is one of ``names.DECISIONS``, ``identity`` one
         of ``names.IDENTITY_SOURCES``) of the subject ``tenant`` (its namespaced key), whose
         tenant name, where it may be shown (:class:`~quotaql.instrumentation.tenants.
-        TenantNames`), is ``name``."""
+        TenantNames`), is ``name``. ``rate``: the points per second its tier grants
+        (:func:`~quotaql.instrumentation.routes.granted_rate`); with it, a tenant with a
+        label of its own has its utilisation followed (``quotaql_tenant_utilisation``)."""
         key = (decision, operation_type, tier, identity)
         children = self._operations.get(key)
         if children is None:  # once per label set: labels() is the expensive part
@@ -440,7 +467,10 @@ class PrometheusMetrics:
             self.sync()  # no scrape reads this process: its backend counters, once a second
         if identified is not None:
             identified.inc()
-        self._child(self.tenant_requests, self.tenants.label(tenant, name), decision).inc()
+        label = self.tenants.label(tenant, name)
+        self._child(self.tenant_requests, label, decision).inc()
+        if rate and label != names.OTHER_TENANT:
+            self.routes.used(label, rate, charged - refunded + overage)
         if cost is not None:
             query_cost.observe(cost)
         if depth is not None:
@@ -453,6 +483,14 @@ class PrometheusMetrics:
             refunded_points.inc(refunded)
         if overage:
             self._child(self.overage_total, tier).inc(overage)
+
+    def config_loaded(self, generation: int, digest: str) -> None:
+        """The process runs the configuration of ``generation`` (1: the first file) whose
+        digest is ``digest`` (its first 12 characters are the label): sets
+        ``quotaql_config_generation`` and ``quotaql_config_info{digest}`` (the previous
+        digest's series removed; under multiprocess mode, where prometheus-client cannot
+        remove a series, set to 0)."""
+        self.routes.config_loaded(generation, digest)
 
     def worked(self, operation_type: str, tier: str, seconds: float) -> None:
         """Count the worker time one operation took (charged to its subject's time quota)."""
@@ -648,7 +686,7 @@ class PrometheusMetrics:
         pending = self._sliced.get(coordinate)
         if pending is None:
             child = self.list_sliced_ratio.labels(coordinate)
-            pending = self._sliced[coordinate] = _Pending(child, _RATIO_BOUNDS, self._bulk)
+            pending = self._sliced[coordinate] = Pending(child, _RATIO_BOUNDS, self._bulk)
         if pending.values is None:
             pending.counts[bisect_left(_RATIO_BOUNDS, ratio)] += 1
             pending.total += ratio
@@ -666,6 +704,7 @@ class PrometheusMetrics:
             if end is not None and (final or time.monotonic() >= end):
                 self._close_period()
             self._add_waiting()
+        self.routes.flush()
 
     def _close_period(self) -> None:
         """Each coordinate's subjects of the period: their longest lists, observed once
@@ -729,21 +768,6 @@ class PrometheusMetrics:
         return child
 
 
-def _adds_in_bulk(child: Any, bounds: tuple[float, ...]) -> bool:
-    """Whether prometheus-client's histogram ``child`` has the values :class:`_Pending`
-    increments directly: its upper bounds ``bounds`` in ``_upper_bounds``, a value with an
-    ``inc`` per bucket in ``_buckets``, and ``_sum`` (it has had them for years)."""
-    buckets = getattr(child, "_buckets", None)
-    total = getattr(child, "_sum", None)
-    return (
-        tuple(getattr(child, "_upper_bounds", ())) == bounds
-        and isinstance(buckets, list)
-        and len(buckets) == len(bounds)
-        and all(callable(getattr(bucket, "inc", None)) for bucket in buckets)
-        and callable(getattr(total, "inc", None))
-    )
-
-
 _INF = math.inf
 _SIZE_BOUNDS: Final = (*names.LIST_SIZE_BUCKETS, _INF)
 _RATIO_BOUNDS: Final = (*names.RATIO_BUCKETS, _INF)
@@ -755,46 +779,6 @@ _SIZE_INDEX: Final = tuple(
 _SIZE_INF: Final = len(_SIZE_BOUNDS) - 1
 
 
-class _Pending:
-    """Observations of one histogram child, tallied until :meth:`add` adds them.
-
-    ``counts[i]`` is how many fell in bucket ``i`` (the first upper bound ``>=`` the value,
-    as ``observe()`` decides) and ``total`` their sum: :meth:`add` increments each bucket hit
-    once and the sum once, which leaves the child as that many ``observe()`` calls would.
-    Where the child lacks those values (``values`` is then a list), the observations are
-    kept as they are and observed one by one.
-    """
-
-    __slots__ = ("_buckets", "_child", "_sum", "counts", "total", "values")
-
-    def __init__(self, child: Any, bounds: tuple[float, ...], bulk: bool) -> None:
-        self._child = child
-        self.counts = [0] * len(bounds)
-        self.total = 0.0
-        self.values: list[float] | None = None
-        if bulk and _adds_in_bulk(child, bounds):
-            self._buckets: list[Any] = child._buckets
-            self._sum: Any = child._sum
-        else:
-            self.values = []
-
-    def add(self) -> None:
-        if self.values is not None:
-            for value in self.values:
-                self._child.observe(value)
-            self.values.clear()
-            return
-        counts = self.counts
-        buckets = self._buckets
-        for index, count in enumerate(counts):
-            if count:
-                buckets[index].inc(count)
-                counts[index] = 0
-        if self.total:
-            self._sum.inc(self.total)
-            self.total = 0.0
-
-
 class _ListSeries:
     """One coordinate's unsliced-list series, their children resolved once."""
 
@@ -803,14 +787,14 @@ class _ListSeries:
 
     def __init__(self, metrics: PrometheusMetrics, coordinate: str) -> None:
         bulk = metrics._bulk
-        self.returned = _Pending(metrics.list_returned.labels(coordinate), _SIZE_BOUNDS, bulk)
-        self.operation_max = _Pending(
+        self.returned = Pending(metrics.list_returned.labels(coordinate), _SIZE_BOUNDS, bulk)
+        self.operation_max = Pending(
             metrics.list_operation_max.labels(coordinate), _SIZE_BOUNDS, bulk
         )
         self.assumed_gauge: Any = metrics.list_assumed.labels(coordinate)
         self.max_gauge: Any = metrics.list_max_returned.labels(coordinate)
         self.subjects = SubjectMaxima(names.LIST_SUBJECTS_KEPT)
-        self.subject_max = _Pending(metrics.list_subject_max.labels(coordinate), _SIZE_BOUNDS, bulk)
+        self.subject_max = Pending(metrics.list_subject_max.labels(coordinate), _SIZE_BOUNDS, bulk)
         self.assumed = -1.0  # no value yet: the first observation sets the gauge
         self.max_returned = -1
 

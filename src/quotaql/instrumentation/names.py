@@ -778,3 +778,112 @@ DELAY_CANCELLED: Final = "delay_cancelled"
 REDIS_EVICTION_EVENT: Final = "redis_eviction"
 """Log event: what a Redis storage's eviction check found (a refusal, an allowed or
 unverified policy, a policy that would evict under a ``maxmemory``)."""
+
+# -- consumption by route, utilisation, the configuration in force ----------------------------
+# (docs/observability.md "Consumption by route"): every label bounded, by the schema (root-field
+# coordinates), by a top-N (operation names, tenants) or by the configuration.
+
+ROOT_FIELD_REQUESTS_TOTAL: Final = "quotaql_root_field_requests_total"
+"""Counter: operations selecting a root field, by its ``coordinate`` (``"Query.products"``,
+only coordinates the priced plan found in the schema) and ``decision``: an operation selecting
+two root fields counts once under each."""
+ROOT_FIELD_COST_TOTAL: Final = "quotaql_root_field_cost_total"
+"""Counter: the points operations were charged, shared among the root fields they selected
+in proportion to each field's estimated cost, by ``coordinate``."""
+ROOT_FIELD_TIME: Final = "quotaql_root_field_time_seconds"
+"""Histogram: the worker time of each operation that ran, under each root field it selected,
+by ``coordinate`` (``TIME_BUCKETS``)."""
+OPERATION_NAME_REQUESTS_TOTAL: Final = "quotaql_operation_name_requests_total"
+"""Counter: priced operations by ``operation_name`` (the busiest ``top_operations`` names as the
+client wrote them; every other ``other``; unnamed ones ``ANONYMOUS_OPERATION``) and
+``decision``."""
+OPERATION_NAME_COST_TOTAL: Final = "quotaql_operation_name_cost_total"
+"""Counter: the points operations were charged, by ``operation_name``."""
+OPERATION_NAME_TIME: Final = "quotaql_operation_name_time_seconds"
+"""Histogram: the worker time of each operation that ran, by ``operation_name``."""
+TENANT_UTILISATION: Final = "quotaql_tenant_utilisation"
+"""Gauge: per labelled tenant (allowlisted, named, top-N: never ``other``), the points it was
+charged over the last ``UTILISATION_WINDOW`` seconds ÷ what its tier's quota grants in that
+time (its refill rate, or its limit per window, × the window); above 1 while it spends its
+burst. Per process, summed over a server's live processes."""
+UTILISATION_WINDOW: Final = 300.0
+"""Seconds over which ``quotaql_tenant_utilisation`` sums the charged points (five minutes, a
+a sliding counter over the current and the last window)."""
+CONFIG_GENERATION: Final = "quotaql_config_generation"
+"""Gauge: the generation of the configuration each process runs (1 for the first file, one
+more at each reload); under multiprocess mode one series per live worker (``pid``)."""
+CONFIG_INFO: Final = "quotaql_config_info"
+"""Gauge, 1 for the ``digest`` (12 hex digits of its SHA-256) of the configuration a process
+runs; under multiprocess mode one series per live worker (``pid``), a replaced digest's at 0."""
+
+LABEL_OPERATION_NAME: Final = "operation_name"
+"""An operation's name: the busiest names (top-N) as written, ``other`` beyond."""
+LABEL_DIGEST: Final = "digest"
+ANONYMOUS_OPERATION: Final = "(anonymous)"
+"""The ``operation_name`` of operations without a name (no GraphQL name has parentheses)."""
+OTHER_OPERATION: Final = "other"
+TOP_OPERATIONS: Final = 20
+"""How many operation names get a label of their own by default (``top_operations``)."""
+MAX_OPERATION_NAME: Final = 64
+"""The longest operation name shown as written: a longer one is labelled ``h:<hash>``."""
+
+ROUTE_INSTRUMENTS: Final = (
+    Instrument(
+        "root_field_requests", "counter", ROOT_FIELD_REQUESTS_TOTAL,
+        "Operations selecting each root field (a schema coordinate), by decision.",
+        (LABEL_COORDINATE, LABEL_DECISION),
+        collected="backend",  # tallied, added before each collection
+    ),
+    Instrument(
+        "root_field_cost", "counter", ROOT_FIELD_COST_TOTAL,
+        "Cost points charged, shared among the root fields of each operation in proportion"
+        " to their estimated cost.",
+        (LABEL_COORDINATE,),
+        collected="backend",  # tallied, added before each collection
+    ),
+    Instrument(
+        "root_field_time", "histogram", ROOT_FIELD_TIME,
+        "Worker time of each operation that ran, under each root field it selected, in seconds.",
+        (LABEL_COORDINATE,), TIME_BUCKETS,
+        collected="backend",  # tallied, added before each collection
+    ),
+    Instrument(
+        "operation_name_requests", "counter", OPERATION_NAME_REQUESTS_TOTAL,
+        "Priced operations by name (the busiest names; every other is 'other'), by decision.",
+        (LABEL_OPERATION_NAME, LABEL_DECISION),
+        collected="backend",  # tallied, added before each collection
+    ),
+    Instrument(
+        "operation_name_cost", "counter", OPERATION_NAME_COST_TOTAL,
+        "Cost points charged, by operation name (the busiest names; every other is 'other').",
+        (LABEL_OPERATION_NAME,),
+        collected="backend",  # tallied, added before each collection
+    ),
+    Instrument(
+        "operation_name_time", "histogram", OPERATION_NAME_TIME,
+        "Worker time of each operation that ran, by operation name, in seconds.",
+        (LABEL_OPERATION_NAME,), TIME_BUCKETS,
+        collected="backend",  # tallied, added before each collection
+    ),
+    Instrument(
+        "tenant_utilisation", "gauge", TENANT_UTILISATION,
+        "Points a labelled tenant was charged over the last five minutes / what its tier's"
+        " quota grants in five minutes (above 1: spending its burst).",
+        (LABEL_TENANT,),
+        multiprocess_mode="livesum",  # each live worker's share, summed
+    ),
+    Instrument(
+        "config_generation", "gauge", CONFIG_GENERATION,
+        "The generation of the configuration this process runs (1: the first file).",
+        multiprocess_mode="liveall",  # one series per live worker: do they all agree?
+    ),
+    Instrument(
+        "config_info", "gauge", CONFIG_INFO,
+        "1 for the digest of the configuration this process runs (12 hex digits of SHA-256).",
+        (LABEL_DIGEST,),
+        multiprocess_mode="liveall",
+    ),
+)  # fmt: skip
+"""The instruments of this section, built after ``INSTRUMENTS`` (``EVERY_INSTRUMENT``)."""
+EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS)
+"""Every metric quotaql exports, in the order a scrape lists them."""

@@ -150,8 +150,8 @@ def _block_spike(config: AlertsConfig) -> _Text:
     return _Text(
         f"(\n  {now}\n    > {_num(config.block_spike_factor)} * {then}\n"
         f"  or\n  {now}\n    unless {then}\n)\n> {_num(config.block_spike_min_rate)}",
-        "quotaql blocks {{ $value | humanize }} operations/s of {{ $labels.job }}, a spike",
-        f"Job {{{{ $labels.job }}}} blocks {{{{ $value | humanize }}}} operations/s (rate over"
+        'quotaql blocks {{ printf "%.2f" $value }} operations/s of {{ $labels.job }}, a spike',
+        f'Job {{{{ $labels.job }}}} blocks {{{{ printf "%.2f" $value }}}} operations/s (rate over'
         f" {window}): more than {_num(config.block_spike_factor)} times as many as {offset}"
         f" earlier, or some where there were none (or no data) then; this alert stays quiet"
         f" under {_num(config.block_spike_min_rate)} operations/s.",
@@ -175,8 +175,8 @@ def _backend_errors(config: AlertsConfig) -> _Text:
     errors = _sum_by((_JOB, names.LABEL_BACKEND), _rate(names.BACKEND_ERRORS_TOTAL, window))
     return _Text(
         _above(errors, threshold),
-        "quotaql storage {{ $labels.backend }} fails {{ $value | humanize }} calls/s",
-        f"Job {{{{ $labels.job }}}} saw {{{{ $value | humanize }}}} failed calls/s to its"
+        'quotaql storage {{ $labels.backend }} fails {{ printf "%.2f" $value }} calls/s',
+        f'Job {{{{ $labels.job }}}} saw {{{{ printf "%.2f" $value }}}} failed calls/s to its'
         f" {{{{ $labels.backend }}}} storage ({names.BACKEND_ERRORS_TOTAL}) over the last"
         f" {window}, above {_num(threshold)}/s. Each failed check is"
         f" decided by limits.on_backend_error.",
@@ -191,14 +191,14 @@ def _failing(config: AlertsConfig, decision: str) -> _Text:
         return _Text(
             expr,
             "quotaql of {{ $labels.job }} is failing open: budgets are not enforced",
-            f"Job {{{{ $labels.job }}}} let {{{{ $value | humanize }}}} operations/s run"
+            f'Job {{{{ $labels.job }}}} let {{{{ printf "%.2f" $value }}}} operations/s run'
             f' without checking their budget ({names.LABEL_DECISION}="{decision}", rate over'
             f' {window}) because its storage failed and limits.on_backend_error is "open".',
         )
     return _Text(
         expr,
         "quotaql of {{ $labels.job }} is failing closed: operations are refused",
-        f"Job {{{{ $labels.job }}}} refused {{{{ $value | humanize }}}} operations/s whatever"
+        f'Job {{{{ $labels.job }}}} refused {{{{ printf "%.2f" $value }}}} operations/s whatever'
         f' their budget ({names.LABEL_DECISION}="{decision}", rate over {window}) because'
         f' its storage failed and limits.on_backend_error is "closed"; clients get'
         f" RATE_LIMITER_UNAVAILABLE.",
@@ -258,9 +258,9 @@ def _anonymous(config: AlertsConfig) -> _Text:
     above = f", above {_num(threshold)}/s" if threshold else ""
     return _Text(
         _above(_per_job(_identified_as(names.SOURCE_ANONYMOUS), window), threshold),
-        "{{ $labels.job }} serves {{ $value | humanize }} anonymous operations/s: their"
+        '{{ $labels.job }} serves {{ printf "%.2f" $value }} anonymous operations/s: their'
         " clients share one budget",
-        f"Job {{{{ $labels.job }}}} served {{{{ $value | humanize }}}} operations/s (rate over"
+        f'Job {{{{ $labels.job }}}} served {{{{ printf "%.2f" $value }}}} operations/s (rate over'
         f" {window}{above}) identified as"
         f' {names.LABEL_SOURCE}="{names.SOURCE_ANONYMOUS}": no API key, no principal and no'
         f" client address, because the server reports no peer (a unix socket, a proxy or an"
@@ -278,8 +278,8 @@ def _unknown_keys(config: AlertsConfig) -> _Text:
     )
     return _Text(
         _above(_per_job(unknown, window), threshold),
-        "{{ $labels.job }} receives {{ $value | humanize }} operations/s with unknown API keys",
-        f"Job {{{{ $labels.job }}}} received {{{{ $value | humanize }}}} operations/s with an"
+        '{{ $labels.job }} receives {{ printf "%.2f" $value }} operations/s with unknown API keys',
+        f'Job {{{{ $labels.job }}}} received {{{{ printf "%.2f" $value }}}} operations/s with an'
         f" API key that no tenant has (rate over {window}, above {_num(threshold)}/s;"
         f' {names.LABEL_SOURCE}="{names.SOURCE_UNKNOWN_KEY}": charged to the client\'s'
         f' address, or "{names.SOURCE_REJECTED_KEY}": refused with UNKNOWN_API_KEY, HTTP'
@@ -296,7 +296,7 @@ def _unverified_keys(config: AlertsConfig) -> _Text:
     return _Text(
         _above(_per_job(_identified_as(names.SOURCE_UNVERIFIED_KEY), window), 0),
         '{{ $labels.job }} takes unknown API keys as tenants (unknown_keys = "tenant")',
-        f"Job {{{{ $labels.job }}}} took {{{{ $value | humanize }}}} operations/s with unknown"
+        f'Job {{{{ $labels.job }}}} took {{{{ printf "%.2f" $value }}}} operations/s with unknown'
         f" API keys as tenants of their own"
         f' ({names.LABEL_SOURCE}="{names.SOURCE_UNVERIFIED_KEY}", rate over {window}):'
         f' [identity] unknown_keys = "tenant" is in force, so a client that sends a new key'
@@ -328,7 +328,7 @@ def _leases_expired(config: AlertsConfig) -> _Text:
     return _Text(
         _above(_per_job(expired, window), 0),
         "{{ $labels.job }} finds concurrency leases expired before their operations ended",
-        f"Job {{{{ $labels.job }}}} released {{{{ $value | humanize }}}} leases/s (rate over"
+        f'Job {{{{ $labels.job }}}} released {{{{ printf "%.2f" $value }}}} leases/s (rate over'
         f" {window}) that had already expired ({names.LEASES_TOTAL}"
         f'{{{names.LABEL_OUTCOME}="{names.LEASE_EXPIRED}"}}), for'
         f" {config.leases_expired_for}: the processes holding them stopped renewing them for"
@@ -346,8 +346,8 @@ def _refunds_lost(config: AlertsConfig) -> _Text:
     dropped = _selector(names.REFUNDS_TOTAL, (names.LABEL_OUTCOME, "=~", outcomes))
     return _Text(
         _above(_sum_by((_JOB,), f"increase({dropped}[{window}])"), 0),
-        "{{ $labels.job }} dropped {{ $value | humanize }} deferred refunds in " + window,
-        f"Job {{{{ $labels.job }}}} dropped {{{{ $value | humanize }}}} deferred refunds over"
+        '{{ $labels.job }} dropped {{ printf "%.0f" $value }} deferred refunds in ' + window,
+        f'Job {{{{ $labels.job }}}} dropped {{{{ printf "%.0f" $value }}}} deferred refunds over'
         f' the last {window} ({names.REFUNDS_TOTAL}{{{names.LABEL_OUTCOME}=~"{outcomes}"}}):'
         f" lost (Redis was out longer than refund_max_age, or the refund queue was full) or"
         f" unknown (the call was sent and failed, a timeout: perhaps applied, never sent"
@@ -383,7 +383,7 @@ def _delay_process_full(config: AlertsConfig) -> _Text:
         _above(_per_job(full, window), 0),
         "{{ $labels.job }} refuses operations of delay tiers: its processes have max_delayed"
         " waiting",
-        f"Job {{{{ $labels.job }}}} refused {{{{ $value | humanize }}}} operations/s of delay"
+        f'Job {{{{ $labels.job }}}} refused {{{{ printf "%.2f" $value }}}} operations/s of delay'
         f" tiers (rate over {window}) because their process had [limits] max_delayed"
         f" operations waiting already ({names.DELAY_REFUSED_TOTAL}"
         f'{{{names.LABEL_REASON}="{names.DELAY_PROCESS_FULL}"}}), for'
@@ -402,7 +402,7 @@ def _memory_overflow(config: AlertsConfig) -> _Text:
         _above(_per_job(names.OVERFLOW_TOTAL, window), 0),
         "{{ $labels.job }} decides new subjects on shared overflow budgets: its memory"
         " storage is full",
-        f"Job {{{{ $labels.job }}}} made {{{{ $value | humanize }}}} decisions/s (rate over"
+        f'Job {{{{ $labels.job }}}} made {{{{ printf "%.2f" $value }}}} decisions/s (rate over'
         f" {window}) on overflow states ({names.OVERFLOW_TOTAL}) for"
         f" {config.memory_overflow_for}: a memory storage's table holds max_keys states"
         f" that all still matter, so a new subject gets no budget of its own. A new"
@@ -426,7 +426,7 @@ def _variable_values_refused(config: AlertsConfig) -> _Text:
         _above(_per_job(refused, window), threshold),
         "{{ $labels.job }} refuses operations whose variables hold more than"
         " max_variable_values values",
-        f"Job {{{{ $labels.job }}}} refused {{{{ $value | humanize }}}} operations/s (rate over"
+        f'Job {{{{ $labels.job }}}} refused {{{{ printf "%.2f" $value }}}} operations/s (rate over'
         f" {window}, above {_num(threshold)}/s) with {names.TOO_MANY_VARIABLE_VALUES}"
         f" ({names.REJECTIONS_TOTAL}"
         f'{{{names.LABEL_CODE}="{names.TOO_MANY_VARIABLE_VALUES}"}}), for'
@@ -444,9 +444,9 @@ def _time_quota_refusing(config: AlertsConfig) -> _Text:
     refused = _selector(names.QUOTA_REFUSALS_TOTAL, (names.LABEL_QUOTA, "=", names.QUOTA_TIME))
     return _Text(
         _above(_per_job(refused, window), threshold),
-        "{{ $labels.job }} refuses {{ $value | humanize }} operations/s for the worker time"
+        '{{ $labels.job }} refuses {{ printf "%.2f" $value }} operations/s for the worker time'
         " their subjects took",
-        f"Job {{{{ $labels.job }}}} refused {{{{ $value | humanize }}}} operations/s (rate over"
+        f'Job {{{{ $labels.job }}}} refused {{{{ printf "%.2f" $value }}}} operations/s (rate over'
         f' {window}) with RATE_LIMITED and extensions.quota = "time"'
         f' ({names.QUOTA_REFUSALS_TOTAL}{{{names.LABEL_QUOTA}="{names.QUOTA_TIME}"}}), more'
         f" than {_num(threshold)}, for {config.time_refusals_for}: their subjects' operations"
@@ -488,6 +488,30 @@ def _redis_eviction_refused(config: AlertsConfig) -> _Text:
     )
 
 
+_CONFIG_DRIFT_FOR: Final = "2m"
+"""How long the workers of a job may disagree on their configuration: a reload reaches every
+worker within ``reload_interval`` and one poll, far less than this."""
+
+
+def _config_drift(config: AlertsConfig) -> _Text:
+    """The processes of a job run different configuration files (``quotaql_config_info``
+    has more than one digest at 1): a reload that reached some workers only, a worker that
+    refused the new file (it keeps the last good one), or instances deployed apart."""
+    del config  # no threshold: any disagreement that lasts
+    running = f"{names.CONFIG_INFO} == 1"
+    digests = f"count by ({_JOB}) (count by ({_JOB}, {names.LABEL_DIGEST}) ({running}))"
+    return _Text(
+        _above(digests, 1),
+        '{{ $labels.job }} runs {{ printf "%.0f" $value }} different configurations',
+        f'The processes of job {{{{ $labels.job }}}} have run {{{{ printf "%.0f" $value }}}}'
+        f" different configuration files ({names.CONFIG_INFO}, one {names.LABEL_DIGEST} each)"
+        f" for {_CONFIG_DRIFT_FOR}: a reload reached some workers and not others, or one"
+        f" refused the new file (it keeps the last good one and logs why). Their tenants get"
+        f" different weights and budgets depending on the worker that answers. Compare"
+        f" {names.CONFIG_GENERATION} by instance and pid.",
+    )
+
+
 class _Alert(NamedTuple):
     """One alert of the rule file (:func:`_rule` writes it): its name, its severity, the
     ``[alerts]`` key of its ``for``, and the function that writes its text from the table."""
@@ -496,6 +520,8 @@ class _Alert(NamedTuple):
     severity: Severity
     for_key: str
     text: Callable[[AlertsConfig], _Text]
+    fixed_for: str = ""
+    """The ``for`` of an alert without an ``[alerts]`` key (``for_key`` empty)."""
 
 
 _ALERTS: Final = (
@@ -530,6 +556,7 @@ _ALERTS: Final = (
         "redis_eviction_refused_for",
         _redis_eviction_refused,
     ),
+    _Alert("QuotaqlConfigDrift", "warning", "", _config_drift, _CONFIG_DRIFT_FOR),
 )
 ALERT_NAMES: Final = tuple(alert.name for alert in _ALERTS)
 """Every alert, in the order of the rule file and of ``docs/runbook.md``."""
@@ -540,7 +567,7 @@ def _rule(alert: _Alert, config: AlertsConfig) -> dict[str, object]:
     return {
         "alert": alert.name,
         "expr": expr,
-        "for": getattr(config, alert.for_key),
+        "for": getattr(config, alert.for_key) if alert.for_key else alert.fixed_for,
         "labels": {"severity": alert.severity},
         "annotations": {
             "summary": summary,

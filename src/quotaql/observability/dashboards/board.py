@@ -9,6 +9,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import names
+from quotaql.observability.alerts import runbook_anchor
 from quotaql.observability.dashboards.panels import (
     DATASOURCE_NAME,
     DATASOURCE_TYPE,
@@ -17,6 +18,7 @@ from quotaql.observability.dashboards.panels import (
     build,
 )
 from quotaql.observability.dashboards.promql import JOB, JOB_MATCH, sel
+from quotaql.observability.thresholds import AlertsConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -39,6 +41,12 @@ TENANT_FILE: Final = f"{TENANT_UID}.json"
 TAGS: Final = ("quotaql",)
 
 _ALL_REGEX: Final = ".*"
+_RUNBOOK: Final = AlertsConfig().runbook_base_url
+SCHEMA_VERSION: Final = 42
+"""The dashboard ``schemaVersion`` grafana-foundation-sdk writes (tests check it still does)."""
+MIN_GRAFANA: Final = "12.2"
+"""The first Grafana whose dashboard schema is ``SCHEMA_VERSION`` (its migration 42): the
+oldest the dashboards are written for (docs/observability.md)."""
 
 
 # -- variables ---------------------------------------------------------------------------------
@@ -138,15 +146,16 @@ def assemble(
     )
     for row_spec in rows:
         row = dashboard_builders.Row(row_spec.title).collapsed(row_spec.collapsed)
+        runbook = runbook_url(row_spec.runbook) if row_spec.runbook else ""
         if row_spec.collapsed:
             # A collapsed row carries its panels (Grafana's layout for collapsed rows).
             for panel in row_spec.panels:
-                row = row.with_panel(build(panel))
+                row = row.with_panel(build(panel, runbook))
             builder = builder.with_row(row)
         else:
             builder = builder.with_row(row)
             for panel in row_spec.panels:
-                builder = builder.with_panel(build(panel))
+                builder = builder.with_panel(build(panel, runbook))
     model = builder.build()
     _number_panels(model.panels or [])
     dashboard: dict[str, Any] = json.loads(json.dumps(model, cls=JSONEncoder))
@@ -163,6 +172,11 @@ def _number_panels(
         if isinstance(panel, dashboard_models.RowPanel):
             for inner in panel.panels:
                 inner.id_val = next(ids)
+
+
+def runbook_url(heading: str) -> str:
+    """The URL of the section ``heading`` of docs/runbook.md (where the alerts link)."""
+    return f"{_RUNBOOK}#{runbook_anchor(heading)}"
 
 
 def render(dashboard: dict[str, Any]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from quotaql.instrumentation import names
-from quotaql.observability.dashboards import shared
+from quotaql.observability.dashboards import routes, shared
 from quotaql.observability.dashboards.board import (
     OVERVIEW_UID,
     TENANT_UID,
@@ -62,14 +62,15 @@ OVERVIEW: Final = Row("Overview", (
     Graph("Blocked ratio", "percentunit", 8,
           ((share(BLOCKED_BY_TIER, REQUESTS_BY_TIER), "selected tiers"),
            (blocked_ratio_by_tier(), labels(TIER))),
-          "Share of operations refused by the budget (decision blocked) among all "
-          "decisions, over the selected tiers and per tier.", max_value=1),
+          "Share of operations refused by the budget among all decisions, over the "
+          "selected tiers and per tier: decision blocked (the storage refused) and denied "
+          "(refused again from the local deny cache, before its retry time).", max_value=1),
     Graph("Fail-open / fail-closed decisions", "reqps", 8,
           (rates_by(sel(names.REQUESTS_TOTAL, JOB_MATCH, TIER_MATCH, _FAIL_MODES), DECISION),),
           "Operations decided without the storage backend: let through (fail_open) or "
           "refused (fail_closed). Anything above zero means the limiter is not limiting "
           "as configured."),
-))  # fmt: skip
+), runbook='QuotaqlBlockedRatioHigh')  # fmt: skip
 
 # -- adaptive limits ----------------------------------------------------------------------------
 
@@ -124,7 +125,7 @@ ADAPTIVE: Final = Row("Adaptive", (
           "cost / their own multiplier on the instance that has most, because their own "
           "operations fail or are slow past engage_at while the window's pressure is (at "
           "most 64 an instance). In shadow mode: would be."),
-))  # fmt: skip
+), runbook='QuotaqlAdaptiveEngaged')  # fmt: skip
 
 # -- identity ----------------------------------------------------------------------------------
 
@@ -192,7 +193,7 @@ IDENTITY: Final = Row("Identity", (
           "key counted as that address). Lasting limited lookups: a client sends invented "
           "keys; the resolver's load stays bounded by the rate per address. All tiers.",
           colours={names.LOOKUP_LIMITED: "blue", names.LOOKUP_FAILED: "red"}),
-))  # fmt: skip
+), runbook='QuotaqlUnknownApiKeys')  # fmt: skip
 
 # -- cost --------------------------------------------------------------------------------------
 
@@ -211,7 +212,7 @@ COST: Final = Row("Cost", (
           "overage from many subjects means the cost model's list sizes are too low "
           "(the Tuning row, quotaql tune); from one subject, a client that found a field "
           "whose estimate is wrong (runbook: Overage charged)."),
-))  # fmt: skip
+), runbook='Overage charged')  # fmt: skip
 
 # -- rejections: refused before pricing or by the analysis, by code ---------------------------
 
@@ -243,7 +244,7 @@ REJECTIONS: Final = Row("Rejections", (
          "honest clients (a bulk mutation past max_variable_values) needs raising; one "
          "that refuses a few addresses at a high rate is doing its job (docs/runbook.md, "
          "QuotaqlVariableValuesRefused)."),
-))  # fmt: skip
+), runbook='Documents refused before they run')  # fmt: skip
 
 # -- worker time: what operations took of the processes (the time quota) ---------------------
 
@@ -272,7 +273,7 @@ WORKER_TIME: Final = Row("Worker time", (
           "global, op:<name>, field:<coordinate>, and time (in red: the subject's worker "
           "time in debt; QuotaqlTimeQuotaRefusing alerts when it lasts).",
           colours={names.QUOTA_TIME: "red"}),
-))  # fmt: skip
+), runbook='QuotaqlTimeQuotaRefusing')  # fmt: skip
 
 # -- tuning: how far the estimates are from what came back -------------------------------------
 
@@ -329,7 +330,7 @@ TUNING: Final = Row("Tuning", (
           "tier: their lists were longer than the pricing assumed, so the difference was "
           "charged after they ran (the Overage panel; free under [limits] charge_overage = "
           "false) (0 when none).", max_value=1),
-))  # fmt: skip
+), runbook='Estimates far from the actual cost')  # fmt: skip
 
 # -- subscriptions -----------------------------------------------------------------------------
 
@@ -341,7 +342,7 @@ SUBSCRIPTIONS: Final = Row("Subscriptions", (
           "max_subscriptions cap is per subject and per process."),
     shared.subscription_events(),
     shared.subscription_decisions(),
-))  # fmt: skip
+), runbook='Subscriptions')  # fmt: skip
 
 # -- concurrency limits ------------------------------------------------------------------------
 
@@ -380,7 +381,7 @@ CONCURRENCY: Final = Row("Concurrency", (
           "release_failed and take_failed (the storage failed: the fail mode answered), "
           "renewed and renew_failed (the keeper, for long operations and open "
           "subscriptions).", colours=_LEASE_COLOURS),
-))  # fmt: skip
+), runbook='QuotaqlLeasesExpired')  # fmt: skip
 
 # -- delays (on_limit = "delay") ---------------------------------------------------------------
 
@@ -425,7 +426,7 @@ DELAY: Final = Row("Delay", (
           _DELAY_HELP + "Operations that left while waiting (their client went away, often "
           "its timeout shorter than max_delay), per tier: each was refunded its whole "
           "charge, since it never ran."),
-))  # fmt: skip
+), runbook='QuotaqlDelaysLong')  # fmt: skip
 
 # -- latency -----------------------------------------------------------------------------------
 
@@ -436,7 +437,7 @@ LATENCY: Final = Row("Latency", (
     Heatmap("Check latency heatmap", "s", 12,
             bucket_rates(names.CHECK_DURATION, JOB_MATCH),
             "Distribution of the time of one limiter decision, all backends."),
-))  # fmt: skip
+), runbook='QuotaqlCheckLatencyHigh')  # fmt: skip
 
 # -- the backend: errors, the breaker, deferred refunds and the pipeline -----------------------
 
@@ -514,7 +515,7 @@ BACKEND_ROW: Final = Row("Backend", (
          f"{labels(_POLICY)}: {labels(_VERDICT)}",
          _EVICTION_HELP + "Each maxmemory-policy found now, with its verdict.",
          instant=True, with_names=True),
-))  # fmt: skip
+), runbook='QuotaqlBackendErrors')  # fmt: skip
 
 # -- top tenants (opt-in per-tenant metric) ----------------------------------------------------
 
@@ -524,28 +525,37 @@ _TENANT_BLOCKED: Final = sel(names.TENANT_REQUESTS_TOTAL, JOB_MATCH, BUDGET_REFU
 _COST_CHARGED: Final = sel(names.COST_TOTAL, *COST_MATCHERS, eq(OUTCOME, names.CHARGED))
 
 TENANTS: Final = Row("Tenants", (
-    Bars("Top blocked tenants", "short", 8,
+    Bars("Top blocked tenants", "short", 6,
          ((topk(f"{sum_by(increase_over_range(_TENANT_BLOCKED), _TENANT)} > 0"), labels(_TENANT)),),
          "Operations refused by the budget over the dashboard's time range, per "
          "tenant. Needs the opt-in per-tenant metric (allowlisted or top-N tenants; "
          f"the rest are counted as {names.OTHER_TENANT!r}). Click a bar to drill down.",
          drill_down=TENANT_UID),
-    Bars("Top tenants by requests", "short", 8,
+    Bars("Top tenants by requests", "short", 6,
          ((topk(sum_by(increase_over_range(_TENANT_REQUESTS), _TENANT)), labels(_TENANT)),),
          "Operations over the dashboard's time range, per tenant (opt-in per-tenant "
          "metric). Click a bar to drill down.", drill_down=TENANT_UID),
-    Bars("Top cost by tier", "short", 8,
+    Bars("Tenants closest to their contract", "percentunit", 6,
+         ((topk(sum_by(sel(names.TENANT_UTILISATION, JOB_MATCH), _TENANT)), labels(_TENANT)),),
+         "Per labelled tenant (allowlisted, named or top-N), the points it paid over the last "
+         "five minutes / what its tier's quota grants in five minutes (its refill rate or its "
+         "limit per window). Above 100%: it is spending its burst. Click a bar to drill down.",
+         drill_down=TENANT_UID),
+    Bars("Top cost by tier", "short", 6,
          ((topk(sum_by(increase_over_range(_COST_CHARGED), TIER)), labels(TIER)),),
          "Cost points charged over the dashboard's time range, per tier (cost is "
          "recorded per tier, not per tenant)."),
-), collapsed=True)  # fmt: skip
+), collapsed=True, runbook='Tenant utilisation')  # fmt: skip
 
 ROWS: Final = (
     OVERVIEW,
+    routes.ALERTS,
     ADAPTIVE,
     IDENTITY,
     COST,
     REJECTIONS,
+    routes.ROOT_FIELDS,
+    routes.OPERATIONS,
     WORKER_TIME,
     TUNING,
     SUBSCRIPTIONS,
@@ -553,6 +563,7 @@ ROWS: Final = (
     DELAY,
     LATENCY,
     BACKEND_ROW,
+    routes.CONFIGURATION,
     TENANTS,
 )
 
@@ -564,11 +575,11 @@ def overview_dashboard() -> dict[str, Any]:
     return assemble(
         OVERVIEW_UID,
         "quotaql / Overview",
-        "Cost-based rate limiting: decisions, adaptive limits, identity, cost, rejections "
-        "(by code), tuning "
+        "Cost-based rate limiting: decisions, the quotaql alerts, adaptive limits, identity, "
+        "cost, rejections (by code), cost by root field and by operation name, tuning "
         "(estimates against actual list sizes), subscriptions, concurrency limits, delays, "
         "check latency, storage backend (errors, breaker, deferred refunds, pipeline), "
-        "tenants.",
+        "the configuration each worker runs, tenants.",
         [datasource_variable(), job_variable(), tier_variable()],
         ROWS,
     )

@@ -110,7 +110,16 @@ class State(NamedTuple):
     with_names: bool = False
 
 
-Panel = Graph | Heatmap | Bars | Stat | State
+class AlertList(NamedTuple):
+    """Grafana's alert list: the quotaql alerts firing or pending now (Grafana-managed and
+    data-source-managed rules, names starting with ``Quotaql``)."""
+
+    title: str
+    width: int
+    description: str
+
+
+Panel = Graph | Heatmap | Bars | Stat | State | AlertList
 
 
 class Row(NamedTuple):
@@ -119,21 +128,59 @@ class Row(NamedTuple):
     title: str
     panels: Sequence[Panel]
     collapsed: bool = False
+    runbook: str = ""
+    """The heading of its section of docs/runbook.md: each of its panels links to it."""
 
 
-def build(panel: Panel) -> Builder[dashboard_models.Panel]:
-    """The grafana-foundation-sdk builder of ``panel``."""
+def build(panel: Panel, runbook: str = "") -> Builder[dashboard_models.Panel]:
+    """The grafana-foundation-sdk builder of ``panel``, linking to ``runbook`` (a URL)."""
+    links: list[Builder[dashboard_models.DashboardLink]] = []
+    if runbook:
+        links.append(_runbook_link(runbook))
     match panel:
         case Graph():
-            return _graph(panel)
+            return _graph(panel).links(links)
         case Heatmap():
-            return _heatmap(panel)
+            return _heatmap(panel).links(links)
         case Bars():
-            return _bars(panel)
+            return _bars(panel).links(links)
         case Stat():
-            return _stat(panel)
+            return _stat(panel).links(links)
         case State():
-            return _state(panel)
+            return _state(panel).links(links)
+        case AlertList():
+            return _alert_list(panel).links(links)
+
+
+def _runbook_link(url: str) -> dashboard_builders.DashboardLink:
+    return dashboard_builders.DashboardLink("Runbook").url(url).target_blank(True)
+
+
+ALERT_PREFIX: Final = "Quotaql"
+"""What the names of quotaql's alerts start with (the alert list's filter)."""
+
+
+def _alert_list(spec: AlertList) -> dashboard_builders.Panel:
+    """Grafana's ``alertlist`` panel (no builder of its own in the SDK): its options as
+    Grafana 10+ stores them (unified alerting)."""
+    options = {
+        "viewMode": "list",
+        "groupMode": "default",
+        "groupBy": [],
+        "maxItems": 20,
+        "sortOrder": 1,
+        "dashboardAlerts": False,
+        "alertName": ALERT_PREFIX,
+        "alertInstanceLabelFilter": "",
+        "stateFilter": {
+            "firing": True,
+            "pending": True,
+            "noData": False,
+            "normal": False,
+            "error": True,
+        },
+    }
+    return _framed(dashboard_builders.Panel().type("alertlist"), spec).options(options)
 
 
 def _target(

@@ -73,7 +73,13 @@ TENANT: Final = Row("Tenant $tenant", (
                      "budget), rejected (static limits), fail_closed (storage down), unknown_key "
                      "(the tenant is the address of a client sending unknown API keys), "
                      "too_many_subscriptions and too_many_concurrent (max_in_flight)."),
-))  # fmt: skip
+    Graph("Tenant utilisation", "percentunit", 24,
+          ((sum_by(sel(names.TENANT_UTILISATION, JOB_MATCH, TENANT_MATCH)), "utilisation"),),
+          "The points the tenant paid over the last five minutes / what its tier's quota "
+          "grants in five minutes (its refill rate, or its limit per window), summed over "
+          "the processes. Only for tenants with a label of their own (allowlisted, named, "
+          f"top-N; never {names.OTHER_TENANT!r}). Above 100%: it is spending its burst."),
+), runbook="Tenant utilisation")  # fmt: skip
 
 TIER_ROW: Final = Row("Tier $tier", (
     Graph("Tier decisions per second", "reqps", 12,
@@ -98,7 +104,7 @@ TIER_ROW: Final = Row("Tier $tier", (
           "has no tier label, so this panel covers every tier."),
     shared.subscription_events(TIER),
     shared.subscription_decisions(TIER),
-))  # fmt: skip
+), runbook="QuotaqlBlockedRatioHigh")  # fmt: skip
 
 
 def tenant_dashboard() -> dict[str, Any]:
