@@ -4,6 +4,7 @@ that every worker applies in time, and a real Prometheus scraping it with the ge
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -197,6 +198,17 @@ def test_every_worker_applies_an_edit_within_two_looks(production: Production) -
     costs = {production.post(QUERY, "sk_live_acme").json()["extensions"]["cost"]["requestedQueryCost"]
              for _ in range(30)}  # fmt: skip
     assert costs == {70}, f"{time.monotonic() - edit:.1f} s after the edit: {costs}"
+    # What Prometheus sees: both workers (a series each, by pid) at generation 2, running
+    # the file whose digest is the new one.
+    families = production.metrics()
+    generations = {s.labels["pid"]: s.value for s in families["quotaql_config_generation"]}
+    assert len(generations) == 2
+    assert set(generations.values()) == {2}
+    digest = hashlib.sha256(production.config.read_bytes()).hexdigest()[:12]
+    running = {(s.labels["pid"], s.labels["digest"]) for s in families["quotaql_config_info"]
+               if s.value == 1}  # fmt: skip
+    assert {d for _, d in running} == {digest}
+    assert {pid for pid, _ in running} == set(generations)
 
 
 def test_metrics_are_summed_over_the_workers_and_scraped_by_prometheus(

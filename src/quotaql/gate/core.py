@@ -800,9 +800,8 @@ class Gate:
             self.metrics.watch_overflow(leases, names.STORE_LEASES)
         advice.configuration(self._record, config, self.storage, configured)
         reloader = self._reloader
-        loaded = getattr(self.metrics, "config_loaded", None)
-        if reloader is not None and loaded is not None:  # which file runs (every worker)
-            loaded(reloader.generation, reloader.digest)
+        if reloader is not None and self.metrics is not None:  # which file runs, per worker
+            self.metrics.config_loaded(reloader.generation, reloader.digest)
 
 
 def _cost_header(request: Any) -> str | None:
