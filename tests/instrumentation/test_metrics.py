@@ -294,3 +294,22 @@ def test_the_instrument_table_builds_every_metric_as_the_attribute_declared() ->
         assert type(getattr(metrics, row.attribute)).__name__ == row.kind.capitalize()
     exported = {family.name for family in registry.collect()}
     assert exported == {row.name.removesuffix("_total") for row in rows}
+
+
+def test_an_unknown_graphql_cost_value_is_counted_as_a_rejection_by_its_code(
+    write_config: Callable[..., Path],
+) -> None:
+    from graphql import parse
+
+    from quotaql.gate import Gate
+
+    registry = CollectorRegistry()
+    gate = Gate.from_config(
+        write_config(base=TOML.format(extra="")), metrics=PrometheusMetrics(registry)
+    )
+    request = {"type": "http", "client": ("203.0.113.9", 1),
+               "headers": [(b"x-api-key", b"vip"), (b"graphql-cost", b"estimate")]}  # fmt: skip
+    op = gate.admit(shop.make_schema(), parse("{ hello }"), request=request)
+    assert (op.code, op.status) == ("BAD_COST_HEADER", 400)
+    gate.finish(op)
+    assert sample(registry, names.REJECTIONS_TOTAL, code="BAD_COST_HEADER") == 1

@@ -212,9 +212,11 @@ REJECTION_CODES: Final = (
     "TOO_MANY_ALIASES", "TOO_MANY_ROOT_FIELDS", "TOO_MANY_FIELDS", "TOO_MANY_DIRECTIVES",
     "SLICING_ARGUMENT_REQUIRED", "FRAGMENT_CYCLE", "INVALID_REQUEST_BODY",
     TOO_MANY_VARIABLE_VALUES, OTHER_CODE, "TOO_MANY_FIELD_PAIRS", "INTROSPECTION_DISABLED",
+    "BAD_COST_HEADER",
 )  # fmt: skip
 """The values of ``code`` in ``quotaql_rejections_total``: the analysis's codes (quotaql's
-errors), ``BodyLimit``'s refusal of a body, and ``other``; a bounded set whatever clients send."""
+errors), ``BodyLimit``'s refusal of a body, a ``GraphQL-Cost`` header quotaql does not know,
+and ``other``; a bounded set whatever clients send."""
 
 LABEL_REASON: Final = "reason"
 """Why a delay tier's operation was refused (``DELAY_REFUSED_REASONS``)."""

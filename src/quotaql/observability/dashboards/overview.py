@@ -236,7 +236,8 @@ REJECTIONS: Final = Row("Rejections", (
           "TOO_MANY_FIELD_PAIRS: validation would compare more pairs of fields and fragment "
           "spreads than max_field_pairs), a list whose slicing argument is required "
           "(SLICING_ARGUMENT_REQUIRED), introspection turned off (INTROSPECTION_DISABLED), "
-          "a body BodyLimit refused (INVALID_REQUEST_BODY). Each paid [limits] min_charge. "
+          "a body BodyLimit refused (INVALID_REQUEST_BODY), a GraphQL-Cost header it does not know "
+          "(BAD_COST_HEADER). Each paid [limits] min_charge. "
           "The metric has no tier label: all tiers.", colours=_REJECTION_COLOURS),
     Bars("Rejections in range by code", "short", 8,
          ((topk(f"{sum_by(increase_over_range(_REJECTIONS), CODE)} > 0"), labels(CODE)),),
