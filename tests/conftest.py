@@ -4,7 +4,9 @@ suites are timing-sensitive (the ``serial`` mark)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 import pytest
@@ -39,6 +41,18 @@ SERIAL = (
     "tests/http/test_hostile.py::test_refused_documents_pay_the_minimum_on_redis_too",
     "tests/adapters/ariadne/test_websockets.py::test_subscriptions_refused_before_pricing_pay_the_minimum",
 )
+
+
+@pytest.fixture(autouse=True)
+def _serial_tests_run_without_stray_threads(request: pytest.FixtureRequest) -> None:
+    """A timing-sensitive test runs without the reload threads of gates earlier tests left
+    to the garbage collector (each wakes every reload_interval and takes the GIL)."""
+    if request.node.get_closest_marker("serial") is None:
+        return
+    gc.collect()  # a gate collected stops its thread at once (weakref.finalize)
+    for thread in threading.enumerate():
+        if thread.name == "quotaql-reload":
+            thread.join(0.2)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by mark

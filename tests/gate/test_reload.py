@@ -116,12 +116,32 @@ def test_requests_never_apply_a_file_the_timer_has_not_seen_twice(
 def test_a_gate_with_reloads_off_starts_no_thread(config_path: Callable[[str], Path]) -> None:
     before = len(_reload_threads())
     gate = Gate.from_config(config_path(_with_interval(TOML, 0)))
+    gate.check(SCHEMA)
     assert len(_reload_threads()) == before
     assert gate.config.limits.reload_interval == 0
 
 
+def test_a_gate_that_never_saw_its_schema_starts_no_thread(
+    config_path: Callable[[str], Path],
+) -> None:
+    # A gate built at import and never used (a module of the app's, a test's) costs nothing;
+    # its first operation (or gate.check at startup) starts the thread, once.
+    gate = Gate.from_config(config_path(_with_interval(TOML)))
+    assert gate._reloader is not None
+    assert gate._reloader._thread is None
+    admit(gate, "{ hello }")
+    thread = gate._reloader._thread
+    assert thread is not None
+    assert thread.is_alive()
+    admit(gate, "{ hello }")
+    gate.check(SCHEMA)
+    assert gate._reloader._thread is thread
+
+
 def test_the_thread_ends_with_its_gate(config_path: Callable[[str], Path]) -> None:
-    gate = Gate.from_config(config_path(_with_interval(TOML, 0.05)))
+    # A look every 30 s: the thread ends when its gate is collected, not at its next look.
+    gate = Gate.from_config(config_path(_with_interval(TOML, 30)))
+    gate.check(SCHEMA)
     thread = gate._reloader._thread  # type: ignore[union-attr]
     assert thread is not None
     assert thread.is_alive()

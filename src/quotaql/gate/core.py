@@ -210,8 +210,6 @@ class Gate:
         self._responses = BatchAnswers()
         self._configured(self._config)
         startup.check(self.storage, metrics)  # an evicting Redis: no start
-        if self._reloader is not None:
-            self._reloader.start(self, Gate._reload_tick)
 
     @property
     def adaptive(self) -> Adaptive | None:
@@ -244,6 +242,8 @@ class Gate:
         """
         check_config(self._config, schema)
         self._checked_schema = schema
+        if self._reloader is not None:  # a schema to check new files against: look on a timer
+            self._reloader.start(self, Gate._reload_tick)
         advice.schema(self._record, self._config, schema)
 
     def parse(

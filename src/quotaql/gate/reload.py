@@ -3,7 +3,9 @@
 Every process that holds a gate looks at the file on a timer, in a thread of its own
 (``quotaql-reload``), not on requests: an idle worker, or one that serves only websockets,
 applies an edit as soon as a busy one, within ``reload_interval`` and one more look (the
-two looks that tell a whole file from one being written). A worker forked from a process
+two looks that tell a whole file from one being written). The thread starts once the gate
+knows its schema (``gate.check(schema)`` at startup, or its first operation), which a new
+file is checked against; a gate never used starts none. A worker forked from a process
 that held a gate (gunicorn ``--preload``) starts its own thread in the child.
 """
 
@@ -87,12 +89,14 @@ class Reloader:
     def start(self, owner: object, tick: Callable[[Any], None]) -> None:
         """Look at the file every ``interval`` seconds in a daemon thread, calling
         ``tick(owner)``, until ``owner`` is garbage-collected or :meth:`stop` (the thread
-        holds ``owner`` weakly: a forgotten gate does not live on in its thread)."""
-        if self.interval <= 0:
+        holds ``owner`` weakly: a forgotten gate does not live on in its thread). Once: a
+        thread already running is kept."""
+        if self.interval <= 0 or self.running:
             return
         owner_ref = weakref.ref(owner)
         self._tick = lambda: _call(owner_ref, tick)
         self._stop.clear()
+        weakref.finalize(owner, self._stop.set)  # its owner collected: the thread ends now
         self._spawn()
 
     def _spawn(self) -> None:
