@@ -343,9 +343,10 @@ def async_limiter(
 
 def warm_sync(limiter: Limiter, recorder: CollectingRecorder) -> None:
     """:func:`warm` for a sync limiter."""
-    for _ in range(5):
+    for _ in range(10):
         if limiter.acquire(KEY, 1, [TENANT]).source == "redis":
             break
+        time.sleep(limiter.breaker.retry_after() + 0.01)  # opened meanwhile: its cool-down
     else:
         raise AssertionError("Redis never answered within the timeout")
     recorder.errors.clear()
@@ -356,10 +357,12 @@ def warm_sync(limiter: Limiter, recorder: CollectingRecorder) -> None:
 async def warm(limiter: AsyncLimiter, recorder: CollectingRecorder) -> None:
     """A first decision from Redis: the connection made and the script loaded, which a busy
     machine (the suite's parallel workers) may not do within one ``TIMEOUT``; a call that
-    timed out meanwhile is forgotten (a success resets the breaker's count)."""
-    for _ in range(5):
+    timed out meanwhile is forgotten (a success resets the breaker's count; an open breaker
+    is waited out)."""
+    for _ in range(10):
         if (await limiter.acquire(KEY, 1, [TENANT])).source == "redis":
             break
+        await asyncio.sleep(limiter.breaker.retry_after() + 0.01)  # opened: its cool-down
     else:
         raise AssertionError("Redis never answered within the timeout")
     recorder.errors.clear()
