@@ -610,9 +610,15 @@ def test_an_unfair_share_is_said_at_startup(
 
 
 def reload(gate: Gate, admit: Callable[[], Operation]) -> None:
-    for _ in range(3):  # one look sees the change, the next a stable file, which applies
-        time.sleep(0.03)
-        admit()
+    """Until the gate's reload thread took the file as it is now (applied or refused: one
+    look sees the change, the next a stable file), then an operation."""
+    reloader = gate._reloader
+    assert reloader is not None
+    admit()  # the gate knows its schema: its thread looks
+    deadline = time.monotonic() + 10
+    while reloader._seen != reloader._stamp() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    admit()
 
 
 def test_a_reload_carries_the_state_over_and_can_turn_it_off(
