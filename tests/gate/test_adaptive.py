@@ -609,15 +609,14 @@ def test_an_unfair_share_is_said_at_startup(
     assert "max_tenant_share = 0.2 lets one tenant alone reach engage_at" in record.getMessage()
 
 
-def reload(gate: Gate, admit: Callable[[], Operation]) -> None:
-    """Until the gate's reload thread took the file as it is now (applied or refused: one
-    look sees the change, the next a stable file), then an operation."""
-    reloader = gate._reloader
-    assert reloader is not None
-    admit()  # the gate knows its schema: its thread looks
+def reload(admit: Callable[[], Operation], done: Callable[[], bool]) -> None:
+    """An operation (the gate knows its schema: its reload thread looks), then until the
+    thread took the file as it is now (``done``: applied or refused), then an operation."""
+    admit()
     deadline = time.monotonic() + 10
-    while reloader._seen != reloader._stamp() and time.monotonic() < deadline:
+    while not done() and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert done(), "the reload thread did not take the file within 10 s"
     admit()
 
 
@@ -641,7 +640,7 @@ def test_a_reload_carries_the_state_over_and_can_turn_it_off(
     # The tier becomes essential: from the next operation it is not scaled; the controller
     # (its samples, its state) is the same object.
     world.path.write_text(text.replace("[tiers.free]\n", "[tiers.free]\nessential = true\n"))
-    reload(gate, lambda: world.run("greedy"))
+    reload(lambda: world.run("greedy"), lambda: gate.config.tiers["free"].essential)
     assert gate.adaptive is controller
     assert controller is not None
     assert controller.engaged
@@ -652,14 +651,19 @@ def test_a_reload_carries_the_state_over_and_can_turn_it_off(
     other.write_text(latency, encoding="utf-8")
     bare = Gate.from_config(other)
     other.write_text(text, encoding="utf-8")
+
+    def failures() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.quotaql_event == "config_reload_failed"]
+
     with caplog.at_level(logging.ERROR, logger=names.LOGGER):
-        reload(bare, lambda: bare.admit(SCHEMA, parse(TEN), request=request("greedy")))
-    failed = [r for r in caplog.records if r.quotaql_event == "config_reload_failed"]
+        reload(lambda: bare.admit(SCHEMA, parse(TEN), request=request("greedy")),
+               lambda: bool(failures()))  # fmt: skip
+    failed = failures()
     assert 'adaptive.sources: lists "callable"' in failed[0].getMessage()
     assert bare.config.adaptive.sources == ("latency",)
     # Off: nothing is scaled any more, the gauges go back to neutral.
     world.path.write_text(text.replace('mode = "enforce"', 'mode = "off"'))
-    reload(gate, lambda: world.run("greedy"))
+    reload(lambda: world.run("greedy"), lambda: gate.adaptive is None)
     assert gate.adaptive is None
     assert world.run("greedy").multiplier == 1.0
     assert registry.get_sample_value(names.ADAPTIVE_ENGAGED) == 0.0
