@@ -119,32 +119,36 @@ def debit(config: Config, op: Operation, report: CostReport, tier: TierConfig | 
     ``op.costs``): its cost, or the least it pays when more (:func:`least`), and never
     refused for its size alone: a size past its smallest quota empties it (:func:`fitted`).
     ``op.least`` keeps that least, below which no refund goes."""
+    op.charge, op.quotas, op.costs, op.least = _debited(config, op, report, tier)
+
+
+def _debited(
+    config: Config, op: Operation, report: CostReport, tier: TierConfig | None
+) -> tuple[float, tuple[Quota, ...], tuple[float, ...] | None, float]:
+    """:func:`debit`'s charge, quotas, amounts and least, without setting them on ``op``."""
     minimum = least(config, op)
-    op.charge = charge = max(report.cost, minimum)
-    op.quotas, op.costs = charges_for(
+    charge = max(report.cost, minimum)
+    quotas, costs = charges_for(
         config, op.subject, report, tier, charge if charge != report.cost else None
     )
     if charge > report.cost and charge > config.limits.min_charge:  # its size
-        fit = fitted(config, charge, op.quotas)
+        fit = fitted(config, charge, quotas)
         if fit != charge:
-            op.charge = charge = max(report.cost, fit)
+            charge = max(report.cost, fit)
             minimum = min(minimum, fit)
-            op.quotas, op.costs = charges_for(
+            quotas, costs = charges_for(
                 config, op.subject, report, tier, charge if charge != report.cost else None
             )
-    op.least = minimum
+    return charge, quotas, costs, minimum
 
 
 def beyond_capacity(
     config: Config, op: Operation, report: CostReport, tier: TierConfig | None
 ) -> list[dict[str, Any]] | None:
     """What ``GraphQL-Cost: validate`` warns of: each quota that ``op``, priced ``report``,
-    would ask more of than it can ever hold (running it would be refused
-    ``COST_EXCEEDS_CAPACITY``); None when it fits them all."""
-    charge = max(report.cost, least(config, op))
-    quotas, costs = charges_for(
-        config, op.subject, report, tier, charge if charge != report.cost else None
-    )
+    would be debited more of than it can ever hold, as :func:`debit` would debit it
+    (running it would be refused ``COST_EXCEEDS_CAPACITY``); None when it fits them all."""
+    charge, quotas, costs, _ = _debited(config, op, report, tier)
     found = [
         capacity_warning(quota.name, amount, quota.maximum)
         for quota, amount in zip(quotas, costs or (charge,) * len(quotas), strict=True)

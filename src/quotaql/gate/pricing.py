@@ -46,7 +46,7 @@ def price(
     except CostAnalysisError as error:
         op.refuse(graphql_error(error))
         op.rejected()
-        log(op, names.REJECTED, "quotaql: rejected %s: %s", error.code, error)
+        log(op, names.REJECTED, error.code)
         return False
     return True
 
