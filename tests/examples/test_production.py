@@ -21,9 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.docs import ROOT
 from tests.support.servers import PrometheusServer, bind_loopback, spawn, terminate
+from tests.support.waiting import eventually
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     import redis
 
@@ -125,15 +126,6 @@ def production(
         app.stop()
 
 
-def _eventually(check: Callable[[], bool], timeout: float) -> float | None:
-    began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        if check():
-            return time.monotonic() - began
-        time.sleep(0.05)
-    return None
-
-
 def test_the_page_shows_the_files_the_test_runs() -> None:
     page = PAGE.read_text(encoding="utf-8")
     for name, fence in (("app.py", "python file:"), ("quotaql.toml", "toml file:")):
@@ -166,8 +158,10 @@ def test_allowed_refused_and_named(production: Production, redis_client: redis.R
 def test_the_logs_are_json_lines_naming_the_tenant(production: Production) -> None:
     for _ in range(15):
         production.post(QUERY, "sk_live_globex")
-    assert _eventually(
-        lambda: any(r.get("quotaql_event") == "blocked" for r in production.records()), 10
+    assert eventually(
+        lambda: any(r.get("quotaql_event") == "blocked" for r in production.records()),
+        10,
+        every=0.05,
     )
     blocked = next(r for r in production.records() if r.get("quotaql_event") == "blocked")
     assert (blocked["tenant"], blocked["tier"], blocked["code"]) == (
@@ -192,7 +186,7 @@ def test_every_worker_applies_an_edit_within_two_looks(production: Production) -
         lines = [r for r in production.records() if r.get("quotaql_event") == "config_reloaded"]
         return len(lines) >= 2  # one per worker, each in its own reload thread
 
-    took = _eventually(reloaded, 15)
+    took = eventually(reloaded, 15, every=0.05)
     assert took is not None, production.output()
     assert took <= 2 * RELOAD_S + 2.0  # two looks, and a busy machine's scheduling
     costs = {production.post(QUERY, "sk_live_acme").json()["extensions"]["cost"]["requestedQueryCost"]
@@ -235,7 +229,7 @@ def test_metrics_are_summed_over_the_workers_and_scraped_by_prometheus(
         f"    static_configs: [{{targets: ['127.0.0.1:{production.port}']}}]\n"
     )
     with PrometheusServer(config, {"quotaql.rules.yml": rules}) as prometheus:
-        assert _eventually(lambda: bool(prometheus.query("quotaql_requests_total")), 30)
+        assert eventually(lambda: bool(prometheus.query("quotaql_requests_total")), 30, every=0.05)
         groups = prometheus.api("rules")["groups"]
         assert sum(len(group["rules"]) for group in groups) >= 10
         (up,) = prometheus.query('up{job="graphql"}')

@@ -25,6 +25,7 @@ from tests.gate.test_gate import (  # noqa: F401 (its fixtures, by name)
     config_path,
     scope,
 )
+from tests.support.waiting import eventually
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,16 +39,6 @@ BOUND_S = 2 * INTERVAL + 1.0
 
 def _with_interval(text: str, interval: float = INTERVAL) -> str:
     return text.replace("[limits]\n", f"[limits]\nreload_interval = {interval}\n")
-
-
-def _eventually(check: Callable[[], bool], timeout: float) -> float | None:
-    """Seconds until ``check()`` held, or None if it did not within ``timeout``."""
-    began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        if check():
-            return time.monotonic() - began
-        time.sleep(0.01)
-    return None
 
 
 def _reload_threads() -> list[threading.Thread]:
@@ -95,7 +86,7 @@ def test_an_idle_gate_applies_an_edit_on_its_timer(config_path: Callable[[str], 
     gate = Gate.from_config(path)
     gate.check(SCHEMA)  # a schema seen (at start-up, or by a first request)
     path.write_text(path.read_text().replace("capacity = 100", "capacity = 300"))
-    took = _eventually(lambda: gate.config.tiers["free"].quota.capacity == 300, 10)
+    took = eventually(lambda: gate.config.tiers["free"].quota.capacity == 300, 10)
     assert took is not None, "the edit was never applied without a request"
     assert took <= BOUND_S
     assert admit(gate, "{ hello }").decision.limit == 300  # the first request after it
@@ -164,7 +155,7 @@ def test_an_open_subscription_pays_the_new_weights_after_a_reload(
         assert gate.event(op) is None
     assert op.charge == 30
     path.write_text(text.replace('"Subscription.ticks" = 30', '"Subscription.ticks" = 7'))
-    assert _eventually(lambda: gate.config.cost.model.weights["Subscription.ticks"] == 7, 10)
+    assert eventually(lambda: gate.config.cost.model.weights["Subscription.ticks"] == 7, 10)
     assert gate.event(op) is None
     assert op.charge == 7
     gate.finish(op)
