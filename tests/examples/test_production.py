@@ -144,11 +144,12 @@ def test_allowed_refused_and_named(production: Production, redis_client: redis.R
     assert cost["requestedQueryCost"] == 40  # 10 products x (2 + 2 reviews x 1)
     assert isinstance(cost["throttleStatus"]["currentlyAvailable"], int)
     assert ok.headers["RateLimit-Policy"] == '"tenant";q=3000;w=10'
-    statuses = [production.post(QUERY, "sk_live_globex").status_code for _ in range(12)]
-    assert statuses[:7] == [200] * 7  # 300 points, 40 each (all used: no refund)
-    assert 429 in statuses
-    refused = production.post(QUERY, "sk_live_globex")
-    assert refused.status_code == 429
+    # 300 points, 40 each (all used: no refund), refilled at 30 a second: on any
+    # machine answering under 1.3 s a request, the first seven pass and a later one is refused.
+    answers = [production.post(QUERY, "sk_live_globex") for _ in range(12)]
+    assert [answer.status_code for answer in answers[:7]] == [200] * 7
+    refused = next((answer for answer in answers if answer.status_code == 429), None)
+    assert refused is not None, [answer.status_code for answer in answers]
     assert int(refused.headers["Retry-After"]) >= 1
     too_big = httpx.post(f"{production.url}/graphql", content=b"{" + b" " * 70_000 + b"}",
                          headers={"content-type": "application/json"}, timeout=10)  # fmt: skip
