@@ -227,16 +227,20 @@ def test_a_flush_keeps_to_its_timeout_whatever_the_backlog(redis_server: RedisSe
     try:
         queue = limiter.refund_queue
         assert queue is not None
-        backlog = 5_000
+        backlog = queue.max_entries  # the most an outage leaves (refund_queue_size)
         for i in range(backlog):  # queued as an outage leaves them (no refund thread yet)
             queue.add(f"t{i}", (SLOW,), (1.0,), at=None)
         started = time.monotonic()
         left = limiter.flush(timeout=0.05)
         took = time.monotonic() - started
-        assert took < 0.3
         assert 0 < left < backlog  # some applied, the rest still queued (not lost)
         assert (queue.lost, queue.unknown) == (0, 0)
-        assert limiter.flush(timeout=30) == 0
+        started = time.monotonic()
+        assert limiter.flush(timeout=60) == 0
+        whole = time.monotonic() - started
+        # Against the same Redis in the same moment (a busy machine slows both): the flush
+        # that had 50 ms left the backlog after a small part of the time applying it takes.
+        assert took < whole / 4, (took, whole, left)
     finally:
         storage.close()
 
