@@ -17,7 +17,7 @@ from starlette.routing import Mount
 from strawberry.asgi import GraphQL
 
 from quotaql.errors import CostAnalysisError, LimitExceeded
-from quotaql.instrumentation import names
+from quotaql.instrumentation import instruments, names
 from quotaql.instrumentation.metrics import PrometheusMetrics, TenantLabels, metrics_app
 from quotaql.instrumentation.tenants import hashed
 from quotaql.plugin import CostLimiter
@@ -286,7 +286,7 @@ def test_the_instrument_table_builds_every_metric_as_the_attribute_declared() ->
         for attribute, kind in PrometheusMetrics.__annotations__.items()
         if kind in kinds
     }
-    rows = names.EVERY_INSTRUMENT
+    rows = instruments.EVERY_INSTRUMENT
 
     assert declared == {row.attribute: row.kind.capitalize() for row in rows}
     assert len({row.name for row in rows}) == len(rows)

@@ -30,7 +30,7 @@ from bisect import bisect_left
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
-from quotaql.instrumentation import names
+from quotaql.instrumentation import instruments, names
 from quotaql.instrumentation.routes import Routes
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
@@ -54,8 +54,8 @@ def _base(counter_name: str) -> str:
     return counter_name.removesuffix("_total")
 
 
-def _instrument(row: names.Instrument) -> Counter | Gauge | Histogram:
-    """The instrument of one row of ``names.INSTRUMENTS``, on no registry yet."""
+def _instrument(row: instruments.Instrument) -> Counter | Gauge | Histogram:
+    """The instrument of one row of ``instruments.INSTRUMENTS``, on no registry yet."""
     from prometheus_client import Counter, Gauge, Histogram  # noqa: PLC0415
 
     if row.kind == "counter":
@@ -101,7 +101,7 @@ class PrometheusMetrics:
             (``names.UTILISATION_WINDOW``; tests shorten it).
     """
 
-    # The instruments: one attribute per row of names.INSTRUMENTS (set by one loop).
+    # The instruments: one attribute per row of instruments.INSTRUMENTS (set by one loop).
     requests: Counter
     query_cost: Histogram
     actual_cost: Histogram
@@ -179,7 +179,7 @@ class PrometheusMetrics:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._operations: dict[tuple[str, str, str, str | None], tuple[Any, ...]] = {}
         self.tenants = TenantLabels(tenant_allowlist, top_tenants)
-        for row in names.EVERY_INSTRUMENT:
+        for row in instruments.EVERY_INSTRUMENT:
             setattr(self, row.attribute, _instrument(row))
         self._delay_tiers: set[str] = set()
         for outcome in names.LEASE_OUTCOMES:  # every series from 0: increase() sees the first
@@ -233,10 +233,10 @@ class PrometheusMetrics:
         """Register the instruments in the table's order: each one the registry collects
         itself, and the collector of each group of the others where its first one is."""
         groups: dict[str, list[Any]] = {}
-        for row in names.EVERY_INSTRUMENT:
+        for row in instruments.EVERY_INSTRUMENT:
             if row.collected != "registry":
                 groups.setdefault(row.collected, []).append(getattr(self, row.attribute))
-        for row in names.EVERY_INSTRUMENT:
+        for row in instruments.EVERY_INSTRUMENT:
             if row.collected == "registry":
                 registry.register(getattr(self, row.attribute))
             elif row.collected in groups:
