@@ -198,6 +198,8 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
                 "max_delay": _field_default(TierConfig, "max_delay"),
                 "max_queued": _field_default(TierConfig, "max_queued"),
                 "time": None,  # unset: [limits] time (TierConfig.time is True)
+                "enforce_share": _field_default(TierConfig, "enforce_share"),
+                "warn_at": _field_default(TierConfig, "warn_at"),
             },
         ),
         "[tiers.<name>.operations.<Operation>]": (reader._QUOTA_KEYS, quota_defaults),
@@ -332,7 +334,8 @@ def test_the_defaults_file_sets_every_limits_and_alerts_key(reference):
     data = tomllib.loads(text)
     unset = {key for key in reader._LIMITS_KEYS if getattr(LimitsConfig(), key) is None}
     unset.add("time")  # unset: each tier's points' worth, which no one value writes
-    assert unset == {"open_cap", "time"}  # no value in the file: no cap, a time per tier
+    # No value in the file: no cap, a time per tier, no warning.
+    assert unset == {"open_cap", "time", "warn_at"}
     assert set(data["limits"]) == set(reader._LIMITS_KEYS) - unset
     assert set(data["alerts"]) == set(thresholds.ALERT_KINDS)
 

@@ -9,6 +9,7 @@ import math
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 from quotaql.config.document import describe_value
+from quotaql.config.values import HEADER_NAME
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -21,6 +22,7 @@ __all__ = [
     "boolean",
     "default",
     "fraction",
+    "header_names",
     "integer",
     "listing",
     "names",
@@ -32,6 +34,7 @@ __all__ = [
     "size",
     "size_or_off",
     "string",
+    "warn_at",
     "within",
 ]
 
@@ -158,3 +161,40 @@ def default(value: T | None, default: T) -> T:
 def listing(names: Collection[str]) -> str:
     """``names`` as a TOML list would show them: ``"a", "b"``."""
     return ", ".join(json.dumps(name, ensure_ascii=False) for name in names)
+
+
+def warn_at(doc: Document, path: KeyPath, value: object) -> float | None:
+    """A warning's threshold: a share of a quota above 0 and below 1, or false (none)."""
+    if value is False:
+        return None
+    share = non_negative_number(doc, path, value)
+    if not 0 < share < 1:
+        raise doc.error(path, f"expected a number above 0 and below 1, or false, got {value}")
+    return share
+
+
+def header_names(doc: Document, path: KeyPath, value: object) -> dict[str, str]:
+    """``{ estimated = "...", actual = "..." }``: two response headers' names."""
+    if not isinstance(value, dict):
+        raise doc.error(
+            path,
+            'expected a table { estimated = "X-Cost-Estimated", actual = "X-Cost-Actual" },'
+            f" got {describe_value(value)}",
+        )
+    names: dict[str, str] = {}
+    for key in ("estimated", "actual"):
+        name = value.get(key)
+        if name is None:
+            raise doc.error(path, f"missing {key} (both estimated and actual are named)")
+        if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
+            raise doc.error(
+                (*path, key),
+                f"expected a header name (letters, digits and -), got {describe_value(name)}",
+            )
+        names[key] = name
+    for key in value:
+        if key not in names:
+            raise doc.error((*path, key), f"unknown key {key!r}: expected estimated or actual")
+    if names["estimated"].lower() == names["actual"].lower():
+        raise doc.error(path, "estimated and actual must be two different headers")
+    return names

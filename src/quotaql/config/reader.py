@@ -21,6 +21,7 @@ from quotaql.config.alerts import AlertsConfig
 from quotaql.config.document import Document, Table, describe_value, read_document
 from quotaql.config.identity import IdentityConfig
 from quotaql.config.locator import KeyPath, render_key
+from quotaql.config.time_table import tier_time, time_table
 from quotaql.config.values import (
     ALGORITHMS,
     BACKEND_ERROR_MODES,
@@ -32,6 +33,7 @@ from quotaql.config.values import (
     MIN_HTTP_STATUS,
     MIN_LEASE_TTL,
     MODES,
+    ON_FIELD_LIMIT,
     ON_LIMIT,
     Config,
     CostConfig,
@@ -41,7 +43,6 @@ from quotaql.config.values import (
     RedisConfig,
     TenantConfig,
     TierConfig,
-    time_quota,
 )
 from quotaql.cost_analysis.model import (
     INTROSPECTION_MODES,
@@ -82,7 +83,7 @@ _MODEL_KEYS: Final = (
     "max_list_size",
 )
 # [cost] keys that are neither the model's nor limits.
-_COST_KEYS: Final = ("tuning_sample", "chars_per_point")
+_COST_KEYS: Final = ("tuning_sample", "chars_per_point", "candidate", "candidate_sample")
 _LIMIT_KEYS: Final = (
     "max_cost",
     "max_depth",
@@ -128,7 +129,12 @@ _LIMITS_CHECKS: Final[Mapping[str, Check[object]]] = {
     "delayed_share": checks.fraction,
     "delay_sync": checks.one_of(DELAY_SYNC),
     "charge_overage": checks.boolean,
-    "time": lambda doc, path, value: _time(doc, path, value, off=None),
+    "enforce_share": checks.fraction,
+    "on_field_limit": checks.one_of(ON_FIELD_LIMIT),
+    "cost_headers": checks.boolean,
+    "cost_header_names": checks.header_names,
+    "warn_at": checks.warn_at,
+    "time": lambda doc, path, value: time_table(doc, path, value, off=None),
 }
 _LIMITS_KEYS: Final = tuple(_LIMITS_CHECKS)
 _BUCKET_KEYS: Final = ("capacity", "refill_per_second")
@@ -147,6 +153,8 @@ _TIER_KEYS: Final = (
     "max_delay",
     "max_queued",
     "time",
+    "enforce_share",
+    "warn_at",
 )
 #: A root field's entry: a rate quota, a concurrency limit, or both.
 _FIELD_KEYS: Final = (*_QUOTA_KEYS, "max_in_flight")
@@ -249,6 +257,8 @@ def _parse_cost(cost: Table) -> CostConfig:
     connections_exclude = cost.get("connections_exclude", checks.names)
     tuning_sample = cost.get("tuning_sample", checks.fraction)
     chars_per_point = cost.get("chars_per_point", checks.size_or_off)
+    candidate = cost.get("candidate", checks.string)
+    candidate_sample = cost.get("candidate_sample", checks.fraction)
     with cost.blame():
         model = CostModel(
             model=checks.default(name, defaults.model),
@@ -275,7 +285,15 @@ def _parse_cost(cost: Table) -> CostConfig:
         chars_per_point=(
             CostConfig().chars_per_point if chars_per_point is None else chars_per_point or None
         ),
+        # relative to the directory of the file that names it
+        candidate=None if candidate is None else _beside(cost.doc.file, candidate),
+        candidate_sample=checks.default(candidate_sample, CostConfig().candidate_sample),
     )
+
+
+def _beside(file: str, path: str) -> str:
+    """``path`` as written in ``file``: relative to ``file``'s directory (absolute kept)."""
+    return os.path.join(os.path.dirname(os.path.abspath(file)), os.path.expanduser(path))
 
 
 def _limit_or_safe(cost: Table, name: str) -> int | None:
@@ -386,6 +404,8 @@ class _TierKeys:
     max_delay: float | None
     max_queued: int | None
     time: Quota | bool
+    enforce_share: float | None
+    warn_at: float | bool | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,6 +491,9 @@ def _parse_tier(tier: Table) -> _TierKeys:
         for key, value in (("max_delay", max_delay), ("max_queued", max_queued)):
             if value is not None:
                 tier.doc.fail((*tier.path, key), f'{key} needs on_limit = "delay" in this tier')
+    warn_at: float | bool | None = tier.get("warn_at", checks.warn_at)
+    if warn_at is None and "warn_at" in tier.data:
+        warn_at = False  # warn_at = false: no warning for this tier (absent: [limits]'s)
     return _TierKeys(
         tier,
         _parse_quota_keys(tier),
@@ -485,7 +508,12 @@ def _parse_tier(tier: Table) -> _TierKeys:
         on_limit,
         max_delay,
         max_queued,
-        _default_time(tier.get("time", _tier_time)),
+        True if (time := tier.get("time", tier_time)) is None else time,
+        tier.get("enforce_share", checks.fraction),
+        # false: no warning for this tier (absent: [limits]'s)
+        False
+        if (warn := tier.get("warn_at", checks.warn_at)) is None and "warn_at" in tier.data
+        else warn,
     )
 
 
@@ -772,46 +800,9 @@ def _build_tier(name: str, tier: _TierKeys, base: tuple[Algorithm, str]) -> Tier
             max_delay=tier.max_delay,
             max_queued=tier.max_queued,
             time=tier.time,
+            enforce_share=tier.enforce_share,
+            warn_at=tier.warn_at,
         )
-
-
-_TIME_KEYS: Final = ("capacity_ms", "refill_ms_per_second")
-
-
-def _time(doc: Document, path: KeyPath, value: object, *, off: T) -> Quota | T:
-    """A ``time`` key: ``{ capacity_ms = ..., refill_ms_per_second = ... }`` (the time
-    quota, :func:`~quotaql.config.values.time_quota`), or ``false`` (``off``: none)."""
-    if value is False:
-        return off
-    if not isinstance(value, dict):
-        raise doc.error(
-            path,
-            "expected a table { capacity_ms = ..., refill_ms_per_second = ... }, or false for"
-            f" none, got {describe_value(value)}",
-        )
-    table = Table(doc, path, value)
-    table.check_keys(_TIME_KEYS)
-    missing = [key for key in _TIME_KEYS if key not in value]
-    if missing:
-        raise doc.error(path, f"a time quota needs capacity_ms and refill_ms_per_second;"
-                              f" missing: {', '.join(missing)}")  # fmt: skip
-    capacity = checks.positive_number(doc, (*path, "capacity_ms"), value["capacity_ms"])
-    refill = checks.positive_number(
-        doc, (*path, "refill_ms_per_second"), value["refill_ms_per_second"]
-    )
-    with table.blame():
-        return time_quota(capacity, refill)
-
-
-def _default_time(own: Quota | bool | None) -> Quota | bool:
-    """A tier's time quota as its table says: its own, none (False), or (absent) True, the
-    ``[limits] time`` one."""
-    return True if own is None else own
-
-
-def _tier_time(doc: Document, path: KeyPath, value: object) -> Quota | bool:
-    """A tier's ``time``: its own time quota, or False (none for this tier)."""
-    return _time(doc, path, value, off=False)
 
 
 def _build_quota(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Literal, TypeGuard, cast, get_args
@@ -56,6 +57,13 @@ DELAY_SYNC: Final = cast("tuple[DelaySync, ...]", get_args(DelaySync))
 #: ``[tiers.<t>] max_delay`` (seconds) and ``max_queued`` when ``on_limit = "delay"``.
 DEFAULT_MAX_DELAY: Final = 1.0
 DEFAULT_MAX_QUEUED: Final = 10
+#: ``[limits] on_field_limit``: what an operation gets when only root-field quotas refuse.
+OnFieldLimit = Literal["refuse", "skip"]
+ON_FIELD_LIMIT: Final = cast("tuple[OnFieldLimit, ...]", get_args(OnFieldLimit))
+#: ``[limits] cost_header_names``: the response headers of ``cost_headers = true``.
+DEFAULT_COST_HEADER_NAMES: Final = MappingProxyType(
+    {"estimated": "X-Cost-Estimated", "actual": "X-Cost-Actual"}
+)
 #: The least time quota a tier gets by default: 10 s of worker time at once, refilled at
 #: 500 ms a second; unset, ``[limits] time`` gives each tier its points' worth, at
 #: :data:`TIME_MS_PER_POINT`, never less (docs/limiter.md "The time quota").
@@ -65,6 +73,10 @@ DEFAULT_TIME_REFILL_MS_PER_SECOND: Final = 500.0
 #: at this rate (never less than :data:`DEFAULT_TIME`): a point buys 20 ms, the yardstick at
 #: which a client's refill buys what it costs (gate/charges.py, ``time_quota``).
 TIME_MS_PER_POINT: Final = 20.0
+
+
+#: A response header's name (an RFC 9110 token, as quotaql writes them: letters, digits, -).
+HEADER_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,63}")
 
 
 def time_quota(capacity_ms: float, refill_ms_per_second: float) -> Quota:
@@ -113,12 +125,19 @@ class CostConfig:
             a list literal's values are validated and coerced too: 1,000 characters are
             ~9 ms of worker time a point at worst, measured), as a floor under
             ``[limits] min_charge`` and under a priced operation's cost; None: off.
+        candidate: the path of a candidate weights file (its ``[cost]`` table), relative
+            to this file's directory as written, absolute here; None: no candidate.
+            A sampled share of operations is also priced with it, never charged
+            (docs/tuning.md, "Candidate weights").
+        candidate_sample: the share of operations priced with the candidate too (0 to 1).
     """
 
     model: CostModel = field(default_factory=CostModel)
     limits: CostLimits = SAFE_LIMITS
     tuning_sample: float = 0.05
     chars_per_point: int | None = 1_000
+    candidate: str | None = None
+    candidate_sample: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +192,21 @@ class LimitsConfig:
         time: the time quota of every tier that does not set its own (``time = {
             capacity_ms, refill_ms_per_second }``: :func:`time_quota`): the worker time
             each subject's operations may take; None (``time = false``): none.
+        enforce_share: of the subjects of an ``enforce`` tier, the share that is enforced
+            (0 to 1); the others run in shadow. A subject's place is a keyed hash of it:
+            stable across requests, workers and restarts; raising the share only adds
+            subjects. A tier may set its own.
+        on_field_limit: when only root-field quotas (``[tiers.<t>.fields]``) refuse an
+            operation: ``refuse`` it (the default), or ``skip`` those fields where they are
+            nullable (each ``null`` with a ``RATE_LIMITED`` error at its path, not charged).
+        cost_headers: send the estimated cost, and the actual one where the response is
+            complete, in response headers (for an edge that counts them).
+        cost_header_names: the names of those headers: ``{ estimated = "...", actual =
+            "..." }`` (default ``X-Cost-Estimated``, ``X-Cost-Actual``).
+        warn_at: once an operation leaves its subject with less than ``1 - warn_at`` of a
+            quota, the response carries a warning (``extensions.cost.warning`` and a
+            header); None (``warn_at = false``, the default): no warning. A tier may set
+            its own.
     """
 
     mode: Mode = Mode.ENFORCE
@@ -196,6 +230,11 @@ class LimitsConfig:
     delayed_share: float = 0.25
     delay_sync: DelaySync = "refuse"
     time: Quota | None = DEFAULT_TIME
+    enforce_share: float = 1.0
+    on_field_limit: OnFieldLimit = "refuse"
+    cost_headers: bool = False
+    cost_header_names: Mapping[str, str] = field(default_factory=lambda: DEFAULT_COST_HEADER_NAMES)
+    warn_at: float | None = None
 
     def __post_init__(self) -> None:
         _check_time(self.time, "time")
@@ -204,6 +243,7 @@ class LimitsConfig:
             ("algorithm", ALGORITHMS),
             ("on_backend_error", BACKEND_ERROR_MODES),
             ("delay_sync", DELAY_SYNC),
+            ("on_field_limit", ON_FIELD_LIMIT),
         ):
             if getattr(self, name) not in choices:
                 raise ConfigError(
@@ -228,6 +268,7 @@ class LimitsConfig:
             ("retry_jitter", 0.0, 1.0),
             ("local_share", 0.0, 1.0),
             ("delayed_share", 0.0, 1.0),
+            ("enforce_share", 0.0, 1.0),
         ):
             value = getattr(self, name)
             if not (_is_number(value) and math.isfinite(value) and low <= value <= high):
@@ -236,6 +277,16 @@ class LimitsConfig:
         share = self.open_cap
         if share is not None and not (_is_number(share) and 0 < share <= 1):
             raise ConfigError(f"open_cap must be a number above 0 and at most 1, got {share!r}")
+        _check_warn_at(self.warn_at)
+        names = dict(self.cost_header_names)
+        if set(names) != {"estimated", "actual"} or not all(
+            isinstance(name, str) and HEADER_NAME.fullmatch(name) for name in names.values()
+        ):
+            raise ConfigError(
+                "cost_header_names must name two headers, estimated and actual (letters,"
+                f" digits and -), got {names!r}"
+            )
+        object.__setattr__(self, "cost_header_names", MappingProxyType(names))
         ttl = self.lease_ttl
         if not (_is_number(ttl) and MIN_LEASE_TTL <= ttl <= MAX_LEASE_TTL):
             raise ConfigError(
@@ -287,6 +338,9 @@ class TierConfig:
             per user for ``per_user``), across every server process (default 10).
         time: the tier's time quota (:func:`time_quota`); True: ``limits.time``, the
             default; False: none for this tier.
+        enforce_share: the tier's own ``[limits] enforce_share``; None: that one.
+        warn_at: the tier's own ``[limits] warn_at``; None: that one; False: no warning
+            for this tier.
     """
 
     name: str
@@ -304,8 +358,15 @@ class TierConfig:
     max_delay: float | None = None
     max_queued: int | None = None
     time: Quota | bool = True
+    enforce_share: float | None = None
+    warn_at: float | bool | None = None
 
     def __post_init__(self) -> None:
+        share = self.enforce_share
+        if share is not None and not (_is_number(share) and 0 <= share <= 1):
+            raise ConfigError(f"enforce_share must be a number from 0 to 1, got {share!r}")
+        if self.warn_at is not False:
+            _check_warn_at(self.warn_at)
         if not isinstance(self.time, bool):
             _check_time(self.time, f"tier {self.name!r}: time")
         object.__setattr__(self, "operations", MappingProxyType(dict(self.operations)))
@@ -381,6 +442,11 @@ def _check_time(quota: object, what: str) -> None:
         and not quota.shared
     ):
         raise ConfigError(f"{what} must be made by time_quota(capacity_ms, refill_ms_per_second)")
+
+
+def _check_warn_at(value: object) -> None:
+    if value is not None and not (_is_number(value) and 0 < value < 1):
+        raise ConfigError(f"warn_at must be a number above 0 and below 1, got {value!r}")
 
 
 def check_delayable(quota: Quota) -> None:
@@ -511,3 +577,15 @@ class Config:
         """The tier of ``tenant``: its own if ``[tenants]`` names it, else the default tier."""
         known = self.tenants.get(tenant) if tenant is not None else None
         return self.tiers[known.tier if known is not None else self.limits.default_tier]
+
+    def enforce_share_of(self, tier: TierConfig) -> float:
+        """The share of ``tier``'s subjects enforced (its own, else ``[limits]``'s)."""
+        own = tier.enforce_share
+        return self.limits.enforce_share if own is None else own
+
+    def warn_at_of(self, tier: TierConfig) -> float | None:
+        """Where ``tier``'s warning starts (its own, else ``[limits]``'s; None: none)."""
+        own = tier.warn_at
+        if own is None:
+            return self.limits.warn_at
+        return None if own is False or own is True else float(own)
