@@ -13,6 +13,7 @@ from quotaql.instrumentation.names import (
     ADAPTIVE_TRANSITIONS_TOTAL,
     BACKEND_ERRORS_TOTAL,
     BUILD_INFO,
+    CAPACITY_RATIO_BUCKETS,
     CHECK_DURATION,
     CHECK_DURATION_BUCKETS,
     CIRCUIT_OPEN,
@@ -31,10 +32,12 @@ from quotaql.instrumentation.names import (
     IN_FLIGHT,
     KEY_LOOKUPS_TOTAL,
     LABEL_BACKEND,
+    LABEL_CAUSE,
     LABEL_CODE,
     LABEL_COORDINATE,
     LABEL_DECISION,
     LABEL_DIGEST,
+    LABEL_ENFORCED,
     LABEL_ERROR_TYPE,
     LABEL_OPERATION_NAME,
     LABEL_OPERATION_TYPE,
@@ -76,17 +79,22 @@ from quotaql.instrumentation.names import (
     REDIS_EVICTION,
     REFUND_QUEUE,
     REFUNDS_TOTAL,
+    REFUSAL_CAPACITY_RATIO,
     REJECTIONS_TOTAL,
     REQUESTS_TOTAL,
     ROOT_FIELD_COST_TOTAL,
     ROOT_FIELD_REQUESTS_TOTAL,
     ROOT_FIELD_TIME,
+    STAGED_EVENTS_TOTAL,
+    STAGED_TOTAL,
     SUBSCRIPTION_EVENTS_TOTAL,
     SUBSCRIPTIONS_OPEN,
     TENANT_REQUESTS_TOTAL,
     TENANT_UTILISATION,
     TIME_BUCKETS,
     TIME_SECONDS_TOTAL,
+    WOULD_REFUSE_COST_TOTAL,
+    WOULD_REFUSE_TOTAL,
 )
 
 # -- the instruments -------------------------------------------------------------------------
@@ -456,4 +464,40 @@ ROUTE_INSTRUMENTS: Final = (
     ),
 )  # fmt: skip
 """The instruments of this section, built after ``INSTRUMENTS`` (``EVERY_INSTRUMENT``)."""
-EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS)
+
+
+_STAGED: Final = (LABEL_TIER, LABEL_ENFORCED, LABEL_DECISION)
+
+ROLLOUT_INSTRUMENTS: Final = (
+    Instrument(
+        "staged_total", "counter", STAGED_TOTAL,
+        "Operations of enforce tiers whose enforce_share is below 1, by whether the subject"
+        " is in the enforced share, and by decision.",
+        _STAGED,
+    ),
+    Instrument(
+        "staged_events_total", "counter", STAGED_EVENTS_TOTAL,
+        "Subscription events after the first of those operations, by whether the subject is"
+        " in the enforced share, and by decision.",
+        _STAGED,
+    ),
+    Instrument(
+        "would_refuse_total", "counter", WOULD_REFUSE_TOTAL,
+        "Operations the budget refused that shadow mode let run, by the quota that refused"
+        " them and why they ran (the tier's mode, or enforce_share).",
+        (LABEL_TIER, LABEL_QUOTA, LABEL_CAUSE),
+    ),
+    Instrument(
+        "would_refuse_cost_total", "counter", WOULD_REFUSE_COST_TOTAL,
+        "Cost points those operations asked of the quota that refused them.",
+        (LABEL_TIER, LABEL_QUOTA),
+    ),
+    Instrument(
+        "refusal_capacity_ratio", "histogram", REFUSAL_CAPACITY_RATIO,
+        "Per operation the budget refused (or would have), the capacity its quota would have"
+        " needed for it to fit, over the capacity it has.",
+        (LABEL_TIER, LABEL_DECISION), CAPACITY_RATIO_BUCKETS,
+    ),
+)  # fmt: skip
+"""Staged enforcement and the rollout review (``quotaql report``; issue 25)."""
+EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS, *ROLLOUT_INSTRUMENTS)

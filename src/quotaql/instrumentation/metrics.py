@@ -31,6 +31,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import instruments, names
+from quotaql.instrumentation.rollout import Rollout
 from quotaql.instrumentation.routes import Routes
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
@@ -227,6 +228,7 @@ class PrometheusMetrics:
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
         self.routes = Routes(self, top_operations, utilisation_window)
+        self.rollout = Rollout(self)  # staged enforcement, would-be refusals (issue 25)
         self._register(registry)
 
     def _register(self, registry: CollectorRegistry) -> None:
@@ -510,9 +512,12 @@ class PrometheusMetrics:
             code = names.OTHER_CODE
         self._child(self.rejections, code).inc()
 
-    def event(self, decision: str, tier: str, charged: float) -> None:
-        """Count one subscription event after the first, and the points it was charged."""
+    def event(self, decision: str, tier: str, charged: float, staged: str | None = None) -> None:
+        """Count one subscription event after the first, and the points it was charged
+        (``staged``: where its subject stands under ``enforce_share``, if staged)."""
         self._child(self.subscription_events, decision, tier).inc()
+        if staged is not None:
+            self.rollout.event(tier, staged, decision)
         if charged:
             self._child(self.cost_points, tier, names.CHARGED).inc(charged)
 
