@@ -35,8 +35,7 @@ type Subscription { ticks: Int @cost(weight: "30") }
 """
 )
 TENANTS = [f"tenant-{i}" for i in range(40)]
-TOML = (
-    """
+TOML = """
 [limits]
 enforce_share = 0.5
 [identity]
@@ -56,14 +55,10 @@ enforce_share = 1.0
 tier = "calm"
 [tenants.everyone]
 tier = "pro"
-"""
-    + "".join(f'[tenants."{name}"]\ntier = "free"\n' for name in TENANTS)
-)
+""" + "".join(f'[tenants."{name}"]\ntier = "free"\n' for name in TENANTS)
 
 
-def scope(
-    peer: str = "203.0.113.9", key: str | None = None, **headers: str
-) -> dict[str, Any]:
+def scope(peer: str = "203.0.113.9", key: str | None = None, **headers: str) -> dict[str, Any]:
     raw = [(name.replace("_", "-").encode(), value.encode()) for name, value in headers.items()]
     if key is not None:
         raw.append((b"x-api-key", key.encode()))
@@ -81,7 +76,8 @@ def both_sides(tier: str = "free") -> tuple[str, str]:
     """A tenant of ``tier`` in the enforced half, and one outside it."""
     inside = [t for t in TENANTS if staging.staged(0.5, tier, f"key:{t}") == "enforced"]
     outside = [t for t in TENANTS if staging.staged(0.5, tier, f"key:{t}") == "shadow"]
-    assert inside and outside  # 40 tenants: both halves are there
+    assert inside, "40 tenants: both halves are there"
+    assert outside
     return inside[0], outside[0]
 
 
@@ -164,10 +160,14 @@ def test_the_enforced_share_is_refused_and_the_rest_is_counted_logged_and_traced
             op = ops[tenant] = gate.admit(SCHEMA, query, request=scope(key=tenant))
             gate.finish(op)
     assert (ops[inside].staged, ops[inside].code, ops[inside].status) == (
-        "enforced", "RATE_LIMITED", 429
+        "enforced",
+        "RATE_LIMITED",
+        429,
     )
     assert (ops[outside].staged, ops[outside].refused, ops[outside].outcome) == (
-        "shadow", False, names.SHADOW_BLOCKED
+        "shadow",
+        False,
+        names.SHADOW_BLOCKED,
     )
     assert "Retry-After" not in ops[outside].headers
 

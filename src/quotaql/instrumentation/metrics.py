@@ -156,6 +156,11 @@ class PrometheusMetrics:
     tenant_utilisation: Gauge
     config_generation: Gauge
     config_info: Gauge
+    staged_total: Counter
+    staged_events_total: Counter
+    would_refuse_total: Counter
+    would_refuse_cost_total: Counter
+    refusal_capacity_ratio: Histogram
 
     def __init__(
         self,
@@ -513,11 +518,9 @@ class PrometheusMetrics:
         self._child(self.rejections, code).inc()
 
     def event(self, decision: str, tier: str, charged: float, staged: str | None = None) -> None:
-        """Count one subscription event after the first, and the points it was charged
-        (``staged``: where its subject stands under ``enforce_share``, if staged)."""
+        """Count one subscription event after the first, and the points it was charged."""
         self._child(self.subscription_events, decision, tier).inc()
-        if staged is not None:
-            self.rollout.event(tier, staged, decision)
+        self.rollout.event(tier, staged, decision)  # enforce_share's place, if staged
         if charged:
             self._child(self.cost_points, tier, names.CHARGED).inc(charged)
 

@@ -70,7 +70,10 @@ class Rollout:
             child(metrics.would_refuse_total, tier, quota, cause).inc()
             child(metrics.would_refuse_cost_total, tier, quota).inc(refusal.cost)
 
-    def event(self, tier: str, staged: str, decision: str) -> None:
-        """Count one subscription event (after the first) of a staged operation."""
+    def event(self, tier: str, staged: str | None, decision: str) -> None:
+        """Count one subscription event (after the first) of a staged operation (``staged``:
+        where its subject stands; None: not staged, nothing counted)."""
+        if staged is None:
+            return
         metrics = self._metrics
         metrics._child(metrics.staged_events_total, tier, _ENFORCED[staged], decision).inc()
