@@ -146,12 +146,9 @@ def test_the_enforced_share_is_refused_and_the_rest_is_counted_logged_and_traced
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    gate = Gate(
-        load_config(config_file),
-        metrics=PrometheusMetrics(registry),
-        tracer_provider=provider,
-    )
     inside, outside = both_sides()
+    metrics = PrometheusMetrics(registry, tenant_allowlist=[outside])
+    gate = Gate(load_config(config_file), metrics=metrics, tracer_provider=provider)
     caplog.set_level(logging.INFO, logger=names.LOGGER)
     query = parse("{ products(first: 60) { name } }")  # 60 of 100: the second does not fit
     ops = {}
@@ -180,8 +177,9 @@ def test_the_enforced_share_is_refused_and_the_rest_is_counted_logged_and_traced
     assert sample(staged, tier="free", enforced="false", decision="allowed") == 1
     assert sample(staged, tier="free", enforced="false", decision="shadow_blocked") == 1
     would = names.WOULD_REFUSE_TOTAL
-    assert sample(would, tier="free", quota="tenant", cause="share") == 1
-    assert sample(names.WOULD_REFUSE_COST_TOTAL, tier="free", quota="tenant") == 60
+    assert sample(would, tier="free", tenant=outside, quota="tenant", cause="share") == 1
+    cost = names.WOULD_REFUSE_COST_TOTAL
+    assert sample(cost, tier="free", tenant=outside, quota="tenant") == 60
     ratio = names.REFUSAL_CAPACITY_RATIO
     # 60 asked with 40 left: 20 short of a capacity of 100, 1.2 times it.
     for decision in ("blocked", "shadow_blocked"):
@@ -209,7 +207,7 @@ def test_a_shadow_tiers_would_be_refusals_are_counted_by_mode(config_file: Path)
     for _ in range(2):
         gate.finish(gate.admit(SCHEMA, parse("{ products(first: 70) { name } }"),
                                request=scope(key="observed")))  # fmt: skip
-    labels = {"tier": "calm", "quota": "tenant", "cause": "mode"}
+    labels = {"tier": "calm", "tenant": "other", "quota": "tenant", "cause": "mode"}
     assert registry.get_sample_value(names.WOULD_REFUSE_TOTAL, labels) == 1
     assert registry.get_sample_value(names.STAGED_TOTAL, {"tier": "calm", "enforced": "false",
                                                            "decision": "allowed"}) is None  # fmt: skip

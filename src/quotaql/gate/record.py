@@ -84,7 +84,8 @@ class OperationRecorder:
             if op.sizes:
                 metrics.list_sizes(op.sizes, op.subject.key)
             if op.staged is not None or outcome in _BUDGET_DECIDED:
-                metrics.rollout.operation(op.tier.name, op.staged, outcome, decision)
+                tenant = (op.subject.key, self.names.name(op.subject))
+                metrics.rollout.operation(op.tier.name, op.staged, outcome, decision, tenant)
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {

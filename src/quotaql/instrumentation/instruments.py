@@ -485,12 +485,12 @@ ROLLOUT_INSTRUMENTS: Final = (
         "would_refuse_total", "counter", WOULD_REFUSE_TOTAL,
         "Operations the budget refused that shadow mode let run, by the quota that refused"
         " them and why they ran (the tier's mode, or enforce_share).",
-        (LABEL_TIER, LABEL_QUOTA, LABEL_CAUSE),
+        (LABEL_TIER, LABEL_TENANT, LABEL_QUOTA, LABEL_CAUSE),
     ),
     Instrument(
         "would_refuse_cost_total", "counter", WOULD_REFUSE_COST_TOTAL,
         "Cost points those operations asked of the quota that refused them.",
-        (LABEL_TIER, LABEL_QUOTA),
+        (LABEL_TIER, LABEL_TENANT, LABEL_QUOTA),
     ),
     Instrument(
         "refusal_capacity_ratio", "histogram", REFUSAL_CAPACITY_RATIO,

@@ -535,12 +535,13 @@ STAGED_EVENTS_TOTAL: Final = "quotaql_staged_events_total"
 """Counter: subscription events after the first of those operations, by ``tier``,
 ``enforced`` and ``decision``."""
 WOULD_REFUSE_TOTAL: Final = "quotaql_would_refuse_total"
-"""Counter: operations the budget refused that shadow mode let run, by ``tier``, the
-``quota`` that refused them and ``cause`` (``ROLLOUT_CAUSES``: shadow because of the tier's
-``mode``, or because of ``enforce_share``)."""
+"""Counter: operations the budget refused that shadow mode let run, by ``tier``, ``tenant``
+(as ``quotaql_tenant_requests_total`` labels it: allowlisted, named or top-N, else ``other``),
+the ``quota`` that refused them and ``cause`` (``ROLLOUT_CAUSES``: shadow because of the
+tier's ``mode``, or because of ``enforce_share``)."""
 WOULD_REFUSE_COST_TOTAL: Final = "quotaql_would_refuse_cost_total"
 """Counter: the points those operations asked of the quota that refused them (the cost they
-would have needed), by ``tier`` and ``quota``."""
+would have needed), by ``tier``, ``tenant`` and ``quota``."""
 REFUSAL_CAPACITY_RATIO: Final = "quotaql_refusal_capacity_ratio"
 """Histogram: for each operation the budget refused (``blocked``) or would have
 (``shadow_blocked``), by ``tier`` and ``decision``, the capacity the refusing quota would have

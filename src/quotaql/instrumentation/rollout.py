@@ -48,12 +48,18 @@ class Rollout:
         self._metrics = metrics  # a PrometheusMetrics (not imported: it imports this module)
 
     def operation(
-        self, tier: str, staged: str | None, decision: str, refusal: Decision | None
+        self,
+        tier: str,
+        staged: str | None,
+        decision: str,
+        refusal: Decision | None,
+        tenant: tuple[str, str | None],
     ) -> None:
         """Count one finished operation of ``tier``: under staged enforcement (``staged``:
         ``enforced`` or ``shadow``; None: its tier is not staged) by ``decision``, and, when
         the budget refused it or would have (``refusal``), the quota and the capacity it would
-        have needed."""
+        have needed; ``tenant``: its subject's key and shown name (labelled as
+        ``quotaql_tenant_requests_total`` labels it)."""
         metrics = self._metrics
         child = metrics._child  # its cache of children, one per label set
         if staged is not None:
@@ -67,8 +73,11 @@ class Rollout:
         if decision == names.SHADOW_BLOCKED:
             quota = refusal.limited_by or names.OTHER_TENANT
             cause = names.CAUSE_SHARE if staged == "shadow" else names.CAUSE_MODE
-            child(metrics.would_refuse_total, tier, quota, cause).inc()
-            child(metrics.would_refuse_cost_total, tier, quota).inc(refusal.cost)
+            # A tenant with a label of its own has it; one without may count once more
+            # towards the top-N here (a would-be refusal weighs twice: never a new label).
+            label = metrics.tenants.label(*tenant)
+            child(metrics.would_refuse_total, tier, label, quota, cause).inc()
+            child(metrics.would_refuse_cost_total, tier, label, quota).inc(refusal.cost)
 
     def event(self, tier: str, staged: str | None, decision: str) -> None:
         """Count one subscription event (after the first) of a staged operation (``staged``:
