@@ -286,6 +286,9 @@ def test_rotating_addresses_within_a_network_keeps_one_place(config_file: Path) 
         for left in ("1.2.3.4", "8.8.8.8", "garbage", "198.51.100.1, 192.0.2.9")
     }
     assert forged == {where(gate, scope(peer="203.0.113.1"))[1:]}
+    # Invented API keys count as their address: the same place as no key at all.
+    invented = {where(gate, scope(peer="192.0.2.8", key=f"guess-{i}"))[1:] for i in range(20)}
+    assert invented == {where(gate, scope(peer="192.0.2.9"))[1:]}
 
 
 def test_the_halves_of_addresses_are_networks_not_addresses(config_file: Path) -> None:
