@@ -3,6 +3,7 @@ enforced, the rest run in shadow, and nothing a client sends moves it from one t
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import subprocess
 import sys
@@ -115,6 +116,18 @@ def test_a_place_is_the_same_in_another_process() -> None:
         env={"PYTHONHASHSEED": "12345", "PYTHONPATH": ":".join(sys.path)},
     ).stdout.split()
     assert [float(value) for value in found] == [staging.place("free", s) for s in subjects]
+
+
+def test_a_place_is_the_documented_keyed_hash() -> None:
+    """docs/tuning.md gives the recipe: an operator can tell where a tenant stands."""
+    digest = hashlib.blake2b(b"4:free:key:acme", digest_size=8, key=b"quotaql.enforce_share.v1")
+    assert staging.place("free", "key:acme") == int.from_bytes(digest.digest(), "big") / 2**64
+    network = hashlib.blake2b(
+        b"4:free:ip:203.0.113.0/24", digest_size=8, key=b"quotaql.enforce_share.v1"
+    )
+    assert (
+        staging.place("free", "ip:203.0.113.9") == int.from_bytes(network.digest(), "big") / 2**64
+    )
 
 
 def test_a_share_of_one_hashes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
