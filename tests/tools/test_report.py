@@ -149,6 +149,19 @@ def test_the_candidate_section_lists_the_tenants_it_would_have_refused() -> None
     assert "totals since each server process started" in text
 
 
+def test_samples_that_are_not_counts_are_left_out() -> None:
+    canned = {
+        "tiers": [({"tier": "free", "decision": "allowed"}, math.nan),
+                  ({"tier": "free", "decision": "blocked"}, math.inf),
+                  ({"tier": "free", "decision": "shadow_blocked"}, 2.0)],
+        "capacity": [bucket("free", "soon", 3.0), bucket("free", "+Inf", -1.0)],
+    }  # fmt: skip
+    review = build(canned, source="p", since="1h")
+    (free,) = review["tiers"]
+    assert (free["requests"], free["would_refuse"], free["capacity_for_p99"]) == (2, 2, 1.0)
+    assert "free" in render(review)
+
+
 def test_hostile_label_values_are_printed_escaped() -> None:
     canned = {"tenants": [({"tenant": "evil\x1b[31m\nline", "decision": "shadow_blocked"}, 1.0)]}
     text = render(build(canned, source="p", since="1h"))

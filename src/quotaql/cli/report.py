@@ -120,6 +120,10 @@ def capacity_for(
     return math.inf
 
 
+def _counts(vector: Vector) -> Vector:
+    return [(labels, value) for labels, value in vector if math.isfinite(value) and value >= 0]
+
+
 def _by_decision(vector: Vector, key: str) -> dict[str, dict[str, float]]:
     found: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for labels, value in vector:
@@ -167,7 +171,10 @@ def build(
 ) -> dict[str, Any]:
     """The review of the query ``results`` (by the keys of :data:`QUERIES`): a JSON-ready
     dict of sections (``tiers``, ``tenants``, ``root_fields``, ``operations``,
-    ``candidate``), each section's rows the ``top`` with the most would-be refusals."""
+    ``candidate``), each section's rows the ``top`` with the most would-be refusals.
+    A sample that is not a finite count (NaN, infinite, negative) or a bucket whose ``le`` is
+    not a number is left out: what was scraped may be anything."""
+    results = {key: _counts(vector) for key, vector in results.items()}
     would, cost = results.get("would", []), results.get("cost", [])
     staged_split: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for labels, value in results.get("staged", []):
@@ -178,8 +185,11 @@ def build(
             split["would_refuse"] += value
     buckets: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
     for labels, value in results.get("capacity", []):
-        edge = labels.get("le", "+Inf")
-        buckets[labels.get(names.LABEL_TIER, "")][float(edge)] += value
+        try:
+            edge = float(labels.get("le", "+Inf"))
+        except ValueError:
+            continue
+        buckets[labels.get(names.LABEL_TIER, "")][edge] += value
     tiers = []
     for tier, decisions in sorted(_by_decision(results.get("tiers", []), names.LABEL_TIER).items()):
         row = _row(tier, decisions)
