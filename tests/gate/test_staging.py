@@ -149,6 +149,21 @@ def test_only_enforce_tiers_are_staged_and_a_tier_may_set_its_own_share(
     assert (own_share.mode, own_share.staged) == (Mode.ENFORCE, None)  # pro: enforce_share = 1
 
 
+def test_the_gate_says_which_tiers_are_staged_and_which_share_does_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "quotaql.toml"
+    path.write_text(TOML.replace('mode = "shadow"\n', 'mode = "shadow"\nenforce_share = 0.2\n'))
+    caplog.set_level(logging.INFO, logger=names.LOGGER)
+    Gate(load_config(path))
+    said = {r.quotaql_event: r.getMessage() for r in caplog.records}
+    assert said["enforce_share:free:0.5"].startswith(
+        "quotaql: tier free enforces 0.5 of its subjects (enforce_share)"
+    )
+    assert "enforce_share:pro:1.0" not in said
+    assert "its mode is shadow: only enforce tiers are staged" in said["enforce_share_unused:calm"]
+
+
 # -- the gate: enforced, or shadow because of the share ---------------------------------------
 
 
