@@ -196,7 +196,12 @@ def build(
         quotas = _quotas(would, cost, names.LABEL_TIER, tier)
         row["cost_needed"] = sum(q["cost_needed"] for q in quotas)
         row["quotas"] = quotas
-        row["staged"] = dict(staged_split[tier]) if tier in staged_split else None
+        parts = staged_split.get(tier)
+        row["staged"] = (
+            None
+            if parts is None
+            else {part: parts.get(part, 0.0) for part in ("enforced", "shadow", "would_refuse")}
+        )
         row["capacity_for_p99"] = capacity_for(buckets.get(tier, {}), row["requests"])
         tiers.append(row)
     tenants = []
