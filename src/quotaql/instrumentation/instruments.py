@@ -4,7 +4,7 @@ one loop. The names and labels are :mod:`quotaql.instrumentation.names`'."""
 
 from __future__ import annotations
 
-from typing import Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 from quotaql.instrumentation.names import (
     ADAPTIVE_CULPRITS,
@@ -96,6 +96,9 @@ from quotaql.instrumentation.names import (
     WOULD_REFUSE_COST_TOTAL,
     WOULD_REFUSE_TOTAL,
 )
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Gauge, Histogram
 
 # -- the instruments -------------------------------------------------------------------------
 
@@ -501,3 +504,67 @@ ROLLOUT_INSTRUMENTS: Final = (
 )  # fmt: skip
 """Staged enforcement and the rollout review (``quotaql report``; issue 25)."""
 EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS, *ROLLOUT_INSTRUMENTS)
+
+
+class Instruments:
+    """The instruments of :class:`~quotaql.instrumentation.metrics.PrometheusMetrics`: one
+    attribute per row of ``EVERY_INSTRUMENT`` (its ``attribute``), set by one loop."""
+
+    requests: Counter
+    query_cost: Histogram
+    actual_cost: Histogram
+    depth: Histogram
+    cost_points: Counter
+    overage_total: Counter
+    time_seconds: Counter
+    operation_time: Histogram
+    quota_refusals: Counter
+    check_duration: Histogram
+    backend_errors: Counter
+    circuit_open: Gauge
+    tenant_requests: Counter
+    identity: Counter
+    overflow: Counter
+    key_lookups: Counter
+    rejections: Counter
+    subscription_events: Counter
+    subscriptions_open: Gauge
+    pressure: Gauge
+    adaptive_multiplier: Gauge
+    adaptive_engaged: Gauge
+    adaptive_transitions_total: Counter
+    pressure_ignored_total: Counter
+    adaptive_culprits: Gauge
+    in_flight_gauge: Gauge
+    delay_seconds: Histogram
+    delayed_waiting: Gauge
+    delay_refused_total: Counter
+    delay_cancelled_total: Counter
+    leases_total: Counter
+    refunds_total: Counter
+    refund_queue: Gauge
+    pipeline_commands: Counter
+    pipeline_batches: Counter
+    redis_eviction: Gauge
+    build_info: Gauge
+    estimate_ratio: Histogram
+    list_returned: Histogram
+    list_operation_max: Histogram
+    list_assumed: Gauge
+    list_max_returned: Gauge
+    list_sliced_ratio: Histogram
+    list_subject_max: Histogram
+    root_field_requests: Counter
+    root_field_cost: Counter
+    root_field_time: Histogram
+    operation_name_requests: Counter
+    operation_name_cost: Counter
+    operation_name_time: Histogram
+    tenant_utilisation: Gauge
+    config_generation: Gauge
+    config_info: Gauge
+    staged_total: Counter
+    staged_events_total: Counter
+    would_refuse_total: Counter
+    would_refuse_cost_total: Counter
+    refusal_capacity_ratio: Histogram
