@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from quotaql.config import TierConfig
     from quotaql.cost_analysis import CostReport
+    from quotaql.gate.skipping import Skipped
     from quotaql.identity import Subject
     from quotaql.limiter.concurrency import Lease
     from quotaql.policy.quota import Decision, Quota
@@ -106,6 +107,8 @@ class Operation:
         time: the time quota its worker time is charged to (None: none, or mode ``off``).
         work: its worker time (:class:`~quotaql.gate.worktime.Work`): what was measured,
             and the phases open now.
+        skipped: the root fields it runs without, their quotas having refused (``[limits]
+            on_field_limit = "skip"``, :mod:`quotaql.gate.skipping`); None: none.
     """
 
     __slots__ = (
@@ -141,6 +144,7 @@ class Operation:
         "schema",
         "screened",
         "sizes",
+        "skipped",
         "slot",
         "span",
         "started",
@@ -200,6 +204,7 @@ class Operation:
         self.waits: bool | str | None = None
         self.time: Quota | None = None
         self.work = Work()
+        self.skipped: Skipped | None = None  # root fields it runs without (on_field_limit)
         self.outcome = Outcome.VALIDATED if header == "validate" else Outcome.ALLOWED
 
     def decided(self, decision: Decision) -> None:
@@ -309,6 +314,8 @@ class Operation:
             return {} if retry is None else {"Retry-After": str(max(1, math.ceil(retry)))}
         if not decision.allowed and self.error is None:
             return {}  # a shadow refusal: no refusal headers
+        if self.skipped is not None and self.error is None:  # the skipped fields' quotas too
+            return self.skipped.headers(decision, self.quotas)
         return rate_limit_headers(decision, self.quotas)
 
 

@@ -81,6 +81,7 @@ from quotaql.instrumentation.names import (
     ROOT_FIELD_COST_TOTAL,
     ROOT_FIELD_REQUESTS_TOTAL,
     ROOT_FIELD_TIME,
+    ROOT_FIELDS_SKIPPED_TOTAL,
     SUBSCRIPTION_EVENTS_TOTAL,
     SUBSCRIPTIONS_OPEN,
     TENANT_REQUESTS_TOTAL,
@@ -456,4 +457,16 @@ ROUTE_INSTRUMENTS: Final = (
     ),
 )  # fmt: skip
 """The instruments of this section, built after ``INSTRUMENTS`` (``EVERY_INSTRUMENT``)."""
-EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS)
+
+# -- partial answers (issue 25) ----------------------------------------------------------------
+
+SKIP_INSTRUMENTS: Final = (
+    Instrument(
+        "root_fields_skipped", "counter", ROOT_FIELDS_SKIPPED_TOTAL,
+        "Root fields answered null with a RATE_LIMITED error, neither run nor charged, because"
+        " only their own quotas refused (on_field_limit = skip), by coordinate and tier.",
+        (LABEL_COORDINATE, LABEL_TIER),
+    ),
+)  # fmt: skip
+"""The instruments of partial answers (``[limits] on_field_limit = "skip"``)."""
+EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS, *SKIP_INSTRUMENTS)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import instruments, names
 from quotaql.instrumentation.routes import Routes
+from quotaql.instrumentation.skips import Skips
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
 from quotaql.instrumentation.tenants import TenantLabels
@@ -227,6 +228,7 @@ class PrometheusMetrics:
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
         self.routes = Routes(self, top_operations, utilisation_window)
+        self.skips = Skips(self)  # partial answers (on_field_limit = "skip")
         self._register(registry)
 
     def _register(self, registry: CollectorRegistry) -> None:
