@@ -156,6 +156,7 @@ class PrometheusMetrics:
     tenant_utilisation: Gauge
     config_generation: Gauge
     config_info: Gauge
+    root_fields_skipped: Counter  # partial answers (instrumentation/skips.py)
 
     def __init__(
         self,
