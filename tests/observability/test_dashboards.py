@@ -91,6 +91,7 @@ METRICS = {
     names.TENANT_UTILISATION,
     names.CONFIG_GENERATION,
     names.CONFIG_INFO,
+    names.ROOT_FIELDS_SKIPPED_TOTAL,
 }
 
 OVERVIEW_ROWS = [
@@ -137,6 +138,7 @@ OVERVIEW_ROWS = [
             "Refused per second by root field",
             "Worker time p99 by root field",
             "Points per operation by root field",
+            "Root fields skipped per second (partial answers)",
         ],
     ),
     (
@@ -474,7 +476,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 72), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 73), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
