@@ -226,6 +226,26 @@ def test_fifty_aliases_of_a_skipped_field_run_none_and_the_rest_pays_in_full(
     assert left(gate, "field:Query.search") == pytest.approx(0, abs=0.01)
 
 
+def test_a_skipped_field_run_anyway_is_charged_what_it_ran(gate: Gate) -> None:
+    # A server that executes another schema than it admitted with (no guard there): the
+    # field runs, so settling leaves it in, and its cost is charged as an overage.
+    schema = Schema()
+    drain(gate, schema)
+    other = Schema()
+    document = parse("{ " + SEARCH + " hello }")
+    op = gate.admit(schema.schema, document, request=REQUEST)
+    assert op.skipped is not None
+    assert op.charge == 1
+
+    result = execute(other.schema, document)
+    gate.settle(op, result.data, result.errors)
+    gate.finish(op)
+
+    assert other.calls["search"] == 1
+    assert op.actual == SEARCH_COST
+    assert op.overage == SEARCH_COST - 1
+
+
 def test_a_field_that_can_never_fit_its_quota_refuses_the_operation(gate: Gate) -> None:
     # Fifty searches (500 points) against a quota of 15: COST_EXCEEDS_CAPACITY, as before
     # (waiting never helps: the client must ask for less), nothing runs, nothing is skipped.

@@ -7,7 +7,7 @@ import contextlib
 import contextvars
 import math
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from graphql import DocumentNode, GraphQLError
 
@@ -21,11 +21,10 @@ from quotaql.instrumentation import names
 from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator, Mapping, Sequence
 
     from quotaql.config import TierConfig
     from quotaql.cost_analysis import CostReport
-    from quotaql.gate.skipping import Skipped
     from quotaql.identity import Subject
     from quotaql.limiter.concurrency import Lease
     from quotaql.policy.quota import Decision, Quota
@@ -34,6 +33,7 @@ __all__ = [
     "CostHeader",
     "Operation",
     "Outcome",
+    "SkippedFields",
     "Work",
     "close_scope",
     "concurrency_wait",
@@ -62,6 +62,18 @@ class Outcome(StrEnum):
     UNKNOWN_KEY = names.UNKNOWN_KEY
     TOO_MANY_SUBSCRIPTIONS = names.TOO_MANY_SUBSCRIPTIONS
     TOO_MANY_CONCURRENT = names.TOO_MANY_CONCURRENT
+
+
+class SkippedFields(Protocol):
+    """What :attr:`Operation.skipped` holds: :class:`quotaql.gate.skipping.Skipped`."""
+
+    keys: list[str]
+    seen: set[str]
+    errors: dict[str, GraphQLError]
+
+    def error(self, info: Any) -> GraphQLError | None: ...
+
+    def headers(self, decision: Decision, quotas: Sequence[Quota]) -> dict[str, str]: ...
 
 
 class Operation:
@@ -204,7 +216,7 @@ class Operation:
         self.waits: bool | str | None = None
         self.time: Quota | None = None
         self.work = Work()
-        self.skipped: Skipped | None = None  # root fields it runs without (on_field_limit)
+        self.skipped: SkippedFields | None = None  # root fields it runs without (on_field_limit)
         self.outcome = Outcome.VALIDATED if header == "validate" else Outcome.ALLOWED
 
     def decided(self, decision: Decision) -> None:

@@ -77,9 +77,10 @@ class Skipped:
         statuses: the refusing quotas' statuses (what the headers may show).
         quotas: the refusing quotas (listed in ``RateLimit-Policy``).
         keys: the response keys the executor answered ``null``, as it reached them.
+        seen: the coordinates whose guard answered (each skipped one, once it ran).
     """
 
-    __slots__ = ("errors", "keys", "quotas", "statuses")
+    __slots__ = ("errors", "keys", "quotas", "seen", "statuses")
 
     def __init__(
         self,
@@ -91,6 +92,7 @@ class Skipped:
         self.statuses = statuses
         self.quotas = quotas
         self.keys: list[str] = []
+        self.seen: set[str] = set()
 
     def error(self, info: Any) -> GraphQLError | None:
         """The error to answer at ``info``'s path (a ``GraphQLResolveInfo``) instead of
@@ -100,9 +102,11 @@ class Skipped:
         path = info.path
         if path.prev is not None:
             return None
-        found = self.errors.get(f"{info.parent_type.name}.{info.field_name}")
+        coordinate = f"{info.parent_type.name}.{info.field_name}"
+        found = self.errors.get(coordinate)
         if found is None:
             return None
+        self.seen.add(coordinate)
         self.keys.append(str(path.key))
         return QuotaqlGraphQLError(
             found.message,
@@ -255,9 +259,13 @@ def unskipped(
 ) -> tuple[Any, Sequence[Any] | None]:
     """``data`` and ``errors`` as settling reads them: without the response keys ``op``
     skipped and their errors, so that a skipped field is neither charged its estimate (an
-    error's erasure) nor counted (a ``null``): it was not debited, and did not run."""
+    error's erasure) nor counted (a ``null``): it was not debited, and did not run.
+
+    A skipped field whose guard never answered (the server executed another schema than
+    it admitted with, or outside the operation's context) may have run: then nothing is
+    taken out, and what ran is charged as its actual cost (an overage above the debit)."""
     skipped = op.skipped
-    if skipped is None or not skipped.keys:
+    if skipped is None or not skipped.keys or len(skipped.seen) < len(skipped.errors):
         return data, errors
     keys = set(skipped.keys)
     if isinstance(data, dict):
