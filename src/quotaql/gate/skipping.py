@@ -148,9 +148,9 @@ class Skipping:
         """The flow that turns ``op``'s refusal ``decision`` (by root-field quotas only)
         into a debit without the refusing fields, when ``op`` may skip them: the storage's
         decision on what it pays now (allowed: it runs, :attr:`Operation.skipped` says
-        without what), or the refusal to answer (``decision``, or a later one when another
-        quota refused the smaller debit). Nothing is changed on ``op`` that a refusal
-        would not."""
+        without what), or the refusal to answer: ``decision`` itself (``op`` untouched), or
+        the storage's refusal of the smaller debit by another quota (``op`` then holds that
+        debit: its charge and quotas, as a refusal of it would)."""
         report = op.report
         if (
             report is None
