@@ -95,6 +95,7 @@ METRICS = {
     names.STAGED_EVENTS_TOTAL,
     names.WOULD_REFUSE_TOTAL,
     names.REFUSAL_CAPACITY_RATIO,
+    names.ROOT_FIELDS_SKIPPED_TOTAL,
 }
 
 OVERVIEW_ROWS = [
@@ -151,6 +152,7 @@ OVERVIEW_ROWS = [
             "Refused per second by root field",
             "Worker time p99 by root field",
             "Points per operation by root field",
+            "Root fields skipped per second (partial answers)",
         ],
     ),
     (
@@ -488,7 +490,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 79), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 80), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

@@ -85,6 +85,7 @@ from quotaql.instrumentation.names import (
     ROOT_FIELD_COST_TOTAL,
     ROOT_FIELD_REQUESTS_TOTAL,
     ROOT_FIELD_TIME,
+    ROOT_FIELDS_SKIPPED_TOTAL,
     STAGED_EVENTS_TOTAL,
     STAGED_TOTAL,
     SUBSCRIPTION_EVENTS_TOTAL,
@@ -503,7 +504,25 @@ ROLLOUT_INSTRUMENTS: Final = (
     ),
 )  # fmt: skip
 """Staged enforcement and the rollout review (``quotaql report``; issue 25)."""
-EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS, *ROLLOUT_INSTRUMENTS)
+
+
+# -- partial answers (issue 25) ----------------------------------------------------------------
+
+SKIP_INSTRUMENTS: Final = (
+    Instrument(
+        "root_fields_skipped", "counter", ROOT_FIELDS_SKIPPED_TOTAL,
+        "Root fields answered null with a RATE_LIMITED error, neither run nor charged, because"
+        " only their own quotas refused (on_field_limit = skip), by coordinate and tier.",
+        (LABEL_COORDINATE, LABEL_TIER),
+    ),
+)  # fmt: skip
+"""The instruments of partial answers (``[limits] on_field_limit = "skip"``)."""
+EVERY_INSTRUMENT: Final = (
+    *INSTRUMENTS,
+    *ROUTE_INSTRUMENTS,
+    *ROLLOUT_INSTRUMENTS,
+    *SKIP_INSTRUMENTS,
+)
 
 
 class Instruments:
@@ -568,3 +587,4 @@ class Instruments:
     would_refuse_total: Counter
     would_refuse_cost_total: Counter
     refusal_capacity_ratio: Histogram
+    root_fields_skipped: Counter

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 from quotaql.instrumentation import instruments, names
 from quotaql.instrumentation.rollout import Rollout
 from quotaql.instrumentation.routes import Routes
+from quotaql.instrumentation.skips import Skips
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
 from quotaql.instrumentation.tenants import TenantLabels
@@ -174,6 +175,7 @@ class PrometheusMetrics(instruments.Instruments):
         self._bulk = True
         self.routes = Routes(self, top_operations, utilisation_window)
         self.rollout = Rollout(self)  # staged enforcement, would-be refusals (issue 25)
+        self.skips = Skips(self)  # partial answers (on_field_limit = "skip")
         self._register(registry)
 
     def _register(self, registry: CollectorRegistry) -> None:
