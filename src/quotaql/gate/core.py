@@ -437,11 +437,11 @@ class Gate:
         refused; the headers describe the most restrictive quota. Nothing is written to a
         websocket, or for a subscription.
         """
-        self._responses.respond(op, response)
+        self._responses.respond(op, response, self._config)
 
     def results(self, op: Operation | None) -> dict[str, Any]:
         """The response's ``extensions``: ``{"cost": ...}`` (empty when not exposed)."""
-        return extensions(op, self._config.limits.expose_cost)
+        return extensions(op, self._config)
 
     def finish(self, op: Operation | None) -> None:
         """Record the operation (metrics, its span) and free its subscription slot; once."""

@@ -17,6 +17,7 @@ from quotaql.contract import (
 )
 from quotaql.cost_analysis.analyzer import select_operation
 from quotaql.errors import CostAnalysisError
+from quotaql.gate import warn
 from quotaql.instrumentation import names
 from quotaql.policy.modes import Mode
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
     from quotaql.config import TierConfig
     from quotaql.cost_analysis import CostReport
+    from quotaql.gate.warn import Caution
     from quotaql.identity import Subject
     from quotaql.limiter.concurrency import Lease
     from quotaql.policy.quota import Decision, Quota
@@ -106,6 +108,9 @@ class Operation:
         time: the time quota its worker time is charged to (None: none, or mode ``off``).
         work: its worker time (:class:`~quotaql.gate.worktime.Work`): what was measured,
             and the phases open now.
+        caution: its ``warn_at`` warning (:mod:`quotaql.gate.warn`), with the decision it
+            was worked out for.
+        cost_names: the names of the cost headers (``[limits] cost_headers``; None: off).
     """
 
     __slots__ = (
@@ -113,9 +118,11 @@ class Operation:
         "actual",
         "base",
         "breakdown",
+        "caution",
         "charge",
         "chars",
         "clean",
+        "cost_names",
         "costs",
         "decision",
         "denied",
@@ -178,6 +185,9 @@ class Operation:
         self.events = 0
         self.priced: Any = None  # the Config a subscription's events are priced under
         self.warnings: list[dict[str, Any]] | None = None  # extensions.warnings
+        # warn_at's warning for the decision it was worked out for (gate/warn.py)
+        self.caution: tuple[Decision, Caution | None] | None = None
+        self.cost_names: Mapping[str, str] | None = None  # [limits] cost_headers' names
         self.slot = False  # holds one of the subject's subscription slots
         self.status: int | None = None
         self.schema: Any = None
@@ -302,14 +312,25 @@ class Operation:
 
     @property
     def headers(self) -> dict[str, str]:
-        """``RateLimit``, ``RateLimit-Policy``, ``X-RateLimit-*`` and ``Retry-After``."""
+        """``RateLimit`` (with the ``quotaql-warn`` parameter of a ``warn_at`` warning),
+        ``RateLimit-Policy``, ``X-RateLimit-*`` and ``Retry-After``; and the cost headers
+        (``[limits] cost_headers``), once the gate answered (:mod:`quotaql.gate.warn`)."""
         decision = self.decision
         if decision is None:  # nothing debited, or refused before (TOO_MANY_CONCURRENT)
             retry = concurrency_wait(self)
-            return {} if retry is None else {"Retry-After": str(max(1, math.ceil(retry)))}
-        if not decision.allowed and self.error is None:
-            return {}  # a shadow refusal: no refusal headers
-        return rate_limit_headers(decision, self.quotas)
+            headers = {} if retry is None else {"Retry-After": str(max(1, math.ceil(retry)))}
+        elif not decision.allowed and self.error is None:
+            headers = {}  # a shadow refusal: no refusal headers
+        else:
+            headers = rate_limit_headers(decision, self.quotas)
+        caution = warn.caution_of(self)
+        if caution is not None and "RateLimit" in headers:
+            headers["RateLimit"] = warn.warned_item(headers["RateLimit"], caution)
+        names = self.cost_names
+        if names is not None:
+            estimated, actual, _ = warn.cost_values(self)
+            headers.update(warn.cost_headers(names, estimated, actual))
+        return headers
 
 
 class Work:

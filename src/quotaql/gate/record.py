@@ -83,6 +83,9 @@ class OperationRecorder:
                 metrics.refused_by(op.tier.name, limited_by)
             if op.sizes:
                 metrics.list_sizes(op.sizes, op.subject.key)
+        caution = op.caution[1] if op.caution is not None else None
+        if caution is not None and metrics is not None:
+            metrics.warnings.warned(op.tier.name, caution.quota)
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {
@@ -121,6 +124,14 @@ class OperationRecorder:
             if lease is not None and lease.leases is not None:
                 attributes[names.ATTR_IN_FLIGHT] = lease.in_flight
             span.set_attributes(attributes)
+            if caution is not None:
+                span.add_event(names.EVENT_QUOTA_WARNING, {
+                    names.ATTR_WARNING_QUOTA: caution.quota,
+                    names.ATTR_WARNING_REMAINING: caution.remaining,
+                    names.ATTR_WARNING_CAPACITY: caution.capacity,
+                    names.ATTR_WARNING_RATE: caution.rate,
+                    names.ATTR_WARNING_ENFORCED: caution.enforced,
+                })  # fmt: skip
         return span
 
     def log_op(self, op: Operation, event: str, *args: object, wait: float | None = None) -> None:

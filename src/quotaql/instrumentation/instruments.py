@@ -72,6 +72,7 @@ from quotaql.instrumentation.names import (
     QUERY_COST,
     QUERY_DEPTH,
     QUOTA_REFUSALS_TOTAL,
+    QUOTA_WARNINGS_TOTAL,
     RATIO_BUCKETS,
     REDIS_EVICTION,
     REFUND_QUEUE,
@@ -456,4 +457,13 @@ ROUTE_INSTRUMENTS: Final = (
     ),
 )  # fmt: skip
 """The instruments of this section, built after ``INSTRUMENTS`` (``EVERY_INSTRUMENT``)."""
-EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS)
+
+WARNING_INSTRUMENTS: Final = (
+    Instrument(
+        "quota_warnings", "counter", QUOTA_WARNINGS_TOTAL,
+        "Operations whose answer warned that a quota fell below warn_at, by the quota.",
+        (LABEL_TIER, LABEL_QUOTA),
+    ),
+)  # fmt: skip
+"""A warning before the wall (issue 25): ``warn_at``."""
+EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS, *WARNING_INSTRUMENTS)

@@ -35,6 +35,7 @@ from quotaql.instrumentation.routes import Routes
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
 from quotaql.instrumentation.tenants import TenantLabels
+from quotaql.instrumentation.warn import Warnings
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -155,6 +156,7 @@ class PrometheusMetrics:
     tenant_utilisation: Gauge
     config_generation: Gauge
     config_info: Gauge
+    quota_warnings: Counter
 
     def __init__(
         self,
@@ -227,6 +229,7 @@ class PrometheusMetrics:
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
         self.routes = Routes(self, top_operations, utilisation_window)
+        self.warnings = Warnings(self)
         self._register(registry)
 
     def _register(self, registry: CollectorRegistry) -> None:

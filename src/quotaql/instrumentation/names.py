@@ -522,3 +522,18 @@ MAX_OPERATION_NAME: Final = 64
 """The longest operation name shown as written: a longer one is labelled ``h:<hash>``."""
 
 """Every metric quotaql exports, in the order a scrape lists them."""
+
+# -- a warning before the wall (issue 25) -------------------------------------------------
+
+QUOTA_WARNINGS_TOTAL: Final = "quotaql_quota_warnings_total"
+"""Counter: operations whose answer warned that a quota fell below the tier's ``warn_at``
+threshold (``extensions.cost.warning``), by ``tier`` and the ``quota`` it named (a
+subscription counts once, with the warning of its last answer)."""
+EVENT_QUOTA_WARNING: Final = "quotaql.quota_warning"
+"""The operation's answer warned (attributes ``quotaql.warning.*``: the quota, what is left
+of it, its capacity, the sustainable rate, and whether it is enforced)."""
+ATTR_WARNING_QUOTA: Final = "quotaql.warning.quota"
+ATTR_WARNING_REMAINING: Final = "quotaql.warning.remaining"
+ATTR_WARNING_CAPACITY: Final = "quotaql.warning.capacity"
+ATTR_WARNING_RATE: Final = "quotaql.warning.sustainable_rate"
+ATTR_WARNING_ENFORCED: Final = "quotaql.warning.enforced"
