@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
+from starlette.responses import Response
 
 from quotaql.config import load_config
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
@@ -269,3 +270,26 @@ def test_cost_headers_carry_the_estimate_and_the_actual_cost(tmp_path: Path) -> 
     off = World(tmp_path, limits="")
     op, _ = off.run(items(30))
     assert not [name for name in op.headers if name.startswith("X-Cost")]
+
+
+def test_a_batch_sends_the_sums_and_an_actual_cost_only_when_every_one_is_known(
+    tmp_path: Path,
+) -> None:
+    world = World(tmp_path, limits="cost_headers = true")
+    response = Response()
+    response.headers["X-Cost-Actual"] = "0"  # an application's (or a client's echo): replaced
+    ran, _ = world.run(items(30))
+    world.gate.respond(ran, response)
+    assert (response.headers["X-Cost-Estimated"], response.headers["X-Cost-Actual"]) == ("30", "30")
+    world.run(items(940))  # 30 left
+    refused, _ = world.run(items(100))
+    world.gate.respond(refused, response)
+    # What the batch asked (30 + 100), what ran (30): the refused one ran nothing.
+    assert response.headers.getlist("X-Cost-Estimated") == ["130"]
+    assert response.headers.getlist("X-Cost-Actual") == ["30"]
+    # Every one refused: the estimate, no actual cost.
+    alone = Response()
+    alone.headers["X-Cost-Actual"] = "0"
+    world.gate.respond(refused, alone)
+    assert alone.headers["X-Cost-Estimated"] == "100"
+    assert "X-Cost-Actual" not in alone.headers
