@@ -293,3 +293,19 @@ def test_a_batch_sends_the_sums_and_an_actual_cost_only_when_every_one_is_known(
     world.gate.respond(refused, alone)
     assert alone.headers["X-Cost-Estimated"] == "100"
     assert "X-Cost-Actual" not in alone.headers
+
+
+def test_any_order_of_answering_gets_the_same_warning_and_headers(tmp_path: Path) -> None:
+    # docs/graphql-core.md's recipe: finish, then the headers, then the extensions.
+    world = World(tmp_path, limits="warn_at = 0.8\ncost_headers = true")
+    document = parse(items(900))
+    request = {"type": "http", "client": ("203.0.113.9", 1), "headers": [(b"x-api-key", b"acme")]}
+    op = world.gate.admit(SCHEMA, document, request=request)
+    result = execute(SCHEMA, document, root_value=Root())
+    world.gate.settle(op, result.data, result.errors)
+    world.gate.finish(op)
+    headers = op.headers
+    assert headers["RateLimit"].endswith(";quotaql-warn=50")
+    assert (headers["X-Cost-Estimated"], headers["X-Cost-Actual"]) == ("900", "900")
+    assert world.gate.results(op)["cost"]["warning"]["remaining"] == 100
+    assert world.warnings("free", "tenant") == 1

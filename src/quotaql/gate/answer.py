@@ -19,7 +19,6 @@ from quotaql.policy.numbers import is_whole
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from quotaql.config import Config
     from quotaql.gate.operation import Operation
 
 __all__ = ["BatchAnswers", "extensions"]
@@ -71,15 +70,13 @@ class BatchAnswers:
         self._weak: weakref.WeakKeyDictionary[Any, list[_Reply]] = weakref.WeakKeyDictionary()
         self._strong: OrderedDict[int, tuple[Any, list[_Reply]]] = OrderedDict()
 
-    def respond(self, op: Operation, response: Any, config: Config | None = None) -> None:
+    def respond(self, op: Operation, response: Any) -> None:
         """Write ``op``'s status and rate-limit headers on the framework's ``response``,
         with those of the operations that answered in it before (nothing on a websocket,
-        or for a subscription); under ``config``, its ``warn_at`` warning and the cost
-        headers (``[limits] cost_headers``: a batch sends the sums of its operations')."""
+        or for a subscription): its ``warn_at`` warning, and the cost headers
+        (``[limits] cost_headers``: a batch sends the sums of its operations')."""
         if response is None or op.operation_type == "subscription" or web.is_websocket(response):
             return
-        if config is not None:
-            warn.prepare(op, config)
         replies = self._add(response, _reply(op))
         status, headers = _answer(replies)
         if status is not None:
@@ -141,16 +138,14 @@ def _summed(replies: Sequence[_Reply], names: Mapping[str, str]) -> dict[str, st
     )
 
 
-def extensions(op: Operation | None, config: Config) -> dict[str, Any]:
-    """The response's ``extensions`` for ``op``: ``{"cost": ...}`` when ``[limits]
-    expose_cost`` (or the ``GraphQL-Cost`` header asked), with its ``warning`` when
-    ``warn_at`` warns, and ``{"warnings": [...]}`` when ``GraphQL-Cost: validate`` priced it
-    above a quota's capacity; else empty."""
-    if op is None:
+def extensions(op: Operation | None, expose_cost: bool) -> dict[str, Any]:
+    """The response's ``extensions`` for ``op``: ``{"cost": ...}`` when ``expose_cost`` (or
+    the ``GraphQL-Cost`` header asked), with its ``warning`` when ``warn_at`` warns, and
+    ``{"warnings": [...]}`` when ``GraphQL-Cost: validate`` priced it above a quota's
+    capacity; else empty."""
+    if op is None or op.report is None or (not expose_cost and op.header is None):
         return {}
-    caution = warn.prepare(op, config)  # worked out even when not shown: it is counted
-    if op.report is None or (not config.limits.expose_cost and op.header is None):
-        return {}
+    caution = warn.caution_of(op)
     restore = restore_rate(op.quotas[0]) if op.quotas else None
     cost = cost_extension(op.cost, op.actual, op.decision, restore, op.breakdown)
     if caution is not None:

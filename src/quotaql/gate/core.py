@@ -437,11 +437,11 @@ class Gate:
         refused; the headers describe the most restrictive quota. Nothing is written to a
         websocket, or for a subscription.
         """
-        self._responses.respond(op, response, self._config)
+        self._responses.respond(op, response)
 
     def results(self, op: Operation | None) -> dict[str, Any]:
         """The response's ``extensions``: ``{"cost": ...}`` (empty when not exposed)."""
-        return extensions(op, self._config)
+        return extensions(op, self._config.limits.expose_cost)
 
     def finish(self, op: Operation | None) -> None:
         """Record the operation (metrics, its span) and free its subscription slot; once."""
@@ -481,7 +481,7 @@ class Gate:
         tier = resolve_tier(config, self.tier_resolver, subject, context, self.log)
         sent = _cost_header(request)
         header = _known_header(sent)
-        op = Operation(subject, tier, tier.mode or config.limits.mode, header)
+        op = Operation(subject, tier, tier.mode or config.limits.mode, header, config)
         op.time = charges.time_quota(config, tier) if op.mode is not Mode.OFF else None
         if sent is not None and header is None and op.mode is not Mode.OFF:
             self._refusals.bad_header(op, sent)

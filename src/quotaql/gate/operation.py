@@ -24,7 +24,7 @@ from quotaql.policy.modes import Mode
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
-    from quotaql.config import TierConfig
+    from quotaql.config import Config, TierConfig
     from quotaql.cost_analysis import CostReport
     from quotaql.gate.warn import Caution
     from quotaql.identity import Subject
@@ -108,6 +108,8 @@ class Operation:
         time: the time quota its worker time is charged to (None: none, or mode ``off``).
         work: its worker time (:class:`~quotaql.gate.worktime.Work`): what was measured,
             and the phases open now.
+        warn_at: where its tier's warning starts (``Config.warn_at_of``; None: none), from
+            the configuration it was begun under.
         caution: its ``warn_at`` warning (:mod:`quotaql.gate.warn`), with the decision it
             was worked out for.
         cost_names: the names of the cost headers (``[limits] cost_headers``; None: off).
@@ -158,12 +160,18 @@ class Operation:
         "variables",
         "violation",
         "waits",
+        "warn_at",
         "warnings",
         "work",
     )
 
     def __init__(
-        self, subject: Subject, tier: TierConfig, mode: Mode, header: CostHeader | None
+        self,
+        subject: Subject,
+        tier: TierConfig,
+        mode: Mode,
+        header: CostHeader | None,
+        config: Config | None = None,
     ) -> None:
         self.subject = subject
         self.tier = tier
@@ -187,7 +195,9 @@ class Operation:
         self.warnings: list[dict[str, Any]] | None = None  # extensions.warnings
         # warn_at's warning for the decision it was worked out for (gate/warn.py)
         self.caution: tuple[Decision, Caution | None] | None = None
-        self.cost_names: Mapping[str, str] | None = None  # [limits] cost_headers' names
+        limits = config.limits if config is not None else None
+        self.warn_at = config.warn_at_of(tier) if config is not None else None
+        self.cost_names = limits.cost_header_names if limits and limits.cost_headers else None
         self.slot = False  # holds one of the subject's subscription slots
         self.status: int | None = None
         self.schema: Any = None
@@ -314,7 +324,7 @@ class Operation:
     def headers(self) -> dict[str, str]:
         """``RateLimit`` (with the ``quotaql-warn`` parameter of a ``warn_at`` warning),
         ``RateLimit-Policy``, ``X-RateLimit-*`` and ``Retry-After``; and the cost headers
-        (``[limits] cost_headers``), once the gate answered (:mod:`quotaql.gate.warn`)."""
+        (``[limits] cost_headers``): :mod:`quotaql.gate.warn`."""
         decision = self.decision
         if decision is None:  # nothing debited, or refused before (TOO_MANY_CONCURRENT)
             retry = concurrency_wait(self)

@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from quotaql.contract import error_code
+from quotaql.gate import warn
 from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import clipped
 from quotaql.instrumentation.routes import granted_rate
@@ -83,7 +84,7 @@ class OperationRecorder:
                 metrics.refused_by(op.tier.name, limited_by)
             if op.sizes:
                 metrics.list_sizes(op.sizes, op.subject.key)
-        caution = op.caution[1] if op.caution is not None else None
+        caution = warn.caution_of(op)  # counted whether or not the answer showed it
         if caution is not None and metrics is not None:
             metrics.warnings.warned(op.tier.name, caution.quota)
         span = op.span

@@ -17,9 +17,9 @@ validate``, not a subscription or an incremental ``@defer`` / ``@stream`` answer
 actual cost. Their names are quotaql's: a value of a client's, a resolver's or the
 framework's under the same name is replaced, or removed where quotaql has none.
 
-Both are worked out once per decision (:func:`prepare`, called by the gate where it answers:
-``Gate.results`` and ``Gate.respond``) and read by
-:attr:`~quotaql.gate.operation.Operation.headers`.
+The operation knows both from the configuration it was begun under (``Operation.warn_at``,
+``Operation.cost_names``): its :attr:`~quotaql.gate.operation.Operation.headers`, the
+gate's ``results`` and its record read them whatever order an adapter asks in.
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from quotaql.contract import quota_warning
-from quotaql.gate.settle import restore_rate
+from quotaql.instrumentation.routes import granted_rate
 from quotaql.policy import numbers
 from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
-    from quotaql.config import Config
     from quotaql.gate.operation import Operation
     from quotaql.policy.quota import Decision, Quota, QuotaStatus
 
@@ -43,7 +42,6 @@ __all__ = [
     "caution_of",
     "cost_headers",
     "cost_values",
-    "prepare",
     "warned_item",
 ]
 
@@ -76,28 +74,17 @@ class Caution(NamedTuple):
         )
 
 
-def prepare(op: Operation, config: Config) -> Caution | None:
-    """Work out ``op``'s warning for its decision as it stands (once per decision: a
-    refund, an overage or a subscription's event makes a new one), and note the cost
-    headers' names when ``[limits] cost_headers`` is on; the warning, if any."""
-    limits = config.limits
-    op.cost_names = limits.cost_header_names if limits.cost_headers else None
+def caution_of(op: Operation) -> Caution | None:
+    """``op``'s warning for its decision as it stands (worked out once per decision: a
+    refund, an overage or a subscription's event makes a new one), under the ``warn_at``
+    of the configuration it was begun under; None: no warning."""
     decision = op.decision
     known = op.caution
     if known is not None and known[0] is decision:
         return known[1]
-    caution = _caution(op, decision, config.warn_at_of(op.tier))
+    caution = _caution(op, decision, op.warn_at)
     op.caution = None if decision is None else (decision, caution)
     return caution
-
-
-def caution_of(op: Operation) -> Caution | None:
-    """``op``'s warning as :func:`prepare` found it for its decision now (None: none, or
-    not worked out for this decision)."""
-    known = op.caution
-    if known is None or known[0] is not op.decision:
-        return None
-    return known[1]
 
 
 def _caution(op: Operation, decision: Decision | None, warn_at: float | None) -> Caution | None:
@@ -126,7 +113,7 @@ def _caution(op: Operation, decision: Decision | None, warn_at: float | None) ->
         return None
     _, status, quota = found
     enforced = op.mode is Mode.ENFORCE and decision.allowed
-    rate = restore_rate(quota)
+    rate = granted_rate(quota)
     return Caution(status.name, status.remaining, status.limit, status.reset_after, rate, enforced)
 
 
