@@ -253,7 +253,7 @@ def quota_warning(
 
     Example:
         >>> quota_warning("tenant", 150, 1000.0, 50, True)["message"]
-        "Only 150 of your 1000 points remain; spend at most 50 points a second (what the budget refills) or operations will be refused once it runs out."
+        'Only 150 of your 1000 points remain; spend at most 50 points a second (what the budget refills) or operations will be refused once it runs out.'
     """  # noqa: E501
     whose = "your" if quota == "tenant" else f"the '{quota}'"
     will = "will be refused" if enforced else "would be refused (shadow mode: nothing is yet)"
