@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from graphql import build_schema, execute, parse
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -20,8 +21,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 from starlette.responses import Response
 
-from quotaql.config import load_config
+from quotaql.config import LimitsConfig, load_config
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
+from quotaql.errors import ConfigError
 from quotaql.gate import Gate, Operation
 from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics
@@ -309,3 +311,22 @@ def test_any_order_of_answering_gets_the_same_warning_and_headers(tmp_path: Path
     assert (headers["X-Cost-Estimated"], headers["X-Cost-Actual"]) == ("900", "900")
     assert world.gate.results(op)["cost"]["warning"]["remaining"] == 100
     assert world.warnings("free", "tenant") == 1
+
+
+def test_cost_header_names_cannot_take_a_header_quotaql_or_http_sets(tmp_path: Path) -> None:
+    # quotaql replaces or removes the cost headers on every response: under the name
+    # Content-Length or RateLimit, it would break every answer.
+    for name in ("Content-Length", "ratelimit", "Retry-After", "Set-Cookie"):
+        path = tmp_path / "quotaql.toml"
+        path.write_text(
+            f'[limits]\ncost_headers = true\ncost_header_names = {{ estimated = "X-Cost",'
+            f' actual = "{name}" }}\n',
+            encoding="utf-8",
+        )
+        with pytest.raises(ConfigError) as raised:
+            load_config(path)
+        message = str(raised.value)
+        assert "quotaql.toml:3: limits.cost_header_names.actual:" in message  # file, line, key
+        assert f"{name!r} is a header quotaql or HTTP itself sets" in message
+    with pytest.raises(ConfigError, match="none that quotaql or HTTP owns"):
+        LimitsConfig(cost_header_names={"estimated": "X-Cost", "actual": "Content-Type"})
