@@ -33,6 +33,8 @@ from quotaql.policy import numbers
 from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from quotaql.gate.operation import Operation
     from quotaql.policy.quota import Decision, Quota, QuotaStatus
 
@@ -158,7 +160,9 @@ def cost_values(op: Operation) -> tuple[float | None, float | None, bool]:
     return estimated, op.actual, False
 
 
-def cost_headers(names: Any, estimated: float | None, actual: float | None) -> dict[str, str]:
+def cost_headers(
+    names: Mapping[str, str], estimated: float | None, actual: float | None
+) -> dict[str, str]:
     """The cost headers (``names``: ``cost_header_names``) of these costs, as
     ``extensions.cost`` rounds them."""
     headers: dict[str, str] = {}
