@@ -75,6 +75,7 @@ from quotaql.instrumentation.names import (
     QUERY_COST,
     QUERY_DEPTH,
     QUOTA_REFUSALS_TOTAL,
+    QUOTA_WARNINGS_TOTAL,
     RATIO_BUCKETS,
     REDIS_EVICTION,
     REFUND_QUEUE,
@@ -517,12 +518,25 @@ SKIP_INSTRUMENTS: Final = (
     ),
 )  # fmt: skip
 """The instruments of partial answers (``[limits] on_field_limit = "skip"``)."""
+
+
+WARNING_INSTRUMENTS: Final = (
+    Instrument(
+        "quota_warnings", "counter", QUOTA_WARNINGS_TOTAL,
+        "Operations whose answer warned that a quota fell below warn_at, by the quota.",
+        (LABEL_TIER, LABEL_QUOTA),
+    ),
+)  # fmt: skip
+"""A warning before the wall (issue 25): ``warn_at``."""
+
 EVERY_INSTRUMENT: Final = (
     *INSTRUMENTS,
     *ROUTE_INSTRUMENTS,
     *ROLLOUT_INSTRUMENTS,
     *SKIP_INSTRUMENTS,
+    *WARNING_INSTRUMENTS,
 )
+"""Every instrument, in the order a scrape lists them."""
 
 
 class Instruments:
@@ -588,3 +602,4 @@ class Instruments:
     would_refuse_cost_total: Counter
     refusal_capacity_ratio: Histogram
     root_fields_skipped: Counter
+    quota_warnings: Counter
