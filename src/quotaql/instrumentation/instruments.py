@@ -13,6 +13,11 @@ from quotaql.instrumentation.names import (
     ADAPTIVE_TRANSITIONS_TOTAL,
     BACKEND_ERRORS_TOTAL,
     BUILD_INFO,
+    CANDIDATE_COST_RATIO,
+    CANDIDATE_ERRORS_TOTAL,
+    CANDIDATE_LOADED,
+    CANDIDATE_RATIO_BUCKETS,
+    CANDIDATE_WOULD_REFUSE_TOTAL,
     CHECK_DURATION,
     CHECK_DURATION_BUCKETS,
     CIRCUIT_OPEN,
@@ -456,4 +461,32 @@ ROUTE_INSTRUMENTS: Final = (
     ),
 )  # fmt: skip
 """The instruments of this section, built after ``INSTRUMENTS`` (``EVERY_INSTRUMENT``)."""
-EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS)
+
+CANDIDATE_INSTRUMENTS: Final = (
+    Instrument(
+        "candidate_cost_ratio", "histogram", CANDIDATE_COST_RATIO,
+        "Candidate cost / live cost of each sampled operation ([cost] candidate): under its"
+        " operation_name (coordinate empty), and under each root field it selected (that"
+        " field's own cost, operation_name empty).",
+        (LABEL_OPERATION_NAME, LABEL_COORDINATE), CANDIDATE_RATIO_BUCKETS,
+    ),
+    Instrument(
+        "candidate_would_refuse", "counter", CANDIDATE_WOULD_REFUSE_TOTAL,
+        "Sampled operations the live file allowed that the candidate weights would have"
+        " refused (their debit past what the subject had, or past the candidate's limits).",
+        (LABEL_TIER, LABEL_TENANT),
+    ),
+    Instrument(
+        "candidate_errors", "counter", CANDIDATE_ERRORS_TOTAL,
+        "Candidate files refused (once per change) and sampled operations the candidate"
+        " could not price, by reason.",
+        (LABEL_REASON,),
+    ),
+    Instrument(
+        "candidate_loaded", "gauge", CANDIDATE_LOADED,
+        "1 while a valid candidate weights file prices the sampled operations, else 0.",
+        multiprocess_mode="livemin",  # 0 if any live worker runs without it
+    ),
+)  # fmt: skip
+"""The candidate weights' instruments (issue 25), after ``ROUTE_INSTRUMENTS``."""
+EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS, *CANDIDATE_INSTRUMENTS)

@@ -31,6 +31,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import instruments, names
+from quotaql.instrumentation.candidate import CandidateMetrics
 from quotaql.instrumentation.routes import Routes
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
@@ -155,6 +156,10 @@ class PrometheusMetrics:
     tenant_utilisation: Gauge
     config_generation: Gauge
     config_info: Gauge
+    candidate_cost_ratio: Histogram
+    candidate_would_refuse: Counter
+    candidate_errors: Counter
+    candidate_loaded: Gauge
 
     def __init__(
         self,
@@ -227,6 +232,7 @@ class PrometheusMetrics:
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
         self.routes = Routes(self, top_operations, utilisation_window)
+        self.candidate = CandidateMetrics(self)  # candidate weights against the live ones
         self._register(registry)
 
     def _register(self, registry: CollectorRegistry) -> None:
