@@ -91,6 +91,10 @@ METRICS = {
     names.TENANT_UTILISATION,
     names.CONFIG_GENERATION,
     names.CONFIG_INFO,
+    names.CANDIDATE_COST_RATIO,
+    names.CANDIDATE_WOULD_REFUSE_TOTAL,
+    names.CANDIDATE_ERRORS_TOTAL,
+    names.CANDIDATE_LOADED,
 }
 
 OVERVIEW_ROWS = [
@@ -163,6 +167,11 @@ OVERVIEW_ROWS = [
             "Lists longer than their slicing argument",
             "Actual ÷ estimated cost p50 / p95",
             "Operations costing more than estimated",
+            "Root fields the candidate prices furthest from live",
+            "Candidate ÷ live cost by root field p50 / p95",
+            "Tenants the candidate would refuse, in range",
+            "Candidate weights",
+            "Candidate file refusals per second by reason",
         ],
     ),
     (
@@ -474,7 +483,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 72), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 79), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
