@@ -289,6 +289,19 @@ def test_an_invalid_candidate_is_logged_counted_and_never_sampled(
     assert not setup.gate._candidate._picked
 
 
+def test_a_deeply_nested_candidate_is_refused_not_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Within the size bound, and enough to exhaust the TOML parser's recursion.
+    caplog.set_level(logging.WARNING, logger="quotaql")
+    nested = "[cost]\nmax_depth = " + "[" * 200_000 + "\n"
+    setup = Setup(tmp_path, nested)  # read at start: the gate is built all the same
+    assert setup.errors(names.CANDIDATE_INVALID) == 1
+    assert len(refusals(caplog)) == 1
+    op = setup.run(SHOP)
+    assert (op.refused, op.cost) == (False, 15.0)
+
+
 def test_a_candidate_is_only_its_cost_table(tmp_path: Path) -> None:
     # A copy of quotaql.toml with its weights edited is a valid candidate: its other tables
     # are checked as quotaql.toml's are, and price nothing.

@@ -80,7 +80,10 @@ class Candidate:
                 self._refused(None)
                 return
             self._seen = _stamp(self._path)
-            self._read(self._path, self._seen)
+            try:
+                self._read(self._path, self._seen)
+            except Exception as error:  # the gate starts (or reloads) all the same
+                self._refused(names.CANDIDATE_INVALID, f"{type(error).__name__}: {error}")
 
     def poll(self, schema: Any) -> None:
         """The reload timer's look: read the file again once a change has stayed the same
@@ -129,6 +132,9 @@ class Candidate:
             cost = load_cost_config(path)
         except ConfigError as error:
             self._refused(names.CANDIDATE_INVALID, str(error))
+            return
+        except (RecursionError, ValueError) as error:  # tomllib recurses into nested arrays
+            self._refused(names.CANDIDATE_INVALID, f"{path}: not readable TOML ({error})")
             return
         self.cost, self.sample = cost, self._fraction
         if self._metrics is not None:
