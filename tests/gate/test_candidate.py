@@ -214,11 +214,11 @@ def test_allowed_operations_the_candidate_would_refuse_are_counted_by_tenant(
     tmp_path: Path,
 ) -> None:
     setup = Setup(tmp_path)
-    assert setup.run("{ products(first: 40) { name } }").decision.remaining == pytest.approx(60)
+    assert setup.run("{ products(first: 40) { name } }").decision.remaining == pytest.approx(60, abs=0.1)
     assert setup.would_refuse() == 0 or setup.would_refuse() is None  # 80 fitted 100
     op = setup.run("{ products(first: 40) { name } }")  # had 60: live 40 fits, 80 does not
     assert not op.refused
-    assert op.decision.remaining == pytest.approx(20)
+    assert op.decision.remaining == pytest.approx(20, abs=0.1)
     assert setup.would_refuse() == 1
     refused = setup.run("{ products(first: 40) { name } }")  # live refuses it too: not counted
     assert refused.refused
