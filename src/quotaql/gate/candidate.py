@@ -113,14 +113,14 @@ class Candidate:
             self._refused(names.CANDIDATE_MISSING, f"{path}: cannot read the file")
             return
         try:
-            mode = os.stat(path).st_mode
+            found = os.stat(path)
         except OSError as error:
             self._refused(names.CANDIDATE_MISSING, f"{path}: {error.strerror or error}")
             return
-        if not stat.S_ISREG(mode):  # a device or a pipe would be read without end
+        if not stat.S_ISREG(found.st_mode):  # a device or a pipe would be read without end
             self._refused(names.CANDIDATE_INVALID, f"{path}: not a regular file")
             return
-        size = stamp[1]
+        size = found.st_size
         if size > names.MAX_CANDIDATE_BYTES:  # refused by its size, before reading it
             self._refused(
                 names.CANDIDATE_TOO_LARGE,
