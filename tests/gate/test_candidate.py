@@ -214,7 +214,9 @@ def test_allowed_operations_the_candidate_would_refuse_are_counted_by_tenant(
     tmp_path: Path,
 ) -> None:
     setup = Setup(tmp_path)
-    assert setup.run("{ products(first: 40) { name } }").decision.remaining == pytest.approx(60, abs=0.1)
+    assert setup.run("{ products(first: 40) { name } }").decision.remaining == pytest.approx(
+        60, abs=0.1
+    )
     assert setup.would_refuse() == 0 or setup.would_refuse() is None  # 80 fitted 100
     op = setup.run("{ products(first: 40) { name } }")  # had 60: live 40 fits, 80 does not
     assert not op.refused
@@ -453,3 +455,10 @@ def test_a_new_quotaql_toml_reads_the_candidate_again(tmp_path: Path) -> None:
     assert setup.gate._candidate.sample == 0
     setup.run(SHOP)
     assert setup.ratio(operation="Shop") is None
+    # Another candidate named: read with the new quotaql.toml.
+    write(tmp_path / "next.toml", '[cost.weights]\n"Product" = 5\n')
+    text = setup.config.read_text().replace("candidate_sample = 0.0", "candidate_sample = 1.0")
+    write(setup.config, text.replace('"quotaql.candidate.toml"', '"next.toml"'))
+    assert eventually(lambda: setup.gate._candidate.sample == 1.0, 10) is not None
+    setup.run("{ products(first: 10) { name } }")
+    assert setup.ratio(coordinate="Query.products") == (1, 5.0)
