@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
+from quotaql.cost_analysis import CostModel, analyze
 from quotaql.cost_analysis.directives import COST_DIRECTIVES_SDL
 from quotaql.gate import Gate
 from quotaql.gate import candidate as candidate_module
@@ -225,6 +226,24 @@ def test_allowed_operations_the_candidate_would_refuse_are_counted_by_tenant(
     refused = setup.run("{ products(first: 40) { name } }")  # live refuses it too: not counted
     assert refused.refused
     assert setup.would_refuse() == 1
+
+
+def test_an_operation_that_waited_for_its_turn_is_not_counted(tmp_path: Path) -> None:
+    # A delay tier reserves the cost ahead of the refill (what is left goes below 0): the
+    # candidate would have made it wait too, not refused it.
+    setup = Setup(tmp_path)
+    op = setup.gate.admit(SCHEMA, parse("{ products(first: 10) { name } }"), request=scope())
+    assert op.report is not None
+    assert op.decision is not None
+    live = op.report
+    candidate = analyze(SCHEMA, op.document, model=CostModel(weights={"Product": 2}))
+    assert candidate_module.would_refuse(op, op.decision, live, candidate) is False
+    waited = op.decision._replace(remaining=-5.0, delay=0.5)
+    status = waited.quotas[0]._replace(remaining=-5.0)
+    waited = waited._replace(quotas=(status,))
+    assert candidate_module.would_refuse(op, waited, live, live) is False
+    assert candidate_module.would_refuse(op, waited._replace(delay=0.0), live, live) is True
+    setup.gate.finish(op)
 
 
 def test_a_root_field_quota_is_compared_at_that_field_s_own_cost(tmp_path: Path) -> None:

@@ -266,8 +266,10 @@ def would_refuse(
     Each quota's debit is scaled as its live one was: a root field's quota
     (``field:<coordinate>``) by that field's candidate ÷ live cost (at least 1 a selection),
     every other by the whole operation's (at least what ``op`` pays at least, ``op.least``).
+    An operation that waited for its turn (a delay tier) reserved its cost ahead of the
+    refill: the candidate would have made it wait, not refused it, and it is not counted.
     """
-    if not decision.allowed or decision.source in _NO_STORAGE:
+    if not decision.allowed or decision.source in _NO_STORAGE or decision.delay > 0:
         return False
     whole = (max(live.cost, op.least), max(candidate.cost, op.least))
     quotas, statuses = op.quotas, decision.quotas
