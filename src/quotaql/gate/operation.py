@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from quotaql.config import TierConfig
     from quotaql.cost_analysis import CostReport
+    from quotaql.gate.timing import Timing
     from quotaql.identity import Subject
     from quotaql.limiter.concurrency import Lease
     from quotaql.policy.quota import Decision, Quota
@@ -79,6 +80,10 @@ class Operation:
         actual: the actual cost once executed.
         sizes: the lists the response held, ``(coordinate, assumed, returned, sliced)``,
             when this operation was sampled for tuning (``[cost] tuning_sample``).
+        sampled: whether the adapter sampled it for tuning when its request started
+            (:func:`quotaql.gate.timing.sample`); None: settling draws the sample.
+        timings: its resolvers' times per schema coordinate, when it was sampled and
+            timed (:class:`~quotaql.gate.timing.ResolverTimer`).
         refunded: what was given back after execution.
         overage: what was charged after execution above the debit (the actual cost ran
             over it: ``[limits] charge_overage``).
@@ -138,6 +143,7 @@ class Operation:
         "quotas",
         "refunded",
         "report",
+        "sampled",
         "schema",
         "screened",
         "sizes",
@@ -148,6 +154,7 @@ class Operation:
         "subject",
         "tier",
         "time",
+        "timings",
         "variables",
         "violation",
         "waits",
@@ -168,6 +175,8 @@ class Operation:
         self.decision: Decision | None = None
         self.actual: float | None = None
         self.sizes: list[tuple[str, float, int, bool]] | None = None
+        self.sampled: bool | None = None
+        self.timings: dict[str, Timing] | None = None
         self.refunded = 0.0
         self.overage = 0.0
         self.breakdown: dict[str, float] | None = None

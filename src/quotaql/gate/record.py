@@ -83,6 +83,8 @@ class OperationRecorder:
                 metrics.refused_by(op.tier.name, limited_by)
             if op.sizes:
                 metrics.list_sizes(op.sizes, op.subject.key)
+            if op.timings:
+                metrics.resolvers.record(op.timings, op.subject.key)
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {

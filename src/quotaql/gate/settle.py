@@ -57,7 +57,10 @@ def refund_amounts(
         # or a formatter dropped the paths): what it erased is unknown, nothing goes back.
         op.actual = report.cost
     else:  # the plan that priced it, walked against the data
-        if tuning_sample and random.random() < tuning_sample:  # noqa: S311
+        sampled = op.sampled  # drawn when its request started (its resolvers timed)
+        if sampled is None:
+            sampled = bool(tuning_sample) and random.random() < tuning_sample  # noqa: S311
+        if sampled:
             op.sizes = []
         op.actual = report.actual(data, errors or None, op.sizes)
     # What it keeps: the largest of its actual cost, min_charge and its size (op.least,

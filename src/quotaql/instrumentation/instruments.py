@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Final, Literal, NamedTuple
 
+from quotaql.instrumentation import names
+
 from quotaql.instrumentation.names import (
     ADAPTIVE_CULPRITS,
     ADAPTIVE_ENGAGED,
@@ -456,4 +458,25 @@ ROUTE_INSTRUMENTS: Final = (
     ),
 )  # fmt: skip
 """The instruments of this section, built after ``INSTRUMENTS`` (``EVERY_INSTRUMENT``)."""
-EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS)
+
+# -- resolver time (issue 25) ----------------------------------------------------------------
+# Recorded by quotaql.instrumentation.resolvers.ResolverTimes, for the sampled operations.
+
+RESOLVER_INSTRUMENTS: Final = (
+    Instrument(
+        "resolver_seconds", "histogram", names.RESOLVER_SECONDS,
+        "Seconds of each call of the coordinate's resolver (to the end of what it returned),"
+        " in the operations sampled for tuning.",
+        (LABEL_COORDINATE,), names.RESOLVER_BUCKETS,
+        collected="tuning",
+    ),
+    Instrument(
+        "resolver_subject_seconds", "histogram", names.RESOLVER_SUBJECT_SECONDS,
+        "Per subject (addresses by /24 or /48 network) and minute, its mean seconds per call"
+        " of the coordinate's resolver: a subject counts once a minute.",
+        (LABEL_COORDINATE,), names.RESOLVER_BUCKETS,
+        collected="tuning",
+    ),
+)  # fmt: skip
+"""The instruments of this section (``EVERY_INSTRUMENT``)."""
+EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS, *RESOLVER_INSTRUMENTS)

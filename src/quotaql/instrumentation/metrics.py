@@ -31,6 +31,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import instruments, names
+from quotaql.instrumentation.resolvers import ResolverTimes
 from quotaql.instrumentation.routes import Routes
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
@@ -155,6 +156,8 @@ class PrometheusMetrics:
     tenant_utilisation: Gauge
     config_generation: Gauge
     config_info: Gauge
+    resolver_seconds: Histogram
+    resolver_subject_seconds: Histogram
 
     def __init__(
         self,
@@ -227,6 +230,7 @@ class PrometheusMetrics:
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
         self.routes = Routes(self, top_operations, utilisation_window)
+        self.resolvers = ResolverTimes(self, subject_period)  # (quotaql tune --weights)
         self._register(registry)
 
     def _register(self, registry: CollectorRegistry) -> None:
@@ -705,6 +709,7 @@ class PrometheusMetrics:
                 self._close_period()
             self._add_waiting()
         self.routes.flush()
+        self.resolvers.flush(final=final)
 
     def _close_period(self) -> None:
         """Each coordinate's subjects of the period: their longest lists, observed once
