@@ -29,8 +29,6 @@ from quotaql.instrumentation import names
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from graphql import GraphQLResolveInfo
-
     from quotaql.gate.core import Gate
     from quotaql.gate.operation import Operation
 
@@ -80,7 +78,7 @@ class ResolverTimer:
         self.times: dict[str, Timing] = {}
         self._coordinates: dict[tuple[str, str], Timing] = {}
 
-    def resolve(self, next_: Callable[..., Any], root: Any, info: GraphQLResolveInfo,
+    def resolve(self, next_: Callable[..., Any], root: Any, info: Any,
                 *args: Any, **kwargs: Any) -> Any:  # fmt: skip
         """Call the resolver (``next_``) and time it: at once, or when what it returned is
         awaited."""
@@ -101,7 +99,7 @@ class ResolverTimer:
         finally:
             self._tally(info).add(perf_counter() - start)
 
-    def _tally(self, info: GraphQLResolveInfo) -> Timing:
+    def _tally(self, info: Any) -> Timing:
         key = (info.parent_type.name, info.field_name)
         tally = self._coordinates.get(key)
         if tally is None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Final, Literal, NamedTuple
 
 from quotaql.instrumentation import names
-
 from quotaql.instrumentation.names import (
     ADAPTIVE_CULPRITS,
     ADAPTIVE_ENGAGED,
