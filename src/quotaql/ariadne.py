@@ -43,7 +43,15 @@ from quotaql.asgi import (
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
 from quotaql.cost_analysis.analyzer import select_operation
 from quotaql.errors import CostAnalysisError
-from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope, worktime
+from quotaql.gate import (
+    Adapter,
+    Gate,
+    Operation,
+    current_operation,
+    operation_scope,
+    timing,
+    worktime,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Collection, Coroutine, Iterator
@@ -615,6 +623,18 @@ class CostLimitedHTTPHandler(ScreensBodies, _Limited, GraphQLHTTPHandler):
     ) -> dict[Any, Any] | list[Any]:
         with self.multipart_screen(reads_multipart(legacy=True)):  # Starlette reads it
             return await super().extract_data_from_multipart_request(request)
+
+    async def get_middleware_for_request(self, request: Any, context: Any) -> Any:
+        """Ariadne's, and for a request sampled for tuning a timer of its resolvers, the
+        innermost middleware (:mod:`quotaql.gate.timing`): no other request's resolvers
+        are wrapped."""
+        middleware = await super().get_middleware_for_request(request, context)
+        scope = _scope.get()
+        if scope is None or scope.op is None:
+            return middleware
+        timer = timing.sample(self.limiter.gate)
+        timing.attach(scope.op, timer)
+        return middleware if timer is None else [timer, *(middleware or ())]
 
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
