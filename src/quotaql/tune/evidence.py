@@ -221,10 +221,7 @@ class Collector:
     def __init__(self, evidence: Evidence) -> None:
         self.evidence = evidence
         exact = evidence.exact
-        self.histograms = {
-            metric: _Histograms(metric, exact)
-            for metric in HISTOGRAM_METRICS
-        }
+        self.histograms = {metric: _Histograms(metric, exact) for metric in HISTOGRAM_METRICS}
         self.assumed: dict[str, tuple[float, float]] = {}
         self.maxima: dict[str, float] = {}
         self.bad_coordinates: set[str] = set()
