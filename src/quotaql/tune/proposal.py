@@ -186,7 +186,7 @@ def propose(evidence: Evidence, model: CostModel, options: Options | None = None
         )
     proposal.notes.extend(_sliced_notes(evidence, options))
     proposal.estimates.extend(_estimate_lines(evidence))
-    if not evidence.lists and not evidence.estimates:
+    if not evidence.lists and not evidence.estimates and not evidence.resolvers:
         proposal.notes.append(
             "no tuning metric found: do the servers sample operations for tuning, and run a"
             " quotaql that records them?"

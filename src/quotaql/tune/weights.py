@@ -12,7 +12,7 @@ users):
   few subjects' calls (slow ones, or very many) pull it outside, no weight is proposed for
   it (a note says why), and when it is the reference's, no weight at all.
 - The reference is ``--reference Type.field``, or else the field with the most calls among
-  those with a weight above 0 and enough evidence; its weight is the file's (1 when the
+  those with a weight above 0 and enough evidence (the first by name of equals); its weight is the file's (1 when the
   file gives none: the weight of a field returning an object type). A field's weight is
   the reference's times its mean per call over the reference's, to two significant digits.
 - A weight is proposed where it differs from the file's by more than ``over_factor``
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 MIDDLE: Final = (0.25, 0.75)
 """The subjects whose mean per call bounds a field's: the middle half of them."""
+_SLACK: Final = 1e-9  # a sum of floats divided by a count may miss an edge by a rounding
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +141,7 @@ def _judged(found: ResolverEvidence, options: WeightOptions, notes: list[str]) -
         return None
     low, high = _middle(subjects)
     spread = f"{seconds_text(low)} to {seconds_text(high)}"
-    if not low <= per_call <= high:
+    if not low * (1 - _SLACK) <= per_call <= high * (1 + _SLACK):  # a mean at an edge is in
         notes.append(
             f"{coordinate}: its calls take {seconds_text(per_call)} each on average, outside what"
             f" the middle half of its subjects saw ({spread} per call, p25 to p75 of"
@@ -194,7 +195,7 @@ def _reference(
     if not candidates:
         notes.append("no field has enough evidence to be the reference: no weight proposed")
         return None
-    return max(candidates, key=lambda f: (f.calls, f.coordinate))
+    return min(candidates, key=lambda f: (-f.calls, f.coordinate))  # the first of equals
 
 
 def _weight_of(model: CostModel, coordinate: str) -> float | None:
