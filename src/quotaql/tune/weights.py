@@ -12,9 +12,10 @@ users):
   few subjects' calls (slow ones, or very many) pull it outside, no weight is proposed for
   it (a note says why), and when it is the reference's, no weight at all.
 - The reference is ``--reference Type.field``, or else the field with the most calls among
-  those with a weight above 0 and enough evidence (the first by name of equals); its weight is the file's (1 when the
-  file gives none: the weight of a field returning an object type). A field's weight is
-  the reference's times its mean per call over the reference's, to two significant digits.
+  those with a weight above 0 and enough evidence (the first by name of equals); its weight
+  is the file's (1 when the file gives none: the weight of a field returning an object
+  type). A field's weight is the reference's times its mean per call over the reference's,
+  to two significant digits (a whole number from 10 up).
 - A weight is proposed where it differs from the file's by more than ``over_factor``
   (either way), or, for a field the file gives no weight, where it is above
   ``over_factor`` points; it is lowered by at most ``max_decrease`` per run (unless
