@@ -409,7 +409,7 @@ class _Timing:
 
     _timer: timing.ResolverTimer | None
 
-    def resolve(self, _next: Any, root: Any, info: Any, *args: Any, **kwargs: Any) -> Any:
+    def resolve(self, _next: Any, root: Any, info: Any, *args: Any, **kwargs: object) -> Any:
         timer = self._timer
         if timer is None:  # pragma: no cover  (set as the extension is made)
             return _next(root, info, *args, **kwargs)
