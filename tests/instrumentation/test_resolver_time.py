@@ -9,7 +9,10 @@ middleware for a sampled request only) and graphql-core's own ``graphql()``.
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -191,33 +194,47 @@ def test_an_unsampled_request_costs_no_resolver_wrapper(tmp_path: Path, sample: 
 # -- Ariadne ------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("server", ["asgi", "wsgi"])
 @pytest.mark.parametrize("sample", [0.0, 1.0])
-def test_ariadne_times_only_the_sampled_requests(tmp_path: Path, sample: float) -> None:
+def test_ariadne_times_only_the_sampled_requests(
+    tmp_path: Path, sample: float, server: str
+) -> None:
     from ariadne import QueryType, make_executable_schema
 
     from quotaql.ariadne import CostLimiter as AriadneLimiter
 
     query = QueryType()
-
-    @query.field("slow")
-    async def resolve_slow(*_: Any) -> int:
-        await asyncio.sleep(SLEEP)
-        return 2
-
     query.set_field("fast", lambda *_: 1)
+    if server == "asgi":
+
+        async def resolve_slow(*_: Any) -> int:
+            await asyncio.sleep(SLEEP)
+            return 2
+    else:
+
+        def resolve_slow(*_: Any) -> int:
+            time.sleep(SLEEP)
+            return 2
+
+    query.set_field("slow", resolve_slow)
     schema = make_executable_schema("type Query { slow: Int fast: Int }", query)
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry)
-    app = AriadneLimiter.from_config(config_file(tmp_path, sample), metrics=metrics).asgi(schema)
+    limiter = AriadneLimiter.from_config(config_file(tmp_path, sample), metrics=metrics)
+    body = {"query": "{ slow fast }"}
+    if server == "asgi":
+        app = limiter.asgi(schema)
 
-    async def ask() -> list[httpx.Response]:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            return [await client.post("/graphql", json={"query": "{ slow fast }"})
-                    for _ in range(3)]  # fmt: skip
+        async def ask() -> list[Any]:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                return [(await client.post("/graphql", json=body)).json() for _ in range(3)]
 
-    for response in asyncio.run(ask()):
-        assert response.json()["data"] == {"slow": 2, "fast": 1}
+        answers = asyncio.run(ask())
+    else:
+        wsgi = limiter.wsgi(schema)
+        answers = [wsgi_post(wsgi, body) for _ in range(3)]
+    assert [answer["data"] for answer in answers] == [{"slow": 2, "fast": 1}] * 3
     metrics.flush(final=True)
     calls = sample_value(registry, "quotaql_resolver_seconds_count", "Query.slow")
     if sample == 0.0:
@@ -228,3 +245,16 @@ def test_ariadne_times_only_the_sampled_requests(tmp_path: Path, sample: float) 
     assert seconds is not None
     assert seconds >= 3 * SLEEP
     assert sample_value(registry, "quotaql_resolver_seconds_count", "Query.fast") == 3
+
+
+def wsgi_post(app: Any, body: dict[str, Any]) -> Any:
+    raw = json.dumps(body).encode()
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(raw)),
+        "wsgi.input": io.BytesIO(raw),
+        "REMOTE_ADDR": "203.0.113.9",
+    }
+    chunks = app(environ, lambda status, headers: None)
+    return json.loads(b"".join(chunks))
