@@ -1,8 +1,8 @@
 """``quotaql tune --weights``: field weights from the resolver time the servers measured, robust
 to a few subjects; ``--candidate`` writes the proposal to the candidate file.
 
-End to end: a real uvicorn serving a Strawberry API with a slow resolver (30 ms) and a fast
-one (3 ms), every operation sampled; a real Prometheus scrapes it; ``tune --weights
+End to end: a real uvicorn serving a Strawberry API with a slow resolver (60 ms) and a fast
+one (6 ms), every operation sampled; a real Prometheus scrapes it; ``tune --weights
 --prometheus`` proposes the slow field about ten times the fast one's weight.
 
 The attack: two subjects make ``Query.slow`` look 100 times slower (many calls of a second
@@ -65,12 +65,12 @@ def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
 class Query:
     @strawberry.field
     async def slow(self) -> int:
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.06)
         return 1
 
     @strawberry.field
     async def fast(self) -> int:
-        await asyncio.sleep(0.003)
+        await asyncio.sleep(0.006)
         return 2
 
 
@@ -152,7 +152,7 @@ def test_a_slow_resolver_gets_about_ten_times_a_fast_ones_weight_through_a_real_
     assert change is not None, report
     found = re.fullmatch(r"Query\.slow: weight the schema's -> ([0-9.]+) .*", change)
     assert found is not None, change
-    # 30 ms / 3 ms, give or take the event loop's latency (a busy machine adds to both).
+    # 60 ms / 6 ms, give or take the event loop's latency (a busy machine adds to both).
     assert 4 <= float(found.group(1)) <= 12, report
     assert "  calls timed: 48, " in report[report.index(change) + 1]
     assert f'+"Query.slow" = {{ weight = {found.group(1)} }}' in result.stdout  # the diff
