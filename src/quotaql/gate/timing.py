@@ -59,8 +59,9 @@ class ResolverTimer:
     """A graphql-core middleware that times each resolver call of one operation.
 
     ``times`` holds a :class:`Timing` per schema coordinate (``"Product.reviews"``, from the
-    field's parent type and name: never a string of the client's). Memory is bounded by the
-    schema: one tally per field resolved, whatever the number of calls.
+    field's parent type and name: never a string of the client's; introspection's
+    ``__Type.fields`` and ``__typename`` are left out: no weight of the file prices them).
+    Memory is bounded by the schema: one tally per field resolved, whatever the calls.
 
     Example:
         >>> from graphql import build_schema, graphql_sync
@@ -103,7 +104,9 @@ class ResolverTimer:
         key = (info.parent_type.name, info.field_name)
         tally = self._coordinates.get(key)
         if tally is None:
-            tally = self._coordinates[key] = self.times[f"{key[0]}.{key[1]}"] = Timing()
+            tally = self._coordinates[key] = Timing()
+            if not (key[0].startswith("__") or key[1].startswith("__")):  # not introspection
+                self.times[f"{key[0]}.{key[1]}"] = tally
         return tally
 
 
