@@ -258,3 +258,33 @@ def wsgi_post(app: Any, body: dict[str, Any]) -> Any:
     }
     chunks = app(environ, lambda status, headers: None)
     return json.loads(b"".join(chunks))
+
+
+# -- the graphql-core recipe --------------------------------------------------------------------
+
+
+def test_the_graphql_core_recipe_times_a_sampled_operation(tmp_path: Path) -> None:
+    from graphql import execute
+
+    from quotaql.gate import Gate
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    gate = Gate.from_config(config_file(tmp_path, 1.0), metrics=metrics)
+    schema = build_schema(SDL)
+    request = {"type": "http", "client": ("203.0.113.9", 5123), "headers": []}
+    op = gate.begin(request=request)
+    document = gate.parse(schema, "{ fast items { name } }", op=op)
+    op = gate.admit(schema, document, None, None, op=op)
+    assert op.runs
+    timer = timing.sample(gate)
+    assert timer is not None  # tuning_sample = 1.0
+    result = execute(schema, document, Root(), middleware=[timer])
+    timing.attach(op, timer)
+    gate.settle(op, result.data, result.errors)
+    gate.finish(op)
+    metrics.flush(final=True)
+    assert sample_value(registry, "quotaql_resolver_seconds_count", "Item.name") == 3
+    assert sample_value(registry, "quotaql_resolver_subject_seconds_count", "Item.name") == 1
+    # The same draw kept its list sizes.
+    assert sample_value(registry, "quotaql_list_operation_max_items_count", "Query.items") == 1
