@@ -41,7 +41,8 @@ def refund_amounts(
     ``op.least``); each quota's refund scaled by the factor
     adaptive limits scaled its debit by (``op.base``), whatever the multiplier is now.
     ``tuning_sample``: the share of operations whose list sizes are kept (``op.sizes``)
-    for tuning."""
+    for tuning, drawn here unless the adapter drew it when the request started
+    (``op.sampled``: the operations whose resolvers it timed)."""
     report = op.report
     if report is None or op.error is not None or op.header == "validate":
         return 0.0, None
