@@ -29,9 +29,6 @@ from quotaql.instrumentation import names
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from quotaql.gate.core import Gate
-    from quotaql.gate.operation import Operation
-
 __all__ = ["BOUNDS", "ResolverTimer", "Timing", "attach", "sample"]
 
 BOUNDS: Final = (*names.RESOLVER_BUCKETS, float("inf"))
@@ -110,10 +107,12 @@ class ResolverTimer:
         return tally
 
 
-def sample(gate: Gate) -> ResolverTimer | None:
+def sample(gate: Any) -> ResolverTimer | None:
     """A timer for the operation a request is about to run, if it is sampled for tuning
-    (``[cost] tuning_sample`` of the gate's configuration, with metrics to record it in);
-    None otherwise (nearly always: the operation then runs untimed)."""
+    (``[cost] tuning_sample`` of the configuration of ``gate``, a
+    :class:`~quotaql.gate.Gate`, with metrics to record it in); None otherwise (nearly
+    always: the operation then runs untimed). (Typed ``Any``: the gate's modules import
+    this one.)"""
     if gate.metrics is None:
         return None
     share = gate.config.cost.tuning_sample
@@ -122,8 +121,9 @@ def sample(gate: Gate) -> ResolverTimer | None:
     return None
 
 
-def attach(op: Operation, timer: ResolverTimer | None) -> None:
-    """``op`` was sampled for tuning (``timer`` timed it) or not (None): its list sizes are
-    then kept (or not) on the same decision, and the times recorded with its metrics."""
+def attach(op: Any, timer: ResolverTimer | None) -> None:
+    """``op`` (an :class:`~quotaql.gate.Operation`) was sampled for tuning (``timer`` timed
+    it) or not (None): its list sizes are then kept (or not) on the same decision, and the
+    times recorded with its metrics."""
     op.sampled = timer is not None
     op.timings = None if timer is None else timer.times
