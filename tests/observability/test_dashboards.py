@@ -91,6 +91,11 @@ METRICS = {
     names.TENANT_UTILISATION,
     names.CONFIG_GENERATION,
     names.CONFIG_INFO,
+    names.STAGED_TOTAL,
+    names.STAGED_EVENTS_TOTAL,
+    names.WOULD_REFUSE_TOTAL,
+    names.REFUSAL_CAPACITY_RATIO,
+    names.ROOT_FIELDS_SKIPPED_TOTAL,
     names.RESOLVER_SECONDS,  # issue 25: the Tuning row's resolver time
 }
 
@@ -121,6 +126,16 @@ OVERVIEW_ROWS = [
         ],
     ),
     (
+        "Rollout",
+        [
+            "Staged decisions per second by tier",
+            "Enforced share of staged operations",
+            "Would-be refusals per second by tier and cause",
+            "Would-be refusals in range by quota",
+            "Capacity needed by refused operations, p50 / p99",
+        ],
+    ),
+    (
         "Cost",
         [
             "Cost charged / refunded per second",
@@ -138,6 +153,7 @@ OVERVIEW_ROWS = [
             "Refused per second by root field",
             "Worker time p99 by root field",
             "Points per operation by root field",
+            "Root fields skipped per second (partial answers)",
         ],
     ),
     (
@@ -477,7 +493,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 74), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 82), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

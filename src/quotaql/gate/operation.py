@@ -7,7 +7,7 @@ import contextlib
 import contextvars
 import math
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from graphql import DocumentNode, GraphQLError
 
@@ -21,7 +21,7 @@ from quotaql.instrumentation import names
 from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator, Mapping, Sequence
 
     from quotaql.config import TierConfig
     from quotaql.cost_analysis import CostReport
@@ -34,6 +34,7 @@ __all__ = [
     "CostHeader",
     "Operation",
     "Outcome",
+    "SkippedFields",
     "Work",
     "close_scope",
     "concurrency_wait",
@@ -62,6 +63,18 @@ class Outcome(StrEnum):
     UNKNOWN_KEY = names.UNKNOWN_KEY
     TOO_MANY_SUBSCRIPTIONS = names.TOO_MANY_SUBSCRIPTIONS
     TOO_MANY_CONCURRENT = names.TOO_MANY_CONCURRENT
+
+
+class SkippedFields(Protocol):
+    """What :attr:`Operation.skipped` holds: :class:`quotaql.gate.skipping.Skipped`."""
+
+    keys: list[str]
+    seen: set[str]
+    errors: dict[str, GraphQLError]
+
+    def error(self, info: Any) -> GraphQLError | None: ...
+
+    def headers(self, decision: Decision, quotas: Sequence[Quota]) -> dict[str, str]: ...
 
 
 class Operation:
@@ -111,6 +124,11 @@ class Operation:
         time: the time quota its worker time is charged to (None: none, or mode ``off``).
         work: its worker time (:class:`~quotaql.gate.worktime.Work`): what was measured,
             and the phases open now.
+        staged: for a subject of an ``enforce`` tier whose ``enforce_share`` is below 1,
+            ``"enforced"`` (in the share) or ``"shadow"`` (outside it: ``mode`` is shadow
+            because of the share, :mod:`quotaql.gate.staging`); None otherwise.
+        skipped: the root fields it runs without, their quotas having refused (``[limits]
+            on_field_limit = "skip"``, :mod:`quotaql.gate.skipping`); None: none.
     """
 
     __slots__ = (
@@ -147,8 +165,10 @@ class Operation:
         "schema",
         "screened",
         "sizes",
+        "skipped",
         "slot",
         "span",
+        "staged",
         "started",
         "status",
         "subject",
@@ -209,6 +229,8 @@ class Operation:
         self.waits: bool | str | None = None
         self.time: Quota | None = None
         self.work = Work()
+        self.staged: Literal["enforced", "shadow"] | None = None
+        self.skipped: SkippedFields | None = None  # root fields it runs without (on_field_limit)
         self.outcome = Outcome.VALIDATED if header == "validate" else Outcome.ALLOWED
 
     def decided(self, decision: Decision) -> None:
@@ -318,6 +340,8 @@ class Operation:
             return {} if retry is None else {"Retry-After": str(max(1, math.ceil(retry)))}
         if not decision.allowed and self.error is None:
             return {}  # a shadow refusal: no refusal headers
+        if self.skipped is not None and self.error is None:  # the skipped fields' quotas too
+            return self.skipped.headers(decision, self.quotas)
         return rate_limit_headers(decision, self.quotas)
 
 
