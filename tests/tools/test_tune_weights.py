@@ -231,6 +231,20 @@ def test_two_subjects_making_a_field_look_100_times_slower_do_not_move_its_weigh
     ) in report
     assert "+++" not in result.stdout
 
+    # Nor do two subjects making it look 100 times faster (to make it cheap).
+    def cheapened(metrics: PrometheusMetrics) -> None:
+        honest(metrics)
+        for subject in ATTACKERS:
+            for _ in range(10):
+                timed(metrics, subject, "Query.slow", 0.0001, 100)
+
+    dump = dump_of(cheapened, tmp_path)
+    cheap = invoke("--config", str(config), "--metrics", str(dump), "--weights")
+    assert cheap.exit_code == 0, cheap.output
+    lines = report_lines(cheap.stdout)
+    assert not any(line.startswith("Query.slow: weight") for line in lines), lines
+    assert any(line.startswith("  Query.slow: its calls take 1.75 ms each") for line in lines)
+
     # The same slowness seen by every honest subject moves it: 1 s against 1 ms, 10 -> 1000.
     dump = dump_of(lambda metrics: honest(metrics, slow=1.0), tmp_path)
     moved = invoke("--config", str(config), "--metrics", str(dump), "--weights")
