@@ -76,6 +76,7 @@ from quotaql.instrumentation.names import (
     QUERY_COST,
     QUERY_DEPTH,
     QUOTA_REFUSALS_TOTAL,
+    QUOTA_WARNINGS_TOTAL,
     RATIO_BUCKETS,
     REDIS_EVICTION,
     REFUND_QUEUE,
@@ -519,6 +520,16 @@ SKIP_INSTRUMENTS: Final = (
 )  # fmt: skip
 """The instruments of partial answers (``[limits] on_field_limit = "skip"``)."""
 
+
+WARNING_INSTRUMENTS: Final = (
+    Instrument(
+        "quota_warnings", "counter", QUOTA_WARNINGS_TOTAL,
+        "Operations whose answer warned that a quota fell below warn_at, by the quota.",
+        (LABEL_TIER, LABEL_QUOTA),
+    ),
+)  # fmt: skip
+"""A warning before the wall (issue 25): ``warn_at``."""
+
 # -- resolver time (issue 25) ----------------------------------------------------------------
 # Recorded by quotaql.instrumentation.resolvers.ResolverTimes, for the sampled operations.
 
@@ -544,8 +555,10 @@ EVERY_INSTRUMENT: Final = (
     *ROUTE_INSTRUMENTS,
     *ROLLOUT_INSTRUMENTS,
     *SKIP_INSTRUMENTS,
+    *WARNING_INSTRUMENTS,
     *RESOLVER_INSTRUMENTS,
 )
+"""Every instrument, in the order a scrape lists them."""
 
 
 class Instruments:
@@ -611,5 +624,6 @@ class Instruments:
     would_refuse_cost_total: Counter
     refusal_capacity_ratio: Histogram
     root_fields_skipped: Counter
+    quota_warnings: Counter
     resolver_seconds: Histogram
     resolver_subject_seconds: Histogram

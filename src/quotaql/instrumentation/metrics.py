@@ -38,6 +38,7 @@ from quotaql.instrumentation.skips import Skips
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
 from quotaql.instrumentation.tenants import TenantLabels
+from quotaql.instrumentation.warn import Warnings
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -177,6 +178,7 @@ class PrometheusMetrics(instruments.Instruments):
         self.routes = Routes(self, top_operations, utilisation_window)
         self.rollout = Rollout(self)  # staged enforcement, would-be refusals (issue 25)
         self.skips = Skips(self)  # partial answers (on_field_limit = "skip")
+        self.warnings = Warnings(self)
         self.resolvers = ResolverTimes(self, subject_period)  # (quotaql tune --weights)
         self._register(registry)
 

@@ -584,6 +584,21 @@ EVENT_FIELDS_SKIPPED: Final = "quotaql.fields_skipped"
 ``quotaql.skipped`` (their coordinates)."""
 ATTR_SKIPPED: Final = "quotaql.skipped"
 """The coordinates of the root fields an operation skipped (``on_field_limit = "skip"``)."""
+# -- a warning before the wall (issue 25) -------------------------------------------------
+
+QUOTA_WARNINGS_TOTAL: Final = "quotaql_quota_warnings_total"
+"""Counter: operations whose answer warned that a quota fell below the tier's ``warn_at``
+threshold (``extensions.cost.warning``), by ``tier`` and the ``quota`` it named (a
+subscription counts once, with the warning of its last answer)."""
+EVENT_QUOTA_WARNING: Final = "quotaql.quota_warning"
+"""The operation's answer warned (attributes ``quotaql.warning.*``: the quota, what is left
+of it, its capacity, the sustainable rate, and whether it is enforced)."""
+ATTR_WARNING_QUOTA: Final = "quotaql.warning.quota"
+ATTR_WARNING_REMAINING: Final = "quotaql.warning.remaining"
+ATTR_WARNING_CAPACITY: Final = "quotaql.warning.capacity"
+ATTR_WARNING_RATE: Final = "quotaql.warning.sustainable_rate"
+ATTR_WARNING_ENFORCED: Final = "quotaql.warning.enforced"
+
 # -- resolver time (issue 25) ----------------------------------------------------------------
 # (docs/tuning.md "Weights from measured resolver time"): measured on the operations sampled
 # for tuning only (``[cost] tuning_sample``), per schema coordinate (bounded by the schema).
