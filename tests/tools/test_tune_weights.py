@@ -250,7 +250,7 @@ def test_two_subjects_making_a_field_look_100_times_slower_do_not_move_its_weigh
     moved = invoke("--config", str(config), "--metrics", str(dump), "--weights")
     assert moved.exit_code == 0, moved.output
     lines = report_lines(moved.stdout)
-    assert "Query.slow: weight 10 -> 1000 (its calls take 1e+03 times the reference's)" in lines, (
+    assert "Query.slow: weight 10 -> 1000 (its calls take 1,000 times the reference's)" in lines, (
         lines
     )
     assert "  reference Query.fast: weight 1, 1 ms per call (400 calls)" in lines

@@ -236,7 +236,7 @@ def _change(
             new = least
     old = "the schema's" if current is None else f"{current:g}"
     lines = (
-        f"{found.coordinate}: weight {old} -> {new:g} (its calls take {ratio:.3g} times the"
+        f"{found.coordinate}: weight {old} -> {new:g} (its calls take {_times(ratio)} times the"
         f" reference's)",
         *found.lines,
         f"  reference {reference.coordinate}: weight {ref_weight:g},"
@@ -244,6 +244,10 @@ def _change(
         *limits,
     )
     return Change(found.coordinate, current, new, lines, WEIGHT)
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:,.0f}" if ratio >= 100 else f"{ratio:.3g}"
 
 
 def significant(value: float) -> float:
