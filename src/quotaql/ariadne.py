@@ -43,7 +43,15 @@ from quotaql.asgi import (
 from quotaql.contract import OWN_REFUSALS, QuotaqlGraphQLError
 from quotaql.cost_analysis.analyzer import select_operation
 from quotaql.errors import CostAnalysisError
-from quotaql.gate import Adapter, Gate, Operation, current_operation, operation_scope, worktime
+from quotaql.gate import (
+    Adapter,
+    Gate,
+    Operation,
+    current_operation,
+    operation_scope,
+    timing,
+    worktime,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Collection, Coroutine, Iterator
@@ -86,7 +94,7 @@ class _Scope:
     """One operation inside a handler: its request, what the gate made of it, and whether
     a subscription stream took it over (and so finishes it when the stream ends)."""
 
-    __slots__ = ("document", "loose", "op", "request", "streaming")
+    __slots__ = ("document", "loose", "op", "request", "streaming", "timer")
 
     def __init__(self, request: Any, *, loose: bool = False) -> None:
         self.request = request
@@ -94,6 +102,7 @@ class _Scope:
         self.document: DocumentNode | None = None  # what the parse hook parsed
         self.streaming = False
         self.loose = loose  # root_value was called outside the CostLimiter's handlers
+        self.timer: timing.ResolverTimer | None = None  # sampled: its resolvers timed
 
     @property
     def running(self) -> Operation | None:
@@ -616,6 +625,10 @@ class CostLimitedHTTPHandler(ScreensBodies, _Limited, GraphQLHTTPHandler):
         with self.multipart_screen(reads_multipart(legacy=True)):  # Starlette reads it
             return await super().extract_data_from_multipart_request(request)
 
+    async def get_middleware_for_request(self, request: Any, context: Any) -> Any:
+        """Ariadne's, and a timer for a request sampled for tuning (:func:`_timed`)."""
+        return _timed(self.limiter, await super().get_middleware_for_request(request, context))
+
     async def handle_request(self, request: Request) -> Response:
         with self.limiter._response() as ops:
             response = await super().handle_request(request)
@@ -640,6 +653,7 @@ class CostLimitedHTTPHandler(ScreensBodies, _Limited, GraphQLHTTPHandler):
             )
             op = scope.running
             if op is not None:
+                timing.attach(op, scope.timer)
                 await gate.settle_async(op, result.get("data"), _errors(result))
             unpriced = self.limiter._unpriced(scope, result)
             if unpriced is not None and scope.op is not None:
@@ -819,11 +833,27 @@ class CostLimitedWSGI(ScreensBodies, WSGIGraphQL):
             success, result = super().execute_query(environ, data)
             op = scope.running
             if op is not None:
+                timing.attach(op, scope.timer)
                 gate.settle(op, result.get("data"), _errors(result))
             unpriced = self.limiter._unpriced(scope, result)
             if unpriced is not None and scope.op is not None:
                 gate.reject(scope.op, unpriced)
             return self.limiter._answered(scope, success, result)
+
+    def get_middleware_for_request(self, environ: dict[str, Any], context: Any) -> Any:
+        """Ariadne's, and a timer for a request sampled for tuning (:func:`_timed`)."""
+        return _timed(self.limiter, super().get_middleware_for_request(environ, context))
+
+
+def _timed(limiter: CostLimiter, middleware: Any) -> Any:
+    """A request's middleware, with a timer of its resolvers first (the innermost) when it
+    is sampled for tuning (:mod:`quotaql.gate.timing`): no other request's are wrapped."""
+    scope = _scope.get()
+    timer = timing.sample(limiter.gate) if scope is not None else None
+    if scope is None or timer is None:
+        return middleware
+    scope.timer = timer
+    return [timer, *(middleware or ())]
 
 
 def _screen_variables(handler: ScreensBodies, variables: Any) -> None:

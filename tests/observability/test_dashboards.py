@@ -101,6 +101,7 @@ METRICS = {
     names.CANDIDATE_WOULD_REFUSE_TOTAL,
     names.CANDIDATE_ERRORS_TOTAL,
     names.CANDIDATE_LOADED,
+    names.RESOLVER_SECONDS,  # issue 25: the Tuning row's resolver time
 }
 
 OVERVIEW_ROWS = [
@@ -192,6 +193,8 @@ OVERVIEW_ROWS = [
             "Lists longer than their slicing argument",
             "Actual ÷ estimated cost p50 / p95",
             "Operations costing more than estimated",
+            "Resolver time by field in range",
+            "Resolver time per call, top fields",
             "Root fields the candidate prices furthest from live",
             "Candidate ÷ live cost by root field p50 / p95",
             "Tenants the candidate would refuse, in range",
@@ -508,7 +511,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 91), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 93), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -678,6 +681,26 @@ def test_tuning_panels(dashboards: dict[str, dict[str, Any]]) -> None:
     assert 1.0 in names.RATIO_BUCKETS
     unit = _panel(overview, "Operations costing more than estimated")["fieldConfig"]["defaults"]
     assert (unit["unit"], unit["max"]) == ("percentunit", 1)
+
+
+def test_resolver_time_panels(dashboards: dict[str, dict[str, Any]]) -> None:
+    """Issue 25: the sampled operations' resolver time, top fields by total and per call."""
+    overview = dashboards["overview"]
+    total = _panel(overview, "Resolver time by field in range")
+    (target,) = total["targets"]
+    assert target["expr"] == (
+        f"topk(10, sum by (coordinate) (increase({names.RESOLVER_SECONDS}_sum"
+        '{job=~"$job"}[$__range])) > 0)'
+    )
+    assert target["instant"]
+    assert target["legendFormat"] == "{{coordinate}}"
+    assert total["fieldConfig"]["defaults"]["unit"] == "s"
+    (per_call,) = _panel(overview, "Resolver time per call, top fields")["targets"]
+    assert per_call["expr"] == (
+        f'topk(10, sum by (coordinate) (rate({names.RESOLVER_SECONDS}_sum{{job=~"$job"}}'
+        f"[$__rate_interval])) / sum by (coordinate) (rate({names.RESOLVER_SECONDS}_count"
+        '{job=~"$job"}[$__rate_interval])))'
+    )
 
 
 def _fixed_colours(panel: dict[str, Any]) -> dict[str, str]:

@@ -388,6 +388,38 @@ def alerts(out_dir: Path, config_path: Path | None) -> None:
     help="With --prometheus: seconds to wait for all the answers.",
 )
 @click.option("--write", is_flag=True, help="Apply the changes to --config (atomically).")
+@click.option(
+    "--weights",
+    "propose_weights",
+    is_flag=True,
+    help="Propose [cost.weights] weights too, from the resolver time the servers measured.",
+)
+@click.option(
+    "--reference",
+    metavar="TYPE.FIELD",
+    help="With --weights: the field whose time per call is worth its weight (its weight in"
+    " the file, else 1). Default: the field with the most calls.",
+)
+@click.option(
+    "--min-calls",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="With --weights: the fewest calls of a field that support a weight.",
+)
+@click.option(
+    "--min-subjects",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="With --weights: the fewest subject-minutes of a field that support a weight.",
+)
+@click.option(
+    "--candidate",
+    is_flag=True,
+    help="Write the proposal to the [cost] candidate file the config names (created from"
+    " its [cost] table if missing), not to --config.",
+)
 def tune(
     config_path: Path,
     dumps: tuple[str, ...],
@@ -401,10 +433,17 @@ def tune(
     allow_decrease: bool,
     timeout: float,
     write: bool,
+    propose_weights: bool,
+    reference: str | None,
+    min_calls: int,
+    min_subjects: int,
+    candidate: bool,
 ) -> None:
-    """Propose list sizes (assumed_size, default_list_size) from the servers' tuning metrics.
+    """Propose list sizes (assumed_size, default_list_size) from the servers' tuning metrics,
+    and with --weights field weights from their resolvers' time.
 
-    Prints the evidence as # comment lines, then a unified diff of --config.
+    Prints the evidence as # comment lines, then a unified diff of --config (of the
+    candidate file with --candidate, which is then written).
     Exits 2 on unusable input (a file, a URL, the configuration), naming it.
     """
     from quotaql import tune as tuning  # noqa: PLC0415
@@ -421,6 +460,24 @@ def tune(
         raise click.BadParameter(
             'give the matchers without braces: job="api",env="prod"', param_hint="--selector"
         )
+    if candidate and write:
+        raise click.UsageError("--candidate writes the candidate file: give it without --write")
+    if not propose_weights and reference is not None:
+        raise click.UsageError("--reference goes with --weights")
+    if reference is not None and not tuning.COORDINATE.fullmatch(reference):
+        raise click.BadParameter(
+            f"{reference!r} is not a field coordinate (Type.field)", param_hint="--reference"
+        )
+    weights = None
+    if propose_weights:
+        weights = tuning.WeightOptions(
+            reference=reference,
+            min_calls=min_calls,
+            min_subjects=min_subjects,
+            over_factor=over_factor,
+            max_decrease=max_decrease,
+            allow_decrease=allow_decrease,
+        )
     options = tuning.Options(
         quantile=quantile,
         min_lists=min_lists,
@@ -435,12 +492,14 @@ def tune(
             )
         else:
             evidence = tuning.read_dumps(dumps)
-        report, proposal = tuning.tune(config_path, evidence, options, write=write)
+        report, proposal = tuning.tune(
+            config_path, evidence, options, write=write, weights=weights, candidate=candidate
+        )
     except tuning.TuneError as error:
         _fail(f"error: {error}", 2)
     click.echo(report, nl=False)
-    if write and proposal.changes:
-        click.echo(f"wrote {config_path}", err=True)
+    if (write or candidate) and proposal.changes:
+        click.echo(f"wrote {'the candidate' if candidate else config_path}", err=True)
 
 
 @app.command("demo")

@@ -128,7 +128,8 @@ class CostConfig:
             unless the file says otherwise).
         tuning_sample: the share of the operations that ran whose returned list sizes
             are recorded against the sizes assumed (``quotaql_list_size_*``, read by
-            ``quotaql tune``); 0 records none. Only with metrics enabled.
+            ``quotaql tune``) and whose resolvers are timed (``quotaql_resolver_seconds``,
+            ``quotaql tune --weights``); 0 records none. Only with metrics enabled.
         chars_per_point: the document's size is paid too: a request pays at least its
             text's length divided by this (graphql-core parses up to ~1.9 µs a character, and
             a list literal's values are validated and coerced too: 1,000 characters are

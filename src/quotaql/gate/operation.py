@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from quotaql.config import Config, TierConfig
     from quotaql.cost_analysis import CostReport
+    from quotaql.gate.timing import Timing
     from quotaql.gate.warn import Caution
     from quotaql.identity import Subject
     from quotaql.limiter.concurrency import Lease
@@ -94,6 +95,10 @@ class Operation:
         actual: the actual cost once executed.
         sizes: the lists the response held, ``(coordinate, assumed, returned, sliced)``,
             when this operation was sampled for tuning (``[cost] tuning_sample``).
+        sampled: whether the adapter sampled it for tuning when its request started
+            (:func:`quotaql.gate.timing.sample`); None: settling draws the sample.
+        timings: its resolvers' times per schema coordinate, when it was sampled and
+            timed (:class:`~quotaql.gate.timing.ResolverTimer`).
         refunded: what was given back after execution.
         overage: what was charged after execution above the debit (the actual cost ran
             over it: ``[limits] charge_overage``).
@@ -165,6 +170,7 @@ class Operation:
         "quotas",
         "refunded",
         "report",
+        "sampled",
         "schema",
         "screened",
         "sizes",
@@ -177,6 +183,7 @@ class Operation:
         "subject",
         "tier",
         "time",
+        "timings",
         "variables",
         "violation",
         "waits",
@@ -203,6 +210,8 @@ class Operation:
         self.decision: Decision | None = None
         self.actual: float | None = None
         self.sizes: list[tuple[str, float, int, bool]] | None = None
+        self.sampled: bool | None = None
+        self.timings: dict[str, Timing] | None = None
         self.refunded = 0.0
         self.overage = 0.0
         self.breakdown: dict[str, float] | None = None

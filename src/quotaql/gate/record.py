@@ -84,6 +84,8 @@ class OperationRecorder:
                 metrics.refused_by(op.tier.name, limited_by)
             if op.sizes:
                 metrics.list_sizes(op.sizes, op.subject.key)
+            if op.timings:
+                metrics.resolvers.record(op.timings, op.subject.key)
             if op.staged is not None or outcome in _BUDGET_DECIDED:
                 tenant = (op.subject.key, self.names.name(op.subject))
                 metrics.rollout.operation(op.tier.name, op.staged, outcome, decision, tenant)

@@ -41,7 +41,8 @@ def refund_amounts(
     ``op.least``); each quota's refund scaled by the factor
     adaptive limits scaled its debit by (``op.base``), whatever the multiplier is now.
     ``tuning_sample``: the share of operations whose list sizes are kept (``op.sizes``)
-    for tuning."""
+    for tuning, drawn here unless the adapter drew it when the request started
+    (``op.sampled``: the operations whose resolvers it timed)."""
     report = op.report
     if report is None or op.error is not None or op.header == "validate":
         return 0.0, None
@@ -57,7 +58,10 @@ def refund_amounts(
         # or a formatter dropped the paths): what it erased is unknown, nothing goes back.
         op.actual = report.cost
     else:  # the plan that priced it, walked against the data
-        if tuning_sample and random.random() < tuning_sample:  # noqa: S311
+        sampled = op.sampled  # drawn when its request started (its resolvers timed)
+        if sampled is None:
+            sampled = bool(tuning_sample) and random.random() < tuning_sample  # noqa: S311
+        if sampled:
             op.sizes = []
         op.actual = report.actual(data, errors or None, op.sizes)
     # What it keeps: the largest of its actual cost, min_charge and its size (op.least,

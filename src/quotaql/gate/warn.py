@@ -25,7 +25,7 @@ gate's ``results`` and its record read them whatever order an adapter asks in.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from quotaql.contract import quota_warning
 from quotaql.instrumentation.routes import granted_rate
@@ -35,7 +35,7 @@ from quotaql.policy.modes import Mode
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from quotaql.gate.operation import Operation
+    from quotaql.cost_analysis import CostReport
     from quotaql.policy.quota import Decision, Quota, QuotaStatus
 
 __all__ = [
@@ -52,6 +52,36 @@ __all__ = [
 WARN_PARAMETER = "quotaql-warn"
 
 _NO_STATE = frozenset({"fail_open", "fail_closed"})  # no storage decided: nothing known
+
+
+class Operation(Protocol):
+    """What is read of an operation (a :class:`quotaql.gate.operation.Operation`, which
+    imports this module)."""
+
+    caution: tuple[Decision, Caution | None] | None
+
+    @property
+    def warn_at(self) -> float | None: ...
+    @property
+    def header(self) -> str | None: ...
+    @property
+    def mode(self) -> Mode: ...
+    @property
+    def quotas(self) -> tuple[Quota, ...]: ...
+    @property
+    def report(self) -> CostReport | None: ...
+    @property
+    def actual(self) -> float | None: ...
+    @property
+    def decision(self) -> Decision | None: ...
+    @property
+    def error(self) -> Any: ...
+    @property
+    def cost(self) -> float: ...
+    @property
+    def runs(self) -> bool: ...
+    @property
+    def operation_type(self) -> str | None: ...
 
 
 class Caution(NamedTuple):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
+from quotaql.instrumentation import names
 from quotaql.instrumentation.names import (
     ADAPTIVE_CULPRITS,
     ADAPTIVE_ENGAGED,
@@ -565,6 +566,28 @@ CANDIDATE_INSTRUMENTS: Final = (
 )  # fmt: skip
 """The candidate weights' instruments (issue 25), after ``ROUTE_INSTRUMENTS``."""
 
+# -- resolver time (issue 25) ----------------------------------------------------------------
+# Recorded by quotaql.instrumentation.resolvers.ResolverTimes, for the sampled operations.
+
+RESOLVER_INSTRUMENTS: Final = (
+    Instrument(
+        "resolver_seconds", "histogram", names.RESOLVER_SECONDS,
+        "Seconds of each call of the coordinate's resolver (to the end of what it returned),"
+        " in the operations sampled for tuning.",
+        (LABEL_COORDINATE,), names.RESOLVER_BUCKETS,
+        collected="tuning",
+    ),
+    Instrument(
+        "resolver_subject_seconds", "histogram", names.RESOLVER_SUBJECT_SECONDS,
+        "Per subject (addresses by /24 or /48 network) and minute, its mean seconds per call"
+        " of the coordinate's resolver: a subject counts once a minute.",
+        (LABEL_COORDINATE,), names.RESOLVER_BUCKETS,
+        collected="tuning",
+    ),
+)  # fmt: skip
+"""The instruments of this section (``EVERY_INSTRUMENT``)."""
+"""Every instrument, in the order a scrape lists them."""
+
 EVERY_INSTRUMENT: Final = (
     *INSTRUMENTS,
     *ROUTE_INSTRUMENTS,
@@ -572,6 +595,7 @@ EVERY_INSTRUMENT: Final = (
     *SKIP_INSTRUMENTS,
     *WARNING_INSTRUMENTS,
     *CANDIDATE_INSTRUMENTS,
+    *RESOLVER_INSTRUMENTS,
 )
 """Every instrument, in the order a scrape lists them."""
 
@@ -644,3 +668,5 @@ class Instruments:
     candidate_would_refuse: Counter
     candidate_errors: Counter
     candidate_loaded: Gauge
+    resolver_seconds: Histogram
+    resolver_subject_seconds: Histogram

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import instruments, names
 from quotaql.instrumentation.candidate import CandidateMetrics
+from quotaql.instrumentation.resolvers import ResolverTimes
 from quotaql.instrumentation.rollout import Rollout
 from quotaql.instrumentation.routes import Routes
 from quotaql.instrumentation.skips import Skips
@@ -180,6 +181,7 @@ class PrometheusMetrics(instruments.Instruments):
         self.skips = Skips(self)  # partial answers (on_field_limit = "skip")
         self.warnings = Warnings(self)
         self.candidate = CandidateMetrics(self)  # candidate weights against the live ones
+        self.resolvers = ResolverTimes(self, subject_period)  # (quotaql tune --weights)
         self._register(registry)
 
     def _register(self, registry: CollectorRegistry) -> None:
@@ -659,6 +661,7 @@ class PrometheusMetrics(instruments.Instruments):
                 self._close_period()
             self._add_waiting()
         self.routes.flush()
+        self.resolvers.flush(final=final)
 
     def _close_period(self) -> None:
         """Each coordinate's subjects of the period: their longest lists, observed once

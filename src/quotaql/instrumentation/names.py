@@ -647,3 +647,24 @@ CANDIDATE_LOADED_EVENT: Final = "candidate_loaded"
 CANDIDATE_REFUSED_EVENT: Final = "candidate_refused"
 """Log event (WARNING): a candidate file refused (file, line and key of the error): the sampling
 stops until it is fixed; or a sampled operation it could not price."""
+
+# -- resolver time (issue 25) ----------------------------------------------------------------
+# (docs/tuning.md "Weights from measured resolver time"): measured on the operations sampled
+# for tuning only (``[cost] tuning_sample``), per schema coordinate (bounded by the schema).
+
+RESOLVER_SECONDS: Final = "quotaql_resolver_seconds"
+"""Histogram: the time of each call of a field's resolver, from the call to the end of what
+it returned (an awaitable awaited), by ``coordinate`` (``"Query.products"``: only fields of
+the schema); its count is the calls, its sum their seconds (``RESOLVER_BUCKETS``)."""
+RESOLVER_SUBJECT_SECONDS: Final = "quotaql_resolver_subject_seconds"
+"""Histogram: per subject (addresses by /24 or /48 network) and minute, its mean seconds per
+call of the coordinate's resolver: a subject counts once a minute, however many calls it
+made, so that a few subjects cannot move what ``quotaql tune --weights`` proposes."""
+RESOLVER_BUCKETS: Final = (
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+"""Seconds: 10 µs to 10 s, in steps of 2 to 2.5."""
+RESOLVER_SUBJECTS_KEPT: Final = 256
+"""The most subjects a process keeps per coordinate and period (a uniform sample by a keyed
+hash beyond it), as ``LIST_SUBJECTS_KEPT``."""

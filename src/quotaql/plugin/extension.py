@@ -28,6 +28,7 @@ from quotaql.gate import (
     close_scope,
     current_operation,
     open_scope,
+    timing,
     worktime,
 )
 from quotaql.identity import ANONYMOUS
@@ -101,9 +102,13 @@ class CostLimiter(Adapter):
         if chosen is None or chosen[0] is not config or chosen[1] is not django:
             chosen = self._chosen = (config, django, *self._choose(config))
         on_loop, off_loop = chosen[2], chosen[3]
-        if on_loop is not off_loop and not _on_event_loop():
-            return off_loop(gate, quiet=self.quiet_logs)
-        return on_loop(gate, quiet=self.quiet_logs)
+        chosen_class = off_loop if on_loop is not off_loop and not _on_event_loop() else on_loop
+        timer = timing.sample(gate)  # sampled for tuning: its resolvers timed (else None)
+        if timer is None:
+            return chosen_class(gate, quiet=self.quiet_logs)
+        extension = _timed(chosen_class)(gate, quiet=self.quiet_logs)
+        extension._timer = timer
+        return extension
 
     def _choose(self, config: Config) -> tuple[type[_Extension], type[_Extension]]:
         """The extension's class on an event loop, and off one, under ``config``."""
@@ -142,6 +147,9 @@ class _Extension(SchemaExtension):
         self._gate = gate
         self._quiet = quiet
         self._op: Operation | None = None
+
+    _timer: timing.ResolverTimer | None = None
+    """A sampled request's timer (:func:`_timed`'s class): its resolvers timed."""
 
     def get_results(self) -> dict[str, Any]:
         return self._gate.results(self._op)
@@ -229,6 +237,7 @@ class _Extension(SchemaExtension):
     def _begun(self, op: Operation) -> Operation:
         """``op`` as this request's operation; the schema's extensions checked, once."""
         self._op = op
+        timing.attach(op, self._timer)
         schema = self.execution_context.schema
         if schema not in _checked_schemas:
             _checked_schemas.add(schema)
@@ -391,6 +400,31 @@ def _check_extensions(gate: Gate, schema: Any) -> None:
             " and ".join(found),
             "; ".join(f"{name} {_UNLIMITED_EXTENSIONS[name]}" for name in found),
         )
+
+
+class _Timing:
+    """The ``resolve`` of a request sampled for tuning: Strawberry makes graphql-core
+    middleware of the extensions that implement ``resolve``, per request, so only this
+    request's resolvers are wrapped (:mod:`quotaql.gate.timing`)."""
+
+    _timer: timing.ResolverTimer | None
+
+    def resolve(self, _next: Any, root: Any, info: Any, *args: Any, **kwargs: object) -> Any:
+        timer = self._timer
+        if timer is None:  # pragma: no cover  (set as the extension is made)
+            return _next(root, info, *args, **kwargs)
+        return timer.resolve(_next, root, info, *args, **kwargs)
+
+
+_timed_classes: dict[type[_Extension], type[_Extension]] = {}
+
+
+def _timed(cls: type[_Extension]) -> type[_Extension]:
+    """``cls`` with :class:`_Timing`'s ``resolve`` (made once per class)."""
+    timed = _timed_classes.get(cls)
+    if timed is None:
+        timed = _timed_classes[cls] = type(f"_Timed{cls.__name__}", (_Timing, cls), {})
+    return timed
 
 
 def _on_event_loop() -> bool:

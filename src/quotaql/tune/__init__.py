@@ -8,7 +8,9 @@ proposes an ``assumed_size`` per list field and a ``default_list_size`` where th
 is strong enough (:func:`propose`, ``proposal``), writes the proposal into the text of
 ``quotaql.toml`` without touching anything else of it (:func:`edit`, ``editing``):
 comments, layout and every other key stay as they are, and reports it (:func:`render` and
-:func:`tune`, ``report``).
+:func:`tune`, ``report``). With ``--weights``, it proposes field weights from the resolver
+time the servers measured too (:func:`propose_weights`, ``weights``); with ``--candidate``
+it writes the proposal to the ``[cost] candidate`` file instead of the live one.
 
 What the numbers are (docs/tuning.md says it for users):
 
@@ -33,11 +35,13 @@ from quotaql.tune.evidence import (
     Buckets,
     Evidence,
     ListEvidence,
+    ResolverEvidence,
     TuneError,
 )
 from quotaql.tune.proposal import Change, Options, Proposal, propose
 from quotaql.tune.report import render, tune
 from quotaql.tune.sources import DURATION, MAX_INPUT_BYTES, read_dumps, read_prometheus
+from quotaql.tune.weights import WeightOptions, propose_weights
 
 __all__ = [
     "COORDINATE",
@@ -50,9 +54,12 @@ __all__ = [
     "ListEvidence",
     "Options",
     "Proposal",
+    "ResolverEvidence",
     "TuneError",
+    "WeightOptions",
     "edit",
     "propose",
+    "propose_weights",
     "read_dumps",
     "read_prometheus",
     "render",

@@ -17,7 +17,7 @@ from tomlkit.container import Container
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import AoT, Comment, InlineTable, Table, Whitespace
 
-from quotaql.tune.proposal import ASSUMED_SIZE, DEFAULT_LIST_SIZE
+from quotaql.tune.proposal import DEFAULT_LIST_SIZE, WEIGHT
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -139,7 +139,15 @@ def _appended(text: str, path: Sequence[str], key: str, item: Item, newline: str
     return text + (newline if text.strip() else "") + block.as_string()
 
 
-def _set_assumed_size(text: str, coordinate: str, size: int, newline: str) -> str:
+def number_text(value: float) -> str:
+    """``value`` as TOML writes it: a whole number without its ``.0``."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _set_field(text: str, coordinate: str, setting: str, size: float, newline: str) -> str:
+    """``text`` with ``coordinate``'s ``setting`` (``assumed_size``, ``weight``) set to
+    ``size``."""
+    value = number_text(size)
     document = tomlkit.parse(text)
     costs = _tables([document], "cost")
     weights = _tables([table for _, table in costs], "weights")
@@ -154,17 +162,19 @@ def _set_assumed_size(text: str, coordinate: str, size: int, newline: str) -> st
             # "Query.products".weight = 2, [cost.weights."Query.products".more]
             raise _Unsupported(f"{coordinate} is set with dotted keys or sub-tables")
         if isinstance(current, Table):  # [cost.weights."Query.products"]
-            if ASSUMED_SIZE in current:
-                current[ASSUMED_SIZE] = size
+            if setting in current:
+                current[setting] = tomlkit.value(value)
             else:
-                _insert(current, ASSUMED_SIZE, _line(str(size), newline))
+                _insert(current, setting, _line(value, newline))
         elif isinstance(current, InlineTable):  # "Query.products" = { ... }
-            _set_inline(parent, coordinate, current, size)
-        else:  # "Query.products" = 3: its weight
-            inline = f"{{ weight = {current.as_string()}, {ASSUMED_SIZE} = {size} }}"
+            _set_inline(parent, coordinate, current, setting, value)
+        elif setting == WEIGHT:  # "Query.products" = 3: its weight
+            parent[coordinate] = _commented(current, tomlkit.value(value))
+        else:
+            inline = f"{{ weight = {current.as_string()}, {setting} = {value} }}"
             parent[coordinate] = _commented(current, tomlkit.value(inline))
         return document.as_string()
-    pair = _line(f"{{ {ASSUMED_SIZE} = {size} }}", newline)
+    pair = _line(f"{{ {setting} = {value} }}", newline)
     header = _header(weights)
     fields = [  # the [cost.weights."Type.field"] tables
         (parent, index, item)
@@ -177,7 +187,7 @@ def _set_assumed_size(text: str, coordinate: str, size: int, newline: str) -> st
         _insert(header, coordinate, pair)
     elif fields:  # one more table after the last
         parent, index, table = fields[-1]
-        new = _new_table(ASSUMED_SIZE, _line(str(size), newline), newline, indent=newline)
+        new = _new_table(setting, _line(value, newline), newline, indent=newline)
         for end in _detach_end(table):
             new.add(end)
         _insert_at(parent, index + 1, coordinate, new)
@@ -188,15 +198,17 @@ def _set_assumed_size(text: str, coordinate: str, size: int, newline: str) -> st
     return document.as_string()
 
 
-def _set_inline(parent: Container | Table, coordinate: str, inline: InlineTable, size: int) -> None:
-    if ASSUMED_SIZE in inline:
-        inline[ASSUMED_SIZE] = size
+def _set_inline(
+    parent: Container | Table, coordinate: str, inline: InlineTable, setting: str, value: str
+) -> None:
+    if setting in inline:
+        inline[setting] = tomlkit.value(value)
     elif not inline:  # {}
-        parent[coordinate] = _commented(inline, tomlkit.value(f"{{ {ASSUMED_SIZE} = {size} }}"))
+        parent[coordinate] = _commented(inline, tomlkit.value(f"{{ {setting} = {value} }}"))
     else:  # the new pair goes before the space that closes it: { a = 1, assumed_size = 3 }
         body = inline.value.body
         closing = body.pop()[1] if body[-1][0] is None else None
-        inline.append(ASSUMED_SIZE, size)
+        inline.append(setting, tomlkit.value(value))
         if closing is not None:
             inline.append(None, closing)
 
@@ -209,18 +221,19 @@ def _commented(old: Item, new: Item) -> Item:
     return new
 
 
-def _set_default_list_size(text: str, size: int, newline: str) -> str:
+def _set_default_list_size(text: str, size: float, newline: str) -> str:
     document = tomlkit.parse(text)
     costs = _tables([document], "cost")
     entries = _entries([table for _, table in costs], DEFAULT_LIST_SIZE)
     cost = _header(costs)
     if entries:
         parent, _, _ = entries[0]
-        parent[DEFAULT_LIST_SIZE] = size
+        parent[DEFAULT_LIST_SIZE] = tomlkit.value(number_text(size))
     elif cost is not None:
-        _insert(cost, DEFAULT_LIST_SIZE, _line(str(size), newline))
+        _insert(cost, DEFAULT_LIST_SIZE, _line(number_text(size), newline))
     else:
-        return _appended(text, ("cost",), DEFAULT_LIST_SIZE, _line(str(size), newline), newline)
+        line = _line(number_text(size), newline)
+        return _appended(text, ("cost",), DEFAULT_LIST_SIZE, line, newline)
     return document.as_string()
 
 
@@ -233,7 +246,7 @@ def _edited(text: str, change: Change, newline: str) -> str:
     if change.coordinate is None:
         edited = _set_default_list_size(padded, change.new, newline)
     else:
-        edited = _set_assumed_size(padded, change.coordinate, change.new, newline)
+        edited = _set_field(padded, change.coordinate, change.setting, change.new, newline)
     if padded != text:
         last = padded[padded.rfind("\n", 0, -1) + 1 :]
         if edited.count("\n") == padded.count("\n") or edited.endswith(last):
@@ -254,17 +267,21 @@ def _expected(data: dict[str, Any], change: Change) -> dict[str, Any]:
     """What the file's data must be after ``change``."""
     expected = copy.deepcopy(data)
     cost = expected.setdefault("cost", {})
+    new = tomllib.loads(f"v = {number_text(change.new)}")["v"]  # as the file will read it
     if change.coordinate is None:
-        cost[DEFAULT_LIST_SIZE] = change.new
+        cost[DEFAULT_LIST_SIZE] = new
         return expected
     weights = cost.setdefault("weights", {})
     current = weights.get(change.coordinate)
+    setting = change.setting
     if isinstance(current, dict):
-        current[ASSUMED_SIZE] = change.new
+        current[setting] = new
     elif current is None:
-        weights[change.coordinate] = {ASSUMED_SIZE: change.new}
+        weights[change.coordinate] = {setting: new}
+    elif setting == WEIGHT:
+        weights[change.coordinate] = new
     else:
-        weights[change.coordinate] = {"weight": current, ASSUMED_SIZE: change.new}
+        weights[change.coordinate] = {WEIGHT: current, setting: new}
     return expected
 
 

@@ -26,6 +26,9 @@ LIST_METRICS: Final = (
     names.LIST_SLICED_RATIO,
     names.LIST_SUBJECT_MAX_ITEMS,
 )
+RESOLVER_METRICS: Final = (names.RESOLVER_SECONDS, names.RESOLVER_SUBJECT_SECONDS)
+HISTOGRAM_METRICS: Final = (*LIST_METRICS, names.COST_ESTIMATE_RATIO, *RESOLVER_METRICS)
+"""Every histogram ``quotaql tune`` reads."""
 
 
 class TuneError(Exception):
@@ -93,12 +96,26 @@ class ListEvidence:
 
 
 @dataclass(slots=True)
+class ResolverEvidence:
+    """What the metrics say about one field's resolver (``quotaql tune --weights``)."""
+
+    coordinate: str
+    calls: Buckets | None = None
+    """Seconds per call (``quotaql_resolver_seconds``): its count the calls, its sum their
+    seconds."""
+    subjects: Buckets | None = None
+    """Per subject and minute, its mean seconds per call
+    (``quotaql_resolver_subject_seconds``)."""
+
+
+@dataclass(slots=True)
 class Evidence:
     """The tuning metrics of one or several sources."""
 
     sources: list[str]
     lists: dict[str, ListEvidence] = field(default_factory=dict)
     estimates: dict[tuple[str, str], Buckets] = field(default_factory=dict)
+    resolvers: dict[str, ResolverEvidence] = field(default_factory=dict)
     window: str | None = None
     """The Prometheus range the counts were taken over (None: totals since each process
     started, exact)."""
@@ -204,10 +221,7 @@ class Collector:
     def __init__(self, evidence: Evidence) -> None:
         self.evidence = evidence
         exact = evidence.exact
-        self.histograms = {
-            metric: _Histograms(metric, exact)
-            for metric in (*LIST_METRICS, names.COST_ESTIMATE_RATIO)
-        }
+        self.histograms = {metric: _Histograms(metric, exact) for metric in HISTOGRAM_METRICS}
         self.assumed: dict[str, tuple[float, float]] = {}
         self.maxima: dict[str, float] = {}
         self.bad_coordinates: set[str] = set()
@@ -272,6 +286,15 @@ class Collector:
                 if metric == names.COST_ESTIMATE_RATIO:
                     operation_type, tier = key
                     evidence.estimates[(operation_type, tier)] = buckets
+                    continue
+                if metric in RESOLVER_METRICS:
+                    found = evidence.resolvers.get(key[0])
+                    if found is None:
+                        found = evidence.resolvers[key[0]] = ResolverEvidence(key[0])
+                    if metric == names.RESOLVER_SECONDS:
+                        found.calls = buckets
+                    else:
+                        found.subjects = buckets
                     continue
                 lists = evidence.list_evidence(key[0])
                 if metric == names.LIST_RETURNED_ITEMS:

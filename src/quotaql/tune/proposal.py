@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 DEFAULT_LIST_SIZE: Final = "default_list_size"
 ASSUMED_SIZE: Final = "assumed_size"
+WEIGHT: Final = "weight"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,20 +68,24 @@ class Options:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One edit of ``quotaql.toml``: ``coordinate``'s ``assumed_size`` (or, for ``None``,
-    ``[cost] default_list_size``) becomes ``new``; ``evidence`` says why."""
+    """One edit of ``quotaql.toml``: ``coordinate``'s ``assumed_size`` (or its ``weight``,
+    by ``setting``; for ``None``, ``[cost] default_list_size``) becomes ``new``;
+    ``evidence`` says why."""
 
     coordinate: str | None
-    old: int
-    """The size the servers assumed (for the default: the file's, or its default 10)."""
-    new: int
+    old: float | None
+    """The size the servers assumed (for the default: the file's, or its default 10), or
+    the weight the file gives (None: none, the schema's)."""
+    new: float
     evidence: tuple[str, ...]
+    setting: str = ASSUMED_SIZE
+    """``assumed_size`` or ``weight`` (:data:`WEIGHT`)."""
 
     @property
     def key(self) -> str:
         if self.coordinate is None:
             return f"[cost] {DEFAULT_LIST_SIZE}"
-        return f'[cost.weights."{self.coordinate}"] {ASSUMED_SIZE}'
+        return f'[cost.weights."{self.coordinate}"] {self.setting}'
 
 
 @dataclass(slots=True)
@@ -181,7 +186,7 @@ def propose(evidence: Evidence, model: CostModel, options: Options | None = None
         )
     proposal.notes.extend(_sliced_notes(evidence, options))
     proposal.estimates.extend(_estimate_lines(evidence))
-    if not evidence.lists and not evidence.estimates:
+    if not evidence.lists and not evidence.estimates and not evidence.resolvers:
         proposal.notes.append(
             "no tuning metric found: do the servers sample operations for tuning, and run a"
             " quotaql that records them?"

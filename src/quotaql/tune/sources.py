@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from quotaql.instrumentation import names
 from quotaql.tune._show import printable
 from quotaql.tune.evidence import (
-    LIST_METRICS,
+    HISTOGRAM_METRICS,
     Collector,
     Evidence,
     TuneError,
@@ -89,7 +89,7 @@ def read_dumps(paths: Sequence[str]) -> Evidence:
 def _collect_samples(
     collector: Collector, where: str, samples: Iterable[tuple[str, dict[str, str], float]]
 ) -> None:
-    histograms = (*LIST_METRICS, names.COST_ESTIMATE_RATIO)
+    histograms = HISTOGRAM_METRICS
     # Several dumps concatenated repeat every series: a bucket seen again starts the
     # series' next copy (each copy is checked on its own, then they are summed).
     series: dict[str, dict[tuple[tuple[str, str], ...], list[dict[float, float]]]] = {
@@ -159,7 +159,7 @@ def read_prometheus(
         inner = f"{how}_over_time({series}[{window}])" if window else series
         return f"{how} by ({names.LABEL_COORDINATE}) ({inner})"
 
-    for metric in (*LIST_METRICS, names.COST_ESTIMATE_RATIO):
+    for metric in HISTOGRAM_METRICS:
         by = (
             f"{names.LABEL_OPERATION_TYPE}, {names.LABEL_TIER}"
             if metric == names.COST_ESTIMATE_RATIO

@@ -299,6 +299,15 @@ _ESTIMATED_WITHIN: Final = sum_by(
     rate(sel(f"{names.COST_ESTIMATE_RATIO}_bucket", *COST_MATCHERS, _LE_ONE)), TIER
 )
 
+# Resolver time (issue 25): what the sampled operations' resolvers took, per field.
+_RESOLVER_SUM: Final = f"{names.RESOLVER_SECONDS}_sum"
+_RESOLVER_COUNT: Final = f"{names.RESOLVER_SECONDS}_count"
+_RESOLVER_TOTAL: Final = topk(f"{over_range(_RESOLVER_SUM, _COORDINATE)} > 0")
+_RESOLVER_PER_CALL: Final = topk(
+    f"{sum_by(rate(sel(_RESOLVER_SUM, JOB_MATCH)), _COORDINATE)}"
+    f" / {sum_by(rate(sel(_RESOLVER_COUNT, JOB_MATCH)), _COORDINATE)}"
+)
+
 TUNING: Final = Row("Tuning", (
     Bars("Fields whose estimates are furthest off", "short", 6,
          ((_ASSUMED_TOO_HIGH, f"{labels(_COORDINATE)} (assumed too high)"),
@@ -331,6 +340,17 @@ TUNING: Final = Row("Tuning", (
           "tier: their lists were longer than the pricing assumed, so the difference was "
           "charged after they ran (the Overage panel; free under [limits] charge_overage = "
           "false) (0 when none).", max_value=1),
+    Bars("Resolver time by field in range", "s", 12,
+         ((_RESOLVER_TOTAL, labels(_COORDINATE)),),
+         "The fields whose resolvers took the most time in all over the dashboard's time "
+         "range (the busiest, by their calls' seconds summed), in the operations sampled "
+         "for tuning ([cost] tuning_sample): where the servers' time goes. `quotaql tune "
+         "--weights` proposes weights in proportion to each field's time per call."),
+    Graph("Resolver time per call, top fields", "s", 12,
+          ((_RESOLVER_PER_CALL, labels(_COORDINATE)),),
+          "Mean seconds per call of each field's resolver (an async one to the end of what "
+          "it awaited), in the sampled operations: a field whose time per call grows "
+          "without its weight growing is under-priced (`quotaql tune --weights`)."),
     *candidate.PANELS,  # candidate weights against the live ones (issue 25)
 ), runbook='Estimates far from the actual cost')  # fmt: skip
 
