@@ -29,6 +29,8 @@ from quotaql.instrumentation.names import (
     DEPTH_BUCKETS,
     IDENTITY_TOTAL,
     IN_FLIGHT,
+    INCREMENTAL_OPERATIONS_TOTAL,
+    INCREMENTAL_PAYLOADS_TOTAL,
     KEY_LOOKUPS_TOTAL,
     LABEL_BACKEND,
     LABEL_CODE,
@@ -456,4 +458,23 @@ ROUTE_INSTRUMENTS: Final = (
     ),
 )  # fmt: skip
 """The instruments of this section, built after ``INSTRUMENTS`` (``EVERY_INSTRUMENT``)."""
-EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS)
+
+
+# -- @defer and @stream (issue 25) ------------------------------------------------------------
+
+INCREMENTAL_INSTRUMENTS: Final = (
+    Instrument(
+        "incremental_payloads", "counter", INCREMENTAL_PAYLOADS_TOTAL,
+        "Payloads sent after the initial result of @defer/@stream operations.",
+        (LABEL_TIER,),
+    ),
+    Instrument(
+        "incremental_operations", "counter", INCREMENTAL_OPERATIONS_TOTAL,
+        "@defer/@stream operations by how they ended: completed (settled after the last"
+        " payload), abandoned (the client left before it), unfollowed (not settled).",
+        (LABEL_TIER, LABEL_OUTCOME),
+    ),
+)  # fmt: skip
+"""The ``@defer`` / ``@stream`` instruments (``quotaql.instrumentation.incremental``)."""
+
+EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS, *INCREMENTAL_INSTRUMENTS)

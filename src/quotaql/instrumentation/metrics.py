@@ -31,6 +31,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import instruments, names
+from quotaql.instrumentation.incremental import Incremental
 from quotaql.instrumentation.routes import Routes
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
@@ -227,6 +228,7 @@ class PrometheusMetrics:
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
         self.routes = Routes(self, top_operations, utilisation_window)
+        self.incremental = Incremental(self)  # @defer / @stream
         self._register(registry)
 
     def _register(self, registry: CollectorRegistry) -> None:
