@@ -92,14 +92,14 @@ def follow(gate: Gate, op: Operation, result: Any) -> bool:
     publisher, executor = parts
     follower = _Follower(gate, op, initial)
     _followed[op] = follower
-    built = publisher._handle_batch  # noqa: SLF001
+    built = publisher._handle_batch
 
     def handled(batch: Any) -> Any:
         payload = built(batch)
         follower.sent(payload)
         return payload
 
-    publisher._handle_batch = handled  # noqa: SLF001
+    publisher._handle_batch = handled
     hooks = executor.hooks
     before = None if hooks is None else hooks.async_work_finished
 
@@ -128,7 +128,7 @@ def _parts(stream: Any) -> tuple[Any, Any] | None:
 
 
 def _hooks(finished: Any) -> Any:
-    from graphql.execution.executor import ExecutionHooks  # graphql-core 3.3 only
+    from graphql.execution.executor import ExecutionHooks  # noqa: PLC0415  (3.3 only)
 
     return ExecutionHooks(async_work_finished=finished)
 
@@ -207,10 +207,10 @@ class _Follower:
                 metrics.incremental.ended(op.tier.name, names.INCREMENTAL_COMPLETED)
         errors = list(left) if left is not None else self.data.errors or None
         # Gate.settle's flow, driven as Gate drives it, here on either colour of storage.
-        flow = gate._settle(op, self.data.data, errors)  # noqa: SLF001
+        flow = gate._settle(op, self.data.data, errors)
         throws = (Exception,) if gate.is_async else ()
         try:
-            pending = drive(flow, gate._step, throws)  # noqa: SLF001
+            pending = drive(flow, gate._step, throws)
         except BaseException:
             self._finish()
             raise
@@ -291,12 +291,9 @@ class _Data:
         """The container at ``path``, owned along the way (None: not there, or erased)."""
         here = self.data = self._own(self.data)
         for key in path:
-            if isinstance(here, dict) and isinstance(key, str) and key in here:
-                child = here[key] = self._own(here[key])
-            elif isinstance(here, list) and isinstance(key, int) and 0 <= key < len(here):
-                child = here[key] = self._own(here[key])
-            else:
+            if not _holds(here, key):
                 return None
+            child = here[key] = self._own(here[key])
             here = child
         return here
 
@@ -313,3 +310,10 @@ class _Data:
                 self._into(owned, value)
             else:
                 target[key] = value
+
+
+def _holds(container: Any, key: str | int) -> bool:
+    """``container`` (a response's object or list) has ``key`` (a response key, an index)."""
+    if isinstance(container, dict):
+        return isinstance(key, str) and key in container
+    return isinstance(container, list) and isinstance(key, int) and 0 <= key < len(container)

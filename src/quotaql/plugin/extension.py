@@ -27,10 +27,10 @@ from quotaql.gate import (
     Operation,
     close_scope,
     current_operation,
+    incremental,
     open_scope,
     worktime,
 )
-from quotaql.gate import incremental
 from quotaql.identity import ANONYMOUS
 from quotaql.policy.modes import Mode
 
