@@ -109,8 +109,9 @@ def follow(gate: Gate, op: Operation, result: Any) -> bool:
             before(info)
 
     executor.hooks = _hooks(finished)
-    # A stream the server never started runs no cleanup: its collection is the end.
-    weakref.finalize(result.subsequent_results, follower.closed)
+    # A stream the server never started runs no cleanup: its collection is the end (not at
+    # the interpreter's exit: no loop is left to settle on).
+    weakref.finalize(result.subsequent_results, follower.closed).atexit = False
     return True
 
 
