@@ -73,6 +73,9 @@ def follow(gate: Gate, op: Operation, result: Any) -> bool:
     recorded once the last payload is sent or the stream closes. False: the stream could
     not be followed (it is counted, and ``op`` keeps its whole debit)."""
     initial = result.initial_result
+    # Adaptive limits' sample (latency, errors) is the initial result's: a stream lasts as
+    # long as its client reads it, and a client that leaves is no failure of the server.
+    gate._scaling.observe(op, initial.errors)
     cost = gate.results(op)
     if cost:
         initial.extensions = {**(initial.extensions or {}), **cost}

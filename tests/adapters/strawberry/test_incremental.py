@@ -361,3 +361,39 @@ def test_a_stream_never_started_is_settled_when_collected(config_path: Path) -> 
     assert sample(registry, names.INCREMENTAL_OPERATIONS_TOTAL, **abandoned) == 1
     (deferred,) = exporter.get_finished_spans()
     assert [event.name for event in deferred.events] == [names.EVENT_INCREMENTAL_ABANDONED]
+
+
+@pytest.mark.parametrize(
+    ("incremental", "whole"),
+    [
+        (
+            "{ products(first: 10) @stream(initialCount: 1) { name"
+            " ... @defer { reviews(first: 5) { ... @defer { stars } } } } }",
+            WHOLE,
+        ),
+        (
+            '{ ... @defer { products(first: 3) @stream(initialCount: 0) { ... @defer(label: "x")'
+            " { name } reviews(first: 5) { stars } } } }",
+            "{ products(first: 3) { name reviews(first: 5) { stars } } }",
+        ),
+        (
+            "{ a: products(first: 2) { name }"
+            " ... @defer { a: products(first: 2) { reviews(first: 1) { stars } } } }",
+            "{ a: products(first: 2) { name reviews(first: 1) { stars } } }",
+        ),
+    ],
+    ids=["nested-defer-in-stream", "stream-in-defer", "one-field-in-two-parts"],
+)
+def test_payloads_merge_as_the_client_merges_them(
+    config_path: Path, incremental: str, whole: str
+) -> None:
+    """Deferred fragments inside streamed items and the reverse, and a field delivered in
+    two parts: the price and the actual cost are the selection's in one piece."""
+    schema, _, _ = traced(config_path)
+
+    one = asyncio.run(schema.execute(whole, context_value={"request": None}))
+    first, *rest = asyncio.run(streamed(schema, incremental))
+
+    assert one.extensions is not None
+    assert first["requestedQueryCost"] == one.extensions["cost"]["requestedQueryCost"]
+    assert rest[-1]["actualQueryCost"] == one.extensions["cost"]["actualQueryCost"]
