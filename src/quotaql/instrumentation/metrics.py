@@ -156,6 +156,8 @@ class PrometheusMetrics:
     tenant_utilisation: Gauge
     config_generation: Gauge
     config_info: Gauge
+    incremental_payloads: Counter  # @defer / @stream (issue 25)
+    incremental_operations: Counter
 
     def __init__(
         self,
