@@ -268,8 +268,10 @@ def test_a_deferred_payload_abandoned_mid_stream_is_settled_once_and_frees_its_l
 
 def test_without_incremental_execution_defer_is_an_unknown_directive(config_path: Path) -> None:
     """Incremental execution off (and always on graphql-core 3.2): ``@defer`` is not in the
-    schema, so the document does not validate; it pays ``min_charge``, as any invalid one."""
-    limiter = CostLimiter.from_config(config_path)
+    schema, so the document does not validate: it is rejected (and pays ``min_charge``, 0
+    here), as any invalid one, and nothing is followed."""
+    registry = CollectorRegistry()
+    limiter = CostLimiter.from_config(config_path, metrics=PrometheusMetrics(registry))
     schema = strawberry.Schema(query=Query, extensions=[limiter])
 
     result = asyncio.run(schema.execute(DEFERRED, context_value={"request": None}))
@@ -277,6 +279,8 @@ def test_without_incremental_execution_defer_is_an_unknown_directive(config_path
     assert result.data is None
     assert result.errors is not None
     assert "Unknown directive '@defer'" in result.errors[0].message
+    assert sample(registry, names.REJECTIONS_TOTAL, code="GRAPHQL_VALIDATION_FAILED") == 1
+    assert sample(registry, names.INCREMENTAL_PAYLOADS_TOTAL, tier="free") == 0
 
 
 # -- in process: what is settled, and the span ----------------------------------------------
