@@ -181,6 +181,8 @@ def test_deferred_and_streamed_are_debited_whole_and_refunded_after_the_last_pay
         assert shown == pytest.approx(before - 70, abs=1)
         assert rest[-1]["hasNext"] is False
         assert rest[-1]["extensions"]["cost"]["actualQueryCost"] == 16
+        shown = rest[-1]["extensions"]["cost"]["throttleStatus"]["currentlyAvailable"]
+        assert shown == pytest.approx(before - 16, abs=1)  # once the refund is applied
         assert all("cost" not in (part.get("extensions") or {}) for part in rest[:-1])
         reviews = [item for part in rest for item in part.get("incremental", ())]
         assert len(reviews) == CATALOG
