@@ -111,7 +111,9 @@ def follow(gate: Gate, op: Operation, result: Any) -> bool:
         if before is not None:
             before(info)
 
-    executor.hooks = _hooks(finished)
+    executor.hooks = (
+        _hooks(finished) if hooks is None else hooks._replace(async_work_finished=finished)
+    )
     # A stream the server never started runs no cleanup: its collection is the end (not at
     # the interpreter's exit: no loop is left to settle on).
     weakref.finalize(result.subsequent_results, follower.closed).atexit = False
@@ -146,7 +148,6 @@ class _Follower:
         self.loop = _running_loop()
         self.data = _Data(initial.data, initial.errors, initial.pending)
         self.payloads = 0
-        self.done = False  # the last payload was sent
         self.settled = False
 
     def sent(self, payload: Any) -> None:
@@ -164,8 +165,7 @@ class _Follower:
                 {names.ATTR_PAYLOAD: self.payloads,
                  names.ATTR_PAYLOAD_PARTS: len(payload.incremental or ())},
             )  # fmt: skip
-        if not payload.has_next:
-            self.done = True
+        if not payload.has_next:  # the last: settled before it is handed over, to show it
             self.settle(None)
             cost = self.gate.results(op)
             if cost:
