@@ -283,7 +283,7 @@ def test_the_instrument_table_builds_every_metric_as_the_attribute_declared() ->
     kinds = {"Counter", "Gauge", "Histogram"}
     declared = {
         attribute: kind
-        for attribute, kind in PrometheusMetrics.__annotations__.items()
+        for attribute, kind in instruments.Instruments.__annotations__.items()
         if kind in kinds
     }
     rows = instruments.EVERY_INSTRUMENT

@@ -93,6 +93,10 @@ METRICS = {
     names.TENANT_UTILISATION,
     names.CONFIG_GENERATION,
     names.CONFIG_INFO,
+    names.STAGED_TOTAL,
+    names.STAGED_EVENTS_TOTAL,
+    names.WOULD_REFUSE_TOTAL,
+    names.REFUSAL_CAPACITY_RATIO,
 }
 
 OVERVIEW_ROWS = [
@@ -119,6 +123,16 @@ OVERVIEW_ROWS = [
             "Anonymous and unknown-key share",
             "Unknown-key and subscription-cap refusals",
             "API key lookups per second",
+        ],
+    ),
+    (
+        "Rollout",
+        [
+            "Staged decisions per second by tier",
+            "Enforced share of staged operations",
+            "Would-be refusals per second by tier and cause",
+            "Would-be refusals in range by quota",
+            "Capacity needed by refused operations, p50 / p99",
         ],
     ),
     (
@@ -481,7 +495,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 74), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 81), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

@@ -520,6 +520,11 @@ def loadgen(url: str, tenants: str, duration: float, concurrency: int, max_reque
         _fail(f"error: no answer from {url}", 1)
 
 
+from quotaql.cli.report import report as _report  # noqa: E402  (click is there: checked above)
+
+app.add_command(_report)  # quotaql report: the review before enforcing (issue 25)
+
+
 def main() -> None:
     """Run the ``quotaql`` command (the console-script entry point)."""
     app(prog_name="quotaql")

@@ -7,12 +7,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from quotaql.cost_analysis.analyzer import free_subscription_fields
+from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
     from quotaql.config import Config
     from quotaql.gate.record import OperationRecorder
 
-__all__ = ["configuration", "schema"]
+__all__ = ["configuration", "schema", "staged"]
 
 
 def configuration(
@@ -35,6 +36,32 @@ def configuration(
             " time; do not use it on a public API (docs/identity.md)",
             logging.WARNING,
         )
+
+    staged(record, config)
+
+
+def staged(record: OperationRecorder, config: Config) -> None:
+    """Say (once per tier and share) which tiers enforce only a share of their subjects, and
+    warn of a tier's own ``enforce_share`` that does nothing (its mode is not ``enforce``)."""
+    for tier in config.tiers.values():
+        share = config.enforce_share_of(tier)
+        if share >= 1.0:
+            continue
+        mode = tier.mode or config.limits.mode
+        if mode is Mode.ENFORCE:
+            record.say_once(
+                f"enforce_share:{tier.name}:{share!r}",
+                f"quotaql: tier {tier.name} enforces {share:.4g} of its subjects"
+                " (enforce_share); the others run in shadow, counted as"
+                ' quotaql_staged_total{enforced="false"} (docs/tuning.md)',
+                logging.INFO,
+            )
+        elif tier.enforce_share is not None:
+            record.say_once(
+                f"enforce_share_unused:{tier.name}",
+                f"quotaql: tier {tier.name} sets enforce_share = {share:.4g} but its mode"
+                f" is {mode}: only enforce tiers are staged, so it does nothing",
+            )
 
 
 def schema(record: OperationRecorder, config: Config, schema: Any) -> None:

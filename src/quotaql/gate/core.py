@@ -50,7 +50,7 @@ from quotaql.contract import (
     too_many_subscriptions_error,
 )
 from quotaql.cost_analysis._compile import graphql_schema
-from quotaql.gate import advice, charges, startup, worktime
+from quotaql.gate import advice, charges, staging, startup, worktime
 from quotaql.gate.answer import BatchAnswers, extensions
 from quotaql.gate.delay import DelayLine
 from quotaql.gate.documents import Documents
@@ -481,7 +481,7 @@ class Gate:
         tier = resolve_tier(config, self.tier_resolver, subject, context, self.log)
         sent = _cost_header(request)
         header = _known_header(sent)
-        op = Operation(subject, tier, tier.mode or config.limits.mode, header)
+        op = staging.operation(config, subject, tier, header)  # the mode: enforce_share
         op.time = charges.time_quota(config, tier) if op.mode is not Mode.OFF else None
         if sent is not None and header is None and op.mode is not Mode.OFF:
             self._refusals.bad_header(op, sent)
@@ -655,7 +655,7 @@ class Gate:
             if not decision.allowed and op.mode is not Mode.ENFORCE:
                 outcome = names.SHADOW_BLOCKED
             charged = op.charge if decision.allowed and decision.source != "fail_open" else 0.0
-            self.metrics.event(outcome, op.tier.name, charged)
+            self.metrics.event(outcome, op.tier.name, charged, op.staged)
         if decision.allowed:
             op.decided(decision)  # what the subscriber has left now
             return None

@@ -106,6 +106,9 @@ class Operation:
         time: the time quota its worker time is charged to (None: none, or mode ``off``).
         work: its worker time (:class:`~quotaql.gate.worktime.Work`): what was measured,
             and the phases open now.
+        staged: for a subject of an ``enforce`` tier whose ``enforce_share`` is below 1,
+            ``"enforced"`` (in the share) or ``"shadow"`` (outside it: ``mode`` is shadow
+            because of the share, :mod:`quotaql.gate.staging`); None otherwise.
     """
 
     __slots__ = (
@@ -143,6 +146,7 @@ class Operation:
         "sizes",
         "slot",
         "span",
+        "staged",
         "started",
         "status",
         "subject",
@@ -200,6 +204,7 @@ class Operation:
         self.waits: bool | str | None = None
         self.time: Quota | None = None
         self.work = Work()
+        self.staged: Literal["enforced", "shadow"] | None = None
         self.outcome = Outcome.VALIDATED if header == "validate" else Outcome.ALLOWED
 
     def decided(self, decision: Decision) -> None:

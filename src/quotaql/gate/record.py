@@ -83,6 +83,9 @@ class OperationRecorder:
                 metrics.refused_by(op.tier.name, limited_by)
             if op.sizes:
                 metrics.list_sizes(op.sizes, op.subject.key)
+            if op.staged is not None or outcome in _BUDGET_DECIDED:
+                tenant = (op.subject.key, self.names.name(op.subject))
+                metrics.rollout.operation(op.tier.name, op.staged, outcome, decision, tenant)
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {
@@ -120,6 +123,8 @@ class OperationRecorder:
                     attributes[names.ATTR_RETRY_AFTER] = decision.retry_after
             if lease is not None and lease.leases is not None:
                 attributes[names.ATTR_IN_FLIGHT] = lease.in_flight
+            if op.staged is not None:  # enforce_share: in the enforced share, or shadow
+                attributes[names.ATTR_STAGED] = op.staged
             span.set_attributes(attributes)
         return span
 
@@ -142,6 +147,10 @@ class OperationRecorder:
         fields["identity"] = subject.source
         tier = fields["tier"] = op.tier.name
         verb = _VERBS.get(event, event.replace("_", " "))
+        if op.staged is not None:
+            fields[names.STAGED_LOG_FIELD] = op.staged
+            if op.staged == "shadow" and event == names.SHADOW_BLOCKED:
+                verb = _SHADOW_BY_SHARE
         self.log.emit(logging.INFO, event, suppressed, "%s", f"quotaql: {verb} {line[0]} of tenant"
                       f" {tenant} (tier {tier}){line[1]}", **fields)  # fmt: skip
 
@@ -198,6 +207,8 @@ def _limited_by(op: Operation) -> str | None:
 
 
 _BUDGET_REFUSED = frozenset({names.BLOCKED, names.DENIED})
+# What the budget decided, refused or would have: the rollout's series (a capacity it needed).
+_BUDGET_DECIDED = frozenset({names.BLOCKED, names.SHADOW_BLOCKED})
 
 
 # What each event's line says was done to the operation.
@@ -213,6 +224,8 @@ _VERBS = {
     names.DELAYED: "delayed",
     names.DELAY_CANCELLED: "gave back the debit of",
 }
+# A subject outside its enforce tier's enforce_share: shadow because of the share, not a mode.
+_SHADOW_BY_SHARE = "shadow by enforce_share would have blocked"
 _NAME_LIMIT = 100  # the characters of an operation name a line shows
 
 

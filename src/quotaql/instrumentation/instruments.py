@@ -4,7 +4,7 @@ one loop. The names and labels are :mod:`quotaql.instrumentation.names`'."""
 
 from __future__ import annotations
 
-from typing import Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 from quotaql.instrumentation.names import (
     ADAPTIVE_CULPRITS,
@@ -13,6 +13,7 @@ from quotaql.instrumentation.names import (
     ADAPTIVE_TRANSITIONS_TOTAL,
     BACKEND_ERRORS_TOTAL,
     BUILD_INFO,
+    CAPACITY_RATIO_BUCKETS,
     CHECK_DURATION,
     CHECK_DURATION_BUCKETS,
     CIRCUIT_OPEN,
@@ -33,10 +34,12 @@ from quotaql.instrumentation.names import (
     INCREMENTAL_PAYLOADS_TOTAL,
     KEY_LOOKUPS_TOTAL,
     LABEL_BACKEND,
+    LABEL_CAUSE,
     LABEL_CODE,
     LABEL_COORDINATE,
     LABEL_DECISION,
     LABEL_DIGEST,
+    LABEL_ENFORCED,
     LABEL_ERROR_TYPE,
     LABEL_OPERATION_NAME,
     LABEL_OPERATION_TYPE,
@@ -78,18 +81,26 @@ from quotaql.instrumentation.names import (
     REDIS_EVICTION,
     REFUND_QUEUE,
     REFUNDS_TOTAL,
+    REFUSAL_CAPACITY_RATIO,
     REJECTIONS_TOTAL,
     REQUESTS_TOTAL,
     ROOT_FIELD_COST_TOTAL,
     ROOT_FIELD_REQUESTS_TOTAL,
     ROOT_FIELD_TIME,
+    STAGED_EVENTS_TOTAL,
+    STAGED_TOTAL,
     SUBSCRIPTION_EVENTS_TOTAL,
     SUBSCRIPTIONS_OPEN,
     TENANT_REQUESTS_TOTAL,
     TENANT_UTILISATION,
     TIME_BUCKETS,
     TIME_SECONDS_TOTAL,
+    WOULD_REFUSE_COST_TOTAL,
+    WOULD_REFUSE_TOTAL,
 )
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Gauge, Histogram
 
 # -- the instruments -------------------------------------------------------------------------
 
@@ -460,6 +471,42 @@ ROUTE_INSTRUMENTS: Final = (
 """The instruments of this section, built after ``INSTRUMENTS`` (``EVERY_INSTRUMENT``)."""
 
 
+_STAGED: Final = (LABEL_TIER, LABEL_ENFORCED, LABEL_DECISION)
+
+ROLLOUT_INSTRUMENTS: Final = (
+    Instrument(
+        "staged_total", "counter", STAGED_TOTAL,
+        "Operations of enforce tiers whose enforce_share is below 1, by whether the subject"
+        " is in the enforced share, and by decision.",
+        _STAGED,
+    ),
+    Instrument(
+        "staged_events_total", "counter", STAGED_EVENTS_TOTAL,
+        "Subscription events after the first of those operations, by whether the subject is"
+        " in the enforced share, and by decision.",
+        _STAGED,
+    ),
+    Instrument(
+        "would_refuse_total", "counter", WOULD_REFUSE_TOTAL,
+        "Operations the budget refused that shadow mode let run, by the quota that refused"
+        " them and why they ran (the tier's mode, or enforce_share).",
+        (LABEL_TIER, LABEL_TENANT, LABEL_QUOTA, LABEL_CAUSE),
+    ),
+    Instrument(
+        "would_refuse_cost_total", "counter", WOULD_REFUSE_COST_TOTAL,
+        "Cost points those operations asked of the quota that refused them.",
+        (LABEL_TIER, LABEL_TENANT, LABEL_QUOTA),
+    ),
+    Instrument(
+        "refusal_capacity_ratio", "histogram", REFUSAL_CAPACITY_RATIO,
+        "Per operation the budget refused (or would have), the capacity its quota would have"
+        " needed for it to fit, over the capacity it has.",
+        (LABEL_TIER, LABEL_DECISION), CAPACITY_RATIO_BUCKETS,
+    ),
+)  # fmt: skip
+"""Staged enforcement and the rollout review (``quotaql report``; issue 25)."""
+
+
 # -- @defer and @stream (issue 25) ------------------------------------------------------------
 
 INCREMENTAL_INSTRUMENTS: Final = (
@@ -477,4 +524,75 @@ INCREMENTAL_INSTRUMENTS: Final = (
 )  # fmt: skip
 """The ``@defer`` / ``@stream`` instruments (``quotaql.instrumentation.incremental``)."""
 
-EVERY_INSTRUMENT: Final = (*INSTRUMENTS, *ROUTE_INSTRUMENTS, *INCREMENTAL_INSTRUMENTS)
+EVERY_INSTRUMENT: Final = (
+    *INSTRUMENTS,
+    *ROUTE_INSTRUMENTS,
+    *ROLLOUT_INSTRUMENTS,
+    *INCREMENTAL_INSTRUMENTS,
+)
+
+
+class Instruments:
+    """The instruments of :class:`~quotaql.instrumentation.metrics.PrometheusMetrics`: one
+    attribute per row of ``EVERY_INSTRUMENT`` (its ``attribute``), set by one loop."""
+
+    requests: Counter
+    query_cost: Histogram
+    actual_cost: Histogram
+    depth: Histogram
+    cost_points: Counter
+    overage_total: Counter
+    time_seconds: Counter
+    operation_time: Histogram
+    quota_refusals: Counter
+    check_duration: Histogram
+    backend_errors: Counter
+    circuit_open: Gauge
+    tenant_requests: Counter
+    identity: Counter
+    overflow: Counter
+    key_lookups: Counter
+    rejections: Counter
+    subscription_events: Counter
+    subscriptions_open: Gauge
+    pressure: Gauge
+    adaptive_multiplier: Gauge
+    adaptive_engaged: Gauge
+    adaptive_transitions_total: Counter
+    pressure_ignored_total: Counter
+    adaptive_culprits: Gauge
+    in_flight_gauge: Gauge
+    delay_seconds: Histogram
+    delayed_waiting: Gauge
+    delay_refused_total: Counter
+    delay_cancelled_total: Counter
+    leases_total: Counter
+    refunds_total: Counter
+    refund_queue: Gauge
+    pipeline_commands: Counter
+    pipeline_batches: Counter
+    redis_eviction: Gauge
+    build_info: Gauge
+    estimate_ratio: Histogram
+    list_returned: Histogram
+    list_operation_max: Histogram
+    list_assumed: Gauge
+    list_max_returned: Gauge
+    list_sliced_ratio: Histogram
+    list_subject_max: Histogram
+    root_field_requests: Counter
+    root_field_cost: Counter
+    root_field_time: Histogram
+    operation_name_requests: Counter
+    operation_name_cost: Counter
+    operation_name_time: Histogram
+    tenant_utilisation: Gauge
+    config_generation: Gauge
+    config_info: Gauge
+    staged_total: Counter
+    staged_events_total: Counter
+    would_refuse_total: Counter
+    would_refuse_cost_total: Counter
+    refusal_capacity_ratio: Histogram
+    incremental_payloads: Counter  # @defer / @stream (issue 25)
+    incremental_operations: Counter

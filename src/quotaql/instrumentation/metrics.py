@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import instruments, names
 from quotaql.instrumentation.incremental import Incremental
+from quotaql.instrumentation.rollout import Rollout
 from quotaql.instrumentation.routes import Routes
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
@@ -75,7 +76,7 @@ def _quotaql_version() -> str:
         return "unknown"
 
 
-class PrometheusMetrics:
+class PrometheusMetrics(instruments.Instruments):
     """The metrics of DESIGN.md §5 on ``registry`` (prometheus-client's global one by default).
 
     Example:
@@ -101,63 +102,6 @@ class PrometheusMetrics:
         utilisation_window: seconds of the window of ``quotaql_tenant_utilisation``
             (``names.UTILISATION_WINDOW``; tests shorten it).
     """
-
-    # The instruments: one attribute per row of instruments.INSTRUMENTS (set by one loop).
-    requests: Counter
-    query_cost: Histogram
-    actual_cost: Histogram
-    depth: Histogram
-    cost_points: Counter
-    overage_total: Counter
-    time_seconds: Counter
-    operation_time: Histogram
-    quota_refusals: Counter
-    check_duration: Histogram
-    backend_errors: Counter
-    circuit_open: Gauge
-    tenant_requests: Counter
-    identity: Counter
-    overflow: Counter
-    key_lookups: Counter
-    rejections: Counter
-    subscription_events: Counter
-    subscriptions_open: Gauge
-    pressure: Gauge
-    adaptive_multiplier: Gauge
-    adaptive_engaged: Gauge
-    adaptive_transitions_total: Counter
-    pressure_ignored_total: Counter
-    adaptive_culprits: Gauge
-    in_flight_gauge: Gauge
-    delay_seconds: Histogram
-    delayed_waiting: Gauge
-    delay_refused_total: Counter
-    delay_cancelled_total: Counter
-    leases_total: Counter
-    refunds_total: Counter
-    refund_queue: Gauge
-    pipeline_commands: Counter
-    pipeline_batches: Counter
-    redis_eviction: Gauge
-    build_info: Gauge
-    estimate_ratio: Histogram
-    list_returned: Histogram
-    list_operation_max: Histogram
-    list_assumed: Gauge
-    list_max_returned: Gauge
-    list_sliced_ratio: Histogram
-    list_subject_max: Histogram
-    root_field_requests: Counter
-    root_field_cost: Counter
-    root_field_time: Histogram
-    operation_name_requests: Counter
-    operation_name_cost: Counter
-    operation_name_time: Histogram
-    tenant_utilisation: Gauge
-    config_generation: Gauge
-    config_info: Gauge
-    incremental_payloads: Counter  # @defer / @stream (issue 25)
-    incremental_operations: Counter
 
     def __init__(
         self,
@@ -230,6 +174,7 @@ class PrometheusMetrics:
         # internals, checked on each child: see _adds_in_bulk); False: observe() each list.
         self._bulk = True
         self.routes = Routes(self, top_operations, utilisation_window)
+        self.rollout = Rollout(self)  # staged enforcement, would-be refusals (issue 25)
         self.incremental = Incremental(self)  # @defer / @stream
         self._register(registry)
 
@@ -514,9 +459,10 @@ class PrometheusMetrics:
             code = names.OTHER_CODE
         self._child(self.rejections, code).inc()
 
-    def event(self, decision: str, tier: str, charged: float) -> None:
+    def event(self, decision: str, tier: str, charged: float, staged: str | None = None) -> None:
         """Count one subscription event after the first, and the points it was charged."""
         self._child(self.subscription_events, decision, tier).inc()
+        self.rollout.event(tier, staged, decision)  # enforce_share's place, if staged
         if charged:
             self._child(self.cost_points, tier, names.CHARGED).inc(charged)
 

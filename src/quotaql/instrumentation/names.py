@@ -523,6 +523,51 @@ MAX_OPERATION_NAME: Final = 64
 
 """Every metric quotaql exports, in the order a scrape lists them."""
 
+# -- staged enforcement and the rollout review (issue 25) --------------------------------------
+# (docs/tuning.md "Staged enforcement: a small segment first", ``quotaql report``): every label
+# bounded by the configuration (tiers, quotas) or by a fixed set (decisions, causes).
+
+STAGED_TOTAL: Final = "quotaql_staged_total"
+"""Counter: operations of ``enforce`` tiers whose ``enforce_share`` is below 1, by ``tier``,
+``enforced`` (``"true"``: the subject is in the enforced share; ``"false"``: it runs in shadow
+because of the share) and ``decision``."""
+STAGED_EVENTS_TOTAL: Final = "quotaql_staged_events_total"
+"""Counter: subscription events after the first of those operations, by ``tier``,
+``enforced`` and ``decision``."""
+WOULD_REFUSE_TOTAL: Final = "quotaql_would_refuse_total"
+"""Counter: operations the budget refused that shadow mode let run, by ``tier``, ``tenant``
+(as ``quotaql_tenant_requests_total`` labels it: allowlisted, named or top-N, else ``other``),
+the ``quota`` that refused them and ``cause`` (``ROLLOUT_CAUSES``: shadow because of the
+tier's ``mode``, or because of ``enforce_share``)."""
+WOULD_REFUSE_COST_TOTAL: Final = "quotaql_would_refuse_cost_total"
+"""Counter: the points those operations asked of the quota that refused them (the cost they
+would have needed), by ``tier``, ``tenant`` and ``quota``."""
+REFUSAL_CAPACITY_RATIO: Final = "quotaql_refusal_capacity_ratio"
+"""Histogram: for each operation the budget refused (``blocked``) or would have
+(``shadow_blocked``), by ``tier`` and ``decision``, the capacity the refusing quota would have
+needed for it to fit at its decision time over the capacity it has: (capacity + cost -
+remaining) / capacity (``CAPACITY_RATIO_BUCKETS``; ``quotaql report`` reads what capacity
+would have let 99 % of a tier's operations through)."""
+LABEL_ENFORCED: Final = "enforced"
+"""``"true"`` or ``"false"``: whether a staged subject is in its tier's enforced share."""
+LABEL_CAUSE: Final = "cause"
+"""Why an operation the budget refused ran (``ROLLOUT_CAUSES``)."""
+CAUSE_MODE: Final = "mode"
+"""Its tier's ``mode`` (or ``[limits] mode``) is ``shadow``."""
+CAUSE_SHARE: Final = "share"
+"""Its tier is enforced, but its subject is outside the tier's ``enforce_share``."""
+ROLLOUT_CAUSES: Final = (CAUSE_MODE, CAUSE_SHARE)
+CAPACITY_RATIO_BUCKETS: Final = (
+    1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 100.0,
+)  # fmt: skip
+"""The buckets of ``quotaql_refusal_capacity_ratio``: from "a little more" to a hundred times
+the capacity (beyond: ``+Inf``, no capacity to speak of)."""
+ATTR_STAGED: Final = "quotaql.staged"
+"""``enforced`` or ``shadow``: where the subject of an ``enforce`` tier whose ``enforce_share``
+is below 1 stands (set only then)."""
+STAGED_LOG_FIELD: Final = "staged"
+"""The log field (``enforced``, ``shadow``) on the lines of those operations."""
+
 # -- @defer and @stream (issue 25) ------------------------------------------------------------
 # (docs/strawberry.md "@defer and @stream"): an operation delivered in payloads, priced whole,
 # settled once.

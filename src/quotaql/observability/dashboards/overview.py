@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from quotaql.instrumentation import names
-from quotaql.observability.dashboards import routes, shared
+from quotaql.observability.dashboards import rollout, routes, shared
 from quotaql.observability.dashboards.board import (
     OVERVIEW_UID,
     TENANT_UID,
@@ -562,6 +562,7 @@ ROWS: Final = (
     routes.ALERTS,
     ADAPTIVE,
     IDENTITY,
+    rollout.ROLLOUT,
     COST,
     REJECTIONS,
     routes.ROOT_FIELDS,
@@ -579,14 +580,15 @@ ROWS: Final = (
 
 
 def overview_dashboard() -> dict[str, Any]:
-    """The quotaql overview: decisions, adaptive limits, identity, cost, rejections, tuning,
-    subscriptions, concurrency limits, delays, check latency, storage backend and top
+    """The quotaql overview: decisions, adaptive limits, identity, rollout, cost, rejections,
+    tuning, subscriptions, concurrency limits, delays, check latency, storage backend and top
     tenants."""
     return assemble(
         OVERVIEW_UID,
         "quotaql / Overview",
         "Cost-based rate limiting: decisions, the quotaql alerts, adaptive limits, identity, "
-        "cost, rejections (by code), cost by root field and by operation name, tuning "
+        "the rollout (staged enforcement, would-be refusals), cost, rejections (by code), "
+        "cost by root field and by operation name, tuning "
         "(estimates against actual list sizes), subscriptions, concurrency limits, delays, "
         "check latency, storage backend (errors, breaker, deferred refunds, pipeline), "
         "the configuration each worker runs, tenants.",
