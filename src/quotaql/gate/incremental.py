@@ -7,10 +7,11 @@ adapter's hooks returned. The operation was priced and debited whole before it r
 deferred fragment and a streamed list count fully, ``initialCount`` or not: the analyzer
 knows neither directive). :func:`follow` follows the stream from there:
 
-- each payload, as it is handed to the server, is counted (``quotaql_incremental_payloads_
-  total``, a span event) and merged into the operation's data, as the client assembles it;
-- once the last payload is handed over, the operation is settled from all its data, as if it
-  had run in one piece (refund, or overage with ``charge_overage``; the last payload carries
+- each payload, as it is handed to the server, is counted (a span event, and
+  ``quotaql_incremental_payloads_total``) and merged into the operation's data, as the
+  client assembles it;
+- once the last payload is built, the operation is settled from all its data, as if it had
+  run in one piece (refund, or overage with ``charge_overage``; that payload carries
   ``extensions.cost``), then recorded, its lease and time released;
 - when the stream closes before its last payload (the client left: the server closed or
   cancelled the response, or dropped it unread), the operation is settled then, once, and
@@ -19,8 +20,9 @@ knows neither directive). :func:`follow` follows the stream from there:
 
 graphql-core's stream is a generator the server iterates: it cannot be replaced under the
 server, so its parts are followed where graphql-core 3.3 builds each payload (its
-publisher) and where it ends (its executor's ``async_work_finished`` hook, and the
-generator's collection when it was never started). A graphql-core whose stream is built
+publisher, found in the generator's frame before it starts) and where it ends (its
+executor's ``async_work_finished`` hook, and the generator's collection when it was never
+started). A graphql-core whose stream is built
 otherwise is not followed: the operation keeps its whole debit, as before, and
 ``quotaql_incremental_operations_total{outcome="unfollowed"}`` counts it.
 """

@@ -219,13 +219,14 @@ def test_a_deferred_payload_abandoned_mid_stream_is_settled_once_and_frees_its_l
     given back: leaving just before delivery must not buy free work), counted as abandoned,
     and its concurrency lease (max_in_flight = 1) is free for the next request at once."""
     registry = CollectorRegistry()
+    client = redis_server.client()
     limiter = CostLimiter.from_config(
         config_path,
-        storage=RedisStorage(redis_server.client(), timeout=1.0),
+        storage=RedisStorage(client, timeout=1.0),  # a sync storage, on the server's loop
         metrics=PrometheusMetrics(registry),
     )
     abandoned = {"tier": "pro", "outcome": names.INCREMENTAL_ABANDONED}
-    with UvicornServer(make_app(limiter)) as server:
+    with client, UvicornServer(make_app(limiter)) as server:
         before = left(limiter, redis_server)
         pauses["review"] = 5.0  # the deferred fragments take their time
         with (
