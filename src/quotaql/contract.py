@@ -35,6 +35,7 @@ __all__ = [
     "capacity_warning",
     "cost_extension",
     "graphql_error",
+    "quota_warning",
     "rate_limit_error",
     "rate_limit_headers",
     "status_for",
@@ -234,6 +235,39 @@ def capacity_warning(quota: str, cost: float, limit: float) -> dict[str, Any]:
         "quota": quota,
         "cost": numbers.points(cost),
         "limit": numbers.points(limit),
+    }
+
+
+def quota_warning(
+    quota: str,
+    remaining: int | float,
+    capacity: float,
+    rate: int | float,
+    enforced: bool,
+) -> dict[str, Any]:
+    """``extensions.cost.warning``: what is left of quota ``quota`` fell below the tier's
+    ``warn_at`` threshold; ``rate`` is the points a second at which the subject's budget
+    holds (what the quota refills), ``remaining`` and ``rate`` rounded down as clients see
+    them (:mod:`quotaql.policy.numbers`). ``enforced``: False in shadow mode, where nothing
+    is refused yet (the message says "would").
+
+    Example:
+        >>> quota_warning("tenant", 150, 1000.0, 50, True)["message"]
+        'Only 150 of your 1000 points remain; spend at most 50 points a second (what the budget refills) or operations will be refused once it runs out.'
+    """  # noqa: E501
+    whose = "your" if quota == "tenant" else f"the '{quota}'"
+    will = "will be refused" if enforced else "would be refused (shadow mode: nothing is yet)"
+    return {
+        "quota": quota,
+        "remaining": remaining,
+        "capacity": numbers.points(capacity),
+        "sustainableRate": rate,
+        "enforced": enforced,
+        "message": (
+            f"Only {remaining} of {whose} {_points(capacity)} points remain; spend at most"
+            f" {rate} points a second (what the budget refills) or operations {will} once it"
+            " runs out."
+        ),
     }
 
 

@@ -52,6 +52,7 @@ METRICS = {
     names.TIME_SECONDS_TOTAL,
     names.OPERATION_TIME,
     names.QUOTA_REFUSALS_TOTAL,
+    names.QUOTA_WARNINGS_TOTAL,
     names.CHECK_DURATION,
     names.BACKEND_ERRORS_TOTAL,
     names.CIRCUIT_OPEN,
@@ -97,6 +98,7 @@ METRICS = {
     names.STAGED_EVENTS_TOTAL,
     names.WOULD_REFUSE_TOTAL,
     names.REFUSAL_CAPACITY_RATIO,
+    names.ROOT_FIELDS_SKIPPED_TOTAL,
 }
 
 OVERVIEW_ROWS = [
@@ -105,6 +107,14 @@ OVERVIEW_ROWS = [
         ["Decisions per second", "Blocked ratio", "Fail-open / fail-closed decisions"],
     ),
     ("Alerts", ["quotaql alerts"]),
+    (
+        "Warnings before the wall",
+        [
+            "Quota warnings per second by quota",
+            "Warnings and budget refusals per second by tier",
+            "Warned quotas in range",
+        ],
+    ),
     (
         "Adaptive",
         [
@@ -153,6 +163,7 @@ OVERVIEW_ROWS = [
             "Refused per second by root field",
             "Worker time p99 by root field",
             "Points per operation by root field",
+            "Root fields skipped per second (partial answers)",
         ],
     ),
     (
@@ -495,7 +506,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 81), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 86), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:
@@ -576,6 +587,29 @@ def test_overage_panel(dashboards: dict[str, dict[str, Any]]) -> None:
     )
     assert target["legendFormat"] == "{{tier}}"
     assert "charge_overage" in panel["description"]
+
+
+def test_warning_panels_sit_next_to_the_refusals(dashboards: dict[str, dict[str, Any]]) -> None:
+    overview = dashboards["overview"]
+    matchers = '{job=~"$job", tier=~"$tier"}'
+    by_quota = _panel(overview, "Quota warnings per second by quota")
+    assert [t["expr"] for t in by_quota["targets"]] == [
+        f"sum by (quota) (rate({names.QUOTA_WARNINGS_TOTAL}{matchers}[$__rate_interval]))"
+    ]
+    assert "warn_at" in by_quota["description"]
+    against = _panel(overview, "Warnings and budget refusals per second by tier")
+    assert [(t["expr"], t["legendFormat"]) for t in against["targets"]] == [
+        (f"sum by (tier) (rate({metric}{matchers}[$__rate_interval]))", f"{legend} {{{{tier}}}}")
+        for metric, legend in (
+            (names.QUOTA_WARNINGS_TOTAL, "warned"),
+            (names.QUOTA_REFUSALS_TOTAL, "refused"),
+        )
+    ]
+    (in_range,) = _panel(overview, "Warned quotas in range")["targets"]
+    assert names.QUOTA_WARNINGS_TOTAL in in_range["expr"]
+    # Near the refusals: right under the overview's decisions and the alerts.
+    titles = [title for title, _ in _rows(overview)]
+    assert titles.index("Warnings before the wall") == titles.index("Alerts") + 1
 
 
 def test_worker_time_panels(dashboards: dict[str, dict[str, Any]]) -> None:

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
     from tests.support.servers import RedisServer
 
 QUOTAQL = [sys.executable, "-m", "quotaql.cli"]
-SUMMARY = re.compile(r"^(demo-[a-z]+): (\d+) requests, (\d+) allowed, (\d+) blocked", re.MULTILINE)
+SUMMARY = re.compile(
+    r"^(demo-[a-z]+): (\d+) requests, (\d+) allowed, (\d+) blocked, (\d+) warned", re.MULTILINE
+)
 
 
-def run_demo(*args: str) -> dict[str, tuple[int, int, int]]:
+def run_demo(*args: str) -> dict[str, tuple[int, int, int, int]]:
     done = subprocess.run(
         [*QUOTAQL, "demo", "--no-serve", "--duration", "5", "--port", "0", *args],
         capture_output=True,
@@ -32,19 +34,25 @@ def run_demo(*args: str) -> dict[str, tuple[int, int, int]]:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    found = {name: (int(r), int(a), int(b)) for name, r, a, b in SUMMARY.findall(done.stdout)}
+    found = {
+        name: (int(r), int(a), int(b), int(w)) for name, r, a, b, w in SUMMARY.findall(done.stdout)
+    }
     assert set(found) == {"demo-polite", "demo-integration", "demo-scraper"}, done.stdout
     assert "Traceback" not in done.stdout + done.stderr
     return found
 
 
-def check_story(found: dict[str, tuple[int, int, int]]) -> None:
+def check_story(found: dict[str, tuple[int, int, int, int]]) -> None:
     polite, scraper = found["demo-polite"], found["demo-scraper"]
     assert polite[0] >= 5
     assert polite[2] == 0  # the polite free user is never blocked
+    assert polite[3] == 0  # nor warned: it stays far above a fifth of its budget
     assert scraper[2] >= 1  # the scraper is
     assert scraper[1] < scraper[0] / 2  # most of its requests are refused
-    assert sum(found["demo-integration"][1:]) == found["demo-integration"][0]
+    # Each scrape that runs (280 of 300) leaves it below a fifth: warned before the wall.
+    assert scraper[3] >= 1
+    assert scraper[3] <= scraper[1]  # only an answer that ran warns
+    assert sum(found["demo-integration"][1:3]) == found["demo-integration"][0]
 
 
 def test_demo_on_memory() -> None:
@@ -82,6 +90,8 @@ def test_demo_keeps_serving_and_shows_a_429() -> None:
             response = httpx.post(f"{url}/graphql", json={"query": SCRAPE}, headers=headers)
             statuses.append(response.status_code)
         assert statuses == [200, 429]
+        assert response.headers["X-Cost-Estimated"] == "280"  # cost_headers: the estimate
+        assert "X-Cost-Actual" not in response.headers  # a refusal ran nothing
         assert int(response.headers["Retry-After"]) >= 1
         assert response.headers["RateLimit-Policy"].startswith('"tenant";q=300')
         # /metrics (what a default Prometheus job scrapes) and /metrics/ both serve the
@@ -105,3 +115,23 @@ def test_demo_keeps_serving_and_shows_a_429() -> None:
         if process.stdout is not None:
             process.stdout.close()
     assert process.returncode == 0
+
+
+def test_loadgen_counts_the_warned_answers_apart() -> None:
+    from rich.console import Console
+
+    from quotaql.demo.loadgen import run_load
+    from quotaql.demo.shop import create_app
+    from tests.support.app_servers import UvicornServer
+
+    console = Console(record=True, width=120)
+    with UvicornServer(create_app()) as server:
+        result = run_load(
+            server.url, ["demo-integration"], duration=10, concurrency=1, max_requests=18,
+            console=console,
+        )  # fmt: skip
+    assert result.requests == 18
+    # Its third export (30 points each, 90 of the ExportOrders quota's 100, refilled 2 a
+    # second) leaves less than a fifth of that quota: its answer warns.
+    assert 1 <= result.warned["demo-integration"] <= result.statuses["demo-integration"][200]
+    assert "warned" in console.export_text()

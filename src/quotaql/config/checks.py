@@ -9,7 +9,7 @@ import math
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 from quotaql.config.document import describe_value
-from quotaql.config.values import HEADER_NAME
+from quotaql.config.values import HEADER_NAME, RESERVED_HEADER_NAMES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -190,6 +190,13 @@ def header_names(doc: Document, path: KeyPath, value: object) -> dict[str, str]:
             raise doc.error(
                 (*path, key),
                 f"expected a header name (letters, digits and -), got {describe_value(name)}",
+            )
+        if name.lower() in RESERVED_HEADER_NAMES:
+            raise doc.error(
+                (*path, key),
+                f"{name!r} is a header quotaql or HTTP itself sets (quotaql replaces or"
+                " removes the cost headers on every response): name one of your own,"
+                " such as X-Cost-Estimated",
             )
         names[key] = name
     for key in value:

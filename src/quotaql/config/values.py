@@ -77,6 +77,15 @@ TIME_MS_PER_POINT: Final = 20.0
 
 #: A response header's name (an RFC 9110 token, as quotaql writes them: letters, digits, -).
 HEADER_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,63}")
+#: The response headers ``cost_header_names`` may not take (lower case): quotaql's own
+#: rate-limit headers, and those that frame or route a response (quotaql replaces or removes
+#: the cost headers on every response: a ``Content-Length`` of its own would break them).
+RESERVED_HEADER_NAMES: Final = frozenset({
+    "ratelimit", "ratelimit-policy", "retry-after", "x-ratelimit-limit",
+    "x-ratelimit-remaining", "x-ratelimit-reset", "content-length", "content-type",
+    "content-encoding", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
+    "trailer", "set-cookie", "location", "date", "server", "host", "vary", "cache-control",
+})  # fmt: skip
 
 
 def time_quota(capacity_ms: float, refill_ms_per_second: float) -> Quota:
@@ -280,11 +289,14 @@ class LimitsConfig:
         _check_warn_at(self.warn_at)
         names = dict(self.cost_header_names)
         if set(names) != {"estimated", "actual"} or not all(
-            isinstance(name, str) and HEADER_NAME.fullmatch(name) for name in names.values()
+            isinstance(name, str)
+            and HEADER_NAME.fullmatch(name)
+            and name.lower() not in RESERVED_HEADER_NAMES
+            for name in names.values()
         ):
             raise ConfigError(
                 "cost_header_names must name two headers, estimated and actual (letters,"
-                f" digits and -), got {names!r}"
+                f" digits and -; none that quotaql or HTTP owns), got {names!r}"
             )
         object.__setattr__(self, "cost_header_names", MappingProxyType(names))
         ttl = self.lease_ttl

@@ -1,8 +1,9 @@
 """``quotaql loadgen``: steady GraphQL traffic from several tenants, bounded in time and count.
 
 Each tenant sends the demo shop's queries in turn (cheap reads, nested reads, an export)
-from ``concurrency`` workers; every answer is counted by status. It stops at ``duration``
-seconds or ``max_requests`` requests, whichever comes first.
+from ``concurrency`` workers; every answer is counted by status, and those that warned
+(``warn_at``: a budget below its threshold) apart. It stops at ``duration`` seconds or
+``max_requests`` requests, whichever comes first.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class LoadResult:
 
     statuses: dict[str, Counter[int]] = field(default_factory=dict)
     seconds: float = 0.0
+    warned: Counter[str] = field(default_factory=Counter)
+    """Answers per tenant that warned (``warn_at``: the ``quotaql-warn`` parameter of their
+    ``RateLimit`` header): a budget below its threshold, before the wall."""
 
     @property
     def requests(self) -> int:
@@ -55,6 +59,8 @@ async def _worker(
                 "/graphql", json={"query": query}, headers={"X-API-Key": tenant}
             )
             counts[response.status_code] += 1
+            if "quotaql-warn" in response.headers.get("RateLimit", ""):
+                result.warned[tenant] += 1
         except httpx.HTTPError:
             counts[0] += 1
             await asyncio.sleep(0.1)
@@ -115,7 +121,9 @@ def run_load(
     table.add_column("tenant")
     for code in codes:
         table.add_column(str(code) if code else "no answer", justify="right")
+    table.add_column("warned", justify="right")
     for tenant, counts in result.statuses.items():
-        table.add_row(tenant, *(f"{counts.get(code, 0):,}" for code in codes))
+        warned = f"{result.warned[tenant]:,}"
+        table.add_row(tenant, *(f"{counts.get(code, 0):,}" for code in codes), warned)
     console.print(table)
     return result

@@ -4,7 +4,9 @@
 - ``demo-integration`` (pro tier) sends bursts of catalogue reads and order exports; the
   exports have their own small quota (``[tiers.pro.operations]``).
 - ``demo-scraper`` (free tier) sends expensive nested queries as fast as it can: the budget
-  lets one through now and then and refuses the rest with 429.
+  lets one through now and then and refuses the rest with 429. Each one that runs leaves it
+  below a fifth of its budget: its answer warns first (``warn_at``, ``extensions.cost.warning``
+  and the ``quotaql-warn`` parameter of its ``RateLimit`` header), the "warned" column.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class TenantStats:
     requests: int = 0
     allowed: int = 0
     blocked: int = 0
+    warned: int = 0  # answers that warned: a quota below warn_at's threshold
     charged: float = 0.0
     remaining: float | None = None
     limit: float | None = None
@@ -58,8 +61,10 @@ class TenantStats:
             self.blocked += 1
         else:
             self.allowed += 1
-            cost = ((body.get("extensions") or {}).get("cost") or {}).get("actualQueryCost")
-            self.charged += float(cost or 0)
+            cost = (body.get("extensions") or {}).get("cost") or {}
+            self.charged += float(cost.get("actualQueryCost") or 0)
+            if cost.get("warning") or "quotaql-warn" in response.headers.get("RateLimit", ""):
+                self.warned += 1
         remaining = response.headers.get("X-RateLimit-Remaining")
         limit = response.headers.get("X-RateLimit-Limit")
         if remaining is not None and limit is not None:
@@ -192,8 +197,8 @@ class Demo:
 
     def _table(self) -> Table:
         table = Table(title="quotaql demo: cost-based rate limiting, per tenant")
-        for column in ("tenant", "tier", "requests", "allowed", "blocked"):
-            table.add_column(column, justify="right" if column[0] in "rab" else "left")
+        for column in ("tenant", "tier", "requests", "allowed", "blocked", "warned"):
+            table.add_column(column, justify="right" if column[0] in "rabw" else "left")
         table.add_column("cost charged", justify="right")
         table.add_column("budget left (last answer)", justify="right")
         for stats in self.tenants.values():
@@ -208,6 +213,7 @@ class Demo:
                 f"{stats.requests:,}",
                 f"[green]{stats.allowed:,}[/]",
                 f"[red]{stats.blocked:,}[/]" if stats.blocked else "0",
+                f"[yellow]{stats.warned:,}[/]" if stats.warned else "0",
                 f"{stats.charged:,.0f}",
                 left,
             )
@@ -221,7 +227,8 @@ class Demo:
         for stats in self.tenants.values():
             self.console.print(
                 f"{stats.name}: {stats.requests} requests, {stats.allowed} allowed,"
-                f" {stats.blocked} blocked, {stats.charged:.0f} points charged"
+                f" {stats.blocked} blocked, {stats.warned} warned, {stats.charged:.0f} points"
+                " charged"
             )
 
     def _instructions(self) -> None:

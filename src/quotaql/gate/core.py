@@ -68,6 +68,7 @@ from quotaql.gate.refusals import Refusals
 from quotaql.gate.reload import Reloader, check_config
 from quotaql.gate.scaling import Scaling
 from quotaql.gate.settle import settling
+from quotaql.gate.skipping import Skipping, unskipped
 from quotaql.gate.tiers import TierResolver, resolve_tier
 from quotaql.identity import Identity, Subject
 from quotaql.instrumentation import names
@@ -208,6 +209,7 @@ class Gate:
         self._documents = Documents(self._refusals, self._log)
         self._holdings = Holdings(self._concurrency, self._record, self._refusals.refuse)
         self._responses = BatchAnswers()
+        self._skipping = Skipping(self._record)  # partial answers (on_field_limit = "skip")
         self._configured(self._config)
         startup.check(self.storage, metrics)  # an evicting Redis: no start
 
@@ -265,8 +267,7 @@ class Gate:
         by the static pass. The errors: ``GRAPHQL_PARSE_FAILED``, ``QUERY_TOO_LARGE``
         (``max_tokens``, ``max_length``), ``QUERY_TOO_DEEP``, ``TOO_MANY_ALIASES``,
         ``TOO_MANY_FIELDS``, ``TOO_MANY_DIRECTIVES``, ``TOO_MANY_ROOT_FIELDS``, and
-        graphql-core's validation errors. :meth:`admit` charges ``[limits] min_charge``
-        for them.
+        graphql-core's validation errors (:meth:`admit` charges ``[limits] min_charge``).
         """
         return self._documents.parse(self._config, schema, query, rules, op)
 
@@ -338,8 +339,7 @@ class Gate:
 
     def fail(self, op: Operation, errors: Sequence[GraphQLError]) -> None:
         """Record that ``op``'s document was refused before pricing (``errors``), without a
-        storage call: :meth:`reject` (or :meth:`admit`) charges for it later, once. For a
-        parse hook that cannot await."""
+        storage call (a parse hook cannot await): :meth:`reject` or :meth:`admit` charges it."""
         if op.error is None:
             self._refusals.failed(op, errors)
 
@@ -360,8 +360,7 @@ class Gate:
 
         Every request pays at least ``[limits] min_charge``, or its document's length over
         ``[cost] chars_per_point`` when more: one that does not parse or validate, or that
-        the static limits refuse, pays that much and no more; a request refused for lack
-        of budget pays nothing.
+        the static limits refuse, pays that much only; one refused for lack of budget, nothing.
 
         Args:
             schema: a ``graphql.GraphQLSchema``, a ``strawberry.Schema`` or a Graphene one.
@@ -577,6 +576,8 @@ class Gate:
             # The time quota checked too, when due (once a second, or after a charge).
             decision: Decision = yield worktime.acquire(op, ledger=self._ledger)
             decision = worktime.points(decision, op, self._ledger)
+            if not decision.allowed and config.limits.on_field_limit == "skip":
+                decision = yield from self._skipping.skip(config, op, decision, self._ledger)
             self._decided(op, decision)
             if decision.delay > 0 and op.waits is True:  # allowed, at its turn
                 yield from self._delays.wait(op, decision.delay, can_await, self.adaptive)
@@ -627,6 +628,7 @@ class Gate:
             op.span.add_event(names.EVENT_FAIL_OPEN if fail_open else names.EVENT_FAIL_CLOSED)
 
     def _settle(self, op: Operation, data: Any, errors: Sequence[GraphQLError] | None) -> _Flow:
+        data, errors = unskipped(op, data, errors)  # a skipped field: not run, not charged
         self._scaling.observe(op, errors)  # one sample of the signal, once
         sample = self._config.cost.tuning_sample if self.metrics is not None else 0.0
         yield from settling(op, data, errors, self._config.limits, sample, self._ledger)

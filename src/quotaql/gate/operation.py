@@ -7,7 +7,7 @@ import contextlib
 import contextvars
 import math
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from graphql import DocumentNode, GraphQLError
 
@@ -17,14 +17,16 @@ from quotaql.contract import (
 )
 from quotaql.cost_analysis.analyzer import select_operation
 from quotaql.errors import CostAnalysisError
+from quotaql.gate import warn
 from quotaql.instrumentation import names
 from quotaql.policy.modes import Mode
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator, Mapping, Sequence
 
-    from quotaql.config import TierConfig
+    from quotaql.config import Config, TierConfig
     from quotaql.cost_analysis import CostReport
+    from quotaql.gate.warn import Caution
     from quotaql.identity import Subject
     from quotaql.limiter.concurrency import Lease
     from quotaql.policy.quota import Decision, Quota
@@ -33,6 +35,7 @@ __all__ = [
     "CostHeader",
     "Operation",
     "Outcome",
+    "SkippedFields",
     "Work",
     "close_scope",
     "concurrency_wait",
@@ -61,6 +64,18 @@ class Outcome(StrEnum):
     UNKNOWN_KEY = names.UNKNOWN_KEY
     TOO_MANY_SUBSCRIPTIONS = names.TOO_MANY_SUBSCRIPTIONS
     TOO_MANY_CONCURRENT = names.TOO_MANY_CONCURRENT
+
+
+class SkippedFields(Protocol):
+    """What :attr:`Operation.skipped` holds: :class:`quotaql.gate.skipping.Skipped`."""
+
+    keys: list[str]
+    seen: set[str]
+    errors: dict[str, GraphQLError]
+
+    def error(self, info: Any) -> GraphQLError | None: ...
+
+    def headers(self, decision: Decision, quotas: Sequence[Quota]) -> dict[str, str]: ...
 
 
 class Operation:
@@ -109,6 +124,13 @@ class Operation:
         staged: for a subject of an ``enforce`` tier whose ``enforce_share`` is below 1,
             ``"enforced"`` (in the share) or ``"shadow"`` (outside it: ``mode`` is shadow
             because of the share, :mod:`quotaql.gate.staging`); None otherwise.
+        skipped: the root fields it runs without, their quotas having refused (``[limits]
+            on_field_limit = "skip"``, :mod:`quotaql.gate.skipping`); None: none.
+        warn_at: where its tier's warning starts (``Config.warn_at_of``; None: none), from
+            the configuration it was begun under.
+        caution: its ``warn_at`` warning (:mod:`quotaql.gate.warn`), with the decision it
+            was worked out for.
+        cost_names: the names of the cost headers (``[limits] cost_headers``; None: off).
     """
 
     __slots__ = (
@@ -116,9 +138,11 @@ class Operation:
         "actual",
         "base",
         "breakdown",
+        "caution",
         "charge",
         "chars",
         "clean",
+        "cost_names",
         "costs",
         "decision",
         "denied",
@@ -144,6 +168,7 @@ class Operation:
         "schema",
         "screened",
         "sizes",
+        "skipped",
         "slot",
         "span",
         "staged",
@@ -155,12 +180,18 @@ class Operation:
         "variables",
         "violation",
         "waits",
+        "warn_at",
         "warnings",
         "work",
     )
 
     def __init__(
-        self, subject: Subject, tier: TierConfig, mode: Mode, header: CostHeader | None
+        self,
+        subject: Subject,
+        tier: TierConfig,
+        mode: Mode,
+        header: CostHeader | None,
+        config: Config | None = None,
     ) -> None:
         self.subject = subject
         self.tier = tier
@@ -182,6 +213,11 @@ class Operation:
         self.events = 0
         self.priced: Any = None  # the Config a subscription's events are priced under
         self.warnings: list[dict[str, Any]] | None = None  # extensions.warnings
+        # warn_at's warning for the decision it was worked out for (gate/warn.py)
+        self.caution: tuple[Decision, Caution | None] | None = None
+        limits = config.limits if config is not None else None
+        self.warn_at = config.warn_at_of(tier) if config is not None else None
+        self.cost_names = limits.cost_header_names if limits and limits.cost_headers else None
         self.slot = False  # holds one of the subject's subscription slots
         self.status: int | None = None
         self.schema: Any = None
@@ -205,6 +241,7 @@ class Operation:
         self.time: Quota | None = None
         self.work = Work()
         self.staged: Literal["enforced", "shadow"] | None = None
+        self.skipped: SkippedFields | None = None  # root fields it runs without (on_field_limit)
         self.outcome = Outcome.VALIDATED if header == "validate" else Outcome.ALLOWED
 
     def decided(self, decision: Decision) -> None:
@@ -307,14 +344,27 @@ class Operation:
 
     @property
     def headers(self) -> dict[str, str]:
-        """``RateLimit``, ``RateLimit-Policy``, ``X-RateLimit-*`` and ``Retry-After``."""
+        """``RateLimit`` (with the ``quotaql-warn`` parameter of a ``warn_at`` warning),
+        ``RateLimit-Policy``, ``X-RateLimit-*`` and ``Retry-After``; and the cost headers
+        (``[limits] cost_headers``): :mod:`quotaql.gate.warn`."""
         decision = self.decision
         if decision is None:  # nothing debited, or refused before (TOO_MANY_CONCURRENT)
             retry = concurrency_wait(self)
-            return {} if retry is None else {"Retry-After": str(max(1, math.ceil(retry)))}
-        if not decision.allowed and self.error is None:
-            return {}  # a shadow refusal: no refusal headers
-        return rate_limit_headers(decision, self.quotas)
+            headers = {} if retry is None else {"Retry-After": str(max(1, math.ceil(retry)))}
+        elif not decision.allowed and self.error is None:
+            headers = {}  # a shadow refusal: no refusal headers
+        elif self.skipped is not None and self.error is None:  # the skipped fields' quotas too
+            headers = self.skipped.headers(decision, self.quotas)
+        else:
+            headers = rate_limit_headers(decision, self.quotas)
+        caution = warn.caution_of(self)
+        if caution is not None and "RateLimit" in headers:
+            headers["RateLimit"] = warn.warned_item(headers["RateLimit"], caution)
+        names = self.cost_names
+        if names is not None:
+            estimated, actual, _ = warn.cost_values(self)
+            headers.update(warn.cost_headers(names, estimated, actual))
+        return headers
 
 
 class Work:

@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from quotaql.contract import error_code
+from quotaql.gate import warn
 from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import clipped
 from quotaql.instrumentation.routes import granted_rate
@@ -86,6 +87,9 @@ class OperationRecorder:
             if op.staged is not None or outcome in _BUDGET_DECIDED:
                 tenant = (op.subject.key, self.names.name(op.subject))
                 metrics.rollout.operation(op.tier.name, op.staged, outcome, decision, tenant)
+        caution = warn.caution_of(op)  # counted whether or not the answer showed it
+        if caution is not None and metrics is not None:
+            metrics.warnings.warned(op.tier.name, caution.quota)
         span = op.span
         if span is not None:
             attributes: dict[str, Any] = {
@@ -126,6 +130,14 @@ class OperationRecorder:
             if op.staged is not None:  # enforce_share: in the enforced share, or shadow
                 attributes[names.ATTR_STAGED] = op.staged
             span.set_attributes(attributes)
+            if caution is not None:
+                span.add_event(names.EVENT_QUOTA_WARNING, {
+                    names.ATTR_WARNING_QUOTA: caution.quota,
+                    names.ATTR_WARNING_REMAINING: caution.remaining,
+                    names.ATTR_WARNING_CAPACITY: caution.capacity,
+                    names.ATTR_WARNING_RATE: caution.rate,
+                    names.ATTR_WARNING_ENFORCED: caution.enforced,
+                })  # fmt: skip
         return span
 
     def log_op(self, op: Operation, event: str, *args: object, wait: float | None = None) -> None:

@@ -50,7 +50,7 @@ def refund_amounts(
     debited = op.debited
     refund = limits.refund_unused and debited
     overage = limits.charge_overage and debited
-    if not (refund or overage or limits.expose_cost or op.header is not None):
+    if not (refund or overage or limits.expose_cost or limits.cost_headers or op.header):
         return 0.0, None
     if errors and not all(has_path(error) for error in errors):
         # The operation ran and an error says nothing of where (execution itself failed,

@@ -76,8 +76,10 @@ def operation(
     mode = tier.mode or config.limits.mode
     share = config.enforce_share_of(tier) if mode is Mode.ENFORCE else 1.0
     if share >= 1.0:  # everyone: the common case, nothing hashed
-        return Operation(subject, tier, mode, header)
+        return Operation(subject, tier, mode, header, config)
     where = staged(share, tier.name, subject.key)
-    op = Operation(subject, tier, Mode.ENFORCE if where == ENFORCED else Mode.SHADOW, header)
+    op = Operation(
+        subject, tier, Mode.ENFORCE if where == ENFORCED else Mode.SHADOW, header, config
+    )
     op.staged = where
     return op

@@ -77,6 +77,7 @@ from quotaql.instrumentation.names import (
     QUERY_COST,
     QUERY_DEPTH,
     QUOTA_REFUSALS_TOTAL,
+    QUOTA_WARNINGS_TOTAL,
     RATIO_BUCKETS,
     REDIS_EVICTION,
     REFUND_QUEUE,
@@ -87,6 +88,7 @@ from quotaql.instrumentation.names import (
     ROOT_FIELD_COST_TOTAL,
     ROOT_FIELD_REQUESTS_TOTAL,
     ROOT_FIELD_TIME,
+    ROOT_FIELDS_SKIPPED_TOTAL,
     STAGED_EVENTS_TOTAL,
     STAGED_TOTAL,
     SUBSCRIPTION_EVENTS_TOTAL,
@@ -507,6 +509,29 @@ ROLLOUT_INSTRUMENTS: Final = (
 """Staged enforcement and the rollout review (``quotaql report``; issue 25)."""
 
 
+# -- partial answers (issue 25) ----------------------------------------------------------------
+
+SKIP_INSTRUMENTS: Final = (
+    Instrument(
+        "root_fields_skipped", "counter", ROOT_FIELDS_SKIPPED_TOTAL,
+        "Root fields answered null with a RATE_LIMITED error, neither run nor charged, because"
+        " only their own quotas refused (on_field_limit = skip), by coordinate and tier.",
+        (LABEL_COORDINATE, LABEL_TIER),
+    ),
+)  # fmt: skip
+"""The instruments of partial answers (``[limits] on_field_limit = "skip"``)."""
+
+
+WARNING_INSTRUMENTS: Final = (
+    Instrument(
+        "quota_warnings", "counter", QUOTA_WARNINGS_TOTAL,
+        "Operations whose answer warned that a quota fell below warn_at, by the quota.",
+        (LABEL_TIER, LABEL_QUOTA),
+    ),
+)  # fmt: skip
+"""A warning before the wall (issue 25): ``warn_at``."""
+
+
 # -- @defer and @stream (issue 25) ------------------------------------------------------------
 
 INCREMENTAL_INSTRUMENTS: Final = (
@@ -528,8 +553,11 @@ EVERY_INSTRUMENT: Final = (
     *INSTRUMENTS,
     *ROUTE_INSTRUMENTS,
     *ROLLOUT_INSTRUMENTS,
+    *SKIP_INSTRUMENTS,
+    *WARNING_INSTRUMENTS,
     *INCREMENTAL_INSTRUMENTS,
 )
+"""Every instrument, in the order a scrape lists them."""
 
 
 class Instruments:
@@ -594,5 +622,7 @@ class Instruments:
     would_refuse_total: Counter
     would_refuse_cost_total: Counter
     refusal_capacity_ratio: Histogram
+    root_fields_skipped: Counter
+    quota_warnings: Counter
     incremental_payloads: Counter  # @defer / @stream (issue 25)
     incremental_operations: Counter

@@ -34,9 +34,11 @@ from quotaql.instrumentation import instruments, names
 from quotaql.instrumentation.incremental import Incremental
 from quotaql.instrumentation.rollout import Rollout
 from quotaql.instrumentation.routes import Routes
+from quotaql.instrumentation.skips import Skips
 from quotaql.instrumentation.subjects import SubjectMaxima, class_hash
 from quotaql.instrumentation.tallies import Pending
 from quotaql.instrumentation.tenants import TenantLabels
+from quotaql.instrumentation.warn import Warnings
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -175,6 +177,8 @@ class PrometheusMetrics(instruments.Instruments):
         self._bulk = True
         self.routes = Routes(self, top_operations, utilisation_window)
         self.rollout = Rollout(self)  # staged enforcement, would-be refusals (issue 25)
+        self.skips = Skips(self)  # partial answers (on_field_limit = "skip")
+        self.warnings = Warnings(self)
         self.incremental = Incremental(self)  # @defer / @stream
         self._register(registry)
 

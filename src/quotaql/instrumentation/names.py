@@ -567,6 +567,38 @@ ATTR_STAGED: Final = "quotaql.staged"
 is below 1 stands (set only then)."""
 STAGED_LOG_FIELD: Final = "staged"
 """The log field (``enforced``, ``shadow``) on the lines of those operations."""
+# -- partial answers (issue 25) ------------------------------------------------------------------
+# ([limits] on_field_limit = "skip", docs/strawberry.md "Partial answers"): root fields answered
+# null with a RATE_LIMITED error at their path because only their own quotas refused.
+
+ROOT_FIELDS_SKIPPED_TOTAL: Final = "quotaql_root_fields_skipped_total"
+"""Counter: root fields skipped (answered ``null`` with a ``RATE_LIMITED`` error at their path,
+neither run nor charged) because their ``[tiers.<t>.fields]`` quota refused while the rest of
+the operation ran, by ``coordinate`` (a root field of the schema) and ``tier``; once per
+operation and field, however many aliases select it."""
+FIELDS_SKIPPED: Final = "fields_skipped"
+"""Log event: an operation ran without the root fields whose quotas refused
+(``on_field_limit = "skip"``): which fields, the quota, the retry time."""
+EVENT_FIELDS_SKIPPED: Final = "quotaql.fields_skipped"
+"""The operation ran without root fields whose quotas refused; attribute
+``quotaql.skipped`` (their coordinates)."""
+ATTR_SKIPPED: Final = "quotaql.skipped"
+"""The coordinates of the root fields an operation skipped (``on_field_limit = "skip"``)."""
+# -- a warning before the wall (issue 25) -------------------------------------------------
+
+QUOTA_WARNINGS_TOTAL: Final = "quotaql_quota_warnings_total"
+"""Counter: operations whose answer warned that a quota fell below the tier's ``warn_at``
+threshold (``extensions.cost.warning``), by ``tier`` and the ``quota`` it named (a
+subscription counts once, with the warning of its last answer)."""
+EVENT_QUOTA_WARNING: Final = "quotaql.quota_warning"
+"""The operation's answer warned (attributes ``quotaql.warning.*``: the quota, what is left
+of it, its capacity, the sustainable rate, and whether it is enforced)."""
+ATTR_WARNING_QUOTA: Final = "quotaql.warning.quota"
+ATTR_WARNING_REMAINING: Final = "quotaql.warning.remaining"
+ATTR_WARNING_CAPACITY: Final = "quotaql.warning.capacity"
+ATTR_WARNING_RATE: Final = "quotaql.warning.sustainable_rate"
+ATTR_WARNING_ENFORCED: Final = "quotaql.warning.enforced"
+
 
 # -- @defer and @stream (issue 25) ------------------------------------------------------------
 # (docs/strawberry.md "@defer and @stream"): an operation delivered in payloads, priced whole,

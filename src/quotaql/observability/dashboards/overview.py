@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from quotaql.instrumentation import names
-from quotaql.observability.dashboards import rollout, routes, shared
+from quotaql.observability.dashboards import rollout, routes, shared, warn
 from quotaql.observability.dashboards.board import (
     OVERVIEW_UID,
     TENANT_UID,
@@ -560,6 +560,7 @@ TENANTS: Final = Row("Tenants", (
 ROWS: Final = (
     OVERVIEW,
     routes.ALERTS,
+    warn.WARNINGS,
     ADAPTIVE,
     IDENTITY,
     rollout.ROLLOUT,
@@ -586,9 +587,9 @@ def overview_dashboard() -> dict[str, Any]:
     return assemble(
         OVERVIEW_UID,
         "quotaql / Overview",
-        "Cost-based rate limiting: decisions, the quotaql alerts, adaptive limits, identity, "
-        "the rollout (staged enforcement, would-be refusals), cost, rejections (by code), "
-        "cost by root field and by operation name, tuning "
+        "Cost-based rate limiting: decisions, the quotaql alerts, the warnings before the "
+        "wall (warn_at), adaptive limits, identity, the rollout (staged enforcement, would-be "
+        "refusals), cost, rejections (by code), cost by root field and by operation name, tuning "
         "(estimates against actual list sizes), subscriptions, concurrency limits, delays, "
         "check latency, storage backend (errors, breaker, deferred refunds, pipeline), "
         "the configuration each worker runs, tenants.",

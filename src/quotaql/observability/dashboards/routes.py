@@ -11,6 +11,7 @@ from quotaql.observability.dashboards.promql import (
     BUDGET_REFUSED,
     INSTANCE,
     JOB_MATCH,
+    TIER_MATCH,
     increase_over_range,
     labels,
     quantile,
@@ -31,6 +32,7 @@ ROUTES_RUNBOOK: Final = "Consumption by route"
 _FIELD_COST: Final = sel(names.ROOT_FIELD_COST_TOTAL, JOB_MATCH)
 _FIELD_REQUESTS: Final = sel(names.ROOT_FIELD_REQUESTS_TOTAL, JOB_MATCH)
 _FIELD_REFUSED: Final = sel(names.ROOT_FIELD_REQUESTS_TOTAL, JOB_MATCH, BUDGET_REFUSED)
+_FIELD_SKIPPED: Final = sel(names.ROOT_FIELDS_SKIPPED_TOTAL, JOB_MATCH, TIER_MATCH)
 _NAME_COST: Final = sel(names.OPERATION_NAME_COST_TOTAL, JOB_MATCH)
 _NAME_REQUESTS: Final = sel(names.OPERATION_NAME_REQUESTS_TOTAL, JOB_MATCH)
 _NAME_REFUSED: Final = sel(names.OPERATION_NAME_REQUESTS_TOTAL, JOB_MATCH, BUDGET_REFUSED)
@@ -78,6 +80,13 @@ ROOT_FIELDS: Final = Row("By root field", (
           ((topk(_mean(_FIELD_COST, _FIELD_REQUESTS, COORDINATE)), labels(COORDINATE)),),
           "Points paid per operation selecting each root field (its share), the ten"
           " dearest. " + _BY_FIELD),
+    Graph("Root fields skipped per second (partial answers)", "reqps", 24,
+          ((topk(f"{sum_by(rate(_FIELD_SKIPPED), COORDINATE)} > 0"), labels(COORDINATE)),),
+          "Root fields answered null with a RATE_LIMITED error at their path, neither run nor"
+          " charged, because only their own quota ([tiers.<t>.fields]) refused while the rest"
+          " of the operation ran ([limits] on_field_limit = \"skip\"), per second, in the tiers"
+          " chosen; once per operation and field, however many aliases select it. "
+          + _BY_FIELD),
 ), runbook=ROUTES_RUNBOOK)  # fmt: skip
 
 OPERATIONS: Final = Row("Most expensive operations", (
