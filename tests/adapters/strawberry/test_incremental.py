@@ -47,6 +47,7 @@ TOML = """
 [limits]
 default_tier = "free"
 min_charge = 0  # the budget looked at with a free query
+cost_headers = true
 [tiers.free]
 capacity = 1000
 refill_per_second = 0.001
@@ -171,6 +172,9 @@ def test_deferred_and_streamed_are_debited_whole_and_refunded_after_the_last_pay
         response = post(server.url, DEFERRED)
 
         assert response.headers["content-type"].startswith("multipart/mixed")
+        # The headers go before the rest runs: the estimate, no actual cost yet.
+        assert response.headers["X-Cost-Estimated"] == "70"
+        assert "X-Cost-Actual" not in response.headers
         first, *rest = parts(response.content)
         assert first["hasNext"] is True
         assert len(first["pending"]) == CATALOG  # a deferred fragment per product
