@@ -99,6 +99,10 @@ METRICS = {
     names.WOULD_REFUSE_TOTAL,
     names.REFUSAL_CAPACITY_RATIO,
     names.ROOT_FIELDS_SKIPPED_TOTAL,
+    names.CANDIDATE_COST_RATIO,
+    names.CANDIDATE_WOULD_REFUSE_TOTAL,
+    names.CANDIDATE_ERRORS_TOTAL,
+    names.CANDIDATE_LOADED,
 }
 
 OVERVIEW_ROWS = [
@@ -190,6 +194,11 @@ OVERVIEW_ROWS = [
             "Lists longer than their slicing argument",
             "Actual ÷ estimated cost p50 / p95",
             "Operations costing more than estimated",
+            "Root fields the candidate prices furthest from live",
+            "Candidate ÷ live cost by root field p50 / p95",
+            "Tenants the candidate would refuse, in range",
+            "Candidate weights",
+            "Candidate file refusals per second by reason",
         ],
     ),
     (
@@ -506,7 +515,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 86), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 93), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

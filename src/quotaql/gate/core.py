@@ -52,6 +52,7 @@ from quotaql.contract import (
 from quotaql.cost_analysis._compile import graphql_schema
 from quotaql.gate import advice, charges, staging, startup, worktime
 from quotaql.gate.answer import BatchAnswers, extensions
+from quotaql.gate.candidate import Candidate
 from quotaql.gate.delay import DelayLine
 from quotaql.gate.documents import Documents
 from quotaql.gate.holdings import Holdings
@@ -198,10 +199,11 @@ class Gate:
         if leases is not None:
             self._concurrency.use(leases)
         self._reloader: Reloader | None = None
+        self._candidate = Candidate(self._record)  # candidate weights, priced on a sample
         if config_path is not None:
-            interval = self._config.limits.reload_interval
-            path = os.fspath(config_path)
-            self._reloader = Reloader(path, interval, self.log, self._scaling.check)
+            interval, path = self._config.limits.reload_interval, os.fspath(config_path)
+            looks = self._candidate.poll  # the candidate file, looked at with this one
+            self._reloader = Reloader(path, interval, self.log, self._scaling.check, looks)
         self._checked_schema: Any = None
         self._ledger = worktime.Ledger()  # worker time owed, not charged yet
         self._delays = DelayLine(self._record, self._refund_all)
@@ -215,8 +217,7 @@ class Gate:
 
     @property
     def adaptive(self) -> Adaptive | None:
-        """The adaptive limits' controller (:class:`quotaql.adaptive.Adaptive`: pressure,
-        multiplier, engaged), None while ``[adaptive] mode`` is ``off``."""
+        """The adaptive limits' controller (:class:`quotaql.adaptive.Adaptive`); None: off."""
         return self._scaling.adaptive
 
     @classmethod
@@ -302,8 +303,7 @@ class Gate:
 
     def checked(self, op: Operation | None, schema: Any, document: DocumentNode,
                 rules: Collection[type[ASTValidationRule]] | None = None) -> None:  # fmt: skip
-        """``document`` (screened for ``op``) validated against ``schema`` with ``rules``
-        without an error: :meth:`known` from now on, if the static pass found nothing."""
+        """``document`` validated without an error: :meth:`known` from now on (if screened)."""
         self._documents.checked(self._config, op, graphql_schema(schema), document, rules)
 
     def parse_document(self, query: str, *, op: Operation | None = None) -> DocumentNode:
@@ -452,6 +452,7 @@ class Gate:
             worktime.stop(work)
             worktime.ran(work)
         self._holdings.free_slot(op)
+        self._candidate.finished(op)  # a sampled one priced with the candidate, its span open
         lease = op.lease
         releasing = None if lease is None else self._holdings.release(op, end_span=True)
         span = self._record.finished(op, lease)
@@ -611,6 +612,7 @@ class Gate:
 
     def _decided(self, op: Operation, decision: Decision) -> None:
         op.decided(decision)
+        self._candidate.decided(op, decision)
         if not decision.allowed:
             code = error_code(decision)
             waits = op.waits
@@ -724,8 +726,7 @@ class Gate:
 
     @property
     def lease_keepers(self) -> tuple[LeaseKeeper, ...]:
-        """The keepers renewing the leases this process holds (one per lease storage and
-        ``lease_ttl``; none before the first lease): ``len(keeper)`` is what each renews."""
+        """The keepers renewing this process's leases (one per lease storage and lease_ttl)."""
         return self._concurrency.keepers
 
     @property
@@ -789,12 +790,12 @@ class Gate:
             self._configured(config)
 
     def _configured(self, config: Config) -> None:
-        """Set up what ``config`` asks of the gate itself (adaptive limits), and say once
-        what an unsafe setting of it means."""
+        """Set up what ``config`` asks of the gate itself; say once what is unsafe in it."""
         self._scaling.configure(config)
         startup.configure(self.storage, config)
         self._refusals.configure(config)
         self._holdings.configure(config.limits)
+        self._candidate.configure(config)
         limited = any(charges.in_flight(tier) is not None for tier in config.tiers.values())
         configured = self._concurrency.configure(config.limits.lease_ttl, limited, self.storage)
         leases = self._concurrency.store

@@ -57,6 +57,10 @@ class Reloader:
     ``[tiers]``, every tenant on the defaults; cut before ``[tenants]``, tenants demoted)
     is never applied. Write the file by atomic rename (``mv new.toml quotaql.toml``): the
     first poll that sees the change sees the whole file, and the next one applies it.
+
+    ``watch(schema)``, if given, is called at each look too: the candidate weights' file
+    (:class:`~quotaql.gate.candidate.Candidate`) is looked at on the same timer, no thread
+    of its own.
     """
 
     def __init__(
@@ -65,9 +69,13 @@ class Reloader:
         interval: float,
         log: StructuredLog,
         check: Callable[[Config], None] | None = None,
+        watch: Callable[[Any], None] | None = None,
     ) -> None:
         self.log = log
         self.check = check  # what else a new file must pass (the gate's own arguments)
+        # Called with the schema at each look: another file read on this timer (the
+        # candidate weights, quotaql.gate.candidate), which must never raise.
+        self.watch = watch
         self.path = path
         self.interval = interval
         self._seen = self._stamp()
@@ -153,6 +161,8 @@ class Reloader:
             return None  # another thread is looking
         try:
             self._next = time.monotonic() + self.interval
+            if self.watch is not None:
+                self.watch(schema)
             stamp = self._stamp()
             if stamp is None or stamp == self._seen:
                 self._pending = None

@@ -13,6 +13,11 @@ from quotaql.instrumentation.names import (
     ADAPTIVE_TRANSITIONS_TOTAL,
     BACKEND_ERRORS_TOTAL,
     BUILD_INFO,
+    CANDIDATE_COST_RATIO,
+    CANDIDATE_ERRORS_TOTAL,
+    CANDIDATE_LOADED,
+    CANDIDATE_RATIO_BUCKETS,
+    CANDIDATE_WOULD_REFUSE_TOTAL,
     CAPACITY_RATIO_BUCKETS,
     CHECK_DURATION,
     CHECK_DURATION_BUCKETS,
@@ -531,6 +536,36 @@ WARNING_INSTRUMENTS: Final = (
 )  # fmt: skip
 """A warning before the wall (issue 25): ``warn_at``."""
 
+"""Every instrument, in the order a scrape lists them."""
+
+
+CANDIDATE_INSTRUMENTS: Final = (
+    Instrument(
+        "candidate_cost_ratio", "histogram", CANDIDATE_COST_RATIO,
+        "Candidate cost / live cost of each sampled operation ([cost] candidate): under its"
+        " operation_name (coordinate empty), and under each root field it selected (that"
+        " field's own cost, operation_name empty).",
+        (LABEL_OPERATION_NAME, LABEL_COORDINATE), CANDIDATE_RATIO_BUCKETS,
+    ),
+    Instrument(
+        "candidate_would_refuse", "counter", CANDIDATE_WOULD_REFUSE_TOTAL,
+        "Sampled operations the live file allowed that the candidate weights would have"
+        " refused (their debit past what the subject had, or past the candidate's limits).",
+        (LABEL_TIER, LABEL_TENANT),
+    ),
+    Instrument(
+        "candidate_errors", "counter", CANDIDATE_ERRORS_TOTAL,
+        "Candidate files refused (once per change) and sampled operations the candidate"
+        " could not price, by reason.",
+        (LABEL_REASON,),
+    ),
+    Instrument(
+        "candidate_loaded", "gauge", CANDIDATE_LOADED,
+        "1 while a valid candidate weights file prices the sampled operations, else 0.",
+        multiprocess_mode="livemin",  # 0 if any live worker runs without it
+    ),
+)  # fmt: skip
+"""The candidate weights' instruments (issue 25), after ``ROUTE_INSTRUMENTS``."""
 
 # -- @defer and @stream (issue 25) ------------------------------------------------------------
 
@@ -555,6 +590,7 @@ EVERY_INSTRUMENT: Final = (
     *ROLLOUT_INSTRUMENTS,
     *SKIP_INSTRUMENTS,
     *WARNING_INSTRUMENTS,
+    *CANDIDATE_INSTRUMENTS,
     *INCREMENTAL_INSTRUMENTS,
 )
 """Every instrument, in the order a scrape lists them."""
@@ -624,5 +660,9 @@ class Instruments:
     refusal_capacity_ratio: Histogram
     root_fields_skipped: Counter
     quota_warnings: Counter
+    candidate_cost_ratio: Histogram
+    candidate_would_refuse: Counter
+    candidate_errors: Counter
+    candidate_loaded: Gauge
     incremental_payloads: Counter  # @defer / @stream (issue 25)
     incremental_operations: Counter

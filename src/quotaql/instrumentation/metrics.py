@@ -31,6 +31,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import instruments, names
+from quotaql.instrumentation.candidate import CandidateMetrics
 from quotaql.instrumentation.incremental import Incremental
 from quotaql.instrumentation.rollout import Rollout
 from quotaql.instrumentation.routes import Routes
@@ -179,6 +180,7 @@ class PrometheusMetrics(instruments.Instruments):
         self.rollout = Rollout(self)  # staged enforcement, would-be refusals (issue 25)
         self.skips = Skips(self)  # partial answers (on_field_limit = "skip")
         self.warnings = Warnings(self)
+        self.candidate = CandidateMetrics(self)  # candidate weights against the live ones
         self.incremental = Incremental(self)  # @defer / @stream
         self._register(registry)
 

@@ -598,6 +598,55 @@ ATTR_WARNING_REMAINING: Final = "quotaql.warning.remaining"
 ATTR_WARNING_CAPACITY: Final = "quotaql.warning.capacity"
 ATTR_WARNING_RATE: Final = "quotaql.warning.sustainable_rate"
 ATTR_WARNING_ENFORCED: Final = "quotaql.warning.enforced"
+# -- candidate weights (issue 25) ------------------------------------------------------------
+# (docs/tuning.md "Candidate weights, priced live"): a sampled share of operations priced with
+# the candidate file's [cost] table too, never charged.
+
+CANDIDATE_COST_RATIO: Final = "quotaql_candidate_cost_ratio"
+"""Histogram: candidate cost ÷ live cost of each sampled operation, observed once under its
+``operation_name`` (``coordinate`` empty: the whole operation) and once under each root field
+it selected (``coordinate`` that field's, ``operation_name`` empty: that field's own cost).
+A live cost of 0 counts as 1.0 when the candidate's is 0 too, else as ``RATIO_CAP``."""
+CANDIDATE_WOULD_REFUSE_TOTAL: Final = "quotaql_candidate_would_refuse_total"
+"""Counter: sampled operations the live file allowed that the candidate would have refused
+(its debit larger than what one of the subject's quotas held, or past its static limits),
+by ``tier`` and ``tenant`` (labelled as ``quotaql_tenant_requests_total`` labels them)."""
+CANDIDATE_ERRORS_TOTAL: Final = "quotaql_candidate_errors_total"
+"""Counter: candidate files refused (once per change of the file) and sampled operations it
+could not price, by ``reason`` (``CANDIDATE_REASONS``)."""
+CANDIDATE_LOADED: Final = "quotaql_candidate_loaded"
+"""Gauge: 1 while a valid candidate prices the sampled operations, 0 while none is
+configured or the file is refused (the sampling stops until it is fixed)."""
+CANDIDATE_RATIO_BUCKETS: Final = (
+    0.0625, 0.125, 0.25, 0.5, 0.67, 0.8, 0.9, 0.99, 1.0, 1.01, 1.1, 1.25, 1.5, 2.0, 4.0, 8.0,
+    16.0,
+)  # fmt: skip
+"""candidate ÷ live, from 1/16 to 16, finer around 1.0 (an edge: "dearer" is exact)."""
+CANDIDATE_MISSING: Final = "missing"
+"""The candidate file does not exist (or cannot be read)."""
+CANDIDATE_TOO_LARGE: Final = "too_large"
+"""The candidate file is larger than ``MAX_CANDIDATE_BYTES``: refused before it is read."""
+CANDIDATE_INVALID: Final = "invalid"
+"""The candidate file is not a regular file, not TOML, or not a valid ``quotaql.toml``."""
+CANDIDATE_SCHEMA: Final = "schema"
+"""The candidate's weights name a coordinate the schema does not have."""
+CANDIDATE_PRICING: Final = "pricing"
+"""A sampled operation the candidate could not price (an unexpected error: counted, logged)."""
+CANDIDATE_REASONS: Final = (
+    CANDIDATE_MISSING, CANDIDATE_TOO_LARGE, CANDIDATE_INVALID, CANDIDATE_SCHEMA, CANDIDATE_PRICING,
+)  # fmt: skip
+MAX_CANDIDATE_BYTES: Final = 1 << 20
+"""The largest candidate file read (1 MiB: a [cost] table of some 20,000 weights); a larger
+one is refused by its size, before a byte of it is read."""
+ATTR_CANDIDATE_COST: Final = "quotaql.candidate.cost"
+"""Span attribute: the candidate's price of a sampled operation."""
+ATTR_CANDIDATE_WOULD_REFUSE: Final = "quotaql.candidate.would_refuse"
+"""Span attribute: whether the candidate would have refused the sampled operation."""
+CANDIDATE_LOADED_EVENT: Final = "candidate_loaded"
+"""Log event (INFO): a candidate file read and in force."""
+CANDIDATE_REFUSED_EVENT: Final = "candidate_refused"
+"""Log event (WARNING): a candidate file refused (file, line and key of the error): the sampling
+stops until it is fixed; or a sampled operation it could not price."""
 
 
 # -- @defer and @stream (issue 25) ------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from quotaql.instrumentation import names
-from quotaql.observability.dashboards import rollout, routes, shared, warn
+from quotaql.observability.dashboards import candidate, rollout, routes, shared, warn
 from quotaql.observability.dashboards.board import (
     OVERVIEW_UID,
     TENANT_UID,
@@ -331,6 +331,7 @@ TUNING: Final = Row("Tuning", (
           "tier: their lists were longer than the pricing assumed, so the difference was "
           "charged after they ran (the Overage panel; free under [limits] charge_overage = "
           "false) (0 when none).", max_value=1),
+    *candidate.PANELS,  # candidate weights against the live ones (issue 25)
 ), runbook='Estimates far from the actual cost')  # fmt: skip
 
 # -- subscriptions -----------------------------------------------------------------------------
