@@ -41,6 +41,8 @@ REGENERATE = (
 )
 
 METRICS = {
+    names.INCREMENTAL_PAYLOADS_TOTAL,  # @defer / @stream (issue 25)
+    names.INCREMENTAL_OPERATIONS_TOTAL,
     names.REQUESTS_TOTAL,
     names.QUERY_COST,
     names.QUERY_ACTUAL_COST,
@@ -204,7 +206,12 @@ OVERVIEW_ROWS = [
     ),
     (
         "Subscriptions",
-        ["Subscriptions open", "Subscription events per second", "Subscriptions by decision"],
+        [
+            "Subscriptions open",
+            "Subscription events per second",
+            "Subscriptions by decision",
+            "Incremental payloads and endings",
+        ],
     ),
     (
         "Concurrency",
@@ -511,7 +518,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 93), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 95), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

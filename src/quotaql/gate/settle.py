@@ -128,11 +128,12 @@ def settling(
     key = op.subject.key
     op.refunded = amount
     if amount > 0:
-        yield Refund(key, amount, op.quotas, amounts, op.decision)
+        debit = op.decision
+        if debit is not None:  # what is left once it is applied (an answer may be sent first)
+            op.decision = refunded(debit, amount, amounts)
+        yield Refund(key, amount, op.quotas, amounts, debit)
         if op.span is not None:
             op.span.add_event(names.EVENT_REFUND, {"quotaql.refund": amount})
-        if op.decision is not None:
-            op.decision = refunded(op.decision, amount, amounts)
     over, overs = overage_amounts(op, limits)
     overage = Charge(key, over, op.quotas, overs, op.decision) if over > 0 else None
     yield from worktime.charge(op, ledger, overage)

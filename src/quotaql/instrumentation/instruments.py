@@ -36,6 +36,8 @@ from quotaql.instrumentation.names import (
     DEPTH_BUCKETS,
     IDENTITY_TOTAL,
     IN_FLIGHT,
+    INCREMENTAL_OPERATIONS_TOTAL,
+    INCREMENTAL_PAYLOADS_TOTAL,
     KEY_LOOKUPS_TOTAL,
     LABEL_BACKEND,
     LABEL_CAUSE,
@@ -587,6 +589,24 @@ RESOLVER_INSTRUMENTS: Final = (
 )  # fmt: skip
 """The instruments of this section (``EVERY_INSTRUMENT``)."""
 """Every instrument, in the order a scrape lists them."""
+# -- @defer and @stream (issue 25) ------------------------------------------------------------
+
+INCREMENTAL_INSTRUMENTS: Final = (
+    Instrument(
+        "incremental_payloads", "counter", INCREMENTAL_PAYLOADS_TOTAL,
+        "Payloads sent after the initial result of @defer/@stream operations.",
+        (LABEL_TIER,),
+    ),
+    Instrument(
+        "incremental_operations", "counter", INCREMENTAL_OPERATIONS_TOTAL,
+        "@defer/@stream operations by how they ended: completed (settled after the last"
+        " payload), abandoned (the client left before it), unfollowed (not settled).",
+        (LABEL_TIER, LABEL_OUTCOME),
+    ),
+)  # fmt: skip
+"""The ``@defer`` / ``@stream`` instruments (``quotaql.instrumentation.incremental``)."""
+
+"""Every instrument, in the order a scrape lists them."""
 
 EVERY_INSTRUMENT: Final = (
     *INSTRUMENTS,
@@ -596,6 +616,7 @@ EVERY_INSTRUMENT: Final = (
     *WARNING_INSTRUMENTS,
     *CANDIDATE_INSTRUMENTS,
     *RESOLVER_INSTRUMENTS,
+    *INCREMENTAL_INSTRUMENTS,
 )
 """Every instrument, in the order a scrape lists them."""
 
@@ -670,3 +691,5 @@ class Instruments:
     candidate_loaded: Gauge
     resolver_seconds: Histogram
     resolver_subject_seconds: Histogram
+    incremental_payloads: Counter
+    incremental_operations: Counter

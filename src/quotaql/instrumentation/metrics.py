@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from quotaql.instrumentation import instruments, names
 from quotaql.instrumentation.candidate import CandidateMetrics
+from quotaql.instrumentation.incremental import Incremental
 from quotaql.instrumentation.resolvers import ResolverTimes
 from quotaql.instrumentation.rollout import Rollout
 from quotaql.instrumentation.routes import Routes
@@ -182,6 +183,7 @@ class PrometheusMetrics(instruments.Instruments):
         self.warnings = Warnings(self)
         self.candidate = CandidateMetrics(self)  # candidate weights against the live ones
         self.resolvers = ResolverTimes(self, subject_period)  # (quotaql tune --weights)
+        self.incremental = Incremental(self)  # @defer / @stream
         self._register(registry)
 
     def _register(self, registry: CollectorRegistry) -> None:

@@ -668,3 +668,29 @@ RESOLVER_BUCKETS: Final = (
 RESOLVER_SUBJECTS_KEPT: Final = 256
 """The most subjects a process keeps per coordinate and period (a uniform sample by a keyed
 hash beyond it), as ``LIST_SUBJECTS_KEPT``."""
+
+# -- @defer and @stream (issue 25) ------------------------------------------------------------
+# (docs/strawberry.md "@defer and @stream"): an operation delivered in payloads, priced whole,
+# settled once.
+
+INCREMENTAL_PAYLOADS_TOTAL: Final = "quotaql_incremental_payloads_total"
+"""Counter: the payloads sent after the initial result of ``@defer`` / ``@stream``
+operations, counted as each is handed to the server, by ``tier``."""
+INCREMENTAL_OPERATIONS_TOTAL: Final = "quotaql_incremental_operations_total"
+"""Counter: ``@defer`` / ``@stream`` operations by how they ended (``outcome``):
+``completed`` (settled after the last payload), ``abandoned`` (the client left before it:
+settled then, keeping the whole debit), ``unfollowed`` (a graphql-core whose payloads quotaql
+cannot follow: the whole debit kept), by ``tier``."""
+INCREMENTAL_COMPLETED: Final = "completed"
+INCREMENTAL_ABANDONED: Final = "abandoned"
+INCREMENTAL_UNFOLLOWED: Final = "unfollowed"
+INCREMENTAL_OUTCOMES: Final = (INCREMENTAL_COMPLETED, INCREMENTAL_ABANDONED, INCREMENTAL_UNFOLLOWED)
+INCREMENTAL_UNFOLLOWED_EVENT: Final = "incremental_unfollowed"
+"""Log event: an incremental delivery whose payloads cannot be followed (its whole debit kept)."""
+EVENT_INCREMENTAL_PAYLOAD: Final = "quotaql.incremental_payload"
+"""Span event: a payload after the initial result was sent (``quotaql.payload``: its number,
+``quotaql.payload.parts``: the deferred fragments and streamed items batches it carries)."""
+EVENT_INCREMENTAL_ABANDONED: Final = "quotaql.incremental_abandoned"
+"""Span event: the client left before the last payload (``quotaql.payload``: how many were sent)."""
+ATTR_PAYLOAD: Final = "quotaql.payload"
+ATTR_PAYLOAD_PARTS: Final = "quotaql.payload.parts"

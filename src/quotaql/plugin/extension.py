@@ -27,6 +27,7 @@ from quotaql.gate import (
     Operation,
     close_scope,
     current_operation,
+    incremental,
     open_scope,
     timing,
     worktime,
@@ -230,7 +231,7 @@ class _Extension(SchemaExtension):
         if op.failed and op.unpaid and op.mode is not Mode.OFF:
             _charging.add(asyncio.get_running_loop().create_task(_charge(self._gate, op)))
         else:
-            self._gate.finish(op)
+            self._finish(op)
 
     # -- what the hooks of every colour share ----------------------------------------------
 
@@ -349,14 +350,23 @@ class _Extension(SchemaExtension):
 
     def _ran(self, op: Operation) -> tuple[Any, list[GraphQLError] | None] | None:
         """What execution returned, its data and errors (an error's erasure is charged),
-        when ``op`` is to be settled now: it ran, and all of it has (``@defer`` /
-        ``@stream`` deliver the rest after this hook: what ran is not known, nothing is
-        refunded)."""
+        when ``op`` is to be settled now: it ran, and all of it has. ``@defer`` /
+        ``@stream`` deliver the rest after this hook: their payloads are followed, and
+        the operation settled once the last is sent or the client left
+        (:mod:`quotaql.gate.incremental`)."""
         result = self.execution_context.result
-        if not op.runs or (result.__class__ is not ExecutionResult
-                           and hasattr(result, "initial_result")):  # fmt: skip
+        if not op.runs:
+            return None
+        if result.__class__ is not ExecutionResult and incremental.is_incremental(result):
+            incremental.follow(self._gate, op, result)
             return None
         return getattr(result, "data", None), getattr(result, "errors", None)
+
+    def _finish(self, op: Operation) -> None:
+        """Record ``op`` as the request ends, unless its ``@defer`` / ``@stream``
+        payloads are still on their way (it is recorded once they are settled)."""
+        if not incremental.following(op):
+            self._gate.finish(op)
 
     def _answered(self, op: Operation) -> None:
         """After execution: status and headers on the response, unless it was refused."""
@@ -485,7 +495,7 @@ class _SyncExtension(_Extension):
         unreached = self._unreached(op)
         if unreached is not None:
             self._gate.reject(op, unreached)
-        self._gate.finish(op)
+        self._finish(op)
 
 
 class _DelayingExtension(_SyncExtension):
@@ -516,7 +526,7 @@ class _AsyncExtension(_Extension):
             unreached = self._unreached(op)
             if unreached is not None:
                 await self._gate.reject_async(op, unreached)
-            self._gate.finish(op)
+            self._finish(op)
 
     async def on_parse(self) -> AsyncIterator[None]:  # type: ignore[override]
         op = self._op

@@ -482,8 +482,9 @@ def test_a_zero_parser_limit_is_a_limit_and_the_breaker_is_configurable(
 
 
 def test_deferred_work_is_not_refunded_as_if_it_never_ran(limiter: CostLimiter) -> None:
-    # With @defer the result the hook sees has no data yet: its actual cost is unknown, and
-    # the deferred resolvers run after it. A refund of "what did not run" would be all of it.
+    # With @defer the result the hook sees has no data yet, and the deferred resolvers run
+    # after it: a refund of "what did not run" then would be all of it. It is settled once its
+    # last payload was sent, from all its data (quotaql.gate.incremental).
     import strawberry
     from strawberry.schema.config import StrawberryConfig
 
@@ -504,4 +505,5 @@ def test_deferred_work_is_not_refunded_as_if_it_never_ran(limiter: CostLimiter) 
     assert all(item["reviews"] for item in deferred)
     quota = limiter.config.tier_of("tenant-a").quota
     remaining = limiter.limiter.peek("key:tenant-a", (quota,)).quotas[0].remaining
-    assert remaining == pytest.approx(100 - 70, abs=0.01)  # charged its estimate
+    # Its actual cost, 4 × (2 + 2) = 16 of the 70 debited, as if it had run in one piece.
+    assert remaining == pytest.approx(100 - 16, abs=0.01)

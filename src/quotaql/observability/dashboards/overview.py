@@ -364,6 +364,15 @@ SUBSCRIPTIONS: Final = Row("Subscriptions", (
           "max_subscriptions cap is per subject and per process."),
     shared.subscription_events(),
     shared.subscription_decisions(),
+    # -- @defer and @stream (issue 25)
+    Graph("Incremental payloads and endings", "ops", 12,
+          (rates_by(sel(names.INCREMENTAL_PAYLOADS_TOTAL, JOB_MATCH, TIER_MATCH), TIER),
+           rates_by(sel(names.INCREMENTAL_OPERATIONS_TOTAL, JOB_MATCH, TIER_MATCH), OUTCOME)),
+          "@defer / @stream operations: the payloads sent after the initial result per "
+          "second, by tier, and the operations by how they ended: completed (settled after "
+          "the last payload: refunded what did not run), abandoned (the client left "
+          "mid-stream: settled then, keeping its whole debit), unfollowed (not settled: "
+          "the whole debit kept)."),
 ), runbook='Subscriptions')  # fmt: skip
 
 # -- concurrency limits ------------------------------------------------------------------------
