@@ -33,6 +33,7 @@ from websockets.sync.client import connect
 
 from quotaql.config import AlertsConfig
 from quotaql.cost_analysis.directives import Cost, ListSize
+from quotaql.gate import staging
 from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.observability.alerts import alert_rules, render_rules
@@ -96,10 +97,20 @@ mode = "shadow"
 sources = ["callable", "latency"]
 engage_for = 1
 """
-# An internal endpoint behind a gateway that (we are told) verified every key already.
+# An internal endpoint behind a gateway that (we are told) verified every key already; in
+# memory, it keeps making the decisions of issue 25 while Redis is down: a tier enforced on
+# half its subjects, warnings before the wall, every operation timed for tuning.
 INTERNAL_TOML = """
 [identity]
 unknown_keys = "tenant"
+[limits]
+warn_at = 0.5
+enforce_share = 0.5
+[cost]
+tuning_sample = 1.0
+[tiers.free]
+capacity = 150
+refill_per_second = 5
 """
 # Short windows so a minute of test traffic is enough; for: 0s everywhere.
 TEST_ALERTS = AlertsConfig(
@@ -283,6 +294,41 @@ def tuning_traffic(metrics: PrometheusMetrics) -> None:
     metrics.estimate("query", "free", 10, 30)
 
 
+def staged_pair() -> tuple[str, str]:
+    """Two unknown keys of the internal endpoint's free tier (``ukey:``): one in its
+    enforced half, one in its shadow half."""
+    keys = [f"int-{index}" for index in range(64)]
+    enforced = next(key for key in keys if staging.place("free", f"ukey:{key}") < 0.5)
+    shadow = next(key for key in keys if staging.place("free", f"ukey:{key}") >= 0.5)
+    return enforced, shadow
+
+
+def recorded_traffic(metrics: PrometheusMetrics) -> None:
+    """What the gate records for partial answers, candidate weights and @defer/@stream
+    (recorded here directly, as the tuning and delay traffic: each has its own tests over
+    real servers; here the rows need data whatever the traffic)."""
+    metrics.skips.skipped(["Query.products"], "free")
+    metrics.rollout.event("free", "shadow", "allowed")  # a subscription event, staged
+    metrics.candidate.loaded(True)
+    metrics.candidate.compared("Named", 4, 8, [("Query.products", 4, 8)])
+    metrics.candidate.compared(None, 70, 35, [("Product.reviews", 70, 35)])
+    metrics.candidate.would_refuse("free", f"key:{FLOODER}", FLOODER)
+    metrics.candidate.error("invalid")
+    metrics.incremental.payload("free")
+    metrics.incremental.ended("free", "completed")
+    metrics.incremental.ended("free", "abandoned")
+
+
+def internal_traffic(client: httpx.Client, pair: tuple[str, str]) -> None:
+    """Both halves of the staged tier overspend (the enforced one refused, the shadow one
+    would be), warned first; the enforced one's refusals by root field and operation name."""
+    for key in pair:
+        for _ in range(3):
+            post(client, key, EXPENSIVE, "/internal/graphql")
+    for _ in range(5):
+        post(client, pair[0], "query Flood " + EXPENSIVE, "/internal/graphql")
+
+
 def codes(payload: dict[str, Any]) -> list[str]:
     return [error["extensions"]["code"] for error in payload.get("errors") or []]
 
@@ -372,12 +418,15 @@ def test_dashboards_have_data_and_alerts_fire(
         )
         # Redis goes away: the limiter fails open, counts backend errors, opens its circuit.
         fresh_redis_server.kill()
+        pair = staged_pair()
         for _ in range(6):
             for _ in range(10):
                 assert post(client, "polite-1", CHEAP) == 200
             identity_traffic()  # an unknown key is refused even while failing open
             tuning_traffic(metrics)
             delay_traffic(metrics)
+            recorded_traffic(metrics)
+            internal_traffic(client, pair)
             time.sleep(1)
 
         values = {
@@ -425,6 +474,11 @@ def test_dashboards_have_data_and_alerts_fire(
                 ("quotaql_tenant_requests_total", "tenant", FLOODER),
                 ("quotaql_tenant_utilisation", "tenant", FLOODER),
                 ("quotaql_config_info", "digest", metrics.routes._digest or "none"),
+                ("quotaql_staged_total", "enforced", "true"),
+                ("quotaql_staged_total", "enforced", "false"),
+                ("quotaql_would_refuse_total", "cause", "share"),
+                ("quotaql_quota_warnings_total", "tier", "free"),
+                ("quotaql_resolver_seconds_count", "coordinate", "Query.products"),
             )
         ]
         # The tenant picker lists the flooder by its name, never its hash.
