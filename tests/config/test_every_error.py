@@ -133,6 +133,18 @@ def test_invalid_toml_is_one_error_with_its_line(tmp_path):
     assert (error.line, error.reason.startswith("invalid TOML: ")) == (2, True)
 
 
+def test_values_nested_past_the_parser_s_recursion_are_a_config_error(tmp_path):
+    # tomllib recurses into nested arrays: a RecursionError reached a reload (and, without
+    # the reload thread, a request) where every other bad file is a ConfigError
+    path = write(tmp_path, "[cost]\nx = " + "[" * 100_000 + "]" * 100_000 + "\n")
+
+    (error,) = config_errors(path)
+
+    assert error.reason == "invalid TOML: values nested too deep"
+    with pytest.raises(ConfigError, match="nested too deep"):
+        load_config(path)
+
+
 def test_a_missing_relative_path_says_relative_to_what(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 

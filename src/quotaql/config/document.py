@@ -181,6 +181,8 @@ def read_document(file: str) -> Document:
             # "(at line N, column M)", or "(at end of document)": the last line
             lineno = int(match["line"]) if match and match["line"] else text.count("\n") + 1
         raise ConfigError(f"invalid TOML: {reason}", file=file, line=lineno) from exc
+    except RecursionError as exc:  # tomllib recurses into nested arrays and inline tables
+        raise ConfigError("invalid TOML: values nested too deep", file=file) from exc
     return Document(file, data, locate(text))
 
 
