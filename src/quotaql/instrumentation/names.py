@@ -694,3 +694,16 @@ EVENT_INCREMENTAL_ABANDONED: Final = "quotaql.incremental_abandoned"
 """Span event: the client left before the last payload (``quotaql.payload``: how many were sent)."""
 ATTR_PAYLOAD: Final = "quotaql.payload"
 ATTR_PAYLOAD_PARTS: Final = "quotaql.payload.parts"
+
+# -- sharded shared quotas (issue 26) ---------------------------------------------------------
+# (docs/scale-out.md "Sharded shared quotas"): a shared quota kept as [global] shards buckets.
+
+SHARD_CALLS_TOTAL: Final = "quotaql_shard_calls_total"
+"""Counter: the limiter's calls to the shards of sharded shared quotas, by ``outcome``:
+``called`` (a subject's home shard asked), ``retried`` (its second shard asked, the home one
+refused or was remembered empty), ``spared`` (a shard remembered empty was not asked: the
+decision went to the other one, or was refused without a call)."""
+SHARD_CALLED: Final = "called"
+SHARD_RETRIED: Final = "retried"
+SHARD_SPARED: Final = "spared"
+SHARD_OUTCOMES: Final = (SHARD_CALLED, SHARD_RETRIED, SHARD_SPARED)

@@ -33,11 +33,13 @@ if TYPE_CHECKING:
 
     from quotaql.policy.quota import Decision, Quota
 
-__all__ = ["Denial", "DenyCache"]
+__all__ = ["Denial", "DenyCache", "ShardDenials"]
 
 # The quotas whose refusal says something about the subject, whatever it asks next; a
 # quota of an operation name or of a root field only refuses that operation or field.
 _SUBJECT_QUOTAS = frozenset({"tenant", "user", "global", TIME_QUOTA})
+# The sources of decisions a shard's storage made.
+_STORED = frozenset({"redis", "memory"})
 # The algorithms whose budget comes back at a steady rate: the wait scales with the cost.
 _LINEAR = frozenset({"token_bucket", "gcra"})
 
@@ -172,3 +174,81 @@ def _left(denial: Denial, seconds: float) -> Denial:
     """``denial`` with its decision's retry time counted from now."""
     decision = denial.decision._replace(retry_after=round(seconds, 6))
     return denial._replace(decision=decision)
+
+
+class ShardDenials:
+    """The shards of sharded shared quotas (``[global] shards``) that refused a moment ago,
+    kept until their retry time, so that the decisions that would go to one skip it: to the
+    subject's second shard at once, or, both remembered empty, refused without a call.
+
+    Correct as the subjects' cache is: an entry is written only from a refusal a shard
+    answered (``rate_limited``) and lasts no longer than its retry time, for a cost at least
+    the one refused (a cheaper request is asked of the shard). A shard's refusal holds for
+    every subject whose request it would debit, whoever asked: a shard is one bucket.
+    Bounded: at most ``size`` entries (one per shard and set of shared quotas: a few), the
+    oldest dropped. Also where the limiter counts its shard calls (``tell``: called, spared,
+    retried; the recorder's ``shard_calls``).
+    """
+
+    def __init__(
+        self,
+        tell: Callable[[str, int], None] | None = None,
+        *,
+        size: int = 256,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.size = size
+        self.tell = tell
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._denials: dict[tuple[str, tuple[Quota, ...]], tuple[float, float, Decision]] = {}
+
+    def __len__(self) -> int:
+        return len(self._denials)
+
+    def held(self, shard: str, quotas: tuple[Quota, ...], cost: float) -> Decision | None:
+        """The refusal of ``shard`` (its key) that still holds for ``cost`` of ``quotas``,
+        its retry time counted from now; None: ask the shard."""
+        denial = self._denials.get((shard, quotas))
+        if denial is None:
+            return None
+        until, refused, decision = denial
+        if cost < refused:
+            return None
+        now = self._clock()
+        if now >= until:
+            with self._lock:
+                self._denials.pop((shard, quotas), None)
+            return None
+        return decision._replace(retry_after=round(until - now, 6))
+
+    def answered(self, shard: str, quotas: tuple[Quota, ...], decision: Decision) -> None:
+        """Keep ``decision`` of ``shard`` if it is a refusal to wait out; forget the shard's
+        refusal if it allowed. A decision the storage did not make (the fail mode's, the
+        local fallback's during an outage) says nothing of the shard: ignored."""
+        if decision.source not in _STORED:
+            return
+        if decision.allowed:
+            if self._denials:
+                with self._lock:
+                    self._denials.pop((shard, quotas), None)
+            return
+        retry = decision.retry_after
+        if decision.reason != "rate_limited" or retry is None or not 0 < retry < float("inf"):
+            return
+        with self._lock:
+            denials = self._denials
+            denials.pop((shard, quotas), None)
+            denials[(shard, quotas)] = (self._clock() + retry, decision.cost, decision)
+            while len(denials) > self.size:
+                del denials[next(iter(denials))]
+
+    def count(self, outcome: str, calls: int = 1) -> None:
+        """Tell the recorder of ``calls`` shard calls ``called``, ``spared`` or ``retried``."""
+        if self.tell is not None and calls:
+            self.tell(outcome, calls)
+
+    def clear(self) -> None:
+        """Drop every refusal."""
+        with self._lock:
+            self._denials.clear()

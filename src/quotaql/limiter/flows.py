@@ -21,9 +21,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from quotaql._flow import drive, is_pending
 from quotaql.errors import ConfigError, StorageError, StorageNotReached, StorageTimeout
+from quotaql.instrumentation.names import SHARD_CALLED, SHARD_RETRIED, SHARD_SPARED
 from quotaql.limiter.breaker import CircuitBreaker
+from quotaql.limiter.deny import ShardDenials
 from quotaql.limiter.recorder import NullRecorder, Recorder, decision_hook
 from quotaql.limiter.refunds import DEFAULT_MAX_AGE, DEFAULT_MAX_ENTRIES, PendingRefund, RefundQueue
+from quotaql.limiter.shards import pinned_to_decision, refused_here, retried, shard_debit
 from quotaql.policy.modes import BackendErrorMode
 from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
 from quotaql.storage.base import Debit, check_arguments, is_fallible
@@ -93,6 +96,8 @@ class Core:
         # Not `fallback or ...`: an empty MemoryStorage is falsy (it has a length).
         self.fallback = fallback if fallback is not None else MemoryStorage(source="fallback")
         self.recorder: Recorder = recorder if recorder is not None else NullRecorder()
+        # The shards of sharded shared quotas remembered empty, and their calls counted.
+        self.shard_denials = ShardDenials(getattr(self.recorder, "shard_calls", None))
         # Who is told each decision and how long it took (None: nobody listens: untimed).
         self.tell = decision_hook(self.recorder)
         self.backend: str = getattr(storage, "name", type(storage).__name__)
@@ -146,8 +151,10 @@ class Core:
     # -- flows: the storage calls each operation needs -----------------------------------
 
     @staticmethod
-    def acquire_flow(debit: Debit) -> _Flow:
+    def acquire_flow(debit: Debit, denials: ShardDenials | None = None) -> _Flow:
         own, shared = _split(debit)
+        if shared is not None and shared.quotas[0].shards > 1:
+            return (yield from _sharded_acquire(own, shared, debit.key, denials))
         decision: Decision = yield ("acquire", own)
         if shared is None or not decision.allowed:
             return decision
@@ -167,8 +174,10 @@ class Core:
     def refund_flow(debit: Debit, applied: list[bool] | None = None) -> _Flow:
         """The refund's calls: the tenant's quotas, then the shared ones (``applied`` is
         told when the first of two calls was made: what is left is the shared part). The
-        ``turn`` the debit reserved is the tenant's (shared quotas never wait)."""
-        own, shared = _split(debit)
+        ``turn`` the debit reserved is the tenant's (shared quotas never wait). Sharded
+        shared quotas are given back on the shard their quotas name, else the subject's
+        home one."""
+        own, shared = _split(debit, sharded=True)
         if own.quotas:
             yield ("refund", own)
             if shared is not None and applied is not None:
@@ -180,8 +189,9 @@ class Core:
     @staticmethod
     def charge_flow(debit: Debit) -> _Flow:
         """The charge's calls (an operation's overage): the tenant's quotas, then the
-        shared ones, each debited whether it fits or not."""
-        own, shared = _split(debit)
+        shared ones, each debited whether it fits or not (sharded: on the shard the quotas
+        name, else the subject's home one)."""
+        own, shared = _split(debit, sharded=True)
         if own.quotas:
             yield ("charge", own)
         if shared is not None:
@@ -190,7 +200,7 @@ class Core:
 
     @staticmethod
     def peek_flow(debit: Debit) -> _Flow:
-        own, shared = _split(debit)
+        own, shared = _split(debit, sharded=True)  # sharded: the subject's home shard
         decision: Decision = yield ("peek", own)
         if shared is None:
             return decision
@@ -413,10 +423,11 @@ def _is_share(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float)
 
 
-def _split(debit: Debit) -> tuple[Debit, Debit | None]:
+def _split(debit: Debit, *, sharded: bool = False) -> tuple[Debit, Debit | None]:
     """The tenant's own quotas' part of ``debit`` and the shared quotas' part (None: no
     quota is shared), each with its amounts if given. The shared part is in the shared
-    scope (no key) and never waited for its turn."""
+    scope (no key) and never waited for its turn; with ``sharded``, sharded shared quotas'
+    part is on the shard it goes to (:func:`~quotaql.limiter.shards.shard_debit`)."""
     quotas = debit.quotas
     if not any(quota.shared for quota in quotas):
         return debit, None
@@ -428,10 +439,61 @@ def _split(debit: Debit) -> tuple[Debit, Debit | None]:
         pairs = list(zip(quotas, amounts, strict=True))
         own_amounts = [amount for quota, amount in pairs if not quota.shared]
         shared_amounts = [amount for quota, amount in pairs if quota.shared]
-    return (
-        debit._replace(quotas=own, amounts=own_amounts),
-        debit._replace(key=None, quotas=shared, amounts=shared_amounts, turn=None),
-    )
+    shared_part = debit._replace(key=None, quotas=shared, amounts=shared_amounts, turn=None)
+    if sharded and shared[0].shards > 1:
+        shared_part = cast("Debit", shard_debit(shared_part, debit.key))
+    return debit._replace(quotas=own, amounts=own_amounts), shared_part
+
+
+def _sharded_acquire(
+    own: Debit, shared: Debit, subject: str | None, denials: ShardDenials | None
+) -> _Flow:
+    """:meth:`Core.acquire_flow` for sharded shared quotas: the tenant's quotas, then the
+    subject's home shard, and its second shard if the home one refused (rate limited) or is
+    remembered empty (``denials``); both remembered empty, refused without a call (the
+    refusal names the shared quotas only). A debit at a given time (``now``: a simulation's
+    clock, not the process's) neither reads nor writes ``denials``."""
+    if own.now is not None:
+        denials = None
+    home = cast("Debit", shard_debit(shared, subject))
+    second = shard_debit(shared, subject, second=True)
+    targets = [home] if second is None else [home, second]
+    cost = shared.amount if shared.amounts is None else max(shared.amounts)
+    held: Decision | None = None
+    if denials is not None:
+        live = []
+        for target in targets:
+            refusal = denials.held(cast("str", target.key), tuple(target.quotas), cost)
+            if refusal is None:
+                live.append(target)
+            else:
+                held = held or refusal
+        if not live:  # every shard it may use is empty: no call at all
+            denials.count(SHARD_SPARED, len(targets))
+            return cast("Decision", held)
+        denials.count(SHARD_SPARED, len(targets) - len(live))
+        targets = live
+    decision: Decision = yield ("acquire", own)
+    if not decision.allowed:
+        return decision
+    given_back = own._replace(at=decision.at, turn=reserved_turn(decision))
+    shared_decision = decision
+    for target in targets:
+        try:
+            shared_decision = yield ("acquire", target)
+        except StorageError:
+            yield ("refund", given_back)
+            raise
+        if target is second:
+            shared_decision = retried(shared_decision)
+        if denials is not None:
+            denials.answered(cast("str", target.key), tuple(target.quotas), shared_decision)
+            denials.count(SHARD_RETRIED if target is second else SHARD_CALLED)
+        if not refused_here(shared_decision):
+            break
+    if not shared_decision.allowed:
+        yield ("refund", given_back)
+    return _merge(decision, shared_decision, own_first=bool(own.quotas))
 
 
 def _shared_part(refund: PendingRefund) -> PendingRefund:
@@ -459,6 +521,8 @@ def _check_request(
     shared = False
     for quota in quotas:
         shared = shared or quota.shared
+    if shared and len({quota.shards for quota in quotas if quota.shared}) > 1:
+        raise ValueError("the shared quotas of one request must have the same shards")
     if len(quotas) > 1 and len({quota.name for quota in quotas}) < len(quotas):
         names = [quota.name for quota in quotas]
         twice = sorted({name for name in names if names.count(name) > 1})
@@ -603,7 +667,9 @@ class Operations:
         else:  # one path for one quota or many, shared or not
             debit = _new(Debit, (key, cost, quotas, now, costs, None, None))
             decision = self.execute(
-                lambda: Core.acquire_flow(debit), debit, None if shared else ("acquire", debit)
+                lambda: Core.acquire_flow(debit, core.shard_denials),
+                debit,
+                None if shared else ("acquire", debit),
             )
             if decision.__class__ is not Decision:  # an awaitable: timed once it is in
                 return decision if tell is None else self._timed_later(decision, started, tell)
@@ -627,6 +693,9 @@ class Operations:
         shared = _check_request(key, amount, quotas, amounts)
         if not (amount > 0 if amounts is None else any(amounts)):
             return None
+        if shared:  # given back on the shard it was debited on
+            debit = pinned_to_decision(debit, decision)
+            quotas = debit.quotas
         core = self.core
         # None: a debit made in the storage now; else the refund goes where its debit was.
         if decision is not None and (not decision.allowed or decision.source in _NOT_STORED):
@@ -651,6 +720,8 @@ class Operations:
         shared = _check_request(key, amount, quotas, amounts)
         if not (amount > 0 if amounts is None else any(amounts)) or not Core.charges(decision):
             return None
+        if shared:  # charged on the shard its debit was made on
+            debit = pinned_to_decision(debit, decision)
         core = self.core
         if core.infallible and not shared:  # the embedded default: no flow, no breaker
             core.storage.charge(debit)

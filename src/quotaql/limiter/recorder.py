@@ -73,6 +73,13 @@ class MultiRecorder:
             if told is not None:
                 told(outcome, count, cost)
 
+    def shard_calls(self, outcome: str, count: int) -> None:
+        """Pass the shard calls on (to the recorders that count them)."""
+        for recorder in self.recorders:
+            told = getattr(recorder, "shard_calls", None)
+            if told is not None:
+                told(outcome, count)
+
 
 def decision_hook(recorder: Recorder) -> Callable[[Decision, float], None] | None:
     """What a limiter tells each of its decisions (and how long it took) to: ``recorder``'s

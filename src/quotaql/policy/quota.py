@@ -70,6 +70,14 @@ class Quota:
         max_queued: with ``max_delay``, the most requests waiting for their turn at once (per
             tenant, or per scope); one more is refused, its ``retry_after`` when the first
             waiting one runs. 0 (the default): only ``max_delay`` bounds the wait.
+        shards: a ``shared`` quota kept as that many buckets (or windows) of a ``shards``-th
+            of its capacity (or limit) and rate, on as many Redis Cluster hash tags
+            (``[global] shards``; 1, the default: one, as it always was). A subject debits
+            one shard, and one other at most (the limiter's ``quotaql.limiter.shards``;
+            docs/scale-out.md: "Sharded shared quotas").
+        shard: the shard a debit of this quota was made on (from 0), which the limiter
+            names on the refund or the overage of a decision that its subject's second
+            shard allowed; None (the default): the subject's own shard.
     """
 
     name: str
@@ -83,6 +91,8 @@ class Quota:
     refundable: bool = True
     max_delay: float = 0.0
     max_queued: int = 0
+    shards: int = 1
+    shard: int | None = None
     params: tuple[float, float] = field(init=False, repr=False, compare=False)
     check_params: tuple[float, float, int] = field(init=False, repr=False, compare=False)
     """:attr:`params` and the most a reservation may wait (ms), as the checks take them."""
@@ -165,6 +175,7 @@ class Quota:
             raise ConfigError(f"{where}: max_queued must be an integer >= 0, got {queued!r}")
         if queued and not delay_ms:
             raise ConfigError(f"{where}: max_queued needs max_delay (nothing waits without it)")
+        _check_shards(where, self.shards, self.shard, shared=self.shared)
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "check_params", (*params, delay_ms))
         object.__setattr__(self, "maximum", maximum)
@@ -206,6 +217,25 @@ class Quota:
         else:
             window = float(self.window_seconds or 0)
         return f'"{self.name}";q={_compact(self.maximum)};w={max(1, math.ceil(window))}'
+
+
+#: The most shards a shared quota may have (``[global] shards``).
+MAX_SHARDS = 64
+
+
+def _check_shards(where: str, shards: object, shard: object, *, shared: bool) -> None:
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+        raise ConfigError(
+            f"{where}: shards must be an integer from 1 to {MAX_SHARDS}, got {shards!r}"
+        )
+    if shards > 1 and not shared:
+        raise ConfigError(f"{where}: shards needs a shared quota (a tenant's is one bucket)")
+    if shard is not None and (
+        isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards
+    ):
+        raise ConfigError(
+            f"{where}: shard must be None or an integer from 0 to {shards - 1}, got {shard!r}"
+        )
 
 
 def _scope_token(scope: str) -> str:

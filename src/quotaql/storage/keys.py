@@ -4,6 +4,7 @@ full memory table decides a new one."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import ipaddress
 import re
@@ -15,11 +16,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADDRESS_SUBJECT",
+    "CLUSTER_SLOTS",
     "PLAIN_TENANT_MAX",
+    "ShardKey",
+    "cluster_slot",
     "drop_stale",
     "network_places",
     "overflow_network",
     "redis_key_base",
+    "shard_key",
     "tenant_digest",
     "tenant_part",
 ]
@@ -41,6 +46,60 @@ _V = TypeVar("_V")
 _SAFE_TENANT = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,64}")
 
 
+#: The hash slots of a Redis Cluster.
+CLUSTER_SLOTS: Final = 16384
+
+
+class ShardKey(str):
+    """The key of one shard of the shared quotas (``[global] shards``): its text is the
+    shard's hash tag, ``global:<shard>/<shards>`` and a disambiguator (:func:`shard_key`).
+
+    A class of its own, not a reserved spelling: a tenant's key is any string, so no text
+    could be kept from naming a tenant; a tenant key is always a plain ``str``, so no tenant
+    reaches a shard's state (``redis_key_base`` and ``tenant_part`` tell them apart by
+    class, and a tenant's Redis tag always starts ``t:`` or ``h:``).
+    """
+
+    __slots__ = ()
+
+
+def cluster_slot(tag: str) -> int:
+    """The Redis Cluster hash slot of a key whose hash tag is ``tag``: CRC16 (XMODEM,
+    polynomial 0x1021) of its UTF-8 bytes, modulo :data:`CLUSTER_SLOTS` (as
+    ``redis.crc.key_slot`` computes it; the storages do not need redis-py for it)."""
+    crc = 0
+    for byte in tag.encode("utf-8"):
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc % CLUSTER_SLOTS
+
+
+@functools.cache
+def shard_key(shard: int, shards: int) -> ShardKey:
+    """The key of shard ``shard`` (from 0) of ``shards``: a hash tag whose slot is inside
+    the ``shard``-th of ``shards`` equal ranges of the slots.
+
+    ``redis-cli --cluster create`` gives each of M masters one contiguous range of about
+    16384 / M slots, in order; tags whose slots are one to each of N equal ranges therefore
+    land on N different masters when N = M (and on as many as there are when N is a
+    multiple of M). A plain ``global:<i>`` leaves that to chance (CRC16 of ``global:0`` to
+    ``global:2`` is 12788, 8661 and 4534: right for 3 masters by luck, not for 4), so the
+    tag is ``global:<shard>/<shards>`` and the first ``.<n>`` after it (n from 1) whose
+    slot lands in its range, one slot in from either end of it. About ``shards`` tries per
+    shard, once per process (cached).
+    """
+    low = -(-shard * CLUSTER_SLOTS // shards) + 1
+    high = (shard + 1) * CLUSTER_SLOTS // shards - 1
+    base = f"global:{shard}/{shards}"
+    tag, tries = base, 0
+    while not low <= cluster_slot(tag) < high:
+        tries += 1
+        tag = f"{base}.{tries}"
+    return ShardKey(tag)
+
+
 def tenant_digest(tenant: str) -> str:
     """128 bits of ``tenant``'s SHA-256, in 22 URL-safe characters: what the storages keep
     of a tenant key that is long or outside a safe alphabet (no practical collision)."""
@@ -59,6 +118,8 @@ def tenant_part(tenant: str | None) -> str:
     """
     if tenant is None:
         return "\1"
+    if tenant.__class__ is ShardKey:  # one shard of the shared scope
+        return f"\1{tenant}"
     if len(tenant) <= PLAIN_TENANT_MAX and tenant.isascii():
         return f"\0{tenant}"
     return "\2" + tenant_digest(tenant)  # as the Redis storage hashes such tenants
@@ -69,6 +130,8 @@ def redis_key_base(prefix: str, tenant: str | None) -> str:
     (one hash tag per tenant: all its keys share one Redis Cluster slot)."""
     if tenant is None:
         tag = "global"
+    elif tenant.__class__ is ShardKey:  # a shard of the shared quotas: its tag
+        tag = str(tenant)
     elif _SAFE_TENANT.fullmatch(tenant):
         tag = f"t:{tenant}"
     else:

@@ -187,7 +187,12 @@ class MemoryStorage:
         if len(quotas) != 1 or costs is not None or quotas[0].max_queued:
             return self._acquire_many(key, cost, quotas, now, costs)
         quota = quotas[0]
-        k = f"{quota.state_name}\1" if key is None else f"{quota.state_name}\0{key}"
+        # None (the shared scope) or a shard of it (ShardKey): tenant_part's name for it.
+        k = (
+            f"{quota.state_name}\0{key}"
+            if key.__class__ is str
+            else quota.state_name + tenant_part(key)
+        )
         algorithm = quota.algorithm
         check = ALGORITHMS[algorithm][0]
         states = self._states
@@ -370,7 +375,11 @@ class MemoryStorage:
             now = int(self._clock() * 1000)
         if len(quotas) == 1 and amounts is None and amount and not quotas[0].max_queued:
             quota = quotas[0]
-            k = f"{quota.state_name}\1" if key is None else f"{quota.state_name}\0{key}"
+            k = (
+                f"{quota.state_name}\0{key}"
+                if key.__class__ is str
+                else quota.state_name + tenant_part(key)  # the shared scope, or a shard of it
+            )
             states = self._states
             with self._lock:
                 entry = states.get(k)
