@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from quotaql.config import checks, features
@@ -54,7 +54,7 @@ from quotaql.cost_analysis.model import (
     IntrospectionMode,
 )
 from quotaql.errors import ConfigError
-from quotaql.policy.quota import MAX_DELAY_SECONDS, Algorithm, Quota
+from quotaql.policy.quota import MAX_DELAY_SECONDS, MAX_SHARDS, Algorithm, Quota
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping
@@ -430,6 +430,7 @@ class _Tenants:
 @dataclass(frozen=True, slots=True)
 class _Global:
     quota: _QuotaKeys | None
+    shards: int = 1
 
 
 def _parse_quota_keys(table: Table) -> _QuotaKeys:
@@ -566,8 +567,10 @@ def _parse_redis(table: Table) -> RedisConfig:
 
 
 def _parse_global(table: Table) -> _Global:
-    table.check_keys(_QUOTA_KEYS)
-    return _Global(_parse_quota_keys(table) if table.path[0] in table.doc.data else None)
+    table.check_keys((*_QUOTA_KEYS, "shards"))
+    shards = table.get("shards", checks.integer(1, MAX_SHARDS)) or 1
+    present = table.path[0] in table.doc.data
+    return _Global(_parse_quota_keys(table) if present else None, shards)
 
 
 #: Every known top-level table and its parser, called with an empty table when the file
@@ -679,6 +682,8 @@ def _build(doc: Document) -> Config:
     if global_keys.quota is not None:
         with doc.attempt():
             global_quota = _build_quota(global_keys.quota, "global", (base,), shared=True)
+            if global_keys.shards > 1:  # N buckets of C/N (quotaql.limiter.shards)
+                global_quota = replace(global_quota, shards=global_keys.shards)
     if not broken:
         with doc.attempt():
             features.check_adaptive_tiers(doc, adaptive, tiers)

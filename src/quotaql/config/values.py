@@ -527,7 +527,7 @@ class Config:
         tenants: the tenants that ``[tenants]`` names; any other tenant is on the
             default tier.
         global_quota: the ``[global]`` quota (named ``global``, shared by every tenant),
-            or ``None``.
+            or ``None``; ``[global] shards`` is its ``shards`` (N buckets of a N-th each).
         source: the file the configuration was read from; ``None`` for defaults.
         alerts: the ``[alerts]`` table.
         identity: the ``[identity]`` table: where subjects come from.

@@ -606,6 +606,18 @@ INCREMENTAL_INSTRUMENTS: Final = (
 )  # fmt: skip
 """The ``@defer`` / ``@stream`` instruments (``quotaql.instrumentation.incremental``)."""
 
+# -- sharded shared quotas (issue 26) ---------------------------------------------------------
+
+SHARD_INSTRUMENTS: Final = (
+    Instrument(
+        "shard_calls_total", "counter", names.SHARD_CALLS_TOTAL,
+        "Calls to the shards of sharded shared quotas: called (the subject's home shard),"
+        " retried (its second shard), spared (a shard remembered empty, not asked).",
+        (names.LABEL_OUTCOME,),
+    ),
+)  # fmt: skip
+"""The sharded shared quotas' instruments (``PrometheusMetrics.shard_calls``)."""
+
 """Every instrument, in the order a scrape lists them."""
 
 EVERY_INSTRUMENT: Final = (
@@ -617,6 +629,7 @@ EVERY_INSTRUMENT: Final = (
     *CANDIDATE_INSTRUMENTS,
     *RESOLVER_INSTRUMENTS,
     *INCREMENTAL_INSTRUMENTS,
+    *SHARD_INSTRUMENTS,
 )
 """Every instrument, in the order a scrape lists them."""
 
@@ -693,3 +706,4 @@ class Instruments:
     resolver_subject_seconds: Histogram
     incremental_payloads: Counter
     incremental_operations: Counter
+    shard_calls_total: Counter

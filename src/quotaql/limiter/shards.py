@@ -69,17 +69,21 @@ def homes(subject: str, shards: int) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _shard_quota(quota: Quota, shard: int) -> Quota:
-    """``quota``'s shard ``shard``: a ``shards``-th of its capacity (or limit) and rate."""
-    n = quota.shards
-    if quota.capacity is not None:
-        return replace(
-            quota,
-            capacity=quota.capacity / n,
-            refill_per_second=(quota.refill_per_second or 0.0) / n,
-            shard=shard,
-        )
-    return replace(quota, limit=(quota.limit or 0.0) / n, shard=shard)
+def _shard_quotas(quotas: tuple[Quota, ...], shard: int) -> list[Quota]:
+    """``quotas``' shard ``shard``: each with a ``shards``-th of its capacity (or limit)
+    and rate (built once per set of quotas and shard: ``replace`` checks a quota anew)."""
+    placed = []
+    for quota in quotas:
+        n = quota.shards
+        unpinned = quota if quota.shard is None else replace(quota, shard=None)
+        if quota.capacity is not None:
+            rate = (quota.refill_per_second or 0.0) / n
+            placed.append(
+                replace(unpinned, capacity=quota.capacity / n, refill_per_second=rate, shard=shard)
+            )
+        else:
+            placed.append(replace(unpinned, limit=(quota.limit or 0.0) / n, shard=shard))
+    return placed
 
 
 def pinned(quotas: Sequence[Quota]) -> int | None:
@@ -104,10 +108,7 @@ def shard_debit(shared: Debit, subject: str | None, *, second: bool = False) -> 
     else:
         home, other = homes(subject or "", shards)
         shard = other if second else home
-    return shared._replace(
-        key=shard_key(shard, shards),
-        quotas=[_shard_quota(replace(quota, shard=None), shard) for quota in quotas],
-    )
+    return shared._replace(key=shard_key(shard, shards), quotas=_shard_quotas(tuple(quotas), shard))
 
 
 def retried(decision: Decision) -> Decision:
