@@ -93,7 +93,8 @@ def test_a_refused_home_shard_is_tried_once_on_the_second_and_refunded_there() -
     subject = subject_on(0, 1)
     storage.acquire(Debit(shard_key(0, N), C / N, [SHARD], 0))  # home drained
     decision = limiter.acquire(subject, 10, [TENANT, GLOBAL], now=0)
-    assert decision.allowed and decision.quotas[1].__class__ is RetriedStatus
+    assert decision.allowed
+    assert decision.quotas[1].__class__ is RetriedStatus
     assert (left(storage, 0, 0), left(storage, 1, 0), left(storage, 2, 0)) == (0, 90, 100)
     limiter.refund(subject, 10, [TENANT, GLOBAL], decision=decision, now=0)
     assert (left(storage, 0, 0), left(storage, 1, 0)) == (0, 100)  # back where it was taken
@@ -108,7 +109,8 @@ def test_a_refused_home_shard_is_tried_once_on_the_second_and_refunded_there() -
     storage.acquire(Debit(shard_key(1, N), 100, [SHARD], 4_000))
     storage.acquire(Debit(shard_key(0, N), 40, [SHARD], 4_000))
     refused = limiter.acquire(subject, 10, [TENANT, GLOBAL], now=4_000)
-    assert not refused.allowed and refused.limited_by == "global"
+    assert not refused.allowed
+    assert refused.limited_by == "global"
     assert refused.quotas[1].__class__ is RetriedStatus  # the second shard's answer
 
 
@@ -164,7 +166,8 @@ def test_one_subject_hammering_drains_two_shards_at_most() -> None:
         limiter.acquire(victim, 1, [GLOBAL], now=seconds * 1000).allowed for _ in range(150)
     )
     assert served == C / N  # its shard whole: the attacker never reached it
-    assert left(storage, 0, seconds * 1000) <= 1 and left(storage, 1, seconds * 1000) <= 1
+    assert left(storage, 0, seconds * 1000) <= 1
+    assert left(storage, 1, seconds * 1000) <= 1
 
 
 def test_a_shard_remembered_empty_is_spared_and_counted() -> None:
@@ -184,10 +187,13 @@ def test_a_shard_remembered_empty_is_spared_and_counted() -> None:
         return value or 0.0
 
     first = limiter.acquire(subject, 1, [quota])
-    assert not first.allowed and (calls("called"), calls("retried")) == (1, 1)
+    assert not first.allowed
+    assert (calls("called"), calls("retried")) == (1, 1)
     again = limiter.acquire(subject, 1, [quota])  # both remembered: no call at all
-    assert not again.allowed and again.limited_by == "global"
-    assert 0 < (again.retry_after or 0) <= 10 and calls("spared") == 2
+    assert not again.allowed
+    assert again.limited_by == "global"
+    assert 0 < (again.retry_after or 0) <= 10
+    assert calls("spared") == 2
     assert (calls("called"), calls("retried")) == (1, 1)
     other = subject_on(0, 2, "other")  # home remembered empty: straight to its second
     assert limiter.acquire(other, 1, [quota]).allowed
