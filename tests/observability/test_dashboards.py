@@ -43,6 +43,7 @@ REGENERATE = (
 METRICS = {
     names.INCREMENTAL_PAYLOADS_TOTAL,  # @defer / @stream (issue 25)
     names.INCREMENTAL_OPERATIONS_TOTAL,
+    names.SHARD_CALLS_TOTAL,  # sharded shared quotas (issue 26)
     names.REQUESTS_TOTAL,
     names.QUERY_COST,
     names.QUERY_ACTUAL_COST,
@@ -243,6 +244,7 @@ OVERVIEW_ROWS = [
             "Memory storage overflow per second",
             "Redis eviction check by verdict",
             "Redis eviction policies",
+            "Sharded shared quota: shard calls per second",
         ],
     ),
     ("Configuration", ["Config generation by worker", "Configuration digests"]),
@@ -518,7 +520,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 95), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 96), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

@@ -546,6 +546,15 @@ BACKEND_ROW: Final = Row("Backend", (
          f"{labels(_POLICY)}: {labels(_VERDICT)}",
          _EVICTION_HELP + "Each maxmemory-policy found now, with its verdict.",
          instant=True, with_names=True),
+    Graph("Sharded shared quota: shard calls per second", "ops", 24,
+          (rates_by(sel(names.SHARD_CALLS_TOTAL, JOB_MATCH), OUTCOME),),
+          "Calls of the limiters to the shards of a sharded shared quota ([global] shards): "
+          "called (a subject's home shard asked), retried (its second shard asked: the home "
+          "one was empty), spared (a shard remembered empty for its retry time, not asked). "
+          "Retried and spared growing together: the shared quota is spent, every shard "
+          "empty; retried alone, some shards are (a few subjects take their shards).",
+          colours={names.SHARD_CALLED: "green", names.SHARD_RETRIED: "orange",
+                   names.SHARD_SPARED: "blue"}),
 ), runbook='QuotaqlBackendErrors')  # fmt: skip
 
 # -- top tenants (opt-in per-tenant metric) ----------------------------------------------------
