@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 import redis
 
 from quotaql import AsyncLimiter, Quota
-from quotaql.limiter.shards import homes
+from quotaql.limiter.shards import RetriedStatus, homes
+from quotaql.storage.base import Debit
+from quotaql.storage.keys import shard_key
 from quotaql.storage.redis import AsyncRedisStorage
 
 if TYPE_CHECKING:
@@ -108,3 +110,34 @@ def test_the_fleet_admits_no_more_than_one_exact_bucket(redis_cluster: RedisClus
     assert asked > 2 * exact  # the demand was well above the quota
     assert admitted <= exact  # over-admission <= 0
     assert admitted >= 0.8 * exact  # and every shard drained: little left unused
+
+
+def test_a_refund_goes_back_to_the_second_shard_through_the_queue(
+    redis_cluster: RedisCluster,
+) -> None:
+    # Deferred refunds (the async limiter's queue) of a decision its subject's second shard
+    # allowed are applied on that shard, on its master, not on the home one.
+    redis_cluster.flushall()
+    quota = Quota("global", capacity=30, refill_per_second=1e-3, shared=True, shards=3)
+    shard = Quota("global", capacity=10, refill_per_second=1e-3 / 3, shared=True)
+    subject = next(s for s in SUBJECTS if homes(s, 3) == (0, 2))
+
+    async def body() -> tuple[float, ...]:
+        storage = AsyncRedisStorage(redis_cluster.async_client(), timeout=2.0)
+        limiter = AsyncLimiter(storage, on_backend_error="closed")
+        try:
+            drained = await storage.acquire(Debit(shard_key(0, 3), 10, [shard]))
+            assert drained.allowed
+            decision = await limiter.acquire(subject, 4, [quota])
+            assert decision.allowed
+            assert decision.quotas[0].__class__ is RetriedStatus
+            await limiter.refund(subject, 3, [quota], decision=decision)
+            assert await limiter.flush() == 0
+            peeked = [await storage.peek(shard_key(i, 3), [shard]) for i in range(3)]
+            return tuple(decision.remaining for decision in peeked)
+        finally:
+            await storage.close()
+
+    home, _, second = asyncio.run(body())
+    assert home < 0.01  # still drained: nothing given back there
+    assert 8.99 < second < 9.01  # 10 - 4 + 3

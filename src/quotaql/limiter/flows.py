@@ -470,7 +470,7 @@ def _sharded_acquire(
                 held = held or refusal
         if not live:  # every shard it may use is empty: no call at all
             denials.count(SHARD_SPARED, len(targets))
-            return cast("Decision", held)
+            return cast("Decision", held)._replace(cost=cost)
         denials.count(SHARD_SPARED, len(targets) - len(live))
         targets = live
     decision: Decision = yield ("acquire", own)
