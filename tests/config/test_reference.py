@@ -45,6 +45,7 @@ from quotaql.cost_analysis.model import (
 )
 from quotaql.identity import IdentityConfig
 from quotaql.observability import thresholds
+from quotaql.policy.quota import Quota
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "configuration.md"
@@ -216,7 +217,10 @@ def expected_tables() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
             reader._TENANT_KEYS,
             {**quota_defaults, "tier": _field_default(TenantConfig, "tier")},
         ),
-        "[global]": (reader._QUOTA_KEYS, quota_defaults),
+        "[global]": (
+            reader._GLOBAL_KEYS,
+            {**quota_defaults, "shards": _field_default(Quota, "shards")},
+        ),
         "[alerts]": (
             tuple(thresholds.ALERT_KINDS),
             _instance_defaults(AlertsConfig(), tuple(thresholds.ALERT_KINDS)),

@@ -158,6 +158,7 @@ _TIER_KEYS: Final = (
 )
 #: A root field's entry: a rate quota, a concurrency limit, or both.
 _FIELD_KEYS: Final = (*_QUOTA_KEYS, "max_in_flight")
+_GLOBAL_KEYS: Final = (*_QUOTA_KEYS, "shards")  # shards: Quota.shards
 _TENANT_KEYS: Final = ("tier", *_QUOTA_KEYS)
 _DEFAULT_CAPACITY: Final = 1000.0
 _DEFAULT_REFILL_PER_SECOND: Final = 50.0
@@ -567,7 +568,7 @@ def _parse_redis(table: Table) -> RedisConfig:
 
 
 def _parse_global(table: Table) -> _Global:
-    table.check_keys((*_QUOTA_KEYS, "shards"))
+    table.check_keys(_GLOBAL_KEYS)
     shards = table.get("shards", checks.integer(1, MAX_SHARDS)) or 1
     present = table.path[0] in table.doc.data
     return _Global(_parse_quota_keys(table) if present else None, shards)
