@@ -23,8 +23,9 @@ from redis.crc import key_slot
 from quotaql import Limiter, MemoryStorage, Quota
 from quotaql.config import load_config
 from quotaql.errors import ConfigError
+from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics
-from quotaql.limiter.shards import RetriedStatus, homes
+from quotaql.limiter.shards import RetriedStatus, SparedStatus, homes
 from quotaql.simulation import worst_window_excess
 from quotaql.storage.base import Debit
 from quotaql.storage.keys import CLUSTER_SLOTS, ShardKey, shard_key, tenant_part
@@ -192,6 +193,7 @@ def test_a_shard_remembered_empty_is_spared_and_counted() -> None:
     again = limiter.acquire(subject, 1, [quota])  # both remembered: no call at all
     assert not again.allowed
     assert again.limited_by == "global"
+    assert again.quotas[0].__class__ is SparedStatus  # the span says: spared
     assert 0 < (again.retry_after or 0) <= 10
     assert calls("spared") == 2
     assert (calls("called"), calls("retried")) == (1, 1)
@@ -221,3 +223,52 @@ def test_config_global_shards(tmp_path: Path) -> None:
         Quota("tenant", capacity=1, refill_per_second=1, shards=2)
     with pytest.raises(ValueError, match="same shards"):
         Limiter(MemoryStorage()).acquire("a", 1, [GLOBAL, replace(GLOBAL, name="g2", shards=2)])
+
+
+GATE_SCHEMA = """
+type Query { products(first: Int = 10): [Product] hello: String }
+type Product { id: ID name: String }
+"""
+
+
+def test_the_gate_traces_and_counts_a_sharded_global_quota(tmp_path: Path) -> None:
+    # End to end in process: [global] shards = 3 from the file, a subject's second shard and
+    # a refusal without a call on the operation's span, the calls in the metric.
+    from graphql import build_schema, parse
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from quotaql.gate import Gate
+
+    path = tmp_path / "quotaql.toml"
+    path.write_text(
+        "[tiers.free]\ncapacity = 100000\nrefill_per_second = 1000\n"
+        "[global]\ncapacity = 60\nrefill_per_second = 0.001\nshards = 3\n"
+        '[tenants."acme"]\ntier = "free"\n',
+        encoding="utf-8",
+    )
+    registry = CollectorRegistry()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    gate = Gate(load_config(path), metrics=PrometheusMetrics(registry), tracer_provider=provider)
+    assert gate.config.global_quota is not None
+    assert gate.config.global_quota.shards == N
+    schema, query = build_schema(GATE_SCHEMA), parse("{ products(first: 4) { name } }")
+    request = {"type": "http", "client": ("203.0.113.9", 1), "headers": [(b"x-api-key", b"acme")]}
+    codes = []
+    for _ in range(20):  # 40 of 60 reachable: two shards of 20, then refused
+        op = gate.admit(schema, query, request=request)
+        gate.finish(op)
+        codes.append(op.code)
+    assert codes == [None] * 10 + ["RATE_LIMITED"] * 10  # 4 points each: its two shards
+
+    shards = [span.attributes.get(names.ATTR_SHARD) for span in exporter.get_finished_spans()]
+    assert shards[:5] == [None] * 5  # its home shard
+    assert shards[5:] == ["second"] * 15  # then its second; refused there (the deny cache)
+    called = registry.get_sample_value(names.SHARD_CALLS_TOTAL, {"outcome": "called"})
+    retried = registry.get_sample_value(names.SHARD_CALLS_TOTAL, {"outcome": "retried"})
+    spared = registry.get_sample_value(names.SHARD_CALLS_TOTAL, {"outcome": "spared"})
+    assert (called, retried) == (6, 6)  # the 11th asked both; the gate's cache then answers
+    assert spared == 5  # the home shard, remembered empty: not asked from the 6th on

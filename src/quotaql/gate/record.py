@@ -12,6 +12,7 @@ from quotaql.instrumentation import names
 from quotaql.instrumentation.logs import clipped
 from quotaql.instrumentation.routes import granted_rate
 from quotaql.instrumentation.tenants import TenantNames, hashed
+from quotaql.limiter.shards import shard_taken
 from quotaql.policy.numbers import is_whole, left, points, seconds
 from quotaql.storage.base import is_pipelined
 
@@ -127,6 +128,9 @@ class OperationRecorder:
                 attributes[names.ATTR_BACKEND] = decision.source
                 if decision.retry_after:
                     attributes[names.ATTR_RETRY_AFTER] = decision.retry_after
+                shard = shard_taken(decision)  # sharded shared quotas (issue 26)
+                if shard is not None:
+                    attributes[names.ATTR_SHARD] = shard
             if lease is not None and lease.leases is not None:
                 attributes[names.ATTR_IN_FLIGHT] = lease.in_flight
             if op.staged is not None:  # enforce_share: in the enforced share, or shadow

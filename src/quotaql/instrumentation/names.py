@@ -707,3 +707,7 @@ SHARD_CALLED: Final = "called"
 SHARD_RETRIED: Final = "retried"
 SHARD_SPARED: Final = "spared"
 SHARD_OUTCOMES: Final = (SHARD_CALLED, SHARD_RETRIED, SHARD_SPARED)
+ATTR_SHARD: Final = "quotaql.shard"
+"""Span attribute: on an operation whose sharded shared quota was not decided on its subject's
+home shard, where it was: ``second`` (the home one was empty) or ``spared`` (both remembered
+empty: refused without a call)."""

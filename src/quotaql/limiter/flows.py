@@ -26,7 +26,13 @@ from quotaql.limiter.breaker import CircuitBreaker
 from quotaql.limiter.deny import ShardDenials
 from quotaql.limiter.recorder import NullRecorder, Recorder, decision_hook
 from quotaql.limiter.refunds import DEFAULT_MAX_AGE, DEFAULT_MAX_ENTRIES, PendingRefund, RefundQueue
-from quotaql.limiter.shards import pinned_to_decision, refused_here, retried, shard_debit
+from quotaql.limiter.shards import (
+    pinned_to_decision,
+    refused_here,
+    retried,
+    shard_debit,
+    spared,
+)
 from quotaql.policy.modes import BackendErrorMode
 from quotaql.policy.quota import Decision, Quota, QuotaStatus, Source
 from quotaql.storage.base import Debit, check_arguments, is_fallible
@@ -470,7 +476,7 @@ def _sharded_acquire(
                 held = held or refusal
         if not live:  # every shard it may use is empty: no call at all
             denials.count(SHARD_SPARED, len(targets))
-            return cast("Decision", held)._replace(cost=cost)
+            return spared(cast("Decision", held), cost)
         denials.count(SHARD_SPARED, len(targets) - len(live))
         targets = live
     decision: Decision = yield ("acquire", own)

@@ -34,12 +34,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RetriedStatus",
+    "SparedStatus",
     "homes",
     "pinned",
     "pinned_to_decision",
     "refused_here",
     "retried",
     "shard_debit",
+    "shard_taken",
+    "spared",
 ]
 
 # The key of the subjects' hash. Fixed, so that every worker (and every version) puts a
@@ -52,6 +55,32 @@ class RetriedStatus(QuotaStatus):
     a refund or an overage of the decision goes there."""
 
     __slots__ = ()
+
+
+class SparedStatus(QuotaStatus):
+    """A shared quota's status in a refusal made without a call: the subject's shards were
+    remembered empty (the status is the remembered refusal's)."""
+
+    __slots__ = ()
+
+
+def shard_taken(decision: Decision) -> str | None:
+    """Which of its subject's shards ``decision``'s sharded shared quotas were decided on,
+    for the operation's span: ``second``, ``spared`` (refused without a call), or None
+    (the home shard, or no sharded quota: the statuses do not tell them apart)."""
+    for status in decision.quotas:
+        if status.__class__ is RetriedStatus:
+            return "second"
+        if status.__class__ is SparedStatus:
+            return "spared"
+    return None
+
+
+def spared(decision: Decision, cost: float) -> Decision:
+    """``decision`` (a shard's remembered refusal) as the answer to ``cost`` now, its
+    statuses marked as made without a call."""
+    marked = tuple(SparedStatus(*status) for status in decision.quotas)
+    return decision._replace(cost=cost, quotas=marked)
 
 
 def homes(subject: str, shards: int) -> tuple[int, int]:
