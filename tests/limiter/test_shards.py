@@ -272,3 +272,16 @@ def test_the_gate_traces_and_counts_a_sharded_global_quota(tmp_path: Path) -> No
     spared = registry.get_sample_value(names.SHARD_CALLS_TOTAL, {"outcome": "spared"})
     assert (called, retried) == (6, 6)  # the 11th asked both; the gate's cache then answers
     assert spared == 5  # the home shard, remembered empty: not asked from the 6th on
+
+
+def test_a_tenant_named_like_a_shard_never_reaches_its_state() -> None:
+    # The attack: a subject whose key spells a shard's tag, with a quota of the shard's
+    # name, drains its own state only (memory keys by class; Redis tags tenants t:/h:).
+    storage = MemoryStorage()
+    limiter = Limiter(storage)
+    own = Quota("global", capacity=C / N, refill_per_second=R / N)  # not shared
+    tag = str(shard_key(0, N))
+    assert not limiter.acquire(tag, C, [own], now=0).allowed  # more than it holds
+    assert limiter.acquire(tag, C / N, [own], now=0).allowed  # drained, its own
+    assert left(storage, 0, 0) == C / N
+    assert storage.peek(tag, [own], 0).remaining == 0
