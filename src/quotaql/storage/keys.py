@@ -84,8 +84,9 @@ def shard_key(shard: int, shards: int) -> ShardKey:
     ``redis-cli --cluster create`` gives each of M masters one contiguous range of about
     16384 / M slots, in order; tags whose slots are one to each of N equal ranges therefore
     land on N different masters when N = M (and on as many as there are when N is a
-    multiple of M). A plain ``global:<i>`` leaves that to chance (CRC16 of ``global:0`` to
-    ``global:2`` is 12788, 8661 and 4534: right for 3 masters by luck, not for 4), so the
+    multiple of M). A plain ``global:<i>`` leaves that to chance (CRC16 of ``global:0`` and
+    ``global:1`` lands both on the second of 2 masters; ``global:0`` to ``global:4`` on 4 of
+    5, though right for 3 and 4 by luck), so the
     tag is ``global:<shard>/<shards>`` and the first ``.<n>`` after it (n from 1) whose
     slot lands in its range, one slot in from either end of it. About ``shards`` tries per
     shard, once per process (cached).
