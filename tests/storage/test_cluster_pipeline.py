@@ -21,7 +21,7 @@ from redis.crc import key_slot
 from quotaql import Quota
 from quotaql.errors import StorageError, StorageNotReached
 from quotaql.storage import Debit
-from quotaql.storage._cluster_pipeline import ClusterPipelines
+from quotaql.storage._cluster_pipeline import MAX_TRIES, ClusterPipelines
 from quotaql.storage.redis import AsyncRedisStorage, redis_key
 from tests.support.servers import RedisCluster
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 T0 = 1_700_000_000_000
 CAPACITY = 100_000
 QUOTA = Quota("tenant", capacity=CAPACITY, refill_per_second=1)  # ``now`` fixed: no refill
+LOG = Quota("ops", limit=1000, window_seconds=60, algorithm="sliding_log")  # keys of its own
 CALLERS = 64
 
 
@@ -103,15 +104,24 @@ def cluster(redis_cluster: RedisCluster) -> RedisCluster:
     return redis_cluster
 
 
-@pytest.fixture
-def own_cluster() -> Iterator[RedisCluster]:
-    """A 3-master cluster of the test's own (its topology is changed or a master killed),
-    that keeps serving the slots it has while a master is down."""
+def _own_cluster() -> Iterator[RedisCluster]:
     with RedisCluster() as cluster:
-        for node in cluster.nodes:
+        for node in cluster.nodes:  # a master down: the others keep serving their slots
             with node.client(socket_timeout=5) as client:
                 client.config_set("cluster-require-full-coverage", "no")
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def reshard_cluster() -> Iterator[RedisCluster]:
+    """A 3-master cluster of this module's own, whose slots the tests move."""
+    yield from _own_cluster()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[RedisCluster]:
+    """A 3-master cluster of the test's own (a master is killed)."""
+    yield from _own_cluster()
 
 
 def test_64_callers_over_three_masters_are_each_answered_once_and_debited_once(
@@ -236,11 +246,12 @@ def test_callers_cancelled_mid_batch_leave_every_master_in_step(cluster: RedisCl
 
 
 def test_a_slot_migrated_under_traffic_loses_and_duplicates_no_decision(
-    own_cluster: RedisCluster,
+    reshard_cluster: RedisCluster,
 ) -> None:
     """MIGRATING/IMPORTING, MIGRATE of the tenant's keys, SETSLOT NODE, while 64 callers
     debit that tenant and tenants of every master: ASK then MOVED, followed per call."""
-    cluster = own_cluster
+    cluster = reshard_cluster
+    cluster.flushall()
     by_master = tenants_by_master(cluster, 3)
     source = cluster.ports[0]
     target = cluster.ports[1]
@@ -290,6 +301,62 @@ def test_a_slot_migrated_under_traffic_loses_and_duplicates_no_decision(
     assert sum(each.get(moving, 0) for each in made) > 0
     assert redirects["ask"] > 0  # keys moved, slot not yet: ASKING + EVALSHA on the target
     assert redirects["moved"] > 0  # then the slot: the map updated, the target
+
+
+def test_a_tenant_caught_half_migrated_is_tried_again_briefly_then_fails_debiting_nothing(
+    reshard_cluster: RedisCluster,
+) -> None:
+    """A decision over keys of which some have moved and some not is refused by the source
+    (TRYAGAIN): sent again a few times, then a storage error (the fail mode answers), the
+    other masters' calls unaffected; once the move completes the tenant is debited as if
+    the failed calls had never been made."""
+    cluster = reshard_cluster
+    cluster.flushall()
+    by_master = tenants_by_master(cluster, 2)
+    source, target = cluster.ports[2], cluster.ports[0]
+    tenant = by_master[source][0]
+    others = [names[1] for port, names in by_master.items() if port != source]
+    quotas = [QUOTA, LOG]
+    slot = slot_of(tenant)
+    keys = [redis_key("quotaql", tenant, quota) for quota in quotas]  # the hash, the log
+
+    async def body() -> tuple[list[Any], float, dict[str, int], list[float]]:
+        storage = AsyncRedisStorage(cluster.async_client(), timeout=5.0)
+        try:
+            await storage.acquire(Debit(tenant, 1, quotas, T0))
+            source_id, target_id = _node_id(cluster, source), _node_id(cluster, target)
+            with (
+                redis.Redis(cluster.host, source, socket_timeout=5) as src,
+                redis.Redis(cluster.host, target, socket_timeout=5) as dst,
+            ):
+                dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
+                src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
+                src.execute_command("MIGRATE", cluster.host, target, "", 0, 5000, "KEYS", keys[0])
+                started = time.monotonic()
+                results = await asyncio.gather(
+                    *(storage.acquire(Debit(tenant, 1, quotas, T0)) for _ in range(3)),
+                    *(storage.acquire(Debit(other, 1, quotas, T0)) for other in others),
+                    return_exceptions=True,
+                )
+                took = time.monotonic() - started
+                rest = src.execute_command("CLUSTER GETKEYSINSLOT", slot, 100)
+                src.execute_command("MIGRATE", cluster.host, target, "", 0, 5000, "KEYS", *rest)
+                for node in cluster.nodes:
+                    with node.client(socket_timeout=5) as client:
+                        client.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+            after = await storage.acquire(Debit(tenant, 1, quotas, T0))
+            redirects = dict(cluster_pipelines(storage).redirects)
+        finally:
+            await storage.close()
+        return results, took, redirects, [status.remaining for status in after.quotas]
+
+    results, took, redirects, after = asyncio.run(body())
+    assert all(isinstance(result, StorageError) for result in results[:3]), results[:3]
+    assert "TryAgainError" in str(results[0])
+    assert all(not isinstance(result, BaseException) for result in results[3:]), results[3:]
+    assert redirects["tryagain"] == 3 * MAX_TRIES
+    assert took < 1.0  # a few short waits, not the request's TTL
+    assert after == [CAPACITY - 2, LOG.limit - 2]  # the refused calls debited nothing
 
 
 def _node_id(cluster: RedisCluster, port: int) -> str:
