@@ -245,6 +245,7 @@ OVERVIEW_ROWS = [
             "Redis eviction check by verdict",
             "Redis eviction policies",
             "Sharded shared quota: shard calls per second",
+            "Sharded shared quota by shard",
         ],
     ),
     ("Configuration", ["Config generation by worker", "Configuration digests"]),
@@ -520,7 +521,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 96), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 97), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

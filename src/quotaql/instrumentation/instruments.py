@@ -611,9 +611,9 @@ INCREMENTAL_INSTRUMENTS: Final = (
 SHARD_INSTRUMENTS: Final = (
     Instrument(
         "shard_calls_total", "counter", names.SHARD_CALLS_TOTAL,
-        "Calls to the shards of sharded shared quotas: called (the subject's home shard),"
-        " retried (its second shard), spared (a shard remembered empty, not asked).",
-        (names.LABEL_OUTCOME,),
+        "Calls to the shards of sharded shared quotas, by shard: called (a subject's home"
+        " shard), retried (its second shard), spared (a shard remembered empty, not asked).",
+        (names.LABEL_OUTCOME, names.LABEL_SHARD),
     ),
 )  # fmt: skip
 """The sharded shared quotas' instruments (``PrometheusMetrics.shard_calls``)."""

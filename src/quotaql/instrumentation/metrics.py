@@ -226,10 +226,10 @@ class PrometheusMetrics(instruments.Instruments):
         if cost and outcome != names.REFUND_APPLIED:
             self._child(self.cost_points, "", names.REFUND_LOST).inc(cost)
 
-    def shard_calls(self, outcome: str, count: int) -> None:
+    def shard_calls(self, outcome: str, shard: int | None, count: int) -> None:
         """Count the limiter's calls to sharded shared quotas' shards (``outcome``: called,
-        retried, spared: ``quotaql.limiter.shards``)."""
-        self._child(self.shard_calls_total, outcome).inc(count)
+        retried, spared: ``quotaql.limiter.shards``), by shard (at most 64)."""
+        self._child(self.shard_calls_total, outcome, str(shard)).inc(count)
 
     # -- concurrency leases and the backend's own counters -------------------------------
 

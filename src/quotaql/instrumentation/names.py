@@ -702,7 +702,9 @@ SHARD_CALLS_TOTAL: Final = "quotaql_shard_calls_total"
 """Counter: the limiter's calls to the shards of sharded shared quotas, by ``outcome``:
 ``called`` (a subject's home shard asked), ``retried`` (its second shard asked, the home one
 refused or was remembered empty), ``spared`` (a shard remembered empty was not asked: the
-decision went to the other one, or was refused without a call)."""
+decision went to the other one, or was refused without a call), and ``shard`` (its index,
+``0`` to ``shards - 1``: at most 64)."""
+LABEL_SHARD: Final = "shard"
 SHARD_CALLED: Final = "called"
 SHARD_RETRIED: Final = "retried"
 SHARD_SPARED: Final = "spared"

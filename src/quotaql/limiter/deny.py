@@ -187,12 +187,12 @@ class ShardDenials:
     every subject whose request it would debit, whoever asked: a shard is one bucket.
     Bounded: at most ``size`` entries (one per shard and set of shared quotas: a few), the
     oldest dropped. Also where the limiter counts its shard calls (``tell``: called, spared,
-    retried; the recorder's ``shard_calls``).
+    retried, and the shard; the recorder's ``shard_calls``).
     """
 
     def __init__(
         self,
-        tell: Callable[[str, int], None] | None = None,
+        tell: Callable[[str, int | None, int], None] | None = None,
         *,
         size: int = 256,
         clock: Callable[[], float] = time.monotonic,
@@ -243,10 +243,11 @@ class ShardDenials:
             while len(denials) > self.size:
                 del denials[next(iter(denials))]
 
-    def count(self, outcome: str, calls: int = 1) -> None:
-        """Tell the recorder of ``calls`` shard calls ``called``, ``spared`` or ``retried``."""
+    def count(self, outcome: str, shard: int | None, calls: int = 1) -> None:
+        """Tell the recorder of ``calls`` calls to ``shard`` ``called``, ``spared`` or
+        ``retried``."""
         if self.tell is not None and calls:
-            self.tell(outcome, calls)
+            self.tell(outcome, shard, calls)
 
     def clear(self) -> None:
         """Drop every refusal."""

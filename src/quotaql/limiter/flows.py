@@ -474,10 +474,9 @@ def _sharded_acquire(
                 live.append(target)
             else:
                 held = held or refusal
+                denials.count(SHARD_SPARED, target.quotas[0].shard)
         if not live:  # every shard it may use is empty: no call at all
-            denials.count(SHARD_SPARED, len(targets))
             return spared(cast("Decision", held), cost)
-        denials.count(SHARD_SPARED, len(targets) - len(live))
         targets = live
     decision: Decision = yield ("acquire", own)
     if not decision.allowed:
@@ -494,7 +493,8 @@ def _sharded_acquire(
             shared_decision = retried(shared_decision)
         if denials is not None:
             denials.answered(cast("str", target.key), tuple(target.quotas), shared_decision)
-            denials.count(SHARD_RETRIED if target is second else SHARD_CALLED)
+            outcome = SHARD_RETRIED if target is second else SHARD_CALLED
+            denials.count(outcome, target.quotas[0].shard)
         if not refused_here(shared_decision):
             break
     if not shared_decision.allowed:

@@ -73,12 +73,12 @@ class MultiRecorder:
             if told is not None:
                 told(outcome, count, cost)
 
-    def shard_calls(self, outcome: str, count: int) -> None:
+    def shard_calls(self, outcome: str, shard: int | None, count: int) -> None:
         """Pass the shard calls on (to the recorders that count them)."""
         for recorder in self.recorders:
             told = getattr(recorder, "shard_calls", None)
             if told is not None:
-                told(outcome, count)
+                told(outcome, shard, count)
 
 
 def decision_hook(recorder: Recorder) -> Callable[[Decision, float], None] | None:

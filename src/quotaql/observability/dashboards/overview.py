@@ -546,7 +546,7 @@ BACKEND_ROW: Final = Row("Backend", (
          f"{labels(_POLICY)}: {labels(_VERDICT)}",
          _EVICTION_HELP + "Each maxmemory-policy found now, with its verdict.",
          instant=True, with_names=True),
-    Graph("Sharded shared quota: shard calls per second", "ops", 24,
+    Graph("Sharded shared quota: shard calls per second", "ops", 12,
           (rates_by(sel(names.SHARD_CALLS_TOTAL, JOB_MATCH), OUTCOME),),
           "Calls of the limiters to the shards of a sharded shared quota ([global] shards): "
           "called (a subject's home shard asked), retried (its second shard asked: the home "
@@ -555,6 +555,12 @@ BACKEND_ROW: Final = Row("Backend", (
           "empty; retried alone, some shards are (a few subjects take their shards).",
           colours={names.SHARD_CALLED: "green", names.SHARD_RETRIED: "orange",
                    names.SHARD_SPARED: "blue"}),
+    Graph("Sharded shared quota by shard", "ops", 12,
+          (rates_by(sel(names.SHARD_CALLS_TOTAL, JOB_MATCH), names.LABEL_SHARD, OUTCOME),),
+          "The same calls by shard: one shard's calls far above the others' is a few "
+          "subjects on it asking the most (each subject's home shard is a hash of its "
+          "key); one shard retried and spared while the others are called: it is empty, "
+          "its subjects sent to their second shards."),
 ), runbook='QuotaqlBackendErrors')  # fmt: skip
 
 # -- top tenants (opt-in per-tenant metric) ----------------------------------------------------
