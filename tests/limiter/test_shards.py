@@ -296,3 +296,18 @@ def test_a_tenant_named_like_a_shard_never_reaches_its_state() -> None:
     assert limiter.acquire(tag, C / N, [own], now=0).allowed  # drained, its own
     assert left(storage, 0, 0) == C / N
     assert storage.peek(tag, [own], 0).remaining == 0
+
+
+def test_windows_shard_and_a_cost_above_a_shard_is_too_large() -> None:
+    # A window quota: N windows of L/N; a cost above C/N fits no shard (no retry: none would).
+    window = Quota(
+        "global", limit=30, window_seconds=10, algorithm="fixed_window", shared=True, shards=N
+    )
+    limiter = Limiter(MemoryStorage())
+    subject = subject_on(0, 1)
+    admitted = sum(limiter.acquire(subject, 1, [window], now=0).allowed for _ in range(40))
+    assert admitted == 2 * 30 / N  # its two windows of 10
+    too_large = limiter.acquire("key:x", C / N + 1, [GLOBAL], now=0)
+    assert too_large.reason == "exceeds_capacity"
+    assert too_large.retry_after is None
+    assert too_large.quotas[0].__class__ is not RetriedStatus
