@@ -524,10 +524,12 @@ def _check_request(
     check_arguments(cost, quotas, costs)
     if len(quotas) == 1:
         return quotas[0].shared
-    shared = False
+    shared = sharded = False
     for quota in quotas:
-        shared = shared or quota.shared
-    if shared and len({quota.shards for quota in quotas if quota.shared}) > 1:
+        if quota.shared:
+            shared = True
+            sharded = sharded or quota.shards > 1
+    if sharded and len({quota.shards for quota in quotas if quota.shared}) > 1:
         raise ValueError("the shared quotas of one request must have the same shards")
     if len(quotas) > 1 and len({quota.name for quota in quotas}) < len(quotas):
         names = [quota.name for quota in quotas]

@@ -187,12 +187,12 @@ class MemoryStorage:
         if len(quotas) != 1 or costs is not None or quotas[0].max_queued:
             return self._acquire_many(key, cost, quotas, now, costs)
         quota = quotas[0]
-        # None (the shared scope) or a shard of it (ShardKey): tenant_part's name for it.
-        k = (
-            f"{quota.state_name}\0{key}"
-            if key.__class__ is str
-            else quota.state_name + tenant_part(key)
-        )
+        if key.__class__ is str:
+            k = f"{quota.state_name}\0{key}"
+        elif key is None:
+            k = f"{quota.state_name}\1"
+        else:  # a shard of the shared scope (ShardKey): never a tenant's name
+            k = quota.state_name + tenant_part(key)
         algorithm = quota.algorithm
         check = ALGORITHMS[algorithm][0]
         states = self._states
@@ -375,11 +375,12 @@ class MemoryStorage:
             now = int(self._clock() * 1000)
         if len(quotas) == 1 and amounts is None and amount and not quotas[0].max_queued:
             quota = quotas[0]
-            k = (
-                f"{quota.state_name}\0{key}"
-                if key.__class__ is str
-                else quota.state_name + tenant_part(key)  # the shared scope, or a shard of it
-            )
+            if key.__class__ is str:
+                k = f"{quota.state_name}\0{key}"
+            elif key is None:
+                k = f"{quota.state_name}\1"
+            else:  # a shard of the shared scope (ShardKey): never a tenant's name
+                k = quota.state_name + tenant_part(key)
             states = self._states
             with self._lock:
                 entry = states.get(k)
