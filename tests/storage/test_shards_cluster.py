@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from quotaql import AsyncLimiter, Quota
+from quotaql import AsyncLimiter, Limiter, Quota
 from quotaql.limiter.shards import RetriedStatus, homes
 from quotaql.storage.base import Debit
 from quotaql.storage.keys import shard_key
-from quotaql.storage.redis import AsyncRedisStorage
+from quotaql.storage.redis import AsyncRedisStorage, RedisStorage, redis_key
 
 if TYPE_CHECKING:
     from tests.support.servers import RedisCluster
@@ -141,3 +141,17 @@ def test_a_refund_goes_back_to_the_second_shard_through_the_queue(
     home, _, second = asyncio.run(body())
     assert home < 0.01  # still drained: nothing given back there
     assert 8.99 < second < 9.01  # 10 - 4 + 3
+
+
+def test_the_sync_storage_keeps_each_shard_on_its_own_master(
+    redis_cluster: RedisCluster, cluster_client: redis.cluster.RedisCluster
+) -> None:
+    quota = Quota("global", capacity=300, refill_per_second=30, shared=True, shards=3)
+    shard = Quota("global", capacity=100, refill_per_second=10, shared=True)
+    limiter = Limiter(RedisStorage(cluster_client, timeout=2.0), on_backend_error="closed")
+    decisions = [limiter.acquire(subject, 1, [quota]) for subject in SUBJECTS[:60]]
+    assert all(decision.source == "redis" for decision in decisions)
+    keys = [redis_key("quotaql", shard_key(i, 3), shard) for i in range(3)]
+    assert all(cluster_client.exists(key) for key in keys)
+    assert len({redis_cluster.node_for_key(key) for key in keys}) == 3
+    assert cluster_client.exists("quotaql:{global}:~q") == 0  # N = 3: not the one key
