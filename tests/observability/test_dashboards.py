@@ -79,6 +79,7 @@ METRICS = {
     names.REDIS_EVICTION,
     names.PIPELINE_COMMANDS_TOTAL,
     names.PIPELINE_BATCHES_TOTAL,
+    names.PIPELINE_REDIRECTS_TOTAL,
     names.DELAY_SECONDS,
     names.DELAYED_WAITING,
     names.DELAY_REFUSED_TOTAL,
@@ -241,6 +242,7 @@ OVERVIEW_ROWS = [
             "Deferred refunds per second",
             "Refund queue",
             "Redis pipeline: commands per write",
+            "Redis Cluster redirections per second",
             "Memory storage overflow per second",
             "Redis eviction check by verdict",
             "Redis eviction policies",
@@ -521,7 +523,7 @@ def test_exprs_use_only_documented_variables_and_regex_matchers(
 # -- queries ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("which", "count"), [("overview", 97), ("tenant", 19)])
+@pytest.mark.parametrize(("which", "count"), [("overview", 98), ("tenant", 19)])
 def test_dashboard_queries_returns_every_expr(
     dashboards: dict[str, dict[str, Any]], which: str, count: int
 ) -> None:

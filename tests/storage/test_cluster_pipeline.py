@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry
 from redis.crc import key_slot
 
 from quotaql import Quota
 from quotaql.errors import StorageError, StorageNotReached, StorageTimeout
+from quotaql.instrumentation import names
+from quotaql.instrumentation.metrics import PrometheusMetrics
 from quotaql.storage import Debit
 from quotaql.storage._cluster_pipeline import MAX_TRIES, ClusterPipelines
 from quotaql.storage.redis import AsyncRedisStorage, redis_key
@@ -168,8 +171,8 @@ def test_64_callers_over_three_masters_are_each_answered_once_and_debited_once(
     # One EVALSHA per decision, on its own master (and one per peek), all three masters used,
     # in batches.
     per_master = evalsha_calls(cluster)
-    for port, names in by_master.items():
-        assert per_master[port] == sum(calls[name] for name in names) + len(names)
+    for port, owned in by_master.items():
+        assert per_master[port] == sum(calls[name] for name in owned) + len(owned)
     assert len(pipelines.pipelines) == 3
     assert pipelines.commands == 2 * len(warm) + CALLERS * rounds  # the warm-up met NOSCRIPT
     assert pipelines.batches < pipelines.commands / 4
@@ -280,8 +283,12 @@ def test_a_slot_migrated_under_traffic_loses_and_duplicates_no_decision(
             made[tenant] = made.get(tenant, 0) + 1
         return made
 
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+
     async def body() -> tuple[list[dict[str, int]], dict[str, float], dict[str, int]]:
         storage = AsyncRedisStorage(cluster.async_client(), timeout=5.0)
+        metrics.watch_pipeline(storage)
         try:
             await asyncio.gather(*(storage.acquire(Debit(t, 1, [QUOTA], T0)) for t in tenants))
             callers = [asyncio.create_task(caller(storage, i)) for i in range(CALLERS)]
@@ -295,11 +302,15 @@ def test_a_slot_migrated_under_traffic_loses_and_duplicates_no_decision(
                 stop.set()
             made = await asyncio.gather(*callers)
             redirects = dict(cluster_pipelines(storage).redirects)
+            metrics.sync()  # as a scrape does
         finally:
             await storage.close()
         return made, await remaining(cluster, tenants), redirects
 
     made, left, redirects = asyncio.run(body())
+    for kind in ("ask", "moved"):  # counted for Prometheus as the pipeline counted them
+        labels = {"backend": "redis", "kind": kind}
+        assert registry.get_sample_value(names.PIPELINE_REDIRECTS_TOTAL, labels) == redirects[kind]
     assert migrated.is_set()
     assert cluster.node_for_key(redis_key("quotaql", moving, QUOTA)) == target
     for tenant in tenants:

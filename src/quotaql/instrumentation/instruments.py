@@ -47,6 +47,7 @@ from quotaql.instrumentation.names import (
     LABEL_DIGEST,
     LABEL_ENFORCED,
     LABEL_ERROR_TYPE,
+    LABEL_KIND,
     LABEL_OPERATION_NAME,
     LABEL_OPERATION_TYPE,
     LABEL_OUTCOME,
@@ -77,6 +78,7 @@ from quotaql.instrumentation.names import (
     OVERFLOW_TOTAL,
     PIPELINE_BATCHES_TOTAL,
     PIPELINE_COMMANDS_TOTAL,
+    PIPELINE_REDIRECTS_TOTAL,
     PRESSURE,
     PRESSURE_IGNORED_TOTAL,
     QUERY_ACTUAL_COST,
@@ -351,6 +353,13 @@ INSTRUMENTS: Final = (
         collected="backend",
     ),
     Instrument(
+        "pipeline_redirects", "counter", PIPELINE_REDIRECTS_TOTAL,
+        "Redis Cluster redirections the async pipeline followed (moved, ask, tryagain,"
+        " clusterdown) and reads of the slot map (refresh).",
+        (LABEL_BACKEND, LABEL_KIND),
+        collected="backend",
+    ),
+    Instrument(
         "redis_eviction", "gauge", REDIS_EVICTION,
         "1 for the verdict of the Redis storage's eviction check: safe (noeviction, or"
         " maxmemory 0), allowed ([redis] allow_eviction: budgets may be evicted), refused"
@@ -620,6 +629,8 @@ SHARD_INSTRUMENTS: Final = (
 
 """Every instrument, in the order a scrape lists them."""
 
+"""Every instrument, in the order a scrape lists them."""
+
 EVERY_INSTRUMENT: Final = (
     *INSTRUMENTS,
     *ROUTE_INSTRUMENTS,
@@ -673,6 +684,7 @@ class Instruments:
     refund_queue: Gauge
     pipeline_commands: Counter
     pipeline_batches: Counter
+    pipeline_redirects: Counter
     redis_eviction: Gauge
     build_info: Gauge
     estimate_ratio: Histogram

@@ -151,6 +151,10 @@ class PrometheusMetrics(instruments.Instruments):
         self._pipelines: weakref.WeakKeyDictionary[Any, tuple[Any, int, int]] = (
             weakref.WeakKeyDictionary()
         )
+        # a cluster pipeline -> its redirections counted when last read
+        self._redirects: weakref.WeakKeyDictionary[Any, dict[str, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._keepers: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
         self._overflows: weakref.WeakKeyDictionary[Any, tuple[str, int, int]] = (
             weakref.WeakKeyDictionary()  # memory storage -> (store, network, quota) counted
@@ -353,12 +357,14 @@ class PrometheusMetrics(instruments.Instruments):
                 pipeline = getattr(storage, "pipeline", None)
                 if pipeline is None:
                     continue
-                batches, commands = (seen_batches, seen_commands) if pipeline is seen else (0, 0)
+                fresh = pipeline is not seen
+                batches, commands = (0, 0) if fresh else (seen_batches, seen_commands)
                 backend = getattr(storage, "name", "redis")
                 now_batches, now_commands = pipeline.batches, pipeline.commands
                 self._add(self.pipeline_batches, backend, now_batches - batches)
                 self._add(self.pipeline_commands, backend, now_commands - commands)
                 self._pipelines[storage] = (pipeline, now_batches, now_commands)
+                self._redirected(pipeline, backend, fresh)
             for keeper, (renewed, failed) in list(self._keepers.items()):
                 now_renewed, now_failed = keeper.renewed, keeper.renew_failed
                 self._add(self.leases_total, names.LEASE_RENEWED, now_renewed - renewed)
@@ -379,6 +385,18 @@ class PrometheusMetrics(instruments.Instruments):
             self._sync_eviction()
         self.routes.flush()
         self.routes.refresh()
+
+    def _redirected(self, pipeline: Any, backend: str, fresh: bool) -> None:
+        """Add a cluster pipeline's redirections since it was last read (``fresh``: never)."""
+        redirects = getattr(pipeline, "redirects", None)
+        if redirects is None:  # one server's pipeline: never redirected
+            return
+        seen = self._redirects.get(pipeline) if not fresh else None
+        for kind, count in redirects.items():
+            grown = count - (seen or {}).get(kind, 0)
+            if grown > 0:
+                self._child(self.pipeline_redirects, backend, kind).inc(grown)
+        self._redirects[pipeline] = dict(redirects)
 
     def _add(self, counter: Counter, label: str, count: int) -> None:
         """Add what a watched object counted since it was last read, if anything."""

@@ -114,6 +114,14 @@ again)."""
 PIPELINE_BATCHES_TOTAL: Final = "quotaql_pipeline_batches_total"
 """Counter: writes the async Redis pipeline made, by ``backend``: commands / batches is the
 mean batch size."""
+PIPELINE_REDIRECTS_TOTAL: Final = "quotaql_pipeline_redirects_total"
+"""Counter: what a Redis Cluster's masters answered the async pipeline instead of a script's
+reply, by ``backend`` and ``kind`` (``PIPELINE_REDIRECT_KINDS``): the calls followed a slot
+that moved (``moved``), was being migrated (``ask``), a tenant caught half migrated
+(``tryagain``), a cluster without a quorum (``clusterdown``); ``refresh`` counts the slot map
+read again (after a redirection or a master's failure)."""
+PIPELINE_REDIRECT_KINDS: Final = ("moved", "ask", "tryagain", "clusterdown", "refresh")
+LABEL_KIND: Final = "kind"
 
 # The tuning metrics (``quotaql tune``, docs/tuning.md), recorded for the operations the
 # server samples. An *assumed* list is one whose size the pricing took from ``assumed_size``

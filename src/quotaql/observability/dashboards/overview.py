@@ -526,7 +526,14 @@ BACKEND_ROW: Final = Row("Backend", (
           "The async Redis storage pipelines the calls an event loop makes at once: the "
           "mean number of commands each write carried (1: no batching, the load is light; "
           "it grows with the load, not the latency), and the writes per second."),
-    Graph("Memory storage overflow per second", "ops", 24,
+    Graph("Redis Cluster redirections per second", "ops", 8,
+          (rates_by(sel(names.PIPELINE_REDIRECTS_TOTAL, JOB_MATCH), BACKEND, names.LABEL_KIND),),
+          "What a Redis Cluster's masters answered the async pipeline instead of a reply, "
+          "each call followed to the right master: moved (a slot moved), ask (a slot being "
+          "migrated), tryagain (a tenant caught half migrated), clusterdown (no quorum); "
+          "refresh: the slot map read again. Bursts during a resharding or a failover are "
+          "expected; a steady rate is a client whose slot map keeps going stale."),
+    Graph("Memory storage overflow per second", "ops", 16,
           (rates_by(sel(names.OVERFLOW_TOTAL, JOB_MATCH), names.LABEL_STORE, names.LABEL_SCOPE),),
           "Decisions (states) and lease takes (leases) of the memory storages (the default "
           "MemoryStorage, the local fallback during a Redis outage, MemoryLeases) made on an "
