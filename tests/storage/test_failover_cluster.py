@@ -48,7 +48,7 @@ AFTER = 1.0  # seconds of load after the drained tenant's first answer from the 
 TIMEOUT = 0.25  # the storage's deadline: a loaded 2-core machine, cluster rediscovery
 RESET = 0.5  # the breaker's reset_timeout (default 5 s): the outage as the fail mode sees it
 SLACK = 1.0  # one request: the drain's time is read after its reply
-WORKERS = 1  # limiters (processes) deciding for the tenant: the fallback's multiplier
+WORKERS = 2  # limiters (workers: no state shared but Redis), each with its own fallback
 # The quota script loaded on every node, replicas included, before the kill. Redis does not
 # replicate SCRIPT LOAD, and redis-py 7.4's asyncio cluster client keeps a promoted replica
 # typed as a replica (NodesManager.set_nodes keeps the old node object), so the storage's
@@ -71,14 +71,15 @@ def replicated_cluster() -> Iterator[RedisCluster]:
 class Run:
     """What one failover under load recorded; times are ``time.monotonic()``."""
 
-    decisions: list[tuple[float, str, Decision]] = field(default_factory=list)
+    decisions: list[tuple[float, str, int, Decision]] = field(default_factory=list)
     errors: list[tuple[float, str, str]] = field(default_factory=list)  # plain storage callers
     limiter_errors: list[tuple[float, str]] = field(default_factory=list)
-    circuit: list[tuple[float, bool]] = field(default_factory=list)
+    circuit: list[tuple[float, bool]] = field(default_factory=list)  # every worker's breaker
     acks: list[tuple[float, int]] = field(default_factory=list)  # the counter beside the tenant
     drained_at: float = 0.0
     ended_at: float = 0.0
     failover: Failover | None = None
+    back: dict[int, float] = field(default_factory=dict)  # worker -> the new master's 1st answer
     replicated: int = 0  # the counter's value on the promoted replica
 
 
@@ -116,29 +117,32 @@ async def _fail_over_under_load(
     cluster: RedisCluster, mode: str, victim: str, others: list[str]
 ) -> Run:
     run = Run()
-    storage = AsyncRedisStorage(cluster.async_client(), timeout=TIMEOUT)
+    storages = [AsyncRedisStorage(cluster.async_client(), timeout=TIMEOUT) for _ in range(WORKERS)]
     plain = AsyncRedisStorage(cluster.async_client(), timeout=TIMEOUT)
     counter = cluster.async_client()
-    limiter = AsyncLimiter(
-        storage,
-        on_backend_error=mode,  # type: ignore[arg-type]
-        breaker=CircuitBreaker(3, reset_timeout=RESET),
-        recorder=_Recorder(run),
-    )
+    limiters = [
+        AsyncLimiter(
+            storage,
+            on_backend_error=mode,  # type: ignore[arg-type]
+            breaker=CircuitBreaker(3, reset_timeout=RESET),
+            recorder=_Recorder(run),
+        )
+        for storage in storages
+    ]
     master = cluster.node_for_key(redis_key("quotaql", victim, QUOTA))
     tag = redis_key("quotaql", victim, QUOTA).split("}")[0]  # quotaql:{t:<victim>
     key = tag + "}:n"  # the counter: the tenant's slot, a key quotaql never uses
     killing = asyncio.Event()
     stop = asyncio.Event()
-    back: list[float] = []  # when the victim first had an answer of the new master
 
-    async def caller(tenant: str, quota: Quota) -> None:
+    async def caller(tenant: str, quota: Quota, worker: int) -> None:
+        limiter = limiters[worker]
         while not stop.is_set():
             decision = await limiter.acquire(tenant, 1, [quota])
             now = time.monotonic()
-            run.decisions.append((now, tenant, decision))
-            if tenant == victim and decision.source == "redis" and run.failover and not back:
-                back.append(now)
+            run.decisions.append((now, tenant, worker, decision))
+            if tenant == victim and decision.source == "redis" and run.failover:
+                run.back.setdefault(worker, now)
             await asyncio.sleep(PAUSE)
 
     async def plain_caller(tenant: str) -> None:
@@ -161,31 +165,32 @@ async def _fail_over_under_load(
     if PRELOAD:
         for node in (n for n in cluster.nodes if n.running):  # replicas too: see PRELOAD
             with node.client() as client:
-                client.script_load(storage.script_for([QUOTA]).script)
+                client.script_load(storages[0].script_for([QUOTA]).script)
     try:
-        drained = await limiter.acquire(victim, C, [QUOTA])  # the tenant takes its whole bucket
+        drained = await limiters[0].acquire(victim, C, [QUOTA])  # the tenant takes it all
         run.drained_at = time.monotonic()
         assert drained.allowed, drained
         assert drained.remaining == 0, drained
-        tasks = [asyncio.create_task(caller(victim, QUOTA)) for _ in range(CALLERS)]
-        tasks += [asyncio.create_task(caller(t, ROOMY)) for t in others for _ in range(2)]
+        tasks = [asyncio.create_task(caller(victim, QUOTA, i % WORKERS)) for i in range(CALLERS)]
+        tasks += [asyncio.create_task(caller(t, ROOMY, i)) for t in others for i in range(WORKERS)]
         tasks += [asyncio.create_task(plain_caller(t)) for t in [victim, *others]]
         tasks.append(asyncio.create_task(counting()))
         await asyncio.sleep(0.5)  # under load, replicated as it goes
         killing.set()
         run.failover = await asyncio.to_thread(cluster.fail_over, master)
         deadline = time.monotonic() + 20
-        while not back and time.monotonic() < deadline:
+        while len(run.back) < WORKERS and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        assert back, f"{mode}: the tenant had no answer from the new master within 20 s"
+        assert len(run.back) == WORKERS, f"{mode}: no answer of the new master in 20 s: {run.back}"
         await asyncio.sleep(AFTER)
         stop.set()
         await asyncio.gather(*tasks)
         run.ended_at = time.monotonic()
         run.replicated = int(await counter.get(key) or 0)
     finally:
-        await limiter.flush(1.0)
-        await storage.close()
+        for limiter, storage in zip(limiters, storages, strict=True):
+            await limiter.flush(1.0)
+            await storage.close()
         await plain.close()
         await counter.aclose()
     return run
@@ -201,8 +206,8 @@ def _figures(mode: str, run: Run, victim: str) -> tuple[float, float, str]:
     """The over-admission, its bound, and the figures as text."""
     assert run.failover is not None
     kill = run.failover.killed_at
-    mine = [(t, d) for t, tenant, d in run.decisions if tenant == victim]
-    others = [(t, d) for t, tenant, d in run.decisions if tenant != victim]
+    mine = [(t, d) for t, tenant, _, d in run.decisions if tenant == victim]
+    others = [(t, d) for t, tenant, _, d in run.decisions if tenant != victim]
     admitted = sum(d.cost for _, d in mine if d.allowed)
     span = run.ended_at - run.drained_at
     over = admitted - R * span
@@ -211,15 +216,19 @@ def _figures(mode: str, run: Run, victim: str) -> tuple[float, float, str]:
     lag = kill - min(lost_acks) if lost_acks else 0.0
     fallback = [t for t, d in mine if d.source == "fallback"]
     if fallback:
-        # Each worker's fallback starts from its last report (remaining `start`, at `at`)
-        # and refills until it stops: W·(start + r·T). The new master has refilled for as
-        # long, to at most C, lost debits included: one worker's fallback spends what one
-        # bucket would have, so the excess is the new master's C, and the refill of the
-        # W − 1 other workers' fallbacks.
-        reports = [(t, d) for t, d in mine if d.source == "redis" and t < kill]
-        at, last = reports[-1] if reports else (run.drained_at, None)
-        start = 0.0 if last is None else max(last.remaining, 0.0)
-        bound = C + WORKERS * start + (WORKERS - 1) * R * (max(fallback) - at)
+        # Each worker's fallback starts from its last report (`left` at `at`) and refills
+        # until it stops; the new master has refilled from the kill until it answers, to at
+        # most C (lost debits included). Over one bucket: C + Σ(left + r·(last − at)) − r·T,
+        # where T runs from the kill to the new master's first answer: C + W·s + (W − 1)·r·T.
+        bound = C - R * (min(run.back.values()) - kill)
+        for worker in range(WORKERS):
+            own = [(t, d) for t, tenant, w, d in run.decisions if tenant == victim and w == worker]
+            ends = [t for t, d in own if d.source == "fallback"]
+            if not ends:
+                continue
+            reports = [(t, d) for t, d in own if d.source == "redis" and t < kill]
+            at, left = (reports[-1][0], reports[-1][1].remaining) if reports else (kill, 0.0)
+            bound += max(left, 0.0) + R * (max(ends) - at)
     else:
         bound = C + R * lag  # the promoted replica's lost debits (docs/scale-out.md)
     bound += SLACK
@@ -257,7 +266,7 @@ def test_a_promoted_replica_gives_a_drained_tenant_no_more_than_the_documented_b
     over, bound, text = _figures(mode, run, victim)
     print(text)
     assert over <= bound, text
-    mine = [d for _, tenant, d in run.decisions if tenant == victim]
+    mine = [d for _, tenant, _, d in run.decisions if tenant == victim]
     if mode == "closed":  # nothing but Redis admits: only the lost debits, none here
         assert all(d.source in ("redis", "fail_closed") for d in mine), text
         assert any(d.source == "fail_closed" for d in mine), text
@@ -265,7 +274,7 @@ def test_a_promoted_replica_gives_a_drained_tenant_no_more_than_the_documented_b
         assert any(d.source == "fallback" for d in mine), text
     # Once the new master answers, Redis decides again for everyone (but for a timeout of
     # a busy machine now and then).
-    last = [d for t, _, d in run.decisions if t > run.ended_at - AFTER / 2]
+    last = [d for t, _, _, d in run.decisions if t > run.ended_at - AFTER / 2]
     assert last, text
     assert sum(d.source == "redis" for d in last) >= 0.9 * len(last), text
 
