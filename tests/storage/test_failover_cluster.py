@@ -47,7 +47,9 @@ PAUSE = 0.002  # seconds between two calls of one caller
 AFTER = 1.0  # seconds of load after the drained tenant's first answer from the new master
 TIMEOUT = 0.25  # the storage's deadline: a loaded 2-core machine, cluster rediscovery
 RESET = 0.5  # the breaker's reset_timeout (default 5 s): the outage as the fail mode sees it
-SLACK = 1.0  # one request: the drain's time is read after its reply
+# Points of slack: the times of the bound (the drain, each worker's last report, the new
+# master's first answer) are read after the replies; a point is 50 ms of refill at r = 20/s.
+SLACK = 3.0
 WORKERS = 2  # limiters (workers: no state shared but Redis), each with its own fallback
 # The quota script loaded on every node, replicas included, before the kill. Redis does not
 # replicate SCRIPT LOAD, and redis-py 7.4's asyncio cluster client keeps a promoted replica
