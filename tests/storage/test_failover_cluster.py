@@ -2,15 +2,16 @@
 what a drained tenant gets, measured against docs/scale-out.md ("Failover, measured").
 
 A real cluster of its own (3 masters, 3 replicas, ``cluster-node-timeout`` 1 s, loopback),
-async callers on an :class:`~quotaql.limiter.AsyncLimiter` over an
-:class:`~quotaql.storage.redis.AsyncRedisStorage`, and a plain storage caller per tenant
+async callers on two workers (each an :class:`~quotaql.limiter.AsyncLimiter` over its own
+:class:`~quotaql.storage.redis.AsyncRedisStorage`), and a plain storage caller per tenant
 (what an application without a fail mode would see). For each fail mode (``local``, the
 default, and ``closed``) the master that owns a drained tenant's slot is SIGKILLed; the test
 measures (a) the storage errors and the fail mode's decisions during the switch, for that
 tenant and for tenants of the other masters, and (b) the drained tenant's over-admission:
 what it was allowed beyond one exact bucket's refill since it was drained, against the
 documented bound ``C + r·λ`` (the promoted replica's lost debits; λ measured here by a
-counter written beside the tenant) plus, with ``local``, the fallback's own budget.
+counter written beside the tenant), and with ``local`` against ``C + W·s + (W − 1)·r·T``
+(the workers' fallbacks and the new master's refill).
 
 The attack: a tenant drains its budget, then its master is killed; it hopes the promoted
 replica (or the fail mode) hands it a fresh bucket.
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 C, R = 20.0, 20.0  # the drained tenant's bucket: capacity and refill per second
 QUOTA = Quota("tenant", capacity=C, refill_per_second=R)
 ROOMY = Quota("tenant", capacity=1e9, refill_per_second=1e6)  # the other tenants: never refused
-CALLERS = 8  # async callers on the drained tenant (and 2 on each other tenant)
+CALLERS = 8  # async callers on the drained tenant (and one per worker on each other tenant)
 PAUSE = 0.002  # seconds between two calls of one caller
 AFTER = 1.0  # seconds of load after the drained tenant's first answer from the new master
 TIMEOUT = 0.25  # the storage's deadline: a loaded 2-core machine, cluster rediscovery
