@@ -1,7 +1,9 @@
 """The suite's server processes, each private, on a free loopback port, stopped by its PID.
 
 - :class:`RedisServer`: a ``redis-server``; :class:`RedisCluster`: a 3-master Redis Cluster
-  of them; :class:`AsyncRunner` drives their async clients from a sync test;
+  of them, with replicas if asked, whose masters a test can kill (failover) and whose slots it
+  can move (``cluster_topology.py``); :class:`AsyncRunner` drives their async clients from a
+  sync test;
 - :class:`PrometheusServer`: a ``prometheus`` (the Debian package's binary);
 - :func:`spawn` and :func:`terminate` for any other child (daphne, uvicorn workers).
 
