@@ -239,13 +239,18 @@ def test_bad_pipeline_options_are_refused(
     AsyncRunner(redis_server.async_client)(body)
 
 
-def test_a_cluster_client_is_not_pipelined(cluster_client: Any, redis_cluster: Any) -> None:
-    async def body(client: Any) -> tuple[bool, float]:
-        storage = AsyncRedisStorage(client, timeout=5.0)
+def test_a_cluster_client_is_pipelined_unless_asked_not_to(
+    cluster_client: Any, redis_cluster: Any
+) -> None:
+    # Issue 26: a cluster's calls are pipelined per master (tests/storage/test_cluster_pipeline.py).
+    async def body(client: Any, pipeline: bool) -> tuple[bool, float]:
+        storage = AsyncRedisStorage(client, timeout=5.0, pipeline=pipeline)
         try:
-            decision = await storage.acquire(Debit("cl", 1, [QUOTA], T0))
+            decision = await storage.acquire(Debit(f"cl{pipeline}", 1, [QUOTA], T0))
             return storage.pipelined, decision.remaining
         finally:
             await storage.close()
 
-    assert AsyncRunner(redis_cluster.async_client)(body) == (False, 9)
+    runner = AsyncRunner(redis_cluster.async_client)
+    assert runner(lambda client: body(client, True)) == (True, 9)
+    assert runner(lambda client: body(client, False)) == (False, 9)

@@ -601,12 +601,7 @@ class PrometheusMetrics(instruments.Instruments):
                 series = lists.get(coordinate)
                 if series is None:
                     series = lists[coordinate] = _ListSeries(self, coordinate)
-                pending = series.returned
-                if pending.values is None:
-                    pending.counts[index] += 1
-                    pending.total += returned
-                else:
-                    pending.values.append(returned)
+                series.returned.tally(returned, index)
                 if assumed != series.assumed:
                     series.assumed = assumed
                     series.assumed_gauge.set(assumed)
@@ -617,11 +612,7 @@ class PrometheusMetrics(instruments.Instruments):
                 waiting[series.returned] = None
                 pending = series.operation_max
                 waiting[pending] = None
-                if pending.values is None:
-                    pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
-                    pending.total += items
-                else:
-                    pending.values.append(items)
+                pending.tally(items)
                 if items > series.max_returned:
                     series.max_returned = items
                     series.max_gauge.set(items)
@@ -645,11 +636,7 @@ class PrometheusMetrics(instruments.Instruments):
         if pending is None:
             child = self.list_sliced_ratio.labels(coordinate)
             pending = self._sliced[coordinate] = Pending(child, _RATIO_BOUNDS, self._bulk)
-        if pending.values is None:
-            pending.counts[bisect_left(_RATIO_BOUNDS, ratio)] += 1
-            pending.total += ratio
-        else:
-            pending.values.append(ratio)
+        pending.tally(ratio)
         self._waiting[pending] = None
 
     def flush(self, *, final: bool = False) -> None:
@@ -673,11 +660,7 @@ class PrometheusMetrics(instruments.Instruments):
         for series in self._lists.values():
             pending = series.subject_max
             for items in series.subjects.close():
-                if pending.values is None:
-                    pending.counts[bisect_left(_SIZE_BOUNDS, items)] += 1
-                    pending.total += items
-                else:
-                    pending.values.append(items)
+                pending.tally(items)
                 waiting[pending] = None
 
     def _add_waiting(self) -> None:

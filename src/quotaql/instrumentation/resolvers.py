@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from quotaql.instrumentation import names
@@ -160,11 +159,7 @@ class ResolverTimes:
         for series in self._series.values():
             pending = series.subject_means
             for mean in series.subjects.close():
-                if pending.values is None:
-                    pending.counts[bisect_left(_BOUNDS, mean)] += 1
-                    pending.total += mean
-                else:
-                    pending.values.append(mean)
+                pending.tally(mean)
                 self._waiting[pending] = None
 
     def _add_waiting(self) -> None:

@@ -115,7 +115,7 @@ class Routes:
                     if paid:
                         series.paid += paid * root.cost / total if total > 0 else paid / len(roots)
                     if seconds is not None and bucket >= 0:
-                        _observe(series.time, bucket, seconds)
+                        series.time.tally(seconds, bucket)
                     waiting[series] = None
             series = self._named.get(label)
             if series is None:
@@ -124,7 +124,7 @@ class Routes:
             requests[decision] = requests.get(decision, 0) + 1
             series.paid += paid
             if seconds is not None and bucket >= 0:
-                _observe(series.time, bucket, seconds)
+                series.time.tally(seconds, bucket)
             waiting[series] = None
             if now >= self._flush_at:
                 self._flush_at = now + _FLUSH_SECONDS
@@ -277,12 +277,3 @@ class _Series:
 _INF = math.inf
 _TIME_BOUNDS: Final = (*names.TIME_BUCKETS, _INF)
 _FLUSH_SECONDS: Final = 1.0
-
-
-def _observe(pending: Pending, bucket: int, seconds: float) -> None:
-    """Tally one observation of ``seconds`` (in ``bucket``)."""
-    if pending.values is None:
-        pending.counts[bucket] += 1
-        pending.total += seconds
-    else:  # a histogram without the values Pending adds to: observed one by one
-        pending.values.append(seconds)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 __all__ = ["Pending", "adds_in_bulk"]
@@ -33,10 +34,11 @@ class Pending:
     kept as they are and observed one by one.
     """
 
-    __slots__ = ("_buckets", "_child", "_sum", "counts", "total", "values")
+    __slots__ = ("_bounds", "_buckets", "_child", "_sum", "counts", "total", "values")
 
     def __init__(self, child: Any, bounds: tuple[float, ...], bulk: bool) -> None:
         self._child = child
+        self._bounds = bounds
         self.counts = [0] * len(bounds)
         self.total = 0.0
         self.values: list[float] | None = None
@@ -45,6 +47,15 @@ class Pending:
             self._sum: Any = child._sum
         else:
             self.values = []
+
+    def tally(self, value: float, bucket: int | None = None) -> None:
+        """Tally one observation of ``value`` (``bucket``: its bucket's index, if known)."""
+        values = self.values
+        if values is not None:  # a child without the values add() adds to: kept as it is
+            values.append(value)
+            return
+        self.counts[bisect_left(self._bounds, value) if bucket is None else bucket] += 1
+        self.total += value
 
     def add(self) -> None:
         if self.values is not None:

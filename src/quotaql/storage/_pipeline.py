@@ -42,7 +42,10 @@ class _Command:
     keys: Sequence[str]
     args: Sequence[str]
     future: asyncio.Future[Any]
-    retried: bool = False
+    retried: bool = False  # sent again after NOSCRIPT
+    asking: bool = False  # sent after ``ASKING`` (a Redis Cluster's ASK redirection)
+    redirects: int = 0  # MOVED / ASK redirections followed (a Redis Cluster's)
+    tries: int = 0  # sent again after TRYAGAIN / CLUSTERDOWN (a Redis Cluster's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +163,7 @@ class Pipeline:
                         await connection.connect()
                     except (OSError, EOFError, *settings.errors) as exc:  # type: ignore[misc]
                         # Nothing of the batch was sent: the callers may try again.
+                        self._lost()
                         _drop(connection)
                         connection = None
                         _fail_all(batch, StorageNotReached(f"Redis failed: cannot connect: {exc}"))
@@ -167,6 +171,8 @@ class Pipeline:
                 packed: list[bytes] = []
                 pack = connection.pack_command
                 for command in batch:
+                    if command.asking:  # redirected by ASK: the next command only
+                        packed.extend(pack("ASKING"))
                     keys = command.keys
                     packed.extend(
                         pack("EVALSHA", command.script.sha, len(keys), *keys, *command.args)
@@ -177,6 +183,8 @@ class Pipeline:
                 read = connection.read_response
                 for command in batch:
                     try:
+                        if command.asking:
+                            await _read_asking(read, settings.errors)
                         reply = await read()
                     except settings.noscript:
                         if command.retried:
@@ -187,7 +195,8 @@ class Pipeline:
                     except settings.errors as exc:
                         if isinstance(exc, OSError | EOFError) or _is_connection_error(exc):
                             raise
-                        _fail(command, storage_error(exc))  # an error reply: the rest follow
+                        if not self._redirected(command, exc):  # an error reply: the rest follow
+                            _fail(command, storage_error(exc))
                     else:
                         future = command.future
                         if not future.done():
@@ -205,6 +214,7 @@ class Pipeline:
                     error: StorageError = StorageTimeout(
                         f"Redis did not answer within {settings.timeout:g} s"
                     )
+                    self._lost()
                     _drop(connection)
                     connection = None
                     _fail_all(batch[done:], error)
@@ -225,6 +235,7 @@ class Pipeline:
                 _fail_all(again, StorageError("the Redis call was cancelled"))
                 raise
             except (OSError, EOFError, *settings.errors) as exc:  # type: ignore[misc]
+                self._lost()
                 _drop(connection)
                 connection = None
                 error = (
@@ -247,6 +258,29 @@ class Pipeline:
                 self._loop.call_soon(self._flush)
             elif self.closed:  # calls queued again (after NOSCRIPT) once closed: none flushes
                 self._fail_queued(_closed_error())
+
+    def resubmit(self, command: _Command) -> None:
+        """Queue ``command`` again, here (a call that did not run where it went first: a
+        Redis Cluster's redirection); already counted against ``queue_max`` where it was
+        submitted, it is not refused for a full queue."""
+        if self.closed:
+            _fail(command, _closed_error())
+            return
+        self._queue.append(command)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _redirected(self, command: _Command, error: BaseException) -> bool:
+        """Whether ``command``, answered the error reply ``error``, was taken care of
+        elsewhere (a Redis Cluster's redirection, see storage/_cluster_pipeline.py); if not,
+        it fails with ``error``. A single server redirects nothing."""
+        del command, error
+        return False
+
+    def _lost(self) -> None:
+        """The server could not be reached, or stopped answering (a cluster refreshes its
+        map of the slots); nothing to do for a single server."""
 
     def abandon(self) -> None:
         """Forget a pipeline whose event loop is closed (nothing of it can run again, nor
@@ -275,6 +309,16 @@ class Pipeline:
         queue = self._queue
         while queue:
             _fail(queue.popleft(), error)
+
+
+async def _read_asking(read: Callable[[], Any], errors: tuple[type[BaseException], ...]) -> None:
+    """Read the reply to ``ASKING`` (``+OK``); an error reply to it leaves the command's own
+    reply to be read (and answered) next."""
+    try:
+        await read()
+    except errors as exc:
+        if isinstance(exc, OSError | EOFError) or _is_connection_error(exc):
+            raise
 
 
 def _closed_error() -> StorageNotReached:

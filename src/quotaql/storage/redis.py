@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import ModuleType
 
+    from quotaql.storage._cluster_pipeline import ClusterPipelines
+
 
 __all__ = ["AsyncRedisStorage", "RedisStorage", "redis_key", "script_source"]
 
@@ -469,13 +471,15 @@ class AsyncRedisStorage(_RedisBase):
     event loop from a silent Redis: time the loop spent blocked by other work does not count
     against Redis (see :class:`_Deadline`), so a worker stall is not taken for an outage.
 
-    On a single Redis server, the calls an event loop makes at once are pipelined
-    (:mod:`quotaql.storage._pipeline`): queued, and sent at the end of the loop iteration as
-    one write on one of ``pipeline_connections`` connections of the storage's own, at most
-    ``pipeline_limit`` per write. Under load, batches grow while the connections are busy;
-    beyond ``pipeline_queue_max`` waiting calls, a call fails at once (the fail mode answers
-    it). ``pipeline=False`` makes one call per connection of the pool at a time, as Redis
-    Cluster clients always do.
+    The calls an event loop makes at once are pipelined (:mod:`quotaql.storage._pipeline`):
+    queued, and sent at the end of the loop iteration as one write on one of
+    ``pipeline_connections`` connections of the storage's own, at most ``pipeline_limit`` per
+    write. Under load, batches grow while the connections are busy; beyond
+    ``pipeline_queue_max`` waiting calls, a call fails at once (the fail mode answers it). On
+    a Redis Cluster each master has such a pipeline, and its connections: a call goes to the
+    master of its slot, MOVED / ASK / TRYAGAIN are followed per call, and a master's failure
+    fails only its calls (:mod:`quotaql.storage._cluster_pipeline`). ``pipeline=False``
+    makes one call per connection of the pool at a time.
     """
 
     _harden = staticmethod(_hardened_async)
@@ -505,8 +509,8 @@ class AsyncRedisStorage(_RedisBase):
         self._checking: asyncio.Task[EvictionCheck] | None = None  # the check under way
         self._stall_tolerance = max(timeout * STALL_TOLERANCE_SHARE, MIN_STALL_TOLERANCE)
         self._cluster = _is_cluster(self.client)
-        self.pipelined = pipeline and not self._cluster
-        # The event loop on which the cluster client was initialized (see evaluate).
+        self.pipelined = pipeline
+        # The event loop on which the cluster client was initialized (see _discover).
         self._ready: weakref.ref[asyncio.AbstractEventLoop] | None = None
         # What the pipeline of each event loop is made with (see _pipeline_for).
         self._pipeline_settings: PipelineSettings | None = None
@@ -517,7 +521,10 @@ class AsyncRedisStorage(_RedisBase):
                 return _Deadline(loop, task, timeout, tolerance)
 
             self._pipeline_settings = PipelineSettings(
-                make_connection=self.client.connection_pool.make_connection,
+                # A cluster's masters each have their own (storage/_cluster_pipeline.py).
+                make_connection=_no_connection
+                if self._cluster
+                else self.client.connection_pool.make_connection,
                 deadline=deadline,
                 timeout=timeout,
                 errors=self._errors,
@@ -526,23 +533,30 @@ class AsyncRedisStorage(_RedisBase):
                 connections=pipeline_connections,
                 queue_max=pipeline_queue_max,
             )
-        self._pipeline: Pipeline | None = None
-        self._pipelines: list[Pipeline] = []  # one per event loop that used the storage
+        self._pipeline: Pipeline | ClusterPipelines | None = None
+        # One per event loop that used the storage.
+        self._pipelines: list[Pipeline | ClusterPipelines] = []
 
     @property
-    def pipeline(self) -> Pipeline | None:
+    def pipeline(self) -> Pipeline | ClusterPipelines | None:
         """The pipeline of the event loop that last used the storage (None: not pipelined,
-        or not used yet)."""
+        or not used yet); on a Redis Cluster, its masters' pipelines."""
         return self._pipeline
 
-    def _pipeline_for(self, loop: asyncio.AbstractEventLoop) -> Pipeline:
+    def _pipeline_for(self, loop: asyncio.AbstractEventLoop) -> Pipeline | ClusterPipelines:
         settings = self._pipeline_settings
         assert settings is not None  # made in __init__ for a pipelined storage
-        pipeline = Pipeline(loop, settings)
+        pipeline: Pipeline | ClusterPipelines
+        if self._cluster:
+            from quotaql.storage._cluster_pipeline import ClusterPipelines  # noqa: PLC0415
+
+            pipeline = ClusterPipelines(loop, settings, self.client)
+        else:
+            pipeline = Pipeline(loop, settings)
         self._pipeline = pipeline
         # A closed loop's pipeline is never used again: kept, its connections would stay
         # open, more with every loop (asyncio.run per job); abandoned, Redis lets go of them.
-        kept: list[Pipeline] = []
+        kept: list[Pipeline | ClusterPipelines] = []
         for each in self._pipelines:
             if each.loop.is_closed():
                 each.abandon()
@@ -662,22 +676,21 @@ class AsyncRedisStorage(_RedisBase):
             loop = asyncio.get_running_loop()
             pipeline = self._pipeline
             if pipeline is None or pipeline.loop is not loop:
-                pipeline = self._pipeline_for(loop)
+                if self._cluster:
+                    await self._discover(loop)
+                    pipeline = self._pipeline  # made meanwhile by another call?
+                if pipeline is None or pipeline.loop is not loop:
+                    pipeline = self._pipeline_for(loop)
             return await pipeline.submit(script, keys, args)
         execute = self.client.execute_command  # see RedisStorage.evaluate
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("AsyncRedisStorage must be called from an asyncio task")
+        if self._cluster:
+            await self._discover(loop)
         deadline = _Deadline(loop, task, self.timeout, self._stall_tolerance)
         try:
-            if self._cluster and (self._ready is None or self._ready() is not loop):
-                # Discover the cluster before the first command: concurrent first commands
-                # on a fresh redis.asyncio cluster client otherwise race its lazy discovery
-                # and some fail with "Connection closed by server" (a healthy cluster
-                # answered by the fail mode). Its own lock makes this once per client.
-                await self.client.initialize()
-                self._ready = weakref.ref(loop)
             try:
                 return await execute("EVALSHA", script.sha, len(keys), *keys, *args)
             except self._noscript:
@@ -691,6 +704,36 @@ class AsyncRedisStorage(_RedisBase):
             raise storage_error(exc) from exc
         finally:
             deadline.disarm()
+
+    async def _discover(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Discover the cluster (its slot map) on ``loop`` before its first command there,
+        within the storage's deadline.
+
+        Concurrent first commands on a fresh redis.asyncio cluster client otherwise race its
+        lazy discovery and some fail with "Connection closed by server" (a healthy cluster
+        answered by the fail mode). Its own lock makes this once per client.
+        """
+        if self._ready is not None and self._ready() is loop:
+            return
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise RuntimeError("AsyncRedisStorage must be called from an asyncio task")
+        deadline = _Deadline(loop, task, self.timeout, self._stall_tolerance)
+        try:
+            await self.client.initialize()
+            self._ready = weakref.ref(loop)
+        except asyncio.CancelledError:
+            if deadline.expired and deadline.withdraw():
+                raise StorageTimeout(f"Redis did not answer within {self.timeout:g} s") from None
+            raise
+        except self._errors as exc:
+            raise storage_error(exc) from exc
+        finally:
+            deadline.disarm()
+
+
+def _no_connection() -> Any:
+    raise AssertionError("a cluster's pipelines connect to each master")  # pragma: no cover
 
 
 class _Deadline:
