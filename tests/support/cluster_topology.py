@@ -207,6 +207,12 @@ class ClusterTopology:
         promoted = self.master_of_slot(slot)
         return Failover(port, promoted, killed_at, time.monotonic() - killed_at)
 
+    def rejoin(self, port: int, timeout: float = 30.0) -> None:
+        """Start the killed node ``port`` again (same port, same ``nodes.conf``): it rejoins
+        as a replica of the master that took its slots; wait until it is linked and listed."""
+        self.node(port).start()
+        self.wait_replicas_linked(timeout)
+
     def _wait_until(self, agreed: Callable[[int], bool], deadline: float, what: str) -> None:
         """Poll every running node until each is ``ok`` and ``agreed(port)``."""
         while True:
