@@ -103,7 +103,7 @@ class Resharded(NamedTuple):
     text: str
 
 
-def _reshard_under_load(cluster: RedisCluster, tenant: str) -> Resharded:
+def _reshard_under_load(cluster: RedisCluster, tenant: str, *, pipeline: bool) -> Resharded:
     key = redis_key("quotaql", tenant, QUOTA)
     slot = cluster.slot_of(key)
     source = cluster.node_for_key(key)
@@ -111,7 +111,7 @@ def _reshard_under_load(cluster: RedisCluster, tenant: str) -> Resharded:
     recorder = _Errors()
 
     async def body() -> tuple[list[Decision], int, Migration, float]:
-        storage = AsyncRedisStorage(cluster.async_client(), timeout=TIMEOUT)
+        storage = AsyncRedisStorage(cluster.async_client(), timeout=TIMEOUT, pipeline=pipeline)
         limiter = AsyncLimiter(
             storage,
             on_backend_error="closed",
@@ -150,7 +150,7 @@ def _reshard_under_load(cluster: RedisCluster, tenant: str) -> Resharded:
     assert cluster.node_for_key(key) == target
     allowed = sum(1 for d in answers if d.allowed)
     text = (
-        f"slot {slot} of {tenant!r} moved {migration.source} -> {migration.target} "
+        f"{'pipelined' if pipeline else 'unpipelined'}: slot {slot} of {tenant!r} moved {migration.source} -> {migration.target} "
         f"({migration.keys} keys, {migration.seconds:.2f} s) under {calls} calls in "
         f"{seconds:.2f} s: answers {dict(Counter(d.source for d in answers))}, allowed "
         f"{allowed}; redirections {dict(redirected)}; storage errors {len(recorder.errors)} "
@@ -160,10 +160,11 @@ def _reshard_under_load(cluster: RedisCluster, tenant: str) -> Resharded:
     return Resharded(answers, calls, recorder.errors, migration, C - remaining, redirected, text)
 
 
+@pytest.mark.parametrize("pipeline", [True, False], ids=["pipelined", "unpipelined"])
 def test_a_slot_moved_under_load_admits_nothing_it_does_not_debit(
-    own_cluster: RedisCluster,
+    own_cluster: RedisCluster, pipeline: bool
 ) -> None:
-    run = _reshard_under_load(own_cluster, "busy-1")
+    run = _reshard_under_load(own_cluster, f"busy-{pipeline}", pipeline=pipeline)
     allowed = sum(1 for d in run.answers if d.allowed)
     assert run.migration.keys >= 1, run.text
     assert len(run.answers) == run.calls, run.text  # every call answered, once
@@ -176,15 +177,17 @@ def test_a_slot_moved_under_load_admits_nothing_it_does_not_debit(
 
 
 def test_a_slot_moved_under_load_fails_no_call(own_cluster: RedisCluster) -> None:
-    """The redirections are followed without a failed call: the fail mode answers none and
-    every debit written was admitted.
+    """The per-master pipeline follows the redirections without a failed call: the fail mode
+    answers none and every debit written was admitted.
 
-    Fails with redis-py 7.4's asyncio cluster client: every ``reinitialize_steps`` (5)
-    ``-MOVED`` replies, ``RedisCluster._execute_command`` closes every connection of the
-    client (``await self.aclose()``) while other tasks' commands are in flight on them: they
-    fail with "Connection closed by server", some after Redis ran them (a debit, refused).
+    Unpipelined (redis-py's own cluster call) it does not, so that path is held only to the
+    test above: redis-py 7.4's asyncio ``ClusterNode`` hands out its free connections first in,
+    first out, so the ``ASKING`` of an ``-ASK`` and the command go on two connections (the
+    importing master answers ``-MOVED``), and every ``reinitialize_steps`` (5) ``-MOVED`` it
+    closes every connection of the client under the commands in flight (docs/scale-out.md,
+    "Failover, measured").
     """
-    run = _reshard_under_load(own_cluster, "busy-2")
+    run = _reshard_under_load(own_cluster, "busy-strict", pipeline=True)
     assert run.errors == [], run.text
     assert run.answers, run.text
     assert all(d.source == "redis" for d in run.answers), run.text
