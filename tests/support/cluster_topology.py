@@ -226,7 +226,12 @@ class ClusterTopology:
             except (redis.RedisError, LookupError):
                 pass  # a node mid-change: look again
             if time.monotonic() > deadline:
-                states = {n.port: n.running and self.cluster_info(n.port) for n in self.nodes}
+                states: dict[int, object] = {}
+                for node in self.nodes:
+                    try:
+                        states[node.port] = node.running and self.cluster_info(node.port)
+                    except redis.RedisError as exc:
+                        states[node.port] = exc
                 msg = f"{what}: {states}"
                 raise TimeoutError(msg)
             time.sleep(_POLL)
