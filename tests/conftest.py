@@ -42,6 +42,9 @@ SERIAL = (
     "tests/adapters/ariadne/test_websockets.py::test_subscriptions_refused_before_pricing_pay_the_minimum",
     # A paused Redis against a 0.2 s timeout: the call after the pause reconnects within it.
     "tests/storage/test_pipeline.py::test_a_paused_redis_fails_every_waiting_call",
+    # Redis Cluster failover and resharding under load, timed against 0.25 s deadlines.
+    "tests/storage/test_failover_cluster.py",
+    "tests/storage/test_resharding_cluster.py",
 )
 
 

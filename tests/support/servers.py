@@ -1,7 +1,9 @@
 """The suite's server processes, each private, on a free loopback port, stopped by its PID.
 
 - :class:`RedisServer`: a ``redis-server``; :class:`RedisCluster`: a 3-master Redis Cluster
-  of them; :class:`AsyncRunner` drives their async clients from a sync test;
+  of them, with replicas if asked, whose masters a test can kill (failover) and whose slots it
+  can move (``cluster_topology.py``); :class:`AsyncRunner` drives their async clients from a
+  sync test;
 - :class:`PrometheusServer`: a ``prometheus`` (the Debian package's binary);
 - :func:`spawn` and :func:`terminate` for any other child (daphne, uvicorn workers).
 
@@ -34,6 +36,8 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from tests.support.cluster_topology import ClusterTopology
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -548,8 +552,9 @@ class RedisServer:
         return f"<RedisServer {self.host}:{self._port} pid={self.pid} {state}>"
 
 
-class RedisCluster:
-    """A Redis Cluster of private masters (no replicas) on free loopback ports.
+class RedisCluster(ClusterTopology):
+    """A Redis Cluster of private masters, each with ``replicas`` replicas, on free loopback
+    ports; its topology (slots, failover, migration) in :class:`ClusterTopology`.
 
     Example::
 
@@ -562,6 +567,7 @@ class RedisCluster:
         self,
         masters: int = 3,
         *,
+        replicas: int = 0,
         node_timeout_ms: int = 2000,
         executable: str = "redis-server",
         cli: str = "redis-cli",
@@ -571,6 +577,7 @@ class RedisCluster:
 
         Args:
             masters: Number of master nodes (``redis-cli --cluster create`` needs at least 3).
+            replicas: Replicas per master (``--cluster-replicas``), linked before start returns.
             node_timeout_ms: ``--cluster-node-timeout``.
             executable: The server binary.
             cli: The ``redis-cli`` binary used for ``--cluster create``.
@@ -578,6 +585,7 @@ class RedisCluster:
         """
         self.host = HOST
         self._masters = masters
+        self._replicas = replicas
         self._node_timeout_ms = node_timeout_ms
         self._executable = executable
         self._cli = cli
@@ -622,11 +630,11 @@ class RedisCluster:
         cli = require_binary(self._cli)
         self._directory = Path(tempfile.mkdtemp(prefix="quotaql-redis-cluster-"))
         try:
-            for _ in range(self._masters):
+            for _ in range(self._masters * (1 + self._replicas)):
                 self.nodes.append(self._start_node())
             addresses = [f"{self.host}:{port}" for port in self.ports]
             command = [cli, "--cluster", "create", *addresses]
-            command += ["--cluster-replicas", "0", "--cluster-yes"]
+            command += ["--cluster-replicas", str(self._replicas), "--cluster-yes"]
             result = subprocess.run(
                 command,
                 capture_output=True,
@@ -639,6 +647,7 @@ class RedisCluster:
                 msg += (result.stdout + result.stderr)[-2000:]
                 raise RedisStartupError(msg)
             self._wait_state_ok()
+            self.wait_replicas_linked()
         except BaseException:
             self.stop()
             raise
@@ -653,6 +662,10 @@ class RedisCluster:
                     "--cluster-enabled", "yes",
                     "--cluster-config-file", str(self._directory / f"nodes-{port}.conf"),
                     "--cluster-node-timeout", str(self._node_timeout_ms),
+                    # A replica's first full sync starts at once, not after 5 s; CLUSTER SLOTS
+                    # lists it once its offset moved, which the master's PINGs do.
+                    "--repl-diskless-sync-delay", "0",
+                    "--repl-ping-replica-period", "1",
                 ],
                 port=port,
                 directory=self._directory,
@@ -701,50 +714,6 @@ class RedisCluster:
         if self._directory is not None:
             shutil.rmtree(self._directory, ignore_errors=True)
             self._directory = None
-
-    # -- topology -----------------------------------------------------------------------------
-
-    def cluster_info(self, port: int | None = None) -> dict[str, str]:
-        """``CLUSTER INFO`` of one node (the first by default)."""
-        with redis.Redis(self.host, port or self.ports[0], socket_timeout=5) as client:
-            info: dict[str, str] = client.execute_command("CLUSTER INFO")
-            return info
-
-    def slot_ranges(self) -> dict[int, list[tuple[int, int]]]:
-        """Master port -> the slot ranges it owns, from ``CLUSTER SLOTS``."""
-        with redis.Redis(self.host, self.ports[0], socket_timeout=5) as client:
-            rows = client.execute_command("CLUSTER SLOTS")
-        owners: dict[int, list[tuple[int, int]]] = {}
-        for start, end, master, *_replicas in rows:
-            owners.setdefault(int(master[1]), []).append((int(start), int(end)))
-        return owners
-
-    def node_for_key(self, key: str | bytes) -> int:
-        """The port of the master that owns ``key`` (``CLUSTER KEYSLOT`` + ``CLUSTER SLOTS``)."""
-        with redis.Redis(self.host, self.ports[0], socket_timeout=5) as client:
-            slot = int(client.execute_command("CLUSTER KEYSLOT", key))
-        for port, ranges in self.slot_ranges().items():
-            if any(start <= slot <= end for start, end in ranges):
-                return port
-        msg = f"slot {slot} of {key!r} is not served by any node"
-        raise LookupError(msg)
-
-    def hash_tags_by_master(self) -> dict[int, str]:
-        """One hash tag per master (``"a"`` -> keys ``{a}...``), for spreading tenants."""
-        tags: dict[int, str] = {}
-        for index in range(10_000):
-            tag = chr(ord("a") + index) if index < 26 else f"t{index}"
-            tags.setdefault(self.node_for_key(f"{{{tag}}}"), tag)
-            if len(tags) == len(self.nodes):
-                return tags
-        msg = "could not find a hash tag for every master"  # pragma: no cover
-        raise LookupError(msg)  # pragma: no cover
-
-    def flushall(self) -> None:
-        """``FLUSHALL`` on every master."""
-        for node in self.nodes:
-            with node.client(socket_timeout=5) as client:
-                client.flushall()
 
     # -- clients ------------------------------------------------------------------------------
 

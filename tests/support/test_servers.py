@@ -245,6 +245,23 @@ def test_cluster_is_ok_with_three_masters_owning_every_slot(redis_cluster: Redis
     assert all("master" in entry["flags"].split(",") for entry in nodes.values()), nodes
 
 
+def test_a_cluster_without_replicas_lists_none_and_slots_match_the_server(
+    redis_cluster: RedisCluster,
+) -> None:
+    assert redis_cluster.masters() == sorted(redis_cluster.ports)
+    assert all(redis_cluster.replicas_of(port) == [] for port in redis_cluster.ports)
+    with redis.Redis(redis_cluster.host, redis_cluster.ports[0]) as node:
+        for key in ("{a}x", "quotaql:{t:acme}:~q", "no-tag"):
+            assert redis_cluster.slot_of(key) == node.execute_command("CLUSTER KEYSLOT", key)
+    slot = redis_cluster.slot_of("a")
+    owner = redis_cluster.master_of_slot(slot)
+    with pytest.raises(ValueError, match="already on"):
+        redis_cluster.migrate_slot(slot, owner)
+    with pytest.raises(LookupError, match="not a master with a replica"):
+        redis_cluster.fail_over(owner)  # nothing killed: it has no replica
+    assert redis_cluster.node(owner).running
+
+
 def test_hash_tags_spread_keys_over_every_master(
     redis_cluster: RedisCluster, cluster_client: redis.cluster.RedisCluster
 ) -> None:
