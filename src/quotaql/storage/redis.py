@@ -694,7 +694,7 @@ class AsyncRedisStorage(_RedisBase):
             try:
                 return await execute("EVALSHA", script.sha, len(keys), *keys, *args)
             except self._noscript:
-                script.sha = await self.client.script_load(script.script)
+                script.sha = await self._load(script, keys)
                 return await execute("EVALSHA", script.sha, len(keys), *keys, *args)
         except asyncio.CancelledError:
             if deadline.expired and deadline.withdraw():  # our own cancellation: a timeout
@@ -704,6 +704,16 @@ class AsyncRedisStorage(_RedisBase):
             raise storage_error(exc) from exc
         finally:
             deadline.disarm()
+
+    async def _load(self, script: Any, keys: Sequence[str]) -> Any:
+        """Load ``script`` where its call goes: on a cluster, the master that owns ``keys``'s
+        slot now. redis-py's ``script_load`` goes to the masters it listed, and after a
+        failover it keeps the promoted replica's node marked a replica: the new master never
+        got the script, and its tenants' calls failed NOSCRIPT until a restart."""
+        if not self._cluster:
+            return await self.client.script_load(script.script)
+        node = self.client.get_node_from_key(keys[0])
+        return await self.client.execute_command("SCRIPT LOAD", script.script, target_nodes=node)
 
     async def _discover(self, loop: asyncio.AbstractEventLoop) -> None:
         """Discover the cluster (its slot map) on ``loop`` before its first command there,
