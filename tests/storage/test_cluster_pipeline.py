@@ -148,6 +148,8 @@ def test_64_callers_over_three_masters_are_each_answered_once_and_debited_once(
     async def body() -> tuple[list[list[tuple[str, float]]], dict[str, float], ClusterPipelines]:
         storage = AsyncRedisStorage(cluster.async_client(), timeout=5.0, pipeline_limit=16)
         try:
+            for port in cluster.ports:  # whatever ran before on this cluster: NOSCRIPT below
+                await asyncio.to_thread(_script_flush, cluster, port)
             for tenant in warm:
                 await storage.peek(tenant, [QUOTA], T0)
             await asyncio.to_thread(reset_stats, cluster)
@@ -216,16 +218,17 @@ def test_callers_cancelled_mid_batch_leave_every_master_in_step(cluster: RedisCl
     async def body() -> tuple[list[Any], dict[str, float], dict[str, float]]:
         storage = AsyncRedisStorage(cluster.async_client(), timeout=5.0, pipeline_connections=1)
         try:
-            await storage.peek("warm", [QUOTA], T0)  # discovered, before the batch below
+            for owned in by_master.values():  # discovered, each master's connection made
+                await storage.peek(owned[-1], [QUOTA], T0)
             tasks = {
                 t: asyncio.create_task(storage.acquire(Debit(t, 3, [QUOTA], T0))) for t in tenants
             }
             pipelines = cluster_pipelines(storage)
             written = pipelines.batches + 3
-            for _ in range(100):  # each master's batch written, its replies not read yet
-                if pipelines.batches >= written:
-                    break
-                await asyncio.sleep(0)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 5.0  # a busy machine: iterations are not a bound
+            while pipelines.batches < written and loop.time() < deadline:
+                await asyncio.sleep(0)  # each master's batch written, its replies not read yet
             assert pipelines.batches >= written
             for tenant in cancelled:
                 tasks[tenant].cancel()
