@@ -567,6 +567,7 @@ def test_the_reports_kept_for_the_fallback_are_bounded(
     try:
         for index in range(50):  # the platform allows the first 10 tenants, then refuses
             limiter.acquire(f"tenant-{index}", 1, [TENANT, PLATFORM], now=NOW)
+        assert limiter.flush() == 0  # the refunds of the refused debits (deferred) applied
         limiter.acquire("tenant-40", 1, [TENANT], now=NOW)  # reported again: the most recent
 
         reports = limiter._core.reports
