@@ -865,3 +865,19 @@ class PrometheusServer:
     def query(self, expr: str) -> list[Any]:
         result: list[Any] = self.api("query", query=expr)["result"]
         return result
+
+    def holds(self, expr: str, value: float) -> bool:
+        """``expr``'s first series is at ``value`` now (what a test waits for a scrape to
+        show)."""
+        found = self.query(expr)
+        return bool(found) and float(found[0]["value"][1]) == value
+
+
+def scrape_config(job: str, *targets: str, metrics_path: str = "/metrics") -> str:
+    """A ``prometheus.yml`` that scrapes ``targets`` (``host:port``) as ``job`` every second."""
+    listed = ", ".join(f'"{target}"' for target in targets)
+    return (
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n"
+        f"  - job_name: {job}\n    metrics_path: {metrics_path}\n"
+        f"    static_configs:\n      - targets: [{listed}]\n"
+    )

@@ -7,7 +7,6 @@ import json
 import math
 import subprocess
 import sys
-import textwrap
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.plugin import CostLimiter
 from tests.support import strawberry_shop as shop
 from tests.support.app_servers import UvicornServer
-from tests.support.servers import PrometheusServer, free_port
+from tests.support.servers import PrometheusServer, free_port, scrape_config
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -230,11 +229,6 @@ def post(client: httpx.Client, key: str, query: str) -> int:
     return response.status_code
 
 
-def scraped(prometheus: PrometheusServer, query: str, total: float) -> bool:
-    found = prometheus.query(query)
-    return bool(found) and float(found[0]["value"][1]) == total
-
-
 def test_a_real_prometheus_review_of_a_staged_rollout(tmp_path: Path) -> None:
     inside = next(t for t in TENANTS if staging.staged(0.5, "free", f"key:{t}") == "enforced")
     outside = next(t for t in TENANTS if staging.staged(0.5, "free", f"key:{t}") == "shadow")
@@ -249,22 +243,11 @@ def test_a_real_prometheus_review_of_a_staged_rollout(tmp_path: Path) -> None:
             Mount("/", GraphQL(shop.make_schema(limiter))),
         ]
     )
-    scrape = textwrap.dedent(
-        """
-        global:
-          scrape_interval: 1s
-        scrape_configs:
-          - job_name: {job}
-            metrics_path: /metrics/
-            static_configs:
-              - targets: ["127.0.0.1:{port}"]
-        """
-    )
     with (
         UvicornServer(served) as server,
         httpx.Client(base_url=server.url, timeout=10) as client,
     ):
-        prometheus_yml = scrape.format(job=JOB, port=server.port)
+        prometheus_yml = scrape_config(JOB, f"127.0.0.1:{server.port}", metrics_path="/metrics/")
         with PrometheusServer(prometheus_yml) as prometheus:
             statuses = {
                 tenant: [post(client, tenant, DEAR) for _ in range(3)]
@@ -274,7 +257,7 @@ def test_a_real_prometheus_review_of_a_staged_rollout(tmp_path: Path) -> None:
             assert statuses[inside] == [200, 200, 429]
             assert statuses[outside] == statuses["observed"] == [200, 200, 200]
             deadline = time.monotonic() + 15
-            while not scraped(prometheus, f'sum(quotaql_requests_total{{job="{JOB}"}})', 9):
+            while not prometheus.holds(f'sum(quotaql_requests_total{{job="{JOB}"}})', 9):
                 assert time.monotonic() < deadline, "the traffic was not scraped"
                 time.sleep(0.2)
             selector = f'job="{JOB}"'

@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import tomllib
@@ -23,7 +22,7 @@ from quotaql.cli import app
 from quotaql.config import load_config
 from quotaql.instrumentation.metrics import PrometheusMetrics
 from quotaql.tune import Change, edit
-from tests.support.servers import PrometheusServer, free_port
+from tests.support.servers import PrometheusServer, free_port, scrape_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -706,17 +705,7 @@ REVIEWS = 'coordinate="Product.reviews"'
 
 
 def prometheus_config(*ports: int) -> str:
-    targets = ", ".join(f'"127.0.0.1:{port}"' for port in ports)
-    return textwrap.dedent(
-        f"""
-        global:
-          scrape_interval: 1s
-        scrape_configs:
-          - job_name: {JOB}
-            static_configs:
-              - targets: [{targets}]
-        """
-    )
+    return scrape_config(JOB, *(f"127.0.0.1:{port}" for port in ports))
 
 
 def eventually(check: Any, timeout: float, what: str) -> Any:
@@ -754,8 +743,7 @@ def two_instances() -> Iterator[tuple[list[CollectorRegistry], list[int]]]:
 def scraped(prometheus: PrometheusServer, name: str, total: float, matchers: str = "") -> bool:
     """Prometheus has the instances' sum of ``name`` at ``total``."""
     selector = ", ".join(filter(None, (f'job="{JOB}"', matchers)))
-    found = prometheus.query(f"sum({name}{{{selector}}})")
-    return bool(found) and float(found[0]["value"][1]) == total
+    return prometheus.holds(f"sum({name}{{{selector}}})", total)
 
 
 def test_a_real_prometheus_scraping_two_instances_gives_the_dumps_diff(

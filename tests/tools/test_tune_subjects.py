@@ -13,7 +13,6 @@ keep the test short) p99 is 0, and tune used to propose ``assumed_size`` 50 -> 0
 
 from __future__ import annotations
 
-import textwrap
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +32,7 @@ from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.instrumentation.subjects import subject_class
 from quotaql.plugin import CostLimiter
 from tests.support.app_servers import UvicornServer
-from tests.support.servers import PrometheusServer
+from tests.support.servers import PrometheusServer, scrape_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -61,6 +60,7 @@ QUERIES_EACH = 4
 HONEST_QUERY = '{ customer(id: "c1") { orders { id } } }'
 ATTACK_QUERY = "{ " + " ".join(f'a{i}: customer(id: "empty") {{ orders {{ id }} }}' for i in range(ALIASES)) + " }"  # fmt: skip
 JOB = "quotaql-shop"
+ORDERS_SERIES = f'{{job="{JOB}", coordinate="Customer.orders"}}'  # the series waited for
 
 
 def orders_of(customer: str) -> int:
@@ -145,11 +145,6 @@ def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.25)
 
 
-def scraped(prometheus: PrometheusServer, series: str, total: float) -> bool:
-    found = prometheus.query(f'sum({series}{{job="{JOB}", coordinate="Customer.orders"}})')
-    return bool(found) and float(found[0]["value"][1]) == total
-
-
 def send(client: httpx.Client, query: str, address: str) -> None:
     response = client.post("/graphql", json={"query": query}, headers={"X-Forwarded-For": address})
     assert response.status_code == 200, response.text
@@ -170,17 +165,7 @@ def test_ten_addresses_of_empty_lists_do_not_lower_a_size_through_a_real_prometh
     graphql = APPS[framework](config, metrics)
     app = Starlette(routes=[Mount("/metrics", metrics_app(registry)), Mount("/", graphql)])
     with UvicornServer(app) as server:
-        scrape = textwrap.dedent(
-            f"""
-            global:
-              scrape_interval: 1s
-            scrape_configs:
-              - job_name: {JOB}
-                metrics_path: /metrics/
-                static_configs:
-                  - targets: ["{server.url.removeprefix("http://")}"]
-            """
-        )
+        scrape = scrape_config(JOB, server.url.removeprefix("http://"), metrics_path="/metrics/")
         with (
             PrometheusServer(scrape) as prometheus,
             httpx.Client(base_url=server.url, timeout=10) as client,
@@ -194,10 +179,11 @@ def test_ten_addresses_of_empty_lists_do_not_lower_a_size_through_a_real_prometh
             lists = QUERIES_EACH * (len(ATTACKERS) * ALIASES + len(HONEST))
             eventually(
                 lambda: (
-                    scraped(prometheus, f"{names.LIST_RETURNED_ITEMS}_count", lists)
-                    and scraped(
-                        prometheus,
-                        f"{names.LIST_SUBJECT_MAX_ITEMS}_count",
+                    prometheus.holds(
+                        f"sum({names.LIST_RETURNED_ITEMS}_count{ORDERS_SERIES})", lists
+                    )
+                    and prometheus.holds(
+                        f"sum({names.LIST_SUBJECT_MAX_ITEMS}_count{ORDERS_SERIES})",
                         len(ATTACKERS) + len(HONEST),
                     )
                 ),

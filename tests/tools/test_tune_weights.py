@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import textwrap
 import time
 import tomllib
 from typing import TYPE_CHECKING, Any
@@ -33,13 +32,14 @@ from quotaql.instrumentation import names
 from quotaql.instrumentation.metrics import PrometheusMetrics, metrics_app
 from quotaql.plugin import CostLimiter
 from tests.support.app_servers import UvicornServer
-from tests.support.servers import PrometheusServer
+from tests.support.servers import PrometheusServer, scrape_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
 JOB = "quotaql-weights"
+SLOW_SERIES = f'{{job="{JOB}", coordinate="Query.slow"}}'  # the series waited for
 
 
 def invoke(*args: str) -> Any:
@@ -89,11 +89,6 @@ ADDRESSES = [f"198.51.{i}.10" for i in range(12)]  # twelve networks: twelve sub
 QUERIES_EACH = 4
 
 
-def scraped(prometheus: PrometheusServer, series: str, total: float) -> bool:
-    found = prometheus.query(f'sum({series}{{job="{JOB}", coordinate="Query.slow"}})')
-    return bool(found) and float(found[0]["value"][1]) == total
-
-
 def test_a_slow_resolver_gets_about_ten_times_a_fast_ones_weight_through_a_real_prometheus(
     tmp_path: Path,
 ) -> None:
@@ -105,17 +100,7 @@ def test_a_slow_resolver_gets_about_ten_times_a_fast_ones_weight_through_a_real_
     graphql = GraphQL(strawberry.Schema(query=Query, extensions=[limiter]))
     app = Starlette(routes=[Mount("/metrics", metrics_app(registry)), Mount("/", graphql)])
     with UvicornServer(app) as server:
-        scrape = textwrap.dedent(
-            f"""
-            global:
-              scrape_interval: 1s
-            scrape_configs:
-              - job_name: {JOB}
-                metrics_path: /metrics/
-                static_configs:
-                  - targets: ["{server.url.removeprefix("http://")}"]
-            """
-        )
+        scrape = scrape_config(JOB, server.url.removeprefix("http://"), metrics_path="/metrics/")
         with (
             PrometheusServer(scrape) as prometheus,
             httpx.Client(base_url=server.url, timeout=10) as client,
@@ -132,9 +117,9 @@ def test_a_slow_resolver_gets_about_ten_times_a_fast_ones_weight_through_a_real_
             calls = QUERIES_EACH * len(ADDRESSES)
             eventually(
                 lambda: (
-                    scraped(prometheus, f"{names.RESOLVER_SECONDS}_count", calls)
-                    and scraped(
-                        prometheus, f"{names.RESOLVER_SUBJECT_SECONDS}_count", len(ADDRESSES)
+                    prometheus.holds(f"sum({names.RESOLVER_SECONDS}_count{SLOW_SERIES})", calls)
+                    and prometheus.holds(
+                        f"sum({names.RESOLVER_SUBJECT_SECONDS}_count{SLOW_SERIES})", len(ADDRESSES)
                     )
                 ),
                 30,
